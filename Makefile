@@ -1,0 +1,32 @@
+# One-command entry points. `make serve` and `make test` work on a fresh clone.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+
+.PHONY: setup serve test models bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/pip install -q -e '.[train,serve,dev]'
+
+serve: $(BIN)/python
+	$(BIN)/pip install -q -e '.[serve]'
+	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --device auto
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+# Regenerate the bundled models (minutes on 2 CPU cores).
+models: setup
+	$(BIN)/python -m training fit-image --image astronaut --size 256 --steps 2000 --out models/astronaut --no-progress
+	$(BIN)/python -m training fit-digits --data-dir ../shared/data/mnist-10k --model sinekan --out models/digits-sinekan
+
+bench: setup
+	$(BIN)/python -m bench.quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache

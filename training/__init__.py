@@ -1,0 +1,1 @@
+"""Training package: fit implicit neural representations and export them to ONNX."""

@@ -1,0 +1,70 @@
+"""`python -m training SUBCOMMAND`: the training command line.
+
+Bad input prints one line, `error: …`, and exits with code 2; no partial output is left.
+Each subcommand module exposes `register(subparsers)` and sets `func` on its parser.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .errors import UsageError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the problem, exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        sys.stderr.write(f"error: {self.prog}: {message}\n")
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got '{text}'")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import cli_image
+    parser = OneLineParser(prog="python -m training", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    cli_image.register(sub)
+    try:
+        from .digits import cli as cli_digits
+    except ImportError:  # the digits package is optional while it is being built
+        cli_digits = None
+    if cli_digits is not None:
+        cli_digits.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted; nothing was written\n")
+        return 130

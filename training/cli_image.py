@@ -1,0 +1,83 @@
+"""Subcommands for image models: fit-image and sweep-scale."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .encodings import ENCODINGS, EncodingConfig
+from .fit_image import PROTOCOLS, FitConfig, fit_image
+from .image_models import BODIES, ImageModelConfig
+from .images import BUILTIN
+from .repository import check_out_dir
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    from .cli import positive_float, positive_int
+    p.add_argument("--image", default="astronaut", help=f"built-in name ({', '.join(BUILTIN)}) or an image file")
+    p.add_argument("--size", type=positive_int, default=256, help="train at SIZE×SIZE pixels")
+    p.add_argument("--encoding", default="gaussian", choices=sorted(ENCODINGS))
+    p.add_argument("--scale", type=positive_float, default=10.0, help="gaussian: σ of the frequency matrix")
+    p.add_argument("--features", type=positive_int, default=256, help="gaussian/sine: number of frequencies")
+    p.add_argument("--levels", type=positive_int, default=8, help="positional: number of frequencies")
+    p.add_argument("--max-freq", type=positive_float, default=None,
+                   help="positional: largest frequency (default: SIZE/4)")
+    p.add_argument("--bandwidth", type=positive_float, default=None,
+                   help="sine: radius of the frequency disc (default: SIZE/8)")
+    p.add_argument("--damping", action="store_true", help="sine: damp amplitudes toward Nyquist")
+    p.add_argument("--model", default="mlp", choices=sorted(BODIES))
+    p.add_argument("--depth", type=positive_int, default=4)
+    p.add_argument("--width", type=positive_int, default=256)
+    p.add_argument("--grid", type=positive_int, default=8, help="sinekan: grid size G")
+    p.add_argument("--steps", type=positive_int, default=2000)
+    p.add_argument("--lr", type=positive_float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=0, help="random mini-batch size; 0 = full batch")
+    p.add_argument("--protocol", default="paper", choices=PROTOCOLS,
+                   help="paper: train on [::2, ::2], test on the held-out pixels; full: train on all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfig:
+    enc = EncodingConfig(
+        name=args.encoding, scale=scale if scale is not None else args.scale, features=args.features,
+        levels=args.levels, max_freq=args.max_freq or max(args.size / 4, 1.0),
+        bandwidth=args.bandwidth or max(args.size / 8, 1.0), damping=args.damping,
+        nyquist=args.size / 4 if args.protocol == "paper" else args.size / 2, seed=args.seed)
+    model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
+                             encoding=enc)
+    return FitConfig(image=args.image, size=args.size, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+                     protocol=args.protocol, seed=args.seed, device=args.device,
+                     progress=not args.no_progress, model=model)
+
+
+def cmd_fit_image(args: argparse.Namespace) -> int:
+    out = check_out_dir(args.out) if args.out else None
+    cfg = fit_config(args)
+    cfg.validate()
+    result = fit_image(cfg, out)
+    metrics = result["metrics"]
+    where = f" -> {out}" if out else ""
+    sys.stdout.write(f"{json.dumps(metrics)}{where}\n")
+    return 0
+
+
+def cmd_sweep_scale(args: argparse.Namespace) -> int:
+    from .sweep import sweep_scale
+    sweep_scale(args, Path(args.out))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fit-image", help="fit a coordinate→RGB network to an image and export it")
+    add_image_options(p)
+    p.add_argument("--out", help="model directory to write, e.g. models/astronaut")
+    p.set_defaults(func=cmd_fit_image)
+
+    p = sub.add_parser("sweep-scale", help="train/test PSNR against σ of the Gaussian encoding")
+    add_image_options(p)
+    p.add_argument("--scales", default="1,2,5,10,20,50,100", help="comma-separated σ values")
+    p.add_argument("--out", default="docs/sweep-scale", help="writes OUT.png and OUT.md")
+    p.set_defaults(func=cmd_sweep_scale, encoding="gaussian")

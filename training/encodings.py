@@ -1,0 +1,141 @@
+"""Coordinate encodings, selected by name from a small registry (tiny-cuda-nn style).
+
+Every encoding maps [N, in_dim] coordinates to [N, out_dim] features, exposes
+`out_dim`, composes with nn.Sequential, and keeps its fixed tensors as buffers so
+they are part of the exported ONNX graph.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, asdict
+
+import torch
+from torch import nn
+
+from .errors import UsageError, unknown
+
+TWO_PI = 2.0 * math.pi
+
+
+@dataclass
+class EncodingConfig:
+    name: str = "gaussian"
+    in_dim: int = 2
+    scale: float = 10.0        # gaussian: σ of B ~ N(0, σ²)
+    features: int = 256        # gaussian / sine: number of frequencies m
+    levels: int = 8            # positional: number of log-linear frequencies
+    max_freq: float = 256.0    # positional: largest frequency (cycles per unit)
+    bandwidth: float = 64.0    # sine: radius of the frequency disc (cycles per unit)
+    damping: bool = False      # sine: damp amplitudes toward Nyquist
+    nyquist: float = 0.0       # sine: Nyquist frequency of the training grid (size/2)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Identity(nn.Module):
+    """`none`: raw coordinates."""
+
+    def __init__(self, cfg: EncodingConfig):
+        super().__init__()
+        self.out_dim = cfg.in_dim
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return v
+
+
+class SinCos(nn.Module):
+    """γ(v) = [sin(2π vB), cos(2π vB)] for a fixed frequency matrix B of shape (in_dim, m).
+
+    The basis B is a buffer: it exports, and it never trains.
+    """
+
+    def __init__(self, B: torch.Tensor):
+        super().__init__()
+        self.register_buffer("B", B.float())
+        self.out_dim = 2 * B.shape[1]
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        proj = TWO_PI * (v @ self.B)  # [N, m]
+        return torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1)  # [N, 2m]
+
+
+def basic(cfg: EncodingConfig) -> SinCos:
+    """`basic`: γ(v) = [sin 2πv, cos 2πv], B = I."""
+    return SinCos(torch.eye(cfg.in_dim))
+
+
+def positional(cfg: EncodingConfig) -> SinCos:
+    """`positional`: axis-aligned log-linear frequencies σ^(j/L), j = 0..L-1, σ = max_freq
+    (Tancik et al. 2020, eq. for positional encoding; NeRF uses powers of two)."""
+    if cfg.levels < 1 or cfg.max_freq < 1:
+        raise UsageError("positional encoding needs --levels >= 1 and --max-freq >= 1")
+    freqs = cfg.max_freq ** (torch.arange(cfg.levels, dtype=torch.float64) / max(cfg.levels - 1, 1))
+    eye = torch.eye(cfg.in_dim, dtype=torch.float64)
+    B = torch.cat([eye * f for f in freqs], dim=1)  # [in_dim, in_dim * L]
+    return SinCos(B)
+
+
+def gaussian(cfg: EncodingConfig) -> SinCos:
+    """`gaussian`: random Fourier features, B ~ N(0, σ²) of shape (in_dim, m)."""
+    if not (cfg.scale > 0 and math.isfinite(cfg.scale)):
+        raise UsageError(f"--scale must be a positive finite number, got {cfg.scale}")
+    if cfg.features < 1:
+        raise UsageError(f"--features must be >= 1, got {cfg.features}")
+    g = torch.Generator().manual_seed(cfg.seed)
+    return SinCos(torch.randn(cfg.in_dim, cfg.features, generator=g) * cfg.scale)
+
+
+class SineFeatures(nn.Module):
+    """`sine`: StyleGAN3-style Fourier features, sin only.
+
+    Frequencies f are drawn uniformly on a 2D disc of radius `bandwidth`, phases
+    φ ~ U(-1/2, 1/2); the feature is a·sin(2π(v·f + φ)). With damping, the
+    amplitude a = clamp(1 - (|f| - c)/(n - c), 0, 1) with cutoff c = n/2 fades
+    frequencies toward the Nyquist frequency n of the training grid (StyleGAN3 §3.2
+    fades filters the same way).
+    """
+
+    def __init__(self, cfg: EncodingConfig):
+        super().__init__()
+        if cfg.in_dim != 2:
+            raise UsageError("sine features are defined for 2D coordinates")
+        if not (cfg.bandwidth > 0 and math.isfinite(cfg.bandwidth)):
+            raise UsageError(f"--bandwidth must be a positive finite number, got {cfg.bandwidth}")
+        g = torch.Generator().manual_seed(cfg.seed)
+        m = cfg.features
+        # Uniform on the disc: radius = R·sqrt(u) gives uniform area density.
+        radius = cfg.bandwidth * torch.rand(m, generator=g).sqrt()
+        theta = TWO_PI * torch.rand(m, generator=g)
+        freqs = torch.stack([radius * torch.cos(theta), radius * torch.sin(theta)], dim=0)  # [2, m]
+        phases = torch.rand(m, generator=g) - 0.5
+        amps = torch.ones(m)
+        if cfg.damping and cfg.nyquist > 0:
+            cutoff = cfg.nyquist / 2
+            amps = (1 - (radius - cutoff) / (cfg.nyquist - cutoff)).clamp(0, 1)
+        self.register_buffer("freqs", freqs)
+        self.register_buffer("phases", phases)
+        self.register_buffer("amps", amps)
+        self.out_dim = m
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return self.amps * torch.sin(TWO_PI * (v @ self.freqs + self.phases))  # [N, m]
+
+
+ENCODINGS = {
+    "none": Identity,
+    "basic": basic,
+    "positional": positional,
+    "gaussian": gaussian,
+    "sine": SineFeatures,
+}
+
+
+def build_encoding(cfg: EncodingConfig) -> nn.Module:
+    """Build the encoding named by cfg.name; an unknown name lists the valid ones."""
+    try:
+        factory = ENCODINGS[cfg.name]
+    except KeyError:
+        raise unknown("encoding", cfg.name, ENCODINGS) from None
+    return factory(cfg)

@@ -1,0 +1,113 @@
+"""Coordinate → RGB networks, built from a config dataclass (nanoGPT style).
+
+Small parts first (layers), then the whole (`ImageINR` = encoding + body + sigmoid).
+`ImageModelConfig` is passed whole and saved in checkpoints as `model_args`, so
+export can rebuild the exact module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+
+import torch
+from torch import nn
+
+from .encodings import EncodingConfig, build_encoding
+from .errors import UsageError, unknown
+from .sinekan import SineKAN
+
+
+@dataclass
+class ImageModelConfig:
+    model: str = "mlp"          # mlp | mlp-bn | sinekan
+    depth: int = 4              # number of linear (or SineKAN) layers, output included
+    width: int = 256
+    grid_size: int = 8          # sinekan only
+    out_dim: int = 3
+    encoding: EncodingConfig = field(default_factory=EncodingConfig)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ImageModelConfig":
+        d = dict(d)
+        d["encoding"] = EncodingConfig(**d.get("encoding", {}))
+        return cls(**d)
+
+
+def mlp_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
+    """The Fourier-features paper's plain ReLU MLP: (depth−1) × [Linear, ReLU], Linear."""
+    dims = [in_dim] + [cfg.width] * (cfg.depth - 1)
+    layers: list[nn.Module] = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    layers.append(nn.Linear(dims[-1], cfg.out_dim))
+    return nn.Sequential(*layers)
+
+
+def mlp_bn_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
+    """The seed blog's variant: (depth−1) × [Linear, ReLU, BatchNorm1d], Linear."""
+    dims = [in_dim] + [cfg.width] * (cfg.depth - 1)
+    layers: list[nn.Module] = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU(), nn.BatchNorm1d(b)]
+    layers.append(nn.Linear(dims[-1], cfg.out_dim))
+    return nn.Sequential(*layers)
+
+
+def sinekan_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
+    """SineKAN layers [in, width × (depth−1), out] on raw or encoded coordinates."""
+    return SineKAN([in_dim] + [cfg.width] * (cfg.depth - 1) + [cfg.out_dim], grid_size=cfg.grid_size)
+
+
+BODIES = {"mlp": mlp_body, "mlp-bn": mlp_bn_body, "sinekan": sinekan_body}
+
+
+class ImageINR(nn.Module):
+    """coords [N, 2] in [0,1]² → rgb [N, 3] in [0,1]."""
+
+    def __init__(self, cfg: ImageModelConfig):
+        super().__init__()
+        if cfg.model not in BODIES:
+            raise unknown("model", cfg.model, BODIES)
+        if cfg.depth < 1 or cfg.width < 1:
+            raise UsageError(f"--depth and --width must be >= 1, got {cfg.depth} and {cfg.width}")
+        self.config = cfg
+        self.encoding = build_encoding(cfg.encoding)
+        self.body = BODIES[cfg.model](self.encoding.out_dim, cfg)
+
+    def forward(self, coords: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.body(self.encoding(coords)))
+
+
+@torch.no_grad()
+def fold_batchnorm(model: ImageINR) -> ImageINR:
+    """Fold each eval-mode BatchNorm1d into the next Linear layer, in place.
+
+    BN(h) = s·h + t with s = γ/√(var+ε), t = β − s·mean; the next Linear W·BN(h)+b
+    becomes (W·diag(s))·h + (W·t + b). The output is unchanged up to rounding.
+    """
+    layers = list(model.body)
+    out: list[nn.Module] = []
+    i = 0
+    while i < len(layers):
+        layer = layers[i]
+        if isinstance(layer, nn.BatchNorm1d):
+            nxt = layers[i + 1]
+            assert isinstance(nxt, nn.Linear), "BatchNorm must be followed by Linear to fold"
+            s = layer.weight / torch.sqrt(layer.running_var + layer.eps)
+            t = layer.bias - s * layer.running_mean
+            fused = nn.Linear(nxt.in_features, nxt.out_features)
+            fused.weight.copy_(nxt.weight * s[None, :])
+            fused.bias.copy_(nxt.bias + nxt.weight @ t)
+            out.append(fused)
+            i += 2
+            continue
+        out.append(layer)
+        i += 1
+    model.body = nn.Sequential(*out)
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

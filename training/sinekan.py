@@ -1,0 +1,104 @@
+"""SineKAN layer (Reinhardt et al. 2024, arXiv:2407.04149).
+
+    y_i = Σ_{j,k} A_ijk · sin(ω_k x_j + φ_jk) + b_i
+
+with a fixed phase grid φ, learnable frequencies ω shared across the layer, and
+learnable amplitudes A. Initialisation follows the paper and its reference code.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+# Phase-scaling fit R(g) = A·g^(−K) + C (paper eq. 7).
+R_A = 0.9724108095811765
+R_K = 0.9884401790754128
+R_C = 0.999449553483052
+FIRST_LAYER_AMPLITUDE_STD = 0.4
+
+
+def phase_ratio(g: int) -> float:
+    """R(g) = A·g^(−K) + C: how the phase sum scales from grid size g to g+1."""
+    return R_A * g ** (-R_K) + R_C
+
+
+def phase_scale(grid_size: int) -> float:
+    """Π_{n=1}^{G−1} R(n): the factor a layer of grid size G applies to its phases."""
+    return math.prod(phase_ratio(n) for n in range(1, grid_size))
+
+
+class SineKANLayer(nn.Module):
+    def __init__(self, in_dim: int, out_dim: int, grid_size: int = 8, is_first: bool = False):
+        super().__init__()
+        self.in_dim, self.out_dim, self.grid_size, self.is_first = in_dim, out_dim, grid_size, is_first
+        self.amplitudes = nn.Parameter(torch.empty(out_dim, in_dim, grid_size))
+        self.frequencies = nn.Parameter(torch.empty(grid_size))
+        self.bias = nn.Parameter(torch.empty(out_dim))
+        self.register_buffer("phase", self.init_phase(in_dim, grid_size))
+        self.reset_parameters()
+
+    @staticmethod
+    def init_phase(in_dim: int, grid_size: int) -> torch.Tensor:
+        """φ_jk = (k/(G+1) + π·j/(in_dim−1)) · Π_{n=1}^{G−1} R(n), k = 1..G; shape (in, G).
+
+        The grid phase k/(G+1) keeps Σ_k sin(x + φ_k) independent of x (eq. 5–6); the
+        input phase linspace(0, π, in_dim) staggers the inputs.
+        """
+        k = torch.arange(1, grid_size + 1, dtype=torch.float64)
+        grid_phase = k / (grid_size + 1)  # [G]
+        input_phase = torch.linspace(0, math.pi, in_dim, dtype=torch.float64)  # [in]
+        phase = (input_phase[:, None] + grid_phase[None, :]) * phase_scale(grid_size)  # [in, G]
+        return phase.float()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        self.init_frequencies()
+        self.init_amplitudes()
+        self.init_bias()
+
+    @torch.no_grad()
+    def init_frequencies(self) -> None:
+        """ω_k = k on the first layer, k/(G+1) on later layers."""
+        k = torch.arange(1, self.grid_size + 1, dtype=torch.float32)
+        self.frequencies.copy_(k if self.is_first else k / (self.grid_size + 1))
+
+    @torch.no_grad()
+    def init_amplitudes(self) -> None:
+        """A_ijk = a_ij / (out_dim · k), one draw a_ij per (out, in):
+        a ~ N(0, 0.4²) on the first layer, a ~ U(−1, 1) on later layers."""
+        draw = torch.empty(self.out_dim, self.in_dim, 1)
+        if self.is_first:
+            draw.normal_(0.0, FIRST_LAYER_AMPLITUDE_STD)
+        else:
+            draw.uniform_(-1.0, 1.0)
+        k = torch.arange(1, self.grid_size + 1, dtype=torch.float32)
+        self.amplitudes.copy_(draw / (self.out_dim * k))
+
+    @torch.no_grad()
+    def init_bias(self) -> None:
+        """b_i = 1/out_dim."""
+        self.bias.fill_(1.0 / self.out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x = x.reshape(-1, self.in_dim)  # [N, in]
+        s = torch.sin(x[:, :, None] * self.frequencies + self.phase)  # [N, in, G]
+        # One GEMM over the flattened sines: [N, in·G] @ [in·G, out].
+        y = s.reshape(s.shape[0], -1) @ self.amplitudes.reshape(self.out_dim, -1).t() + self.bias
+        return y.reshape(*lead, self.out_dim)
+
+    def extra_repr(self) -> str:
+        return f"in_dim={self.in_dim}, out_dim={self.out_dim}, grid_size={self.grid_size}, is_first={self.is_first}"
+
+
+class SineKAN(nn.Sequential):
+    """A stack of SineKAN layers [d0, d1, …, dL]; only the first is `is_first`."""
+
+    def __init__(self, dims: list[int], grid_size: int = 8):
+        super().__init__(*[
+            SineKANLayer(a, b, grid_size=grid_size, is_first=(i == 0))
+            for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
+        ])
+        self.out_dim = dims[-1]
