@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -80,6 +81,12 @@ def command_line() -> str:
     return "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_model_dir(out: Path, *, task: str, onnx_bytes: bytes, inputs: list[TensorSpec],
                     outputs: list[TensorSpec], metadata: dict, max_batch_size: int = 0,
                     dynamic_batching_us: int | None = None,
@@ -104,6 +111,7 @@ def write_model_dir(out: Path, *, task: str, onnx_bytes: bytes, inputs: list[Ten
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out.parent))
     try:
+        tmp.chmod(0o755 & ~_umask())  # mkdtemp makes 0700; a model folder is readable like any other
         (tmp / "1").mkdir()
         (tmp / "1" / "model.onnx").write_bytes(onnx_bytes)
         (tmp / "config.pbtxt").write_text(triton_config(name, inputs, outputs, max_batch_size, dynamic_batching_us))

@@ -140,3 +140,8 @@ def test_sweep_scale_writes_a_table_and_a_plot(tmp_path):
     table = (tmp_path / "sweep.md").read_text()
     assert "| 1 |" in table and "| 8 |" in table
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_model_directory_is_readable_by_other_users(exported):
+    # mkdtemp creates 0700 folders; a container's non-root user must still read the model.
+    assert exported.stat().st_mode & 0o005 == 0o005
