@@ -1,0 +1,142 @@
+"""Short real fits, export parity, the model directory, and CLI bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from training.encodings import EncodingConfig
+from training.export import ExportParityError, check_parity, export_onnx
+from training.fit_image import FitConfig, evaluate, train
+from training.image_models import ImageINR, ImageModelConfig, fold_batchnorm
+from training.images import load_image, pixel_centres
+from training.metrics import psnr
+from training.repository import sha256_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--size", "32", "--width", "64", "--depth", "3", "--features", "64", "--no-progress"]
+
+
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "training", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("repo") / "astro"
+    r = run_cli("fit-image", "--image", "astronaut", "--encoding", "gaussian", "--scale", "6", "--steps", "150",
+                *SMALL, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def fit(encoding: str, steps: int = 150) -> dict:
+    img, _ = load_image("astronaut", 32)
+    cfg = FitConfig(image="astronaut", size=32, steps=steps, progress=False, device="cpu",
+                    model=ImageModelConfig(width=64, depth=3, encoding=EncodingConfig(name=encoding, scale=6,
+                                                                                        features=64)))
+    model, _ = train(cfg, img)
+    return evaluate(model, img, "paper")[0]
+
+
+def test_fourier_features_fit_far_above_the_no_encoding_baseline():
+    with_features, without = fit("gaussian"), fit("none")
+    assert with_features["train_psnr"] > without["train_psnr"] + 8, (with_features, without)
+    assert with_features["train_psnr"] > 25
+
+
+def test_export_writes_the_triton_layout_with_metadata(exported):
+    files = {p.relative_to(exported).as_posix() for p in exported.rglob("*")}
+    assert {"1/model.onnx", "config.pbtxt", "metadata.json", "preview.png"} <= files
+    meta = json.loads((exported / "metadata.json").read_text())
+    assert meta["task"] == "image"
+    assert meta["onnx_sha256"] == sha256_bytes((exported / "1" / "model.onnx").read_bytes())
+    assert meta["architecture"]["encoding"]["name"] == "gaussian"
+    assert meta["source"]["image"] == "astronaut" and meta["source"]["size"] == [32, 32]
+    assert {"train_psnr", "test_psnr", "ssim"} <= set(meta["metrics"])
+    assert meta["command"].startswith("python -m training fit-image")
+    assert 'platform: "onnxruntime_onnx"' in (exported / "config.pbtxt").read_text()
+    assert not list(exported.parent.glob(".astro*")), "temporary directories were left behind"
+
+
+def test_exported_model_gives_back_the_training_pixels(exported):
+    sess = ort.InferenceSession(str(exported / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == ["coords"]
+    assert [o.name for o in sess.get_outputs()] == ["rgb"]
+    img, _ = load_image("astronaut", 32)
+    coords = pixel_centres(32, 32)
+    rgb = sess.run(["rgb"], {"coords": coords.reshape(-1, 2)})[0].reshape(32, 32, 3)
+    meta = json.loads((exported / "metadata.json").read_text())
+    assert psnr(rgb[::2, ::2], img[::2, ::2]) == pytest.approx(meta["metrics"]["train_psnr"], abs=0.01)
+    assert meta["metrics"]["train_psnr"] > 25
+
+
+@pytest.mark.parametrize("model", ["mlp", "mlp-bn", "sinekan"])
+def test_every_network_exports_with_onnx_equal_to_torch(model):
+    torch.manual_seed(0)
+    net = ImageINR(ImageModelConfig(model=model, width=16, depth=3, grid_size=4,
+                                    encoding=EncodingConfig(name="gaussian", features=8)))
+    if model == "mlp-bn":  # give BatchNorm non-trivial statistics, then freeze them
+        net.train()
+        for _ in range(5):
+            net(torch.rand(64, 2))
+        net.eval()
+        probe = torch.rand(300, 2)
+        expected = net(probe)
+        fold_batchnorm(net)
+        torch.testing.assert_close(net(probe), expected, atol=1e-5, rtol=1e-5)
+    onnx_bytes = export_onnx(net, torch.rand(4, 2), "coords", ["rgb"])
+    report = check_parity(net, onnx_bytes, np.random.rand(1000, 2).astype(np.float32), "coords", ["rgb"])
+    assert report["rgb"] <= 1e-5
+
+
+def test_parity_check_refuses_a_model_that_differs_from_torch():
+    net = ImageINR(ImageModelConfig(width=8, depth=2, encoding=EncodingConfig(name="none")))
+    onnx_bytes = export_onnx(net, torch.rand(4, 2), "coords", ["rgb"])
+    with torch.no_grad():
+        net.body[0].bias.add_(1.0)  # torch no longer matches the exported graph
+    with pytest.raises(ExportParityError, match="differs from torch"):
+        check_parity(net, onnx_bytes, np.random.rand(50, 2).astype(np.float32), "coords", ["rgb"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--image", "mona-lisa"], "unknown image 'mona-lisa'"),
+    (["--encoding", "fourier"], "invalid choice: 'fourier'"),
+    (["--model", "transformer"], "invalid choice: 'transformer'"),
+    (["--size", "0"], "--size"),
+    (["--size", "abc"], "--size"),
+    (["--steps", "-5"], "--steps"),
+    (["--scale", "nan"], "--scale"),
+    (["--scale", "-1"], "--scale"),
+    (["--lr", "inf"], "--lr"),
+])
+def test_bad_fit_image_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "m"
+    r = run_cli("fit-image", *args, "--steps", "1", *SMALL, "--out", str(out)) if "--steps" not in args else \
+        run_cli("fit-image", *args, *SMALL, "--out", str(out))
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert message in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unreadable_image_file_is_refused(tmp_path):
+    bad = tmp_path / "not-an-image.png"
+    bad.write_bytes(b"this is text, not a PNG")
+    r = run_cli("fit-image", "--image", str(bad), "--steps", "1", *SMALL, "--out", str(tmp_path / "m"))
+    assert r.returncode == 2 and "cannot read image file" in r.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_sweep_scale_writes_a_table_and_a_plot(tmp_path):
+    out = tmp_path / "sweep"
+    r = run_cli("sweep-scale", "--image", "camera", "--scales", "1,8", "--steps", "30", *SMALL, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    table = (tmp_path / "sweep.md").read_text()
+    assert "| 1 |" in table and "| 8 |" in table
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
