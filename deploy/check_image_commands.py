@@ -23,6 +23,7 @@ Exit code 0 when all of that holds; 1 with the reason otherwise. Needs PyPI for 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -190,6 +191,13 @@ def serve_and_check(fs: StageFS, info: dict, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise CheckFailed(f"not healthy within the HEALTHCHECK budget: {check.stderr.strip()}")
             time.sleep(0.5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=5) as r:
+            body = r.read()
+        ready = json.loads(body) if body.strip().startswith(b"{") else {}
+        if ready.get("models_failed"):
+            raise CheckFailed(f"{ready['models_failed']} bundled model(s) failed to load: {ready}")
+        if "models_ready" in ready:
+            say(f"/health/ready: {ready['models_ready']} model(s) loaded, none failed")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/live", timeout=5) as r:
             if r.status != 200:
                 raise CheckFailed(f"/health/live answered {r.status}")

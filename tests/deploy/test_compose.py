@@ -10,6 +10,8 @@ import copy
 import importlib.resources
 import json
 import re
+import shutil
+import subprocess
 
 import jsonschema
 import pytest
@@ -94,3 +96,10 @@ def test_nginx_fronts_the_api_and_re_resolves_docker_dns(compose):
     assert backend.group(2) == compose["services"]["api"]["expose"][0]
     assert nginx["depends_on"]["api"]["condition"] == "service_healthy"
     assert conf.count("{") == conf.count("}")
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)")
+def test_nginx_accepts_the_config():
+    result = subprocess.run(["nginx", "-t", "-c", str(ROOT / "deploy" / "nginx" / "nginx.conf")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
