@@ -70,6 +70,8 @@ def test_colour_background_replaces_points_outside_the_unit_square(client, refer
     ({"coords": [[0, 0]], "background": "transparent"}, 422, "needs an alpha channel"),
     ({"coords": [[0, 0]], "background": "plaid"}, 422, "background"),
     ({"coords": [[0.5, 0.5]] * 5001}, 413, "5001 coords is more than the limit of 5000"),
+    ({"coords": [[1e300, 0.5]]}, 400, "coordinates after the transform reach 1e+300"),
+    ({"coords": [[0.5, 0.4]], "transform": {"scale": 1e-300}}, 400, "must stay below 1e+30"),
 ])
 def test_bad_queries_get_a_4xx_naming_the_problem(client, body, status, message):
     import json
