@@ -44,6 +44,7 @@ TASKS = {
 class RuntimeOptions:
     device: str = "cpu"   # cpu | cuda | auto
     threads: int = 1      # intra-op threads per session
+    spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
 
 
 def cgroup_cpu_limit(cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None) -> int | None:
@@ -168,6 +169,7 @@ class ModelRuntime:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.options.threads
         opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.options.spin else "0")
         opts.log_severity_level = 3
         return opts
 
