@@ -143,7 +143,10 @@ class ModelRuntime:
         if task not in TASKS:
             raise ModelLoadError(f"metadata.json: unknown task '{task}'; valid: {', '.join(TASKS)}")
         self.spec = TASKS[task]
-        onnx_path = self.path / str(self.metadata.get("version", 1)) / "model.onnx"
+        version = self.metadata.get("version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ModelLoadError(f"metadata.json: version must be a positive integer, got {version!r}")
+        onnx_path = self.path / str(version) / "model.onnx"
         if not onnx_path.is_file():
             raise ModelLoadError(f"missing {onnx_path.relative_to(self.path)}")
         digest = sha256_file(onnx_path)
