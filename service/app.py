@@ -9,6 +9,7 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
                  threads)
         await run_in_threadpool(registry.load_all)
+        app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
         yield
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
