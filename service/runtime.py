@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,7 @@ TASKS = {
 class RuntimeOptions:
     device: str = "cpu"   # cpu | cuda | auto
     threads: int = 1      # intra-op threads per session
+    spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
 
 
 def cgroup_cpu_limit(cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None) -> int | None:
@@ -141,7 +143,10 @@ class ModelRuntime:
         if task not in TASKS:
             raise ModelLoadError(f"metadata.json: unknown task '{task}'; valid: {', '.join(TASKS)}")
         self.spec = TASKS[task]
-        onnx_path = self.path / str(self.metadata.get("version", 1)) / "model.onnx"
+        version = self.metadata.get("version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ModelLoadError(f"metadata.json: version must be a positive integer, got {version!r}")
+        onnx_path = self.path / str(version) / "model.onnx"
         if not onnx_path.is_file():
             raise ModelLoadError(f"missing {onnx_path.relative_to(self.path)}")
         digest = sha256_file(onnx_path)
@@ -167,19 +172,23 @@ class ModelRuntime:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.options.threads
         opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.options.spin else "0")
         opts.log_severity_level = 3
         return opts
 
     def _make_session(self, onnx_path: Path, providers: list[str]) -> ort.InferenceSession:
         try:
-            return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(), providers=providers)
+            with warnings.catch_warnings():  # a missing provider is reported by _session, not as a warning
+                warnings.simplefilter("ignore", UserWarning)
+                return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(),
+                                            providers=providers)
         except Exception as e:  # onnxruntime raises several types for a bad file
             first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
             raise ModelLoadError(f"unreadable ONNX file: {first[:300]}") from None
 
     def _session(self, onnx_path: Path) -> ort.InferenceSession:
         device = self.options.device
-        if device == "cpu":
+        if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
             return self._make_session(onnx_path, [CPU])
         session = self._make_session(onnx_path, [CUDA, CPU])
         if CUDA in session.get_providers():
