@@ -1,0 +1,52 @@
+// The service's HTTP API as used by the page. Every call takes an AbortSignal so a
+// superseded request can be cancelled; errors carry the service's {"error": …} message.
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function checked(response) {
+  if (response.ok) return response;
+  let message = `${response.status} ${response.statusText}`;
+  try {
+    const body = await response.json();
+    if (body && body.error) message = body.error;
+  } catch (_) { /* not JSON */ }
+  throw new ApiError(response.status, message);
+}
+
+export async function listModels(signal) {
+  const r = await checked(await fetch("v1/models", { signal }));
+  const body = await r.json();
+  return Array.isArray(body) ? body : body.models;
+}
+
+const enc = encodeURIComponent;
+
+// POST /v1/models/{name}/render → an ImageBitmap of exactly width×height pixels.
+export async function render(name, fields, signal) {
+  const r = await checked(await fetch(`v1/models/${enc(name)}/render`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ format: "png", ...fields }),
+    signal,
+  }));
+  const blob = await r.blob();
+  return createImageBitmap(blob);
+}
+
+// POST /v1/models/{name}/classify with one PNG upload → {label, probabilities}.
+export async function classifyPng(name, pngBlob, signal) {
+  const form = new FormData();
+  form.append("files", pngBlob, "drawing.png");
+  const r = await checked(await fetch(`v1/models/${enc(name)}/classify`, { method: "POST", body: form, signal }));
+  const body = await r.json();
+  return body.predictions[0];
+}
+
+export function previewUrl(model) {
+  return model.preview_url || null;
+}
