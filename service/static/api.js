@@ -31,18 +31,20 @@ export async function render(name, fields, signal) {
   const r = await checked(await fetch(`v1/models/${enc(name)}/render`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ format: "png", ...fields }),
+    body: JSON.stringify({ format: "png", background: "transparent", ...fields }),
     signal,
   }));
   const blob = await r.blob();
   return createImageBitmap(blob);
 }
 
-// POST /v1/models/{name}/classify with one PNG upload → {label, probabilities}.
+// POST /v1/models/{name}/classify with one PNG upload → {label, probabilities, input}, where
+// input is the 28×28 array the model saw after the service's MNIST-style preprocessing.
 export async function classifyPng(name, pngBlob, signal) {
   const form = new FormData();
   form.append("files", pngBlob, "drawing.png");
-  const r = await checked(await fetch(`v1/models/${enc(name)}/classify`, { method: "POST", body: form, signal }));
+  const url = `v1/models/${enc(name)}/classify?include_input=true`;
+  const r = await checked(await fetch(url, { method: "POST", body: form, signal }));
   const body = await r.json();
   return body.predictions[0];
 }

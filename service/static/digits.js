@@ -6,9 +6,10 @@ import { classifyPng } from "./api.js";
 const LINE_WIDTH = 0.075;  // of the pad's side; about an MNIST stroke after scaling to 20 px
 
 export class DigitPad {
-  constructor(canvas, chart, { onResult = () => {}, onError = () => {} } = {}) {
+  constructor(canvas, chart, seen, { onResult = () => {}, onError = () => {} } = {}) {
     this.canvas = canvas;
     this.chart = chart;
+    this.seen = seen;         // a 28×28 canvas: what the model saw after preprocessing
     this.ctx = canvas.getContext("2d");
     this.onResult = onResult;
     this.onError = onError;
@@ -93,6 +94,7 @@ export class DigitPad {
   }
 
   show(prediction) {
+    showInput(this.seen, prediction?.input);
     const probs = prediction ? prediction.probabilities : new Array(10).fill(0);
     this.chart.dataset.label = prediction ? String(prediction.label) : "";
     this.bars.forEach(({ row, bar, value }, d) => {
@@ -101,6 +103,16 @@ export class DigitPad {
       row.classList.toggle("top", prediction !== null && d === prediction.label);
     });
   }
+}
+
+function showInput(canvas, input) {
+  const ctx = canvas.getContext("2d");
+  const pixels = ctx.createImageData(28, 28);
+  for (let i = 0; i < 28 * 28; i++) {
+    const v = input ? Math.round(255 * input[Math.floor(i / 28)][i % 28]) : 0;
+    pixels.data.set([v, v, v, 255], 4 * i);
+  }
+  ctx.putImageData(pixels, 0, 0);
 }
 
 function buildChart(chart) {

@@ -36,7 +36,7 @@ async function start() {
     onChange: readout,
     onError: (e) => say("#view-message", `render failed: ${e.message}`),
   });
-  const pad = new DigitPad($("#pad"), $("#chart"), {
+  const pad = new DigitPad($("#pad"), $("#chart"), $("#seen"), {
     onResult: (p) => say("#pad-message", `looks like a ${p.label} (${(100 * Math.max(...p.probabilities)).toFixed(1)}%)`),
     onError: (e) => say("#pad-message", `classify failed: ${e.message}`),
   });
