@@ -6,7 +6,7 @@
 // at the canvas's device-pixel size. A newer change aborts the requests still in flight.
 //
 // State for tests and the readout is mirrored on the canvas: data-state (idle, preview,
-// sharp, error), data-renders (sharp renders shown so far), data-viewport.
+// sharp, error), data-renders (sharp renders shown so far), data-viewport, data-zoom.
 import * as camera from "./camera.js";
 import { render } from "./api.js";
 
@@ -69,6 +69,7 @@ export class Viewer {
   }
 
   update() {
+    this.canvas.dataset.zoom = String(this.camera.zoom);
     this.paint();
     this.schedule();
     this.onChange(this);

@@ -1,0 +1,188 @@
+"""The viewer and digit pad at `/`, in headless Chromium (Debian's /usr/bin/chromium via Playwright),
+against the real server from conftest.py."""
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+if not CHROMIUM.exists():
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; or set CHROMIUM=path)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page on the viewer, with the render requests it sent and the errors it raised."""
+
+    def __init__(self, browser, url, scale=1):
+        self.page = browser.new_page(viewport={"width": 820, "height": 560}, device_scale_factor=scale)
+        self.page.set_default_timeout(TIMEOUT_MS)
+        self.renders, self.failed, self.errors = [], [], []
+        self.page.on("request", self._request)
+        self.page.on("requestfailed", lambda r: self.failed.append(r))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(url)
+
+    def _request(self, r):
+        if r.method == "POST" and r.url.endswith("/render"):
+            self.renders.append(r.post_data_json)
+
+    def sharp(self, n):
+        """Wait until the n-th sharp render is on the canvas."""
+        self.page.wait_for_function(
+            f"document.querySelector('#view').dataset.renders >= {n} && "
+            "document.querySelector('#view').dataset.state === 'sharp'")
+
+    def canvas(self, js):
+        return self.page.evaluate(f"(() => {{ const c = document.querySelector('#view'); return {js}; }})()")
+
+    def centre(self, selector):
+        box = self.page.locator(selector).bounding_box()
+        return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+
+@pytest.fixture
+def page(browser, server):
+    p = Page(browser, server.url + "/")
+    yield p
+    assert p.errors == []
+    p.page.close()
+
+
+def sharp_requests(p):
+    return [r for r in p.renders if "supersample" in r]
+
+
+def test_the_page_lists_the_models_and_shows_the_image_models_metadata(page, model_repo):
+    import json
+
+    meta = json.loads((model_repo / "astronaut" / "metadata.json").read_text())
+    p = page.page
+    p.wait_for_selector("#panel dd")
+    assert p.locator("#model option").all_text_contents() == ["astronaut"]
+    assert p.locator("#digit-model option").all_text_contents() == ["digits"]
+    panel = p.locator("#panel").inner_text()
+    for text in ("gaussian", "32×32", f"{meta['metrics']['test_psnr']:.2f} dB", f"{meta['metrics']['ssim']:.4f}",
+                 f"{meta['architecture']['parameters']:,}"):
+        assert text in panel
+    assert "not loaded: " in p.locator("#models-message").inner_text()   # the broken folders
+
+
+def test_the_image_appears_on_the_canvas(page):
+    page.sharp(1)
+    stats = page.canvas("""(() => {
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let opaque = 0, sum = 0, sq = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            if (d[i + 3] === 255) { opaque++; sum += d[i]; sq += d[i] * d[i]; }
+        }
+        const mean = sum / opaque;
+        return {opaque: opaque / (d.length / 4), std: Math.sqrt(sq / opaque - mean * mean)};
+    })()""")
+    assert stats["opaque"] > 0.5 and stats["std"] > 5
+    assert "px per training pixel" in page.page.locator("#readout").inner_text()
+
+
+def test_the_render_has_the_canvas_device_pixel_size_and_a_quarter_size_preview_first(browser, server):
+    p = Page(browser, server.url + "/", scale=2)
+    try:
+        p.sharp(1)
+        w, h, css_w = p.canvas("[c.width, c.height, c.clientWidth]")
+        assert w == round(css_w * 2)
+        preview, sharp = p.renders[-2], p.renders[-1]
+        assert (sharp["width"], sharp["height"]) == (w, h)
+        assert (preview["width"], preview["height"]) == (math.ceil(w / 4), math.ceil(h / 4))
+        assert preview["viewport"] == sharp["viewport"]
+    finally:
+        p.page.close()
+
+
+def test_zooming_in_renders_the_new_viewport_at_full_resolution(page):
+    page.sharp(1)
+    before = sharp_requests(page)[-1]
+    x, y = page.centre("#view")
+    page.page.mouse.move(x, y)
+    for _ in range(4):
+        page.page.mouse.wheel(0, -600)        # each step zooms by e^0.9
+    page.sharp(2)
+    after = sharp_requests(page)[-1]
+    zoom = float(page.canvas("c.dataset.zoom"))
+    assert zoom > 16
+    span = lambda r: r["viewport"][2] - r["viewport"][0]  # noqa: E731
+    assert span(after) == pytest.approx(span(before) / zoom, rel=0.01)
+    assert (after["width"], after["height"]) == (before["width"], before["height"])
+    mid = lambda r, i: (r["viewport"][i] + r["viewport"][i + 2]) / 2  # noqa: E731
+    assert (mid(after, 0), mid(after, 1)) == pytest.approx((0.5, 0.5), abs=0.01)  # zoomed about the centre
+
+
+def test_a_newer_view_cancels_the_render_still_in_flight(page):
+    page.sharp(1)
+    held = []
+
+    def hold_first_sharp(route):
+        if "supersample" in (route.request.post_data_json or {}) and not held:
+            held.append(route)            # never answered: stays in flight until the page aborts it
+        else:
+            route.continue_()
+
+    page.page.route("**/render", hold_first_sharp)
+    page.page.click("#zoom-in")
+    page.page.wait_for_function("document.querySelector('#view').dataset.state === 'preview'")
+    assert len(held) == 1
+    page.page.click("#zoom-in")
+    page.sharp(2)
+    assert any(r.url.endswith("/render") for r in page.failed)
+    assert sharp_requests(page)[-1]["viewport"] != held[0].request.post_data_json["viewport"]
+
+
+def test_the_rotation_slider_asks_for_a_rotated_render_about_the_view_centre(page):
+    page.sharp(1)
+    page.page.locator("#rotation").fill("90")
+    page.sharp(2)
+    assert sharp_requests(page)[-1]["transform"] == {"rotate": 90, "center": [0.5, 0.5]}
+    assert "90°" in page.page.locator("#readout").inner_text()
+
+
+def test_dragging_pans_the_viewport(page):
+    page.sharp(1)
+    page.page.click("#zoom-in")
+    page.sharp(2)
+    before = sharp_requests(page)[-1]["viewport"]
+    x, y = page.centre("#view")
+    page.page.mouse.move(x, y)
+    page.page.mouse.down()
+    page.page.mouse.move(x - 60, y, steps=4)
+    page.page.mouse.up()
+    page.sharp(3)
+    after = sharp_requests(page)[-1]["viewport"]
+    assert after[0] > before[0] and after[2] > before[2]   # dragged left: the view moved right
+    assert after[1] == pytest.approx(before[1])
+
+
+def test_a_drawn_stroke_gets_a_prediction_as_a_bar_chart(page):
+    p = page.page
+    p.wait_for_selector("#digit-model option", state="attached")
+    x, y = page.centre("#pad")
+    p.mouse.move(x + 5, y - 55)
+    p.mouse.down()
+    p.mouse.move(x, y + 55, steps=10)     # one vertical stroke: a "1"
+    p.mouse.up()
+    p.wait_for_selector("#pad[data-state=classified]")
+    assert p.locator("#chart").get_attribute("data-label") == "1"
+    widths = p.locator("#chart .bar").evaluate_all("bars => bars.map(b => parseFloat(b.style.width))")
+    assert len(widths) == 10 and sum(widths) == pytest.approx(100, abs=0.5) and max(widths) == widths[1]
+    assert "looks like a 1" in p.locator("#pad-message").inner_text()
