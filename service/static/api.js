@@ -49,6 +49,13 @@ export async function classifyPng(name, pngBlob, signal) {
   return body.predictions[0];
 }
 
-export function previewUrl(model) {
-  return model.preview_url || null;
+// The training preview if the service serves it; else the model rendered at its training size
+// (the same pixels preview.png holds: the fitted network at training resolution).
+export function previewOf(model) {
+  if (model.preview_url) return { url: model.preview_url, caption: "training preview" };
+  const size = model.metadata?.source?.size;
+  if (!Array.isArray(size)) return null;
+  const [w, h] = size;
+  return { url: `v1/models/${enc(model.name)}/render?width=${w}&height=${h}`,
+           caption: `the model rendered at its training size, ${w}×${h}` };
 }

@@ -1,5 +1,5 @@
 // The model panel: what the image model is and how well it fits, from GET /v1/models.
-import { previewUrl } from "./api.js";
+import { previewOf } from "./api.js";
 
 const fmt = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : "–");
 
@@ -51,8 +51,11 @@ export function showModel(panel, model) {
   }
   const description = panel.querySelector(".description");
   description.textContent = model.metadata?.description || "";
-  const img = panel.querySelector("img.preview");
-  const url = previewUrl(model);
-  img.hidden = !url;
-  if (url) img.src = url;
+  const figure = panel.querySelector("figure");
+  const preview = previewOf(model);
+  figure.hidden = !preview;
+  if (preview) {
+    figure.querySelector("img").src = preview.url;
+    figure.querySelector("figcaption").textContent = preview.caption;
+  }
 }

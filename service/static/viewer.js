@@ -118,8 +118,7 @@ export class Viewer {
       show(await render(name, { width: pw, height: ph, ...fields }, controller.signal), false);
       this.setState("preview");
       const t0 = performance.now();
-      const supersample = this.detail(cam) < 1 ? 2 : 1;
-      show(await render(name, { width: W, height: H, supersample, ...fields }, controller.signal), true);
+      show(await this.sharpRender(name, cam, W, H, fields, controller.signal), true);
       this.lastMs = performance.now() - t0;
       this.renders += 1;
       this.canvas.dataset.renders = String(this.renders);
@@ -131,6 +130,19 @@ export class Viewer {
     } finally {
       if (this.controller === controller) this.controller = null;
     }
+  }
+
+  // Below the training resolution, 2×2 supersampling anti-aliases; if the service refuses
+  // that many samples (a 4xx naming its limit), the plain render is still sharp enough.
+  async sharpRender(name, cam, W, H, fields, signal) {
+    if (this.detail(cam) < 1) {
+      try {
+        return await render(name, { width: W, height: H, supersample: 2, ...fields }, signal);
+      } catch (err) {
+        if (!(err.status >= 400 && err.status < 500)) throw err;
+      }
+    }
+    return render(name, { width: W, height: H, supersample: 1, ...fields }, signal);
   }
 
   // Screen pixels per training pixel (the detail the model is asked for beyond its data).
