@@ -40,7 +40,7 @@ class WrongTask(ServiceError):
     status = 400
 
     def __init__(self, name: str, task: str, needed: str, action: str):
-        super().__init__(f"model '{name}' is a {task} model, not a {needed} model; {action} needs a {needed} model")
+        super().__init__(f"model '{name}' has task '{task}'; {action} needs a model with task '{needed}'")
 
 
 class ModelNotReady(ServiceError):

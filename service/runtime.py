@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,14 +173,17 @@ class ModelRuntime:
 
     def _make_session(self, onnx_path: Path, providers: list[str]) -> ort.InferenceSession:
         try:
-            return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(), providers=providers)
+            with warnings.catch_warnings():  # a missing provider is reported by _session, not as a warning
+                warnings.simplefilter("ignore", UserWarning)
+                return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(),
+                                            providers=providers)
         except Exception as e:  # onnxruntime raises several types for a bad file
             first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
             raise ModelLoadError(f"unreadable ONNX file: {first[:300]}") from None
 
     def _session(self, onnx_path: Path) -> ort.InferenceSession:
         device = self.options.device
-        if device == "cpu":
+        if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
             return self._make_session(onnx_path, [CPU])
         session = self._make_session(onnx_path, [CUDA, CPU])
         if CUDA in session.get_providers():

@@ -1,0 +1,208 @@
+"""Fixtures for the service tests: a real model repository made by the training code, and the
+real server (uvicorn in a subprocess on a free port) answering over HTTP.
+
+The repository holds a tiny image model (`python -m training fit-image`), a tiny digit classifier
+trained here on digits drawn with Pillow's built-in font, and broken folders the service must
+list as failed without stopping.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def draw_digit(digit: int, size: int = 200, font_size: int | None = None, stroke: int = 6,
+               offset: tuple[int, int] = (0, 0), angle: float = 0.0,
+               ink=(30, 30, 80), paper=(245, 240, 225)) -> Image.Image:
+    """A digit drawn dark-on-light with Pillow's built-in font (available wherever Pillow is)."""
+    font = ImageFont.load_default(size=font_size or int(size * 0.75))
+    img = Image.new("RGB", (size, size), paper)
+    ImageDraw.Draw(img).text((size / 2 + offset[0], size / 2 + offset[1]), str(digit), font=font, fill=ink,
+                             anchor="mm", stroke_width=stroke, stroke_fill=ink)
+    if angle:
+        img = img.rotate(angle, resample=Image.BILINEAR, fillcolor=paper)
+    return img
+
+
+def png_bytes(img: Image.Image, fmt: str = "PNG") -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def digit_training_set(n_per_digit: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Varied small drawings (size, stroke, tilt, position, polarity) through the service's own
+    MNIST-style preprocessing, so training inputs look like what uploads become."""
+    from service.preprocess import mnist_like
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    for d in range(10):
+        for _ in range(n_per_digit):
+            dark = rng.random() < 0.5
+            ink, paper = ((20, 20, 20), (235, 235, 235)) if dark else ((235, 235, 235), (20, 20, 20))
+            img = draw_digit(d, size=64, font_size=int(rng.integers(30, 50)), stroke=int(rng.integers(0, 4)),
+                             offset=tuple(int(v) for v in rng.integers(-6, 7, 2)),
+                             angle=float(rng.uniform(-12, 12)), ink=ink, paper=paper)
+            xs.append(mnist_like(img))
+            ys.append(d)
+    return np.stack(xs)[:, None].astype(np.float32), np.array(ys)
+
+
+def make_digits_model(out: Path) -> float:
+    """Train a small MLP on drawn digits, export it with the training code; return test accuracy."""
+    import torch
+    from torch import nn
+
+    from training.export import check_parity, export_onnx
+    from training.repository import TensorSpec, write_model_dir
+
+    class DigitNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+
+        def forward(self, x):
+            logits = self.body((x - 0.1307) / 0.3081)  # normalised inside the graph, as the contract says
+            return logits, torch.softmax(logits, dim=1)
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model: extra threads only contend with the server and other jobs
+    x, y = digit_training_set(30, seed=0)
+    xt, yt = digit_training_set(5, seed=1)
+    net = DigitNet()
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
+    for step in range(400):
+        idx = torch.randint(len(xs), (64,))
+        loss = nn.functional.cross_entropy(net(xs[idx])[0], ys[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.set_num_threads(threads)
+    net.eval()
+    with torch.no_grad():
+        acc = float((net(torch.from_numpy(xt))[0].argmax(1).numpy() == yt).mean())
+    onnx_bytes = export_onnx(net, torch.from_numpy(x[:8]), "images", ["logits", "probabilities"])
+    check_parity(net, onnx_bytes, xt, "images", ["logits", "probabilities"], atol=1e-4)
+    write_model_dir(
+        out, task="digits", onnx_bytes=onnx_bytes,
+        inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
+        outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
+        metadata={"description": "test MLP on digits drawn with Pillow's font",
+                  "metrics": {"test_accuracy": acc}, "training": {"steps": 400, "lr": 3e-3, "seed": 0}},
+        max_batch_size=256, dynamic_batching_us=500)
+    return acc
+
+
+def add_broken_models(repo: Path) -> None:
+    """Folders the registry must list as failed: unreadable ONNX, tampered file, wrong inputs, no metadata."""
+    from training.repository import sha256_bytes
+
+    garbage = b"this is not an onnx file"
+    bad = repo / "broken-onnx"
+    (bad / "1").mkdir(parents=True)
+    (bad / "1" / "model.onnx").write_bytes(garbage)
+    meta = json.loads((repo / "astronaut" / "metadata.json").read_text())
+    (bad / "metadata.json").write_text(json.dumps({**meta, "name": bad.name, "onnx_sha256": sha256_bytes(garbage)}))
+
+    tampered = repo / "tampered"
+    shutil.copytree(repo / "astronaut", tampered)
+    onnx = bytearray((tampered / "1" / "model.onnx").read_bytes())
+    onnx[-1] ^= 0xFF
+    (tampered / "1" / "model.onnx").write_bytes(bytes(onnx))
+
+    wrong = repo / "wrong-inputs"
+    shutil.copytree(repo / "digits", wrong)
+    meta = json.loads((wrong / "metadata.json").read_text())
+    (wrong / "metadata.json").write_text(json.dumps({**meta, "task": "image"}))
+
+    (repo / "no-metadata" / "1").mkdir(parents=True)
+    shutil.copy(repo / "astronaut" / "1" / "model.onnx", repo / "no-metadata" / "1" / "model.onnx")
+    (repo / ".half-written.tmp-1").mkdir()
+
+
+@pytest.fixture(scope="session")
+def model_repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("models")
+    subprocess.run([PY, "-m", "training", "fit-image", "--image", "astronaut", "--size", "32", "--steps", "60",
+                    "--width", "32", "--depth", "3", "--features", "32", "--out", str(repo / "astronaut"),
+                    "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    acc = make_digits_model(repo / "digits")
+    assert acc >= 0.9, f"the test digit model only reached {acc:.2f} accuracy"
+    add_broken_models(repo)
+    return repo
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`python -m service` in a subprocess; stopped by `stop()`."""
+
+    def __init__(self, models: Path, *args: str, env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([PY, "-m", "service", "--models", str(models), "--port", str(self.port),
+                                      "--log-level", "warning", *args], cwd=ROOT,
+                                     env={**os.environ, **(env or {})},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait_ready(self, timeout: float = 60.0) -> "Server":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.proc.stdout.read()}")
+            try:
+                if httpx.get(f"{self.url}/health/ready", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not become ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(model_repo):
+    srv = Server(model_repo, env={"INR_MAX_QUERY_COORDS": "5000", "INR_MAX_RENDER_PIXELS": "1000000",
+                                  "INR_MAX_CLASSIFY_IMAGES": "8", "INR_MAX_BODY_BYTES": "2000000",
+                                  "INR_MAX_CLASSIFY_BYTES": "500000", "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv.wait_ready()
+    yield srv
+    srv.stop()
+    assert srv.proc.returncode in (0, -15), "the server did not shut down cleanly"
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30.0) as c:
+        yield c
