@@ -51,6 +51,7 @@ class Page:
         return self.page.evaluate(f"(() => {{ const c = document.querySelector('#view'); return {js}; }})()")
 
     def centre(self, selector):
+        self.page.locator(selector).scroll_into_view_if_needed()
         box = self.page.locator(selector).bounding_box()
         return box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
 
@@ -181,7 +182,8 @@ def test_a_drawn_stroke_gets_a_prediction_as_a_bar_chart(page):
     p.mouse.down()
     p.mouse.move(x, y + 55, steps=10)     # one vertical stroke: a "1"
     p.mouse.up()
-    p.wait_for_selector("#pad[data-state=classified]")
+    p.wait_for_selector("#pad[data-state=classified], #pad[data-state=error]", state="attached")
+    assert p.locator("#pad").get_attribute("data-state") == "classified", p.locator("#pad-message").inner_text()
     assert p.locator("#chart").get_attribute("data-label") == "1"
     widths = p.locator("#chart .bar").evaluate_all("bars => bars.map(b => parseFloat(b.style.width))")
     assert len(widths) == 10 and sum(widths) == pytest.approx(100, abs=0.5) and max(widths) == widths[1]
