@@ -20,7 +20,7 @@ import sys
 
 import httpx
 
-from training.cli import OneLineParser, positive_int
+from training.cli import OneLineParser, positive_float, positive_int
 
 from .api import DEFAULT_URL, AsyncClient, Client
 from .calls import ClientError, ServiceError
@@ -110,8 +110,6 @@ def cmd_render(args, out) -> int:
 
 
 def add_connection(p: argparse.ArgumentParser, url, timeout) -> None:
-    from training.cli import positive_float
-
     p.add_argument("--url", default=url, help=f"service base URL (env INR_SERVICE_URL, default {DEFAULT_URL})")
     p.add_argument("--timeout", type=positive_float, default=timeout, help="seconds per request")
 

@@ -65,8 +65,10 @@ export function zoomAt(cam, W, H, px, py, factor) {
   return withCentre({ ...cam, zoom }, cam.cx + mx, cam.cy + my);
 }
 
+// Rotation is kept in (−180°, 180°], the slider's range.
 export function rotateTo(cam, degrees) {
-  return { ...cam, rotation: ((degrees % 360) + 360) % 360 };
+  const r = ((((degrees + 180) % 360) + 360) % 360) - 180;
+  return { ...cam, rotation: r === -180 ? 180 : r };
 }
 
 // Canvas transform [a, b, c, d, e, f] that redraws an image rendered for camera `from` on a

@@ -18,7 +18,7 @@ function readout(v) {
   if (state === "sharp" && v.lastMs !== null) parts.push(`sharp in ${Math.round(v.lastMs)} ms`);
   else if (state) parts.push(state);
   $("#readout").textContent = parts.join(" · ");
-  $("#rotation").value = String(Math.round(v.camera.rotation > 180 ? v.camera.rotation - 360 : v.camera.rotation));
+  $("#rotation").value = String(Math.round(v.camera.rotation));
   $("#rotation-value").textContent = `${Math.round(v.camera.rotation)}°`;
 }
 

@@ -107,3 +107,9 @@ def test_an_unreachable_service_is_one_line_exit_1(tmp_path, capsys):
 def test_classify_of_a_missing_file_names_it(server, tmp_path, capsys):
     code, _ = cli(server, "classify", "--model", "digits", str(tmp_path / "nope.png"))
     assert code == 2 and "nope.png" in capsys.readouterr().err
+
+
+def test_the_client_and_its_cli_never_import_torch():
+    script = ("import sys, service.client, service.client.cli; "
+              "sys.exit(1 if any(m == 'torch' or m.startswith('torch.') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=60).returncode == 0

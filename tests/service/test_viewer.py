@@ -188,3 +188,29 @@ def test_a_drawn_stroke_gets_a_prediction_as_a_bar_chart(page):
     widths = p.locator("#chart .bar").evaluate_all("bars => bars.map(b => parseFloat(b.style.width))")
     assert len(widths) == 10 and sum(widths) == pytest.approx(100, abs=0.5) and max(widths) == widths[1]
     assert "looks like a 1" in p.locator("#pad-message").inner_text()
+
+
+def test_each_canvas_pixel_shows_the_model_at_the_point_the_camera_maps_it_to(page, server):
+    """camera.js and the service agree on the viewport and rotation conventions: the colour on the
+    canvas at pixel P equals /query at modelPointAt(P)."""
+    import httpx
+
+    page.sharp(1)
+    page.page.click("#zoom-in")
+    page.page.locator("#rotation").fill("30")
+    page.sharp(2)
+    samples = page.page.evaluate("""async () => {
+        const camera = await import('./camera.js');
+        const c = document.querySelector('#view');
+        const cam = {cx: 0.5, cy: 0.5, zoom: Number(c.dataset.zoom), rotation: 30};
+        const ctx = c.getContext('2d');
+        return [[0.2, 0.3], [0.5, 0.5], [0.8, 0.65], [0.35, 0.9]].map(([fx, fy]) => {
+            const px = Math.floor(fx * c.width), py = Math.floor(fy * c.height);
+            const rgb = Array.from(ctx.getImageData(px, py, 1, 1).data.slice(0, 3));
+            return {rgb, at: camera.modelPointAt(cam, c.width, c.height, px + 0.5, py + 0.5)};
+        });
+    }""")
+    rgb = httpx.post(f"{server.url}/v1/models/astronaut/query",
+                     json={"coords": [s["at"] for s in samples]}).json()["rgb"]
+    for s, expected in zip(samples, rgb):
+        assert s["rgb"] == pytest.approx([255 * min(max(v, 0), 1) for v in expected], abs=2)
