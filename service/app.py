@@ -53,7 +53,8 @@ class BodyLimit:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
-    registry = Registry(settings.models, RuntimeOptions(device=settings.device, threads=threads))
+    registry = Registry(settings.models, RuntimeOptions(device=settings.device, threads=threads,
+                                                               spin=settings.spin))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -22,6 +22,8 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
     threads: int = Field(0, ge=0, le=256, description="onnxruntime intra-op threads per model; 0 = CPUs this "
                                                          "process may use (affinity, cgroup quota) / workers")
+    spin: bool = Field(False, description="onnxruntime threads busy-wait between runs: a little faster on "
+                                          "dedicated cores, much slower when cores are shared")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     # Limits: each one is answered with a 4xx naming it.

@@ -111,7 +111,7 @@ def make_digits_model(out: Path) -> float:
 
 
 def add_broken_models(repo: Path) -> None:
-    """Folders the registry must list as failed: unreadable ONNX, tampered file, wrong inputs, no metadata."""
+    """Folders the registry must list as failed: unreadable ONNX, tampered file, wrong inputs, junk or no metadata."""
     from training.repository import sha256_bytes
 
     garbage = b"this is not an onnx file"
@@ -131,6 +131,11 @@ def add_broken_models(repo: Path) -> None:
     shutil.copytree(repo / "digits", wrong)
     meta = json.loads((wrong / "metadata.json").read_text())
     (wrong / "metadata.json").write_text(json.dumps({**meta, "task": "image"}))
+
+    junk = repo / "junk-metadata"
+    shutil.copytree(repo / "astronaut", junk)
+    (junk / "metadata.json").write_text(json.dumps({"task": "image", "version": "../astronaut/1",
+                                                    "description": 5, "inputs": "x", "metrics": [1]}))
 
     (repo / "no-metadata" / "1").mkdir(parents=True)
     shutil.copy(repo / "astronaut" / "1" / "model.onnx", repo / "no-metadata" / "1" / "model.onnx")

@@ -55,3 +55,22 @@ def test_device_auto_serves_and_each_model_names_its_provider(model_repo):
         assert m["status"] == "ready" and m["provider"] == expected
     finally:
         srv.stop()
+
+
+def test_several_workers_each_load_the_models_and_serve(model_repo):
+    srv = Server(model_repo, "--workers", "2").wait_ready(timeout=120)
+    try:
+        for _ in range(4):
+            r = httpx.post(f"{srv.url}/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]})
+            assert r.status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_cuda_probe_refuses_a_session_that_does_not_really_run_on_cuda(model_repo):
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has CUDA")
+    from service.__main__ import probe_cuda
+    from service.errors import DeviceError
+    with pytest.raises(DeviceError, match="does not run on CUDAExecutionProvider"):
+        probe_cuda(model_repo)

@@ -120,6 +120,8 @@ def test_get_works_as_an_img_src_with_defaults(client):
     ({"background": "nope"}, 422, "background"),
     ({"transform": {"scale": [1, 0]}}, 422, "scale must be non-zero"),
     ({"quality": 0}, 422, "quality"),
+    ({"viewport": [0, 0, 1e300, 1]}, 400, "coordinates after the transform reach 1e+300"),
+    ({"transform": {"matrix": [[1, 0, 0], [0, 1, -1e300]]}}, 400, "must stay below"),
 ])
 def test_bad_renders_get_a_4xx_naming_the_problem(client, fields, status, message):
     r = client.post("/v1/models/astronaut/render", json=fields)

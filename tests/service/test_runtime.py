@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 from service.errors import DeviceError
-from service.runtime import (ModelRuntime, RuntimeOptions, available_cpus, cgroup_cpu_limit,
+from service.runtime import (ModelRuntime, RuntimeOptions, available_cpus, cgroup_cpu_limit, default_threads,
                              check_device_available)
 
 
@@ -62,8 +62,14 @@ def test_auto_falls_back_to_cpu_and_reports_it(model_repo):
     ("tampered", "does not match metadata.json onnx_sha256"),
     ("wrong-inputs", "unexpected inputs"),
     ("no-metadata", "missing metadata.json"),
+    ("junk-metadata", "version must be a positive integer, got '../astronaut/1'"),
 ])
 def test_broken_models_fail_with_their_reason(model_repo, name, reason):
     model = ModelRuntime(model_repo / name, RuntimeOptions())
     assert not model.load()
     assert model.status == "failed" and reason in model.error
+
+
+def test_default_threads_share_the_cpus_between_workers():
+    assert default_threads(1) == available_cpus()
+    assert default_threads(available_cpus() * 2) == 1
