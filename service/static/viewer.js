@@ -5,8 +5,8 @@
 // service for a low-resolution preview of the new viewport and then for the sharp render
 // at the canvas's device-pixel size. A newer change aborts the requests still in flight.
 //
-// State for tests and the readout is mirrored on the canvas: data-state (idle, preview,
-// sharp, error), data-renders (sharp renders shown so far), data-viewport, data-zoom.
+// State for tests and the readout is mirrored on the canvas: data-state (pending, loading,
+// preview, sharp, error), data-renders (sharp renders shown so far), data-viewport, data-zoom.
 import * as camera from "./camera.js";
 import { render } from "./api.js";
 
@@ -93,6 +93,7 @@ export class Viewer {
     this.controller = null;
     clearTimeout(this.timer);
     if (!this.model) return;
+    this.canvas.dataset.state = "pending";
     this.timer = setTimeout(() => this.fetchStages(), SETTLE_MS);
   }
 

@@ -143,6 +143,10 @@ def test_a_newer_view_cancels_the_render_still_in_flight(page):
     page.page.route("**/render", hold_first_sharp)
     page.page.click("#zoom-in")
     page.page.wait_for_function("document.querySelector('#view').dataset.state === 'preview'")
+    for _ in range(200):                  # the route handler runs while Playwright waits
+        if held:
+            break
+        page.page.wait_for_timeout(25)
     assert len(held) == 1
     page.page.click("#zoom-in")
     page.sharp(2)
