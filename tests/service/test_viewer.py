@@ -28,8 +28,10 @@ def browser():
 class Page:
     """A page on the viewer, with the render requests it sent and the errors it raised."""
 
-    def __init__(self, browser, url, scale=1):
-        self.page = browser.new_page(viewport={"width": 820, "height": 560}, device_scale_factor=scale)
+    def __init__(self, browser, url, scale=1, touch=False):
+        self.context = browser.new_context(viewport={"width": 820, "height": 560}, device_scale_factor=scale,
+                                           has_touch=touch)
+        self.page = self.context.new_page()
         self.page.set_default_timeout(TIMEOUT_MS)
         self.renders, self.failed, self.errors = [], [], []
         self.page.on("request", self._request)
@@ -50,6 +52,9 @@ class Page:
     def canvas(self, js):
         return self.page.evaluate(f"(() => {{ const c = document.querySelector('#view'); return {js}; }})()")
 
+    def close(self):
+        self.context.close()
+
     def centre(self, selector):
         self.page.locator(selector).scroll_into_view_if_needed()
         box = self.page.locator(selector).bounding_box()
@@ -61,7 +66,7 @@ def page(browser, server):
     p = Page(browser, server.url + "/")
     yield p
     assert p.errors == []
-    p.page.close()
+    p.close()
 
 
 def sharp_requests(p):
@@ -109,7 +114,7 @@ def test_the_render_has_the_canvas_device_pixel_size_and_a_quarter_size_preview_
         assert (preview["width"], preview["height"]) == (math.ceil(w / 4), math.ceil(h / 4))
         assert preview["viewport"] == sharp["viewport"]
     finally:
-        p.page.close()
+        p.close()
 
 
 def test_zooming_in_renders_the_new_viewport_at_full_resolution(page):
@@ -128,6 +133,30 @@ def test_zooming_in_renders_the_new_viewport_at_full_resolution(page):
     assert (after["width"], after["height"]) == (before["width"], before["height"])
     mid = lambda r, i: (r["viewport"][i] + r["viewport"][i + 2]) / 2  # noqa: E731
     assert (mid(after, 0), mid(after, 1)) == pytest.approx((0.5, 0.5), abs=0.01)  # zoomed about the centre
+
+
+def test_a_two_finger_pinch_zooms_about_the_fingers_and_renders_the_new_viewport(browser, server):
+    p = Page(browser, server.url + "/", touch=True)
+    try:
+        p.sharp(1)
+        x, y = p.centre("#view")
+        cdp = p.context.new_cdp_session(p.page)
+
+        def touch(kind, half_gap):
+            points = [{"x": x - half_gap, "y": y, "id": 1}, {"x": x + half_gap, "y": y, "id": 2}]
+            cdp.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": [] if kind == "touchEnd" else points})
+
+        touch("touchStart", 40)
+        for half_gap in range(50, 121, 10):
+            touch("touchMove", half_gap)
+        touch("touchEnd", 0)
+        p.sharp(2)
+        assert float(p.canvas("c.dataset.zoom")) == pytest.approx(3.0)   # fingers 80 px → 240 px apart
+        before, after = sharp_requests(p)[0]["viewport"], sharp_requests(p)[-1]["viewport"]
+        assert after[2] - after[0] == pytest.approx((before[2] - before[0]) / 3)
+        assert p.errors == []
+    finally:
+        p.close()
 
 
 def test_a_newer_view_cancels_the_render_still_in_flight(page):
