@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 
 import httpx
@@ -91,20 +92,41 @@ def cmd_classify(args, out) -> int:
     return 0
 
 
-def cmd_render(args, out) -> int:
-    from tqdm import tqdm
+class LazyBar:
+    """A tqdm bar that appears with the first finished tile, so an error before any progress is
+    still the only line on stderr."""
 
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.bar = total, enabled, None
+
+    def update(self, n: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total, unit="px", unit_scale=True, desc="render", file=sys.stderr)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_render(args, out) -> int:
     check_output(args.out)
     options = dict(viewport=args.viewport, transform=transform_of(args), supersample=args.supersample)
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so the partial output file is removed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    bar = LazyBar(args.width * args.height, not args.no_progress)
 
     async def run() -> None:
-        with tqdm(total=args.width * args.height, unit="px", unit_scale=True, desc="render",
-                  disable=args.no_progress, file=sys.stderr) as bar:
-            async with AsyncClient(args.url, timeout=args.timeout, tile=args.tile,
-                                   concurrency=args.concurrency) as c:
-                await c.render_to_file(args.out, args.model, args.width, args.height, progress=bar.update, **options)
+        async with AsyncClient(args.url, timeout=args.timeout, tile=args.tile, concurrency=args.concurrency) as c:
+            await c.render_to_file(args.out, args.model, args.width, args.height, progress=bar.update, **options)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        bar.close()
     out.write(f"{args.out}\t{args.width}x{args.height}\n")
     return 0
 
@@ -164,7 +186,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
         sys.stderr.write(f"error: service answered {e.status}: {e.message}\n")
         return 2 if e.status < 500 else 1
     except httpx.HTTPError as e:
-        sys.stderr.write(f"error: cannot talk to {args.url}: {e or type(e).__name__}\n")
+        sys.stderr.write(f"error: cannot talk to {args.url}: {str(e) or type(e).__name__}\n")
         return 1
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted; nothing was written\n")

@@ -77,7 +77,7 @@ def test_models_prints_name_task_status_and_provider(server):
     (["--model", "astronaut", "--supersample", "99"], "supersample"),
 ])
 def test_bad_render_input_is_one_line_exit_2_and_leaves_no_file(server, tmp_path, capsys, args, problem):
-    argv = ["--width", "40", "--height", "30", "--no-progress", "--out", str(tmp_path / "x.png"), *args]
+    argv = ["--width", "40", "--height", "30", "--out", str(tmp_path / "x.png"), *args]   # progress bar on
     try:
         code, _ = cli(server, "render", *argv)
     except SystemExit as e:   # argparse errors exit from inside the parser
@@ -93,6 +93,23 @@ def test_a_bad_output_path_is_refused_before_rendering(server, tmp_path, capsys,
     code, _ = cli(server, "render", "--model", "astronaut", "--width", "8", "--height", "8", "--out",
                   str(tmp_path / out))
     assert code == 2 and problem in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_render_removes_its_partial_file(server, tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "service.client", "--url", server.url, "render", "--model",
+                             "astronaut", "--width", "1024", "--height", "4096", "--tile", "128", "--no-progress",
+                             "--out", str(tmp_path / "big.png")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".big.png.part-*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".big.png.part-*")), "the first band never reached the disk"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and err == "error: interrupted; nothing was written\n"
     assert list(tmp_path.iterdir()) == []
 
 
