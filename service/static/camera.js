@@ -46,6 +46,21 @@ export function renderFields(cam, W, H) {
   return fields;
 }
 
+// Horizontal strips [r0, r1) of a W×H render, each at most `maxSamples` model samples
+// (W · rows · supersample²), so no single request is large; top to bottom.
+export function strips(W, H, supersample, maxSamples) {
+  const rows = Math.max(1, Math.floor(maxSamples / (W * supersample * supersample)));
+  const out = [];
+  for (let r0 = 0; r0 < H; r0 += rows) out.push([r0, Math.min(H, r0 + rows)]);
+  return out;
+}
+
+// The viewport of rows [r0, r1) of an H-row render of `viewport`: same pixel centres.
+export function stripViewport([x0, y0, x1, y1], H, r0, r1) {
+  const dy = (y1 - y0) / H;
+  return [x0, y0 + r0 * dy, x1, y0 + r1 * dy];
+}
+
 function withCentre(cam, cx, cy) {
   return { ...cam, cx: clamp(cx, 0, 1), cy: clamp(cy, 0, 1) };
 }

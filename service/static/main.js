@@ -15,6 +15,7 @@ function readout(v) {
   ];
   if (detail !== null) parts.push(`${detail.toFixed(detail < 10 ? 2 : 1)} px per training pixel`);
   const state = v.canvas.dataset.state;
+  if (state === "sharp") say("#view-message", "");   // a render failure is over once one succeeds
   if (state === "sharp" && v.lastMs !== null) parts.push(`sharp in ${Math.round(v.lastMs)} ms`);
   else if (state) parts.push(state);
   $("#readout").textContent = parts.join(" · ");

@@ -3,7 +3,8 @@
 // Every view change (wheel, pinch, drag, rotation, resize) first redraws the last image
 // reprojected to the new camera (instant, blurry), then, once input settles, asks the
 // service for a low-resolution preview of the new viewport and then for the sharp render
-// at the canvas's device-pixel size. A newer change aborts the requests still in flight.
+// at the canvas's device-pixel size, in strips of at most a million samples each. A newer
+// change aborts the requests still in flight.
 //
 // State for tests and the readout is mirrored on the canvas: data-state (pending, loading,
 // preview, sharp, error), data-renders (sharp renders shown so far), data-viewport, data-zoom.
@@ -13,6 +14,7 @@ import { render } from "./api.js";
 const PREVIEW_DIVISOR = 4;  // the preview has 1/4 of the width and height
 const SETTLE_MS = 80;       // wait for a burst of wheel events to end before requesting
 const WHEEL_RATE = 0.0015;  // zoom factor per wheel pixel: exp(−deltaY · rate)
+const STRIP_SAMPLES = 1e6;  // model samples per sharp request; larger views go in strips
 
 export class Viewer {
   constructor(canvas, { onChange = () => {}, onError = () => {} } = {}) {
@@ -102,24 +104,35 @@ export class Viewer {
     this.onChange(this);
   }
 
-  // Low-resolution preview, then the sharp render; both for one snapshot of the camera.
+  // Low-resolution preview, then the sharp render; both for one snapshot of the camera. They
+  // are drawn into a sheet of the canvas's size: the preview scaled up, then each sharp strip
+  // over it as it arrives.
   async fetchStages() {
     const controller = new AbortController();
     this.controller = controller;
     const name = this.model.name, cam = this.camera, W = this.width, H = this.height;
     const fields = camera.renderFields(cam, W, H);
     this.canvas.dataset.viewport = fields.viewport.map((v) => v.toFixed(6)).join(",");
-    const show = (bitmap, sharp) => {
-      this.frame = { bitmap, camera: cam, W, H, sharp };
-      this.paint();
-    };
+    const sheet = document.createElement("canvas");
+    sheet.width = W;
+    sheet.height = H;
+    const ctx = sheet.getContext("2d");
     try {
       this.setState("loading");
       const pw = Math.max(1, Math.ceil(W / PREVIEW_DIVISOR)), ph = Math.max(1, Math.ceil(H / PREVIEW_DIVISOR));
-      show(await render(name, { width: pw, height: ph, ...fields }, controller.signal), false);
+      const preview = await render(name, { width: pw, height: ph, ...fields }, controller.signal);
+      ctx.imageSmoothingQuality = "high";
+      ctx.drawImage(preview, 0, 0, W, H);
+      this.frame = { bitmap: sheet, camera: cam, W, H, sharp: false };
+      this.paint();
       this.setState("preview");
       const t0 = performance.now();
-      show(await this.sharpRender(name, cam, W, H, fields, controller.signal), true);
+      await this.sharpen(name, cam, W, H, fields, controller.signal, (bitmap, r0) => {
+        ctx.clearRect(0, r0, W, bitmap.height);
+        ctx.drawImage(bitmap, 0, r0);
+        this.paint();
+      });
+      this.frame.sharp = true;
       this.lastMs = performance.now() - t0;
       this.renders += 1;
       this.canvas.dataset.renders = String(this.renders);
@@ -133,17 +146,29 @@ export class Viewer {
     }
   }
 
-  // Below the training resolution, 2×2 supersampling anti-aliases; if the service refuses
-  // that many samples (a 4xx naming its limit), the plain render is still sharp enough.
-  async sharpRender(name, cam, W, H, fields, signal) {
-    if (this.detail(cam) < 1) {
+  // The sharp render in strips requested together. Below the training resolution 2×2
+  // supersampling anti-aliases; if the service refuses it (a 4xx naming its limit), the
+  // strips still in flight are cancelled and the plain render is fetched instead.
+  async sharpen(name, cam, W, H, fields, signal, draw) {
+    for (let ss = this.detail(cam) < 1 ? 2 : 1; ; ss = 1) {
+      const local = new AbortController();
+      const cancel = () => local.abort();
+      signal.addEventListener("abort", cancel);
       try {
-        return await render(name, { width: W, height: H, supersample: 2, ...fields }, signal);
+        await Promise.all(camera.strips(W, H, ss, STRIP_SAMPLES).map(async ([r0, r1]) => {
+          const viewport = camera.stripViewport(fields.viewport, H, r0, r1);
+          draw(await render(name, { ...fields, width: W, height: r1 - r0, supersample: ss, viewport }, local.signal),
+               r0);
+        }));
+        return;
       } catch (err) {
-        if (!(err.status >= 400 && err.status < 500)) throw err;
+        local.abort();
+        if (signal.aborted) throw new DOMException("superseded", "AbortError");
+        if (ss === 1 || !(err.status >= 400 && err.status < 500)) throw err;
+      } finally {
+        signal.removeEventListener("abort", cancel);
       }
     }
-    return render(name, { width: W, height: H, supersample: 1, ...fields }, signal);
   }
 
   // Screen pixels per training pixel (the detail the model is asked for beyond its data).

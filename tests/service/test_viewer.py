@@ -28,9 +28,9 @@ def browser():
 class Page:
     """A page on the viewer, with the render requests it sent and the errors it raised."""
 
-    def __init__(self, browser, url, scale=1, touch=False):
-        self.context = browser.new_context(viewport={"width": 820, "height": 560}, device_scale_factor=scale,
-                                           has_touch=touch)
+    def __init__(self, browser, url, scale=1, touch=False, size=(820, 560)):
+        self.context = browser.new_context(viewport={"width": size[0], "height": size[1]},
+                                           device_scale_factor=scale, has_touch=touch)
         self.page = self.context.new_page()
         self.page.set_default_timeout(TIMEOUT_MS)
         self.renders, self.failed, self.errors = [], [], []
@@ -113,6 +113,29 @@ def test_the_render_has_the_canvas_device_pixel_size_and_a_quarter_size_preview_
         assert (sharp["width"], sharp["height"]) == (w, h)
         assert (preview["width"], preview["height"]) == (math.ceil(w / 4), math.ceil(h / 4))
         assert preview["viewport"] == sharp["viewport"]
+    finally:
+        p.close()
+
+
+def test_a_canvas_over_a_million_pixels_is_rendered_in_strips_that_stack_into_the_view(browser, server):
+    p = Page(browser, server.url + "/", size=(1700, 1100))
+    try:
+        p.sharp(1)
+        w, h = p.canvas("[c.width, c.height]")
+        assert w * h > 1_000_000          # one request this size would pass the test server's limit
+        preview = next(r for r in p.renders if "supersample" not in r)
+        parts = sharp_requests(p)
+        assert len(parts) >= 2 and all(r["width"] == w and r["width"] * r["height"] <= 1_000_000 for r in parts)
+        assert sum(r["height"] for r in parts) == h
+        x0, y0, x1, y1 = preview["viewport"]
+        edges = sorted((r["viewport"][1], r["viewport"][3]) for r in parts)
+        assert edges[0][0] == pytest.approx(y0) and edges[-1][1] == pytest.approx(y1)
+        assert all(a[1] == pytest.approx(b[0]) for a, b in zip(edges, edges[1:]))
+        assert all((r["viewport"][0], r["viewport"][2]) == (x0, x1) for r in parts)
+        bottom = p.canvas("Array.from(c.getContext('2d').getImageData(c.width * 0.4, c.height - 1, c.width * 0.2, 1)"
+                          ".data)")   # the middle of the bottom row, inside the unit square
+        assert min(bottom[3::4]) == 255   # the last strip arrived
+        assert p.errors == []
     finally:
         p.close()
 
