@@ -34,4 +34,5 @@ class Settings(BaseSettings):
     max_classify_bytes: int = Field(8 * MiB, ge=1, description="bytes of uploaded files per /classify request")
     max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
+    render_concurrency: int = Field(2, ge=1, le=64, description="renders computed at once; more wait (memory bound)")
     render_tile_samples: int = Field(65_536, ge=256, description="model samples per render tile (memory bound)")

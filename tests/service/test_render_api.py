@@ -147,3 +147,13 @@ def test_bad_get_parameters_get_a_4xx_naming_the_problem(client, params, message
 def test_render_on_a_digit_model_is_refused_naming_it(client):
     r = client.get("/v1/models/digits/render")
     assert r.status_code == 400 and "'digits' has task 'digits'; /render needs" in r.json()["error"]
+
+
+def test_concurrent_renders_all_complete_and_agree(client):
+    # the test server computes two renders at once; the other six wait their turn
+    import concurrent.futures
+    url = "/v1/models/astronaut/render?width=96&height=96&rotate=15"
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        bodies = list(pool.map(lambda _: client.get(url), range(8)))
+    assert all(r.status_code == 200 for r in bodies)
+    assert len({r.content for r in bodies}) == 1
