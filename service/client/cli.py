@@ -115,16 +115,18 @@ class LazyBar:
 def cmd_render(args, out) -> int:
     check_output(args.out)
     options = dict(viewport=args.viewport, transform=transform_of(args), supersample=args.supersample)
-    # `kill` (SIGTERM) unwinds like Ctrl-C, so the partial output file is removed.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     bar = LazyBar(args.width * args.height, not args.no_progress)
 
     async def run() -> None:
+        # `kill` (SIGTERM) cancels the render like Ctrl-C does, so the partial file is removed.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
         async with AsyncClient(args.url, timeout=args.timeout, tile=args.tile, concurrency=args.concurrency) as c:
             await c.render_to_file(args.out, args.model, args.width, args.height, progress=bar.update, **options)
 
     try:
         asyncio.run(run())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
     finally:
         bar.close()
     out.write(f"{args.out}\t{args.width}x{args.height}\n")
