@@ -1,0 +1,82 @@
+// Wires the page together: model list → viewer, model panel and digit pad.
+import { listModels } from "./api.js";
+import { DigitPad } from "./digits.js";
+import { showModel } from "./panel.js";
+import { Viewer } from "./viewer.js";
+
+const $ = (sel) => document.querySelector(sel);
+
+function readout(v) {
+  const detail = v.detail();
+  const parts = [
+    `${v.width}×${v.height} px`,
+    `zoom ${v.camera.zoom.toFixed(2)}×`,
+    `${Math.round(v.camera.rotation)}°`,
+  ];
+  if (detail !== null) parts.push(`${detail.toFixed(detail < 10 ? 2 : 1)} px per training pixel`);
+  const state = v.canvas.dataset.state;
+  if (state === "sharp") say("#view-message", "");   // a render failure is over once one succeeds
+  if (state === "sharp" && v.lastMs !== null) parts.push(`sharp in ${Math.round(v.lastMs)} ms`);
+  else if (state) parts.push(state);
+  $("#readout").textContent = parts.join(" · ");
+  $("#rotation").value = String(Math.round(v.camera.rotation));
+  $("#rotation-value").textContent = `${Math.round(v.camera.rotation)}°`;
+}
+
+function fillSelect(select, models) {
+  select.replaceChildren(...models.map((m) => new Option(`${m.name}`, m.name)));
+  select.disabled = models.length === 0;
+}
+
+function say(where, text) {
+  $(where).textContent = text;
+}
+
+async function start() {
+  const viewer = new Viewer($("#view"), {
+    onChange: readout,
+    onError: (e) => say("#view-message", `render failed: ${e.message}`),
+  });
+  const pad = new DigitPad($("#pad"), $("#chart"), $("#seen"), {
+    onResult: (p) => say("#pad-message", `looks like a ${p.label} (${(100 * Math.max(...p.probabilities)).toFixed(1)}%)`),
+    onError: (e) => say("#pad-message", `classify failed: ${e.message}`),
+  });
+  $("#pad-clear").addEventListener("click", () => { pad.clear(); say("#pad-message", "draw a digit"); });
+  $("#rotation").addEventListener("input", (e) => viewer.rotateTo(Number(e.target.value)));
+  $("#zoom-in").addEventListener("click", () => viewer.zoomBy(2));
+  $("#zoom-out").addEventListener("click", () => viewer.zoomBy(0.5));
+  $("#reset").addEventListener("click", () => viewer.reset());
+
+  let models;
+  try {
+    models = await listModels();
+  } catch (e) {
+    say("#view-message", `cannot list models: ${e.message}`);
+    return;
+  }
+  const ready = models.filter((m) => (m.status || "ready") === "ready");
+  const images = ready.filter((m) => m.task === "image");
+  const digits = ready.filter((m) => m.task === "digits");
+  fillSelect($("#model"), images);
+  fillSelect($("#digit-model"), digits);
+  const failed = models.filter((m) => !ready.includes(m));
+  if (failed.length) say("#models-message", `not loaded: ${failed.map((m) => m.name).join(", ")}`);
+
+  const pickImage = () => {
+    const m = images.find((x) => x.name === $("#model").value) || null;
+    showModel($("#panel"), m);
+    say("#view-message", m ? "" : "no image model is loaded");
+    if (m) viewer.setModel(m);
+  };
+  const pickDigits = () => {
+    const m = digits.find((x) => x.name === $("#digit-model").value) || null;
+    say("#pad-message", m ? "draw a digit" : "no digit model is loaded");
+    pad.setModel(m);
+  };
+  $("#model").addEventListener("change", pickImage);
+  $("#digit-model").addEventListener("change", pickDigits);
+  pickImage();
+  pickDigits();
+}
+
+start();

@@ -1,0 +1,61 @@
+// The model panel: what the image model is and how well it fits, from GET /v1/models.
+import { previewOf } from "./api.js";
+
+const fmt = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : "–");
+
+function encodingText(e) {
+  if (!e) return "–";
+  const parts = [e.name];
+  if (e.name === "gaussian") parts.push(`σ=${e.scale}`, `${e.features} features`);
+  else if (e.name === "positional") parts.push(`${e.levels} levels`, `max freq ${fmt(e.max_freq, 1)}`);
+  else if (e.name === "sine") parts.push(`${e.features} features`, `bandwidth ${fmt(e.bandwidth, 1)}`);
+  return parts.join(", ");
+}
+
+function architectureText(a) {
+  if (!a) return "–";
+  const parts = [a.model ?? "?"];
+  if (a.depth) parts.push(`depth ${a.depth}`);
+  if (a.width) parts.push(`width ${a.width}`);
+  if (a.model === "sinekan" && a.grid_size) parts.push(`grid ${a.grid_size}`);
+  if (a.parameters) parts.push(`${a.parameters.toLocaleString("en")} parameters`);
+  return parts.join(", ");
+}
+
+export function modelRows(model) {
+  const m = model.metadata || {};
+  const metrics = m.metrics || {};
+  const size = m.source?.size;
+  return [
+    ["Model", model.name],
+    ["Status", [model.status, model.provider].filter(Boolean).join(" · ")],
+    ["Architecture", architectureText(m.architecture)],
+    ["Encoding", encodingText(m.encoding || m.architecture?.encoding)],
+    ["Training size", size ? `${size[0]}×${size[1]} px${m.source?.image ? ` of ‘${m.source.image}’` : ""}` : "–"],
+    ["Train PSNR", `${fmt(metrics.train_psnr, 2)} dB`],
+    ["Test PSNR", `${fmt(metrics.test_psnr, 2)} dB`],
+    ["SSIM", fmt(metrics.ssim, 4)],
+  ];
+}
+
+export function showModel(panel, model) {
+  const list = panel.querySelector("dl");
+  list.replaceChildren();
+  if (!model) return;
+  for (const [k, v] of modelRows(model)) {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v;
+    list.append(dt, dd);
+  }
+  const description = panel.querySelector(".description");
+  description.textContent = model.metadata?.description || "";
+  const figure = panel.querySelector("figure");
+  const preview = previewOf(model);
+  figure.hidden = !preview;
+  if (preview) {
+    figure.querySelector("img").src = preview.url;
+    figure.querySelector("figcaption").textContent = preview.caption;
+  }
+}
