@@ -63,6 +63,18 @@ class UnsupportedMedia(ServiceError):
     status = 415
 
 
+class NoPreview(ServiceError):
+    status = 404
+
+    def __init__(self, name: str):
+        super().__init__(f"model '{name}' ships no preview image")
+
+
+class ClientGone(ServiceError):
+    """The caller disconnected; the work it asked for was abandoned (nginx's 499)."""
+    status = 499
+
+
 class ModelLoadError(Exception):
     """A model directory that cannot be served; the registry lists it as failed with this reason."""
 

@@ -150,6 +150,7 @@ class ModelInfo(BaseModel):
     outputs: list[dict] = []
     metrics: dict = Field(default_factory=dict, description="metrics from training")
     metadata: dict = Field(default_factory=dict, description="the whole metadata.json")
+    preview_url: str | None = Field(None, description="the training preview image, when the model ships one")
 
 
 class ModelList(BaseModel):

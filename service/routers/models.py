@@ -1,9 +1,13 @@
 """The model list and one model's metadata, status, provider and training metrics."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import APIRouter
+from fastapi.responses import FileResponse
 
 from ..deps import ModelName, RegistryDep
+from ..errors import NoPreview
 from ..runtime import ModelRuntime
 from ..schemas import ErrorBody, ModelInfo, ModelList
 
@@ -16,14 +20,26 @@ def _typed(meta: dict, key: str, kind: type, default=None):
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
+def preview_path(m: ModelRuntime) -> Path | None:
+    """metadata's `preview` file, only when it is a plain file inside the model folder."""
+    name = _typed(m.metadata, "preview", str)
+    if not name:
+        return None
+    root = m.path.resolve()
+    path = (root / name).resolve()
+    return path if path.parent == root and path.is_file() else None
+
+
 def model_info(m: ModelRuntime) -> ModelInfo:
     meta = m.metadata
+    preview = f"/v1/models/{m.name}/preview" if preview_path(m) else None
     return ModelInfo(name=m.name, task=_typed(meta, "task", str), version=_typed(meta, "version", int),
                      status=m.status, error=m.error, provider=m.provider,
                      description=_typed(meta, "description", str),
                      inputs=[s for s in _typed(meta, "inputs", list, []) if isinstance(s, dict)],
                      outputs=[s for s in _typed(meta, "outputs", list, []) if isinstance(s, dict)],
-                     metrics=_typed(meta, "metrics", dict, {}), metadata=meta)
+                     metrics=_typed(meta, "metrics", dict, {}), metadata=meta,
+                     preview_url=preview)
 
 
 @router.get("", response_model=ModelList)
@@ -34,3 +50,14 @@ def list_models(registry: RegistryDep) -> ModelList:
 @router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
 def get_model(name: ModelName, registry: RegistryDep) -> ModelInfo:
     return model_info(registry.get(name))
+
+
+@router.get("/{name}/preview", response_class=FileResponse,
+            responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorBody}})
+def get_preview(name: ModelName, registry: RegistryDep) -> FileResponse:
+    """The preview image written at training time (the fitted network at training resolution)."""
+    model = registry.get(name)
+    path = preview_path(model)
+    if path is None:
+        raise NoPreview(model.name)
+    return FileResponse(path, media_type="image/png")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from typing import Annotated, Literal
 
 import anyio
@@ -11,18 +13,23 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from ..deps import ImageModel, SettingsDep
-from ..errors import BadInput
+from ..errors import BadInput, ClientGone
 from ..imaging import MEDIA_TYPES, Background, RenderSpec, check_render_coords, encode, render
 from ..runtime import ModelRuntime
 from ..schemas import ErrorBody, RenderRequest, sampling_matrix
 from ..settings import Settings
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/models", tags=["image models"])
 RESPONSES = {200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
              **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}}
 
 
-def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings) -> bytes:
+DISCONNECT_POLL_S = 0.1
+
+
+def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings,
+                 cancelled: threading.Event | None = None) -> bytes:
     samples = req.width * req.height * req.supersample ** 2
     if req.supersample > settings.max_supersample:
         raise BadInput(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
@@ -37,14 +44,48 @@ def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings) ->
         check_render_coords(spec)
     except ValueError as e:
         raise BadInput(str(e)) from None
-    pixels = render(lambda x: model.predict(x)["rgb"], spec, settings.render_tile_samples)
+
+    def tile(x):
+        if cancelled is not None and cancelled.is_set():  # checked before every tile
+            raise ClientGone("the client disconnected; render abandoned")
+        return model.predict(x)["rgb"]
+
+    pixels = render(tile, spec, settings.render_tile_samples)
     return encode(pixels, req.format, req.quality)
 
 
 async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings) -> Response:
-    """Render in a worker thread; at most `render_concurrency` renders run at once, the rest wait."""
+    """Render in a worker thread; at most `render_concurrency` renders run at once, the rest wait.
+
+    A caller that disconnects (a viewer that zoomed again) cancels its render: the next tile
+    sees the flag and stops, so an abandoned render frees its slot instead of finishing.
+    """
     limiter = getattr(request.app.state, "render_limiter", None)
-    data = await anyio.to_thread.run_sync(render_bytes, model, req, settings, limiter=limiter)
+    cancelled = threading.Event()
+    outcome: dict = {}
+
+    async def work(scope: anyio.CancelScope) -> None:
+        try:
+            outcome["data"] = await anyio.to_thread.run_sync(render_bytes, model, req, settings, cancelled,
+                                                             limiter=limiter)
+        except Exception as e:  # re-raised below, outside the task group, for the error handlers
+            outcome["error"] = e
+        finally:
+            scope.cancel()  # stop watching
+
+    async def watch() -> None:
+        while not await request.is_disconnected():
+            await anyio.sleep(DISCONNECT_POLL_S)
+        cancelled.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(work, tg.cancel_scope)
+        tg.start_soon(watch)
+    if isinstance(outcome.get("error"), ClientGone):
+        log.info("render of %s %dx%d abandoned: the client disconnected", model.name, req.width, req.height)
+    if "error" in outcome:
+        raise outcome["error"]
+    data = outcome["data"]
     return Response(data, media_type=MEDIA_TYPES[req.format])
 
 

@@ -45,3 +45,18 @@ def test_openapi_documents_every_endpoint_with_schemas(client):
     assert "images" in body["application/json"]["schema"]["properties"]
     assert {"QueryRequest", "RenderRequest", "Transform", "ClassifyResponse", "ErrorBody"} <= set(
         spec["components"]["schemas"])
+
+
+def test_training_preview_is_served_when_the_model_ships_one(client, model_repo):
+    m = client.get("/v1/models/astronaut").json()
+    assert m["preview_url"] == "/v1/models/astronaut/preview"
+    r = client.get(m["preview_url"])
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    assert r.content == (model_repo / "astronaut" / "preview.png").read_bytes()
+
+
+def test_a_model_without_preview_says_so(client):
+    assert client.get("/v1/models/digits").json()["preview_url"] is None
+    r = client.get("/v1/models/digits/preview")
+    assert r.status_code == 404 and r.json() == {"error": "model 'digits' ships no preview image"}
+    assert client.get("/v1/models/nope/preview").status_code == 404

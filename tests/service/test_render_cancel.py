@@ -1,0 +1,31 @@
+"""A render whose caller disconnects stops computing and frees its render slot."""
+import time
+
+import httpx
+import pytest
+
+from conftest import Server
+
+
+@pytest.fixture(scope="module")
+def one_slot_server(model_repo):
+    srv = Server(model_repo, "--log-level", "info",
+                 env={"INR_RENDER_CONCURRENCY": "1", "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv.wait_ready()
+    yield srv
+    srv.stop()
+
+
+def test_a_disconnected_render_is_abandoned_and_frees_the_slot(one_slot_server):
+    url = f"{one_slot_server.url}/v1/models/astronaut/render"
+    big = {"width": 2000, "height": 2000, "format": "png"}  # ~4000 tiles: seconds of work
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.get(url, params=big, timeout=httpx.Timeout(30.0, read=0.5))
+    t0 = time.monotonic()
+    r = httpx.get(url, params={"width": 8, "height": 8}, timeout=60.0)
+    waited = time.monotonic() - t0
+    assert r.status_code == 200
+    one_slot_server.stop()
+    log = one_slot_server.proc.stdout.read()
+    assert "render of astronaut 2000x2000 abandoned: the client disconnected" in log, log[-2000:]
+    assert waited < 30.0
