@@ -1,0 +1,87 @@
+"""`python -m service`: serve the model repository with uvicorn.
+
+Options override INR_* environment variables. Bad input prints one line,
+`error: …`, and exits with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from pydantic import ValidationError
+
+from .errors import DeviceError
+from .settings import Settings
+
+OPTIONS = ("models", "host", "port", "device", "workers", "threads", "log_level")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D401 - argparse API
+        sys.stderr.write(f"error: {self.prog}: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m service", description=__doc__.splitlines()[0])
+    p.add_argument("--models", help="model repository folder (INR_MODELS, default: models)")
+    p.add_argument("--host", help="bind address (INR_HOST, default: 127.0.0.1)")
+    p.add_argument("--port", help="port (INR_PORT, default: 8000)")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), help="onnxruntime device (INR_DEVICE, default: cpu)")
+    p.add_argument("--workers", help="uvicorn worker processes (INR_WORKERS, default: 1)")
+    p.add_argument("--threads", help="onnxruntime threads per model, 0 = from the CPUs this process may use")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    given = {k: getattr(args, k) for k in OPTIONS if getattr(args, k) is not None}
+    try:
+        settings = Settings(**given)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"--{where.replace('_', '-')}: {err['msg']} (got {err.get('input')!r})") from None
+    if not settings.models.is_dir():
+        raise ValueError(f"--models '{settings.models}' is not a directory")
+    return settings
+
+
+def resolve_device(settings: Settings) -> Settings:
+    """cuda: refuse now if onnxruntime has no CUDA provider. auto: pick CUDA when the provider exists;
+    each model session then confirms it really runs there (or falls back and says so)."""
+    import onnxruntime as ort
+
+    from .runtime import CUDA, check_device_available
+    check_device_available(settings.device)
+    if settings.device == "auto":
+        has_cuda = CUDA in ort.get_available_providers()
+        logging.getLogger("service").info("--device auto: %s", "trying CUDAExecutionProvider" if has_cuda
+                                          else "no CUDA provider in onnxruntime; using CPUExecutionProvider")
+        if not has_cuda:
+            settings = settings.model_copy(update={"device": "cpu"})
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from(args)
+        logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        settings = resolve_device(settings)
+    except (ValueError, DeviceError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    import uvicorn
+    # Worker processes build their own app from the environment, so pass the settings that way.
+    for key, value in settings.model_dump().items():
+        os.environ[f"INR_{key.upper()}"] = str(value)
+    uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
+                workers=settings.workers, log_level=settings.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

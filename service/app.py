@@ -1,0 +1,78 @@
+"""The application factory: settings → registry (loaded in the lifespan) → routers.
+
+    uvicorn --factory service.app:create_app     (settings from INR_* variables)
+    python -m service --models models            (the command line, see __main__)
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import BodyTooLarge, error_response, install_error_handlers
+from .inference import DirectInference
+from .registry import Registry
+from .routers import classify, health, models, query, render
+from .runtime import RuntimeOptions, default_threads
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+
+
+class BodyLimit:
+    """413 for bodies over `limit` bytes: at once from Content-Length, or while a chunked body streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await error_response(413, BodyTooLarge(self.limit).detail)(scope, receive, send)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    threads = settings.threads or default_threads(settings.workers)
+    registry = Registry(settings.models, RuntimeOptions(device=settings.device, threads=threads))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
+                 threads)
+        await run_in_threadpool(registry.load_all)
+        yield
+
+    app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
+                  description="Coordinate queries with affine transforms, continuous-resolution rendering, and "
+                              "digit classification over an ONNX model repository. Errors are "
+                              "`{\"error\": \"...\"}`.")
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.inference = DirectInference()
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    for r in (health, models, query, render, classify):
+        app.include_router(r.router)
+    if STATIC.is_dir():
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
+    return app

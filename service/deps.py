@@ -1,0 +1,45 @@
+"""FastAPI dependencies as `Annotated` aliases: settings, registry, inference, and models by task."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+
+from .inference import DirectInference
+from .registry import Registry
+from .runtime import ModelRuntime
+from .settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_registry(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+def get_inference(request: Request) -> DirectInference:
+    return request.app.state.inference
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[Registry, Depends(get_registry)]
+InferenceDep = Annotated[DirectInference, Depends(get_inference)]
+ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=64)]
+
+
+def _endpoint(request: Request) -> str:
+    return "/" + request.url.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def image_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
+    return registry.ready_model(name, "image", _endpoint(request))
+
+
+def digits_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
+    return registry.ready_model(name, "digits", _endpoint(request))
+
+
+ImageModel = Annotated[ModelRuntime, Depends(image_model)]
+DigitsModel = Annotated[ModelRuntime, Depends(digits_model)]

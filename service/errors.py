@@ -1,0 +1,126 @@
+"""Domain errors and their HTTP status codes, in one place.
+
+Routes and library code raise the domain errors below; `install_error_handlers`
+maps them, FastAPI's validation errors, unknown routes (404), wrong methods (405),
+oversized bodies (413) and anything unexpected (500) to one JSON shape:
+`{"error": "..."}`.
+"""
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """Base class: an error whose message is safe to show to the caller."""
+    status = 500
+
+
+class BadInput(ServiceError):
+    """The request is well-formed JSON but its values make no sense (shape, range, NaN)."""
+    status = 400
+
+
+class ModelNotFound(ServiceError):
+    status = 404
+
+    def __init__(self, name: str, valid: list[str]):
+        names = ", ".join(sorted(valid)) or "none"
+        super().__init__(f"unknown model '{name}'; models: {names}")
+
+
+class WrongTask(ServiceError):
+    """The model exists but does another job (e.g. classify on an image model)."""
+    status = 400
+
+    def __init__(self, name: str, task: str, needed: str, action: str):
+        super().__init__(f"model '{name}' is a {task} model, not a {needed} model; {action} needs a {needed} model")
+
+
+class ModelNotReady(ServiceError):
+    status = 503
+
+    def __init__(self, name: str, state: str, reason: str | None):
+        super().__init__(f"model '{name}' is {state}" + (f": {reason}" if reason else ""))
+
+
+class NotLoaded(ServiceError):
+    status = 503
+
+
+class TooLarge(ServiceError):
+    """A request over one of the limits in settings."""
+    status = 413
+
+
+class UnsupportedMedia(ServiceError):
+    status = 415
+
+
+class ModelLoadError(Exception):
+    """A model directory that cannot be served; the registry lists it as failed with this reason."""
+
+
+class DeviceError(RuntimeError):
+    """The requested device does not really run the models: start-up must fail."""
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised while the body is read; an HTTPException so FastAPI's body parsing re-raises it."""
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body is larger than the limit of {limit} bytes (INR_MAX_BODY_BYTES)")
+
+
+def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def validation_message(exc: RequestValidationError, limit: int = 5) -> str:
+    """One line naming each bad field, e.g. `coords.3.1: Input should be a finite number`."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = [str(p) for p in err.get("loc", ())]
+        if loc and loc[0] == "body":
+            loc = loc[1:]
+        where = ".".join(loc) or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":
+            msg = f"invalid JSON ({err.get('ctx', {}).get('error', 'decode error')})"
+        elif where == "body" and err.get("type") in ("model_attributes_type", "dict_type"):
+            msg = "expected a JSON object (send Content-Type: application/json)"
+        elif where == "body" and err.get("type") == "missing":
+            msg = "a JSON body is required"
+        parts.append(f"{where}: {msg}")
+    more = len(exc.errors()) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service(_: Request, exc: ServiceError):
+        return error_response(exc.status, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        return error_response(422, validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error ({exc.__class__.__name__}); see the server log")

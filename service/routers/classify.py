@@ -1,0 +1,82 @@
+"""POST /v1/models/{name}/classify: digits from JSON pixel arrays or uploaded PNG/JPEG files."""
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+from ..deps import DigitsModel, InferenceDep, SettingsDep
+from ..errors import BadInput, TooLarge, UnsupportedMedia
+from ..preprocess import decode, images_from_json, mnist_like
+from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
+from ..settings import Settings
+
+router = APIRouter(prefix="/v1/models", tags=["digit models"])
+OPENAPI_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/ClassifyRequest"}},
+    "multipart/form-data": {"schema": {"type": "object", "properties": {"files": {
+        "type": "array", "items": {"type": "string", "format": "binary"},
+        "description": "one or more PNG or JPEG files, any size and colours"}}}}}}}
+
+
+async def json_images(request: Request, settings: Settings) -> np.ndarray:
+    try:
+        body = ClassifyRequest.model_validate_json(await request.body())
+    except ValidationError as e:
+        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
+    return images_from_json(body.images, settings.max_classify_images)
+
+
+async def uploaded_images(request: Request, settings: Settings) -> np.ndarray:
+    try:
+        form = await request.form(max_files=settings.max_classify_images, max_fields=16)
+    except HTTPException as e:
+        if "Too many files" in str(e.detail):
+            raise TooLarge(f"more images than the limit of {settings.max_classify_images} per request "
+                           "(INR_MAX_CLASSIFY_IMAGES)") from None
+        raise
+    try:
+        files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
+        fields = [k for k, v in form.multi_items() if not isinstance(v, UploadFile)]
+        if fields:
+            raise BadInput(f"unexpected form field '{fields[0]}'; send image files only")
+        if not files:
+            raise BadInput("no image files in the upload")
+        datas = [await f.read() for f in files]
+        total = sum(len(d) for d in datas)
+        if total > settings.max_classify_bytes:
+            raise TooLarge(f"{total} bytes of images is more than the limit of {settings.max_classify_bytes} "
+                           "per request (INR_MAX_CLASSIFY_BYTES)")
+        names = [f.filename or f"file {i}" for i, f in enumerate(files)]
+        return np.stack([mnist_like(decode(d, n, settings.max_upload_pixels), n)
+                         for d, n in zip(datas, names)])[:, None]
+    finally:
+        await form.close()
+
+
+@router.post("/{name}/classify", response_model=ClassifyResponse, openapi_extra=OPENAPI_BODY,
+             responses={c: {"model": ErrorBody} for c in (400, 404, 413, 415, 422, 503)})
+async def classify(request: Request, model: DigitsModel, settings: SettingsDep, inference: InferenceDep,
+                   include_input: bool = False):
+    """Classify digits. JSON `{"images": [...]}` takes MNIST-style pixels as they are (28×28 or 784, white on
+    black, [0,1]); uploads are made MNIST-like: greyscale, inverted if dark-on-light, cropped to the ink,
+    longest side 20 px, centred by centre of mass in 28×28."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        x = await json_images(request, settings)
+    elif kind == "multipart/form-data":
+        x = await uploaded_images(request, settings)
+    else:
+        raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "
+                               "{\"images\": [...]} or multipart/form-data with image files")
+    probs = (await inference(model, x))["probabilities"]
+    preds = [{"label": int(np.argmax(p)), "probabilities": np.round(p.astype(np.float64), 6).tolist()}
+             for p in probs]
+    if include_input:
+        for pred, img in zip(preds, x[:, 0]):
+            pred["input"] = np.round(img.astype(np.float64), 4).tolist()
+    return JSONResponse({"predictions": preds})

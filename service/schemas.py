@@ -1,0 +1,167 @@
+"""Request and response bodies (pydantic), which are also the OpenAPI documentation."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+
+from . import transform as tf
+from .imaging import Background
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+Pair = tuple[FiniteFloat, FiniteFloat]
+Row3 = tuple[FiniteFloat, FiniteFloat, FiniteFloat]
+BACKGROUND_DOC = ("what to show outside the unit square after the transform: 'extrapolate' (the network's own "
+                  "values, default), 'transparent' (png/webp only) or a colour such as 'white' or '#ff8800'")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="what was wrong, naming the field or limit")
+
+
+class Transform(BaseModel):
+    """How the image moves, in unit-square coordinates (x right, y down): rotate counter-clockwise (on screen)
+    about `center`, then scale about `center`, then translate. The model is sampled at the inverse-mapped
+    coordinates. Or `matrix` [[a, b, c], [d, e, f]], applied directly to the query coordinates."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"rotate": 90}, {"rotate": 30, "scale": 1.5, "translate": [0.1, 0]}, {"matrix": [[1, 0, 0.1], [0, 1, 0]]}]})
+
+    rotate: FiniteFloat = Field(0.0, description="degrees, counter-clockwise on screen")
+    scale: FiniteFloat | Pair = Field(1.0, description="s or [sx, sy], non-zero")
+    translate: Pair = Field((0.0, 0.0), description="[tx, ty] in unit-square units")
+    center: Pair = Field((0.5, 0.5), description="[cx, cy], centre of rotation and scaling")
+    matrix: tuple[Row3, Row3] | None = Field(None, description="2×3 matrix applied to the query coordinates")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Transform":
+        if self.matrix is not None and self.model_fields_set - {"matrix"}:
+            raise ValueError("give either 'matrix' or rotate/scale/translate/center, not both")
+        sx, sy = self.scale_xy
+        if sx == 0 or sy == 0:
+            raise ValueError("scale must be non-zero")
+        return self
+
+    @property
+    def scale_xy(self) -> tuple[float, float]:
+        return (self.scale, self.scale) if isinstance(self.scale, (int, float)) else tuple(self.scale)
+
+    def sampling_matrix(self) -> np.ndarray:
+        """2×3 matrix from output coordinates to model coordinates."""
+        return tf.sampling_matrix(self.rotate, self.scale_xy, self.translate, self.center, self.matrix)
+
+
+def sampling_matrix(transform: Transform | None) -> np.ndarray:
+    return transform.sampling_matrix() if transform is not None else np.eye(3)[:2]
+
+
+def _check_background(text: str) -> str:
+    Background.parse(text)  # raises ValueError naming the problem
+    return text
+
+
+class QueryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"coords": [[0.5, 0.5], [0.25, 0.75]], "transform": {"rotate": 90}}]})
+
+    coords: list[Pair] = Field(min_length=1, description="[[x, y], …] in the unit square, x right, y down")
+    transform: Transform | None = None
+    background: str = Field("extrapolate", description="'extrapolate' or a colour; " + BACKGROUND_DOC)
+
+    @field_validator("background")
+    @classmethod
+    def _background(cls, v: str) -> str:
+        if v.strip().lower() == "transparent":
+            raise ValueError("'transparent' needs an alpha channel: use it with /render, png or webp")
+        return _check_background(v)
+
+
+class QueryResponse(BaseModel):
+    rgb: list[tuple[float, float, float]] = Field(description="[[r, g, b], …] in [0,1], one per coordinate")
+
+
+class RenderRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"width": 512, "height": 512, "viewport": [0.25, 0.25, 0.75, 0.75], "transform": {"rotate": 45},
+         "supersample": 2, "format": "png", "background": "transparent"}]})
+
+    width: int = Field(256, ge=1, le=65536, description="pixels")
+    height: int = Field(256, ge=1, le=65536, description="pixels")
+    viewport: tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat] = Field(
+        (0.0, 0.0, 1.0, 1.0), description="[x0, y0, x1, y1]: the region shown, after the transform")
+    transform: Transform | None = None
+    supersample: int = Field(1, ge=1, le=16, description="k: k×k samples per pixel, averaged (anti-aliasing)")
+    format: Literal["png", "jpeg", "webp"] = "png"
+    quality: int = Field(90, ge=1, le=100, description="jpeg/webp quality; webp 100 = lossless")
+    background: str = Field("extrapolate", description=BACKGROUND_DOC)
+
+    @field_validator("viewport")
+    @classmethod
+    def _viewport(cls, v):
+        if not (v[2] > v[0] and v[3] > v[1]):
+            raise ValueError("viewport [x0, y0, x1, y1] needs x1 > x0 and y1 > y0")
+        return v
+
+    @field_validator("background")
+    @classmethod
+    def _background(cls, v: str) -> str:
+        return _check_background(v)
+
+    @model_validator(mode="after")
+    def _alpha(self) -> "RenderRequest":
+        if self.format == "jpeg" and self.background.strip().lower() == "transparent":
+            raise ValueError("jpeg has no alpha channel: use format png or webp with background 'transparent'")
+        return self
+
+
+ImagesJson = Annotated[list[Any], WithJsonSchema({
+    "type": "array", "description": "each image 28×28 nested lists or 784 flat values in [0,1], "
+                                    "white digit on black (MNIST)",
+    "items": {"oneOf": [
+        {"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 28, "maxItems": 28},
+         "minItems": 28, "maxItems": 28},
+        {"type": "array", "items": {"type": "number"}, "minItems": 784, "maxItems": 784}]}})]
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    images: ImagesJson
+
+
+class Prediction(BaseModel):
+    label: int = Field(description="the most probable digit")
+    probabilities: list[float] = Field(description="10 probabilities, digits 0–9")
+    input: list[list[float]] | None = Field(None, description="the 28×28 model input (with ?include_input=true)")
+
+
+class ClassifyResponse(BaseModel):
+    predictions: list[Prediction]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    task: str | None = Field(description="image or digits")
+    version: int | None
+    status: Literal["loading", "ready", "failed"]
+    error: str | None = Field(description="why the model failed to load")
+    provider: str | None = Field(description="onnxruntime execution provider, e.g. CPUExecutionProvider")
+    description: str | None
+    inputs: list[dict] = []
+    outputs: list[dict] = []
+    metrics: dict = Field(default_factory=dict, description="metrics from training")
+    metadata: dict = Field(default_factory=dict, description="the whole metadata.json")
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class Live(BaseModel):
+    status: Literal["live"] = "live"
+
+
+class Ready(BaseModel):
+    status: Literal["ready"] = "ready"
+    models_ready: int
+    models_failed: int

@@ -1,0 +1,35 @@
+"""Service settings: environment variables with the prefix INR_, overridden by the command line."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Every field can be set as INR_<FIELD>, e.g. INR_MODELS=models INR_DEVICE=auto."""
+
+    model_config = SettingsConfigDict(env_prefix="INR_", extra="ignore")
+
+    models: Path = Field(Path("models"), description="model repository: one folder per model")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
+    threads: int = Field(0, ge=0, le=256, description="onnxruntime intra-op threads per model; 0 = CPUs this "
+                                                         "process may use (affinity, cgroup quota) / workers")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    # Limits: each one is answered with a 4xx naming it.
+    max_query_coords: int = Field(262_144, ge=1, description="coordinates per /query request")
+    max_render_pixels: int = Field(16_777_216, ge=1, description="width × height × supersample² per render")
+    max_supersample: int = Field(8, ge=1, le=16, description="largest supersample factor k (k×k samples)")
+    max_classify_images: int = Field(64, ge=1, description="images per /classify request")
+    max_classify_bytes: int = Field(8 * MiB, ge=1, description="bytes of uploaded files per /classify request")
+    max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
+    max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
+    render_tile_samples: int = Field(65_536, ge=256, description="model samples per render tile (memory bound)")
