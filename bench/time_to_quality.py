@@ -66,6 +66,8 @@ class Probe:
 def run_variant(name: str, opts: str, a: argparse.Namespace, img: np.ndarray, stop: bool) -> dict:
     tc, tt, _, _ = split_pixels(img, "paper")
     opts = opts.format(q=len(tc) // 4, h=len(tc) // 2)
+    if a.max_steps:
+        opts += f" --steps {min(a.max_steps, int(opts.split('--steps')[1].split()[0]))}"
     argv = ["--image", a.image, "--size", str(a.size), "--scale", f"{a.scale:g}", "--protocol", "paper",
             "--device", a.device, "--seed", str(a.seed), "--no-progress", *opts.split()]
     cfg = fit_image_config(argv)
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quality", default="all",
                    help="variants run to the end of their schedule in round 1 for final PSNR (all, or names)")
+    p.add_argument("--max-steps", type=int, default=0, help="cap every schedule at this many steps (smoke tests)")
     p.add_argument("--every", type=int, default=10, help="probe interval in steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
