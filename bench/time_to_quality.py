@@ -47,6 +47,9 @@ VARIANTS = {
                                                         "--width 128 --steps 500",
     "minibatch ⅛ width 128 lr 5e-3 cosine 1000": "--lr 5e-3 --schedule cosine --batch-size {e} --depth 4 --width 128 "
                                                  "--steps 1000",
+    "batch 4096 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 4096 --depth 4 --width 256 --steps 500",
+    "batch 4096 width 128 depth 3 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 4096 --depth 3 "
+                                                       "--width 128 --steps 500",
     "lr 5e-3 cosine 500 compile": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 4 --width 256 --steps 500 "
                                   "--compile",
 }
