@@ -89,6 +89,17 @@ def write_json(name: str, payload: dict, out_dir: Path | None = None) -> Path:
     return path
 
 
+def ort_session(model, threads: int):
+    """An onnxruntime CPU session (model: path or bytes) with `threads` intra-op threads."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
+
+
 def fit_image_config(argv: list[str]):
     """The FitConfig that `python -m training fit-image ARGV` would train."""
     from training.cli import OneLineParser

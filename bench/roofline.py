@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import ROOT, fit_image_config, log, machine, median, setup_logging, time_calls, write_json
+from .common import ROOT, fit_image_config, log, ort_session, machine, median, setup_logging, time_calls, write_json
 
 MODEL_ARGV = ["--image", "astronaut", "--size", "32", "--steps", "3", "--device", "cpu", "--no-progress"]
 
@@ -54,15 +54,6 @@ def gemm_shapes(onnx_path: Path) -> tuple[list[tuple[int, int]], dict]:
         else:
             others[node.op_type] = others.get(node.op_type, 0) + 1
     return shapes, others
-
-
-def ort_session(onnx_path: Path, threads: int):
-    import onnxruntime as ort
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
 
 def kernels(onnx_path: Path, cfg, shapes, batch: int, threads: int) -> dict:

@@ -18,19 +18,18 @@ import argparse
 
 import numpy as np
 
-from .common import log, machine, median, pyplot, IMG, set_threads, setup_logging, time_calls, write_json
+from .common import IMG, log, machine, median, ort_session, pyplot, set_threads, setup_logging, time_calls, write_json
 
 MODELS = ("sinekan", "bspline-kan", "fourier-kan", "mlp")
 
 
-def build(model: str, hidden: list[int]):
-    """(torch graph, onnxruntime session) of one digit classifier, exported by training.digits."""
+def build(model: str, hidden: list[int], threads: int):
+    """(torch graph, onnxruntime session, net) of one digit classifier, exported by training.digits."""
     from training.digits.fit import export_digits
     from training.digits.models import DigitClassifier, DigitModelConfig
-    from training.export import ort_session
     net = DigitClassifier(DigitModelConfig(model=model, hidden=list(hidden))).eval()
     graph, onnx_bytes = export_digits(net)
-    return graph, ort_session(onnx_bytes), net
+    return graph, ort_session(onnx_bytes, threads), net
 
 
 def sinekan_floor(net, batch: int):
@@ -49,11 +48,12 @@ def sinekan_floor(net, batch: int):
     return run
 
 
-def measure(specs: list[list[int]], batches: list[int], models: list[str], repeats: int) -> list[dict]:
+def measure(specs: list[list[int]], batches: list[int], models: list[str], repeats: int,
+            threads: int) -> list[dict]:
     import torch
     rows = []
     for hidden in specs:
-        built = {m: build(m, hidden) for m in models}
+        built = {m: build(m, hidden, threads) for m in models}
         for batch in batches:
             x = np.random.default_rng(0).random((batch, 1, 28, 28), dtype=np.float32)
             tx = torch.from_numpy(x)
@@ -143,8 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batches", default="1,256")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=1, help="torch and onnxruntime threads (ORT uses training's "
-                                                          "ort_session: its default threads)")
+    p.add_argument("--threads", type=int, default=1, help="torch and onnxruntime intra-op threads")
     p.add_argument("--name", default="sinekan_speed")
     p.add_argument("--out-dir", default=None)
     p.add_argument("--plot", default=str(IMG / "bench-sinekan-speed.png"))
@@ -152,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     set_threads(a.threads)
     specs = [[int(w) for w in s.split(",")] for s in a.hidden.split(";") if s.strip()]
     result = {"machine": machine(), "hidden": specs, "batches": a.batches,
-              "rows": measure(specs, [int(b) for b in a.batches.split(",")], a.models.split(","), a.repeats)}
+              "rows": measure(specs, [int(b) for b in a.batches.split(",")], a.models.split(","), a.repeats,
+                                      a.threads)}
     result["ratios"] = ratios(result["rows"])
     write_json(a.name, result, a.out_dir)
     if a.plot:
