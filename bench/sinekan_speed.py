@@ -35,15 +35,16 @@ def build(model: str, hidden: list[int], threads: int):
 def sinekan_floor(net, batch: int):
     """sin(x·ω + φ) and one GEMM per layer, with the amplitudes pre-flattened: the maths, no more."""
     import torch
-    layers = [(l.frequencies.detach(), l.phase, l.amplitudes.detach().reshape(l.out_dim, -1).t().contiguous(),
-               l.bias.detach()) for l in net.body]
+    layers = [(l.frequencies.detach()[:, None], l.phase.t().contiguous(),
+               l.amplitudes.detach().permute(0, 2, 1).reshape(l.out_dim, -1).t().contiguous(), l.bias.detach())
+              for l in net.body]
     x0 = torch.rand(batch, 784) * 2 - 1
 
     def run():
         with torch.inference_mode():
             x = x0
-            for w, ph, a, b in layers:
-                x = torch.addmm(b, torch.sin(x[:, :, None] * w + ph).reshape(x.shape[0], -1), a)
+            for w, ph, a, b in layers:  # sines [N, G, in], then one GEMM
+                x = torch.addmm(b, torch.sin(x[:, None, :] * w + ph).reshape(x.shape[0], -1), a)
             return x
     return run
 
