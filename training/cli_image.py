@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .encodings import ENCODINGS, EncodingConfig
-from .fit_image import PROTOCOLS, FitConfig, fit_image
+from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, ImageModelConfig
 from .images import BUILTIN
 from .repository import check_out_dir
@@ -30,13 +30,19 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=positive_int, default=4)
     p.add_argument("--width", type=positive_int, default=256)
     p.add_argument("--grid", type=positive_int, default=8, help="sinekan: grid size G")
-    p.add_argument("--steps", type=positive_int, default=2000)
-    p.add_argument("--lr", type=positive_float, default=1e-3)
-    p.add_argument("--batch-size", type=int, default=0, help="random mini-batch size; 0 = full batch")
+    # Fast defaults, measured in docs/benchmarks.md §2; the paper's protocol is
+    # --steps 2000 --lr 1e-3 --schedule constant --batch-size 0.
+    p.add_argument("--steps", type=positive_int, default=500)
+    p.add_argument("--lr", type=positive_float, default=5e-3)
+    p.add_argument("--schedule", default="cosine", choices=SCHEDULES,
+                   help="learning rate: constant, or cosine decay to 0 over --steps (default)")
+    p.add_argument("--batch-size", type=int, default=4096,
+                   help="random mini-batch of training pixels per step; 0 = full batch")
     p.add_argument("--protocol", default="paper", choices=PROTOCOLS,
                    help="paper: train on [::2, ::2], test on the held-out pixels; full: train on all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--compile", action="store_true", help="torch.compile the training step")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -48,7 +54,8 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
         nyquist=args.size / 4 if args.protocol == "paper" else args.size / 2, seed=args.seed)
     model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
                              encoding=enc)
-    return FitConfig(image=args.image, size=args.size, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+    return FitConfig(image=args.image, size=args.size, steps=args.steps, lr=args.lr, schedule=args.schedule,
+                     batch_size=args.batch_size, compile=args.compile,
                      protocol=args.protocol, seed=args.seed, device=args.device,
                      progress=not args.no_progress, model=model)
 

@@ -1,0 +1,139 @@
+"""Shared helpers for the benchmarks: machine description, robust timing, result files."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger("bench")
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+IMG = ROOT / "docs" / "img"
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def machine() -> dict:
+    """What the numbers were measured on; written into every result file."""
+    import numpy as np
+    info = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "gpu": "none",
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    try:
+        import onnxruntime
+        info["onnxruntime"] = onnxruntime.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def time_calls(fn: Callable[[], object], repeats: int = 7, warmup: int = 1, min_seconds: float = 0.0) -> list[float]:
+    """Seconds per call of fn(), `repeats` samples after `warmup` calls. With min_seconds, each
+    sample loops fn until at least that long has passed and reports the mean per call."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_seconds:
+                break
+        samples.append(elapsed / n)
+    return samples
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    return float(statistics.fmean(xs)), float(statistics.stdev(xs)) if len(xs) > 1 else 0.0
+
+
+def write_json(name: str, payload: dict, out_dir: Path | None = None) -> Path:
+    """Write results atomically to OUT_DIR/NAME.json (default bench/results)."""
+    out_dir = Path(out_dir or RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    tmp.replace(path)
+    log.info("wrote %s", path)
+    return path
+
+
+def ort_session(model, threads: int):
+    """An onnxruntime CPU session (model: path or bytes) with `threads` intra-op threads."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def fit_image_config(argv: list[str]):
+    """The FitConfig that `python -m training fit-image ARGV` would train."""
+    from training.cli import OneLineParser
+    from training.cli_image import add_image_options, fit_config
+    parser = OneLineParser(prog="fit-image")
+    add_image_options(parser)
+    cfg = fit_config(parser.parse_args(argv))
+    cfg.validate()
+    return cfg
+
+
+def finish(result: dict, plot_path: str | None, plot: Callable, table_md: Callable) -> dict:
+    """Plot (when asked) and log the markdown table of a finished benchmark."""
+    if plot_path:
+        plot(result, plot_path)
+    log.info("\n%s", table_md(result))
+    return result
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def set_threads(n: int) -> None:
+    """Pin torch's intra-op threads (0 = leave torch's default). On a shared 2-core VM one
+    thread is 2-3× faster than two: the other tenants keep a core busy and OpenMP waits."""
+    if n > 0:
+        import torch
+        torch.set_num_threads(n)
+
+
+def setup_logging(verbose: bool = True) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")

@@ -1,0 +1,78 @@
+"""The benchmarks run end to end on tiny sizes (`python -m bench.quick --preset smoke`).
+
+Timing is never asserted here: speed lives in docs/benchmarks.md. These tests check that
+every benchmark trains, exports, serves and measures real models and writes its results.
+"""
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import quick
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_DIGITS = importlib.util.find_spec("training.digits") is not None
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    return out, quick.main(["--preset", "smoke", "--out-dir", str(out)])
+
+
+def test_fourier_table_fits_every_encoding_on_every_image(smoke):
+    out, results = smoke
+    r = results["fourier_table"]
+    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {
+        (i, e) for i in ("astronaut", "text") for e in ("none", "basic", "positional", "gaussian", "sine", "sinekan")}
+    assert all(math.isfinite(x["test_psnr"]) and x["test_psnr"] > 0 for x in r["runs"])
+    assert r["sigma"] in (2.0, 5.0) and len(r["sigma_sweep"]) == 2
+    assert set(r["summary"]) == {"natural", "text"}
+    assert "| gaussian (σ=" in quick.fourier_table.table_md(r)
+    assert json.loads((out / "fourier_table.json").read_text())["runs"] == r["runs"]
+
+
+def test_time_to_quality_reports_every_variant_with_its_final_quality(smoke):
+    _, results = smoke
+    r = results["time_to_quality"]
+    assert set(r["summary"]) == {"paper", "lr 5e-3 cosine 500"}
+    assert len(r["rows"]) == 4  # 2 variants × 2 rounds
+    for v in r["summary"].values():
+        assert v["final_test_psnr"] is not None and v["median_seconds_per_step"] > 0
+    round2 = [x for x in r["rows"] if x["round"] == 2]
+    assert all(x["stopped_at_target"] for x in round2)
+    assert all(x["steps"] <= 20 for x in r["rows"])
+
+
+def test_roofline_measures_onnxruntime_against_the_matmul_rate_and_the_real_render_route(smoke):
+    _, results = smoke
+    r = results["roofline"]
+    assert r["gemm_shapes"][0] == [2, 256] or r["gemm_shapes"][0] == (2, 256)
+    assert r["gemm_flops_per_coord"] == 2 * (2 * 256 + 512 * 256 + 256 * 256 * 2 + 256 * 3)
+    kernels = {x["kernel"] for x in r["compute"]}
+    assert {"onnxruntime", "torch eager"} <= kernels
+    assert all(x["gflops"] > 0 for x in r["compute"])
+    render = r["render"][0]
+    assert render["size"] == 32 and render["png_bytes"] > 0 and render["render_over_bare"] > 0
+
+
+@pytest.mark.skipif(not HAS_DIGITS, reason="training.digits is not in this checkout")
+def test_sinekan_speed_times_all_four_exported_classifiers(smoke):
+    _, results = smoke
+    r = results["sinekan_speed"]
+    models = {x["model"] for x in r["rows"]}
+    assert {"sinekan", "bspline-kan", "fourier-kan", "mlp"} <= models
+    assert {(x["batch"], x["runtime"]) for x in r["ratios"]} == {
+        (b, rt) for b in (1, 8) for rt in ("onnxruntime", "torch eager")}
+    assert all(x["bspline-kan_over_sinekan"] > 0 for x in r["ratios"])
+
+
+def test_an_unknown_variant_is_one_line_error_with_the_valid_names():
+    p = subprocess.run([sys.executable, "-m", "bench.time_to_quality", "--variants", "warp-speed"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert "unknown variant(s) ['warp-speed']" in p.stderr and "paper" in p.stderr
