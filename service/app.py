@@ -15,7 +15,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import BodyTooLarge, error_response, install_error_handlers
-from .inference import DirectInference
+from . import metrics as metrics_router
+from . import v2
+from .batching import BatchConfig, BatchingInference
+from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routers import classify, health, models, query, render
 from .runtime import RuntimeOptions, default_threads
@@ -54,13 +57,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
     registry = Registry(settings.models, RuntimeOptions(device=settings.device, threads=threads))
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
                  threads)
         await run_in_threadpool(registry.load_all)
+        metrics.set_models(registry.models)
         yield
+        await app.state.inference.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description="Coordinate queries with affine transforms, continuous-resolution rendering, and "
@@ -68,10 +74,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               "`{\"error\": \"...\"}`.")
     app.state.settings = settings
     app.state.registry = registry
-    app.state.inference = DirectInference()
+    app.state.metrics = metrics
+    app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    for r in (health, models, query, render, classify):
+    app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
+    for r in (health, models, query, render, classify, v2, metrics_router):
         app.include_router(r.router)
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
