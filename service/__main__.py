@@ -6,6 +6,7 @@ Options override INR_* environment variables. Bad input prints one line,
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import sys
@@ -79,8 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in settings.model_dump().items():
         os.environ[f"INR_{key.upper()}"] = str(value)
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=settings.log_level)
+                workers=settings.workers, log_level=settings.log_level, log_config=log_config(settings.log_level))
     return 0
+
+
+def log_config(level: str) -> dict:
+    """uvicorn's logging config plus the service's own loggers, so that every worker process logs them."""
+    from uvicorn.config import LOGGING_CONFIG
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["service"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
 
 
 if __name__ == "__main__":

@@ -54,13 +54,31 @@ class RenderSpec:
         return 4 if self.background.mode == "transparent" else 3
 
 
+FLOAT32_LIMIT = 1e30  # beyond this the network's float32 arithmetic overflows to Inf/NaN
+
+
+def model_coords(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Map output points through the 2×3 matrix, refusing results the float32 model cannot take."""
+    src = apply(matrix, points)
+    if not np.all(np.abs(src) < FLOAT32_LIMIT):
+        raise ValueError(f"coordinates after the transform reach {np.abs(src).max():.3g}; they must stay "
+                         f"below {FLOAT32_LIMIT:g} in magnitude")
+    return src
+
+
+def check_render_coords(spec: "RenderSpec") -> None:
+    """An affine map takes its extremes at the viewport's corners: check those before rendering."""
+    x0, y0, x1, y1 = spec.viewport
+    model_coords(spec.matrix, np.array([[x0, y0], [x1, y0], [x0, y1], [x1, y1]], dtype=np.float64))
+
+
 def inside_unit_square(points: np.ndarray) -> np.ndarray:
     return np.all((points >= 0.0) & (points <= 1.0), axis=-1)
 
 
 def fill_points(rgb: np.ndarray, src: np.ndarray, background: Background) -> np.ndarray:
     """Clip model output [N, 3] to [0,1] and paint a background colour where `src` is outside [0,1]²."""
-    rgb = np.clip(rgb, 0.0, 1.0)
+    rgb = np.clip(np.nan_to_num(rgb, nan=0.0), 0.0, 1.0)
     if background.mode == "colour":
         rgb[~inside_unit_square(src)] = background.rgb
     return rgb
@@ -72,7 +90,8 @@ def render(predict: Predict, spec: RenderSpec, tile_samples: int) -> np.ndarray:
     k = spec.supersample
     for t in tiles(spec.height, spec.width, k, tile_samples):
         src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, k, spec.viewport))
-        rgb = np.clip(predict(src.reshape(-1, 2).astype(np.float32)), 0.0, 1.0).reshape(*src.shape[:2], 3)
+        rgb = np.clip(np.nan_to_num(predict(src.reshape(-1, 2).astype(np.float32)), nan=0.0), 0.0, 1.0)
+        rgb = rgb.reshape(*src.shape[:2], 3)
         pixels = _fill(rgb, src, spec.background, k)
         out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels * 255.0).astype(np.uint8)
     return out

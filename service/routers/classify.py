@@ -17,7 +17,7 @@ from ..settings import Settings
 
 router = APIRouter(prefix="/v1/models", tags=["digit models"])
 OPENAPI_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"$ref": "#/components/schemas/ClassifyRequest"}},
+    "application/json": {"schema": ClassifyRequest.model_json_schema()},
     "multipart/form-data": {"schema": {"type": "object", "properties": {"files": {
         "type": "array", "items": {"type": "string", "format": "binary"},
         "description": "one or more PNG or JPEG files, any size and colours"}}}}}}}

@@ -6,10 +6,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ..deps import ImageModel, InferenceDep, SettingsDep
-from ..errors import TooLarge
-from ..imaging import Background, fill_points
+from ..errors import BadInput, TooLarge
+from ..imaging import Background, fill_points, model_coords
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
-from ..transform import apply
 
 router = APIRouter(prefix="/v1/models", tags=["image models"])
 ERRORS = {c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}
@@ -21,7 +20,10 @@ async def query(body: QueryRequest, model: ImageModel, settings: SettingsDep, in
     if len(body.coords) > settings.max_query_coords:
         raise TooLarge(f"{len(body.coords)} coords is more than the limit of {settings.max_query_coords} "
                        "per query (INR_MAX_QUERY_COORDS)")
-    src = apply(sampling_matrix(body.transform), np.asarray(body.coords, dtype=np.float64))
+    try:
+        src = model_coords(sampling_matrix(body.transform), np.asarray(body.coords, dtype=np.float64))
+    except ValueError as e:
+        raise BadInput(str(e)) from None
     out = await inference(model, src.astype(np.float32))
     rgb = fill_points(out["rgb"], src, Background.parse(body.background))
     return JSONResponse({"rgb": np.round(rgb.astype(np.float64), 6).tolist()})

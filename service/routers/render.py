@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..deps import ImageModel, SettingsDep
 from ..errors import BadInput
-from ..imaging import MEDIA_TYPES, Background, RenderSpec, encode, render
+from ..imaging import MEDIA_TYPES, Background, RenderSpec, check_render_coords, encode, render
 from ..runtime import ModelRuntime
 from ..schemas import ErrorBody, RenderRequest, sampling_matrix
 from ..settings import Settings
@@ -33,6 +33,10 @@ def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings) ->
     spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
                       viewport=req.viewport, supersample=req.supersample,
                       background=Background.parse(req.background))
+    try:
+        check_render_coords(spec)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
     pixels = render(lambda x: model.predict(x)["rgb"], spec, settings.render_tile_samples)
     return encode(pixels, req.format, req.quality)
 

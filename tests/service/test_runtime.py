@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 from service.errors import DeviceError
-from service.runtime import (ModelRuntime, RuntimeOptions, available_cpus, cgroup_cpu_limit,
+from service.runtime import (ModelRuntime, RuntimeOptions, available_cpus, cgroup_cpu_limit, default_threads,
                              check_device_available)
 
 
@@ -67,3 +67,8 @@ def test_broken_models_fail_with_their_reason(model_repo, name, reason):
     model = ModelRuntime(model_repo / name, RuntimeOptions())
     assert not model.load()
     assert model.status == "failed" and reason in model.error
+
+
+def test_default_threads_share_the_cpus_between_workers():
+    assert default_threads(1) == available_cpus()
+    assert default_threads(available_cpus() * 2) == 1

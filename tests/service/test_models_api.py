@@ -1,0 +1,45 @@
+"""GET /v1/models and /v1/models/{name}: metadata, status, provider, training metrics."""
+
+
+def test_model_list_shows_every_folder_with_status(client):
+    models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    assert {n: m["status"] for n, m in models.items()} == {
+        "astronaut": "ready", "digits": "ready", "broken-onnx": "failed", "no-metadata": "failed",
+        "tampered": "failed", "wrong-inputs": "failed"}
+
+
+def test_ready_models_show_provider_task_and_training_metrics(client):
+    m = client.get("/v1/models/astronaut").json()
+    assert m["provider"] == "CPUExecutionProvider" and m["task"] == "image" and m["error"] is None
+    assert set(m["metrics"]) >= {"train_psnr", "test_psnr", "ssim"}
+    assert m["inputs"] == [{"name": "coords", "datatype": "FP32", "shape": [-1, 2]}]
+    d = client.get("/v1/models/digits").json()
+    assert d["task"] == "digits" and d["metrics"]["test_accuracy"] >= 0.9
+
+
+def test_failed_models_show_the_reason(client):
+    tampered = client.get("/v1/models/tampered").json()
+    assert tampered["status"] == "failed" and "sha256" in tampered["error"] and tampered["provider"] is None
+    assert "unexpected inputs" in client.get("/v1/models/wrong-inputs").json()["error"]
+    assert "unreadable ONNX" in client.get("/v1/models/broken-onnx").json()["error"]
+
+
+def test_unknown_model_is_404_listing_the_models(client):
+    r = client.get("/v1/models/nope")
+    assert r.status_code == 404
+    assert r.json() == {"error": "unknown model 'nope'; models: astronaut, broken-onnx, digits, no-metadata, "
+                                 "tampered, wrong-inputs"}
+
+
+def test_openapi_documents_every_endpoint_with_schemas(client):
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    for path in ("/health/live", "/health/ready", "/v1/models", "/v1/models/{name}", "/v1/models/{name}/query",
+                 "/v1/models/{name}/render", "/v1/models/{name}/classify"):
+        assert path in paths, path
+    assert set(paths["/v1/models/{name}/render"]) == {"get", "post"}
+    body = paths["/v1/models/{name}/classify"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "multipart/form-data"}
+    assert "images" in body["application/json"]["schema"]["properties"]
+    assert {"QueryRequest", "RenderRequest", "Transform", "ClassifyResponse", "ErrorBody"} <= set(
+        spec["components"]["schemas"])
