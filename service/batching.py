@@ -43,7 +43,7 @@ Outputs = dict[str, np.ndarray]
 class BatchConfig:
     enabled: bool = True
     max_batch: int = 256            # rows per run
-    max_queue_delay: float = 0.002  # seconds
+    max_queue_delay: float = 0.0005  # seconds
     max_queue: int = 1024           # requests waiting per model
 
     @classmethod
@@ -88,6 +88,8 @@ class ModelQueue:
     def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None):
         self.model, self.config, self.metrics = model, config, metrics
         self.items: deque[Pending] = deque()
+        self.rows = 0  # rows queued
+        self.timed_out = False
         self.wake = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self.worker(), name=f"batcher-{model.name}")
 
@@ -97,6 +99,7 @@ class ModelQueue:
                              "(INR_MAX_QUEUE); try again later")
         item = Pending(x, asyncio.get_running_loop().create_future())
         self.items.append(item)
+        self.rows += item.rows
         self._pending(+1)
         self.wake.set()
         return await item.future
@@ -105,36 +108,34 @@ class ModelQueue:
         if self.metrics:
             self.metrics.pending(self.model.name, delta)
 
-    def queued_rows(self, limit: int) -> int:
-        rows = 0
-        for item in self.items:
-            rows += item.rows
-            if rows >= limit:
-                break
-        return rows
-
     async def gather(self) -> list[Pending]:
         """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up."""
         while not self.items:
             self.wake.clear()
             await self.wake.wait()
-        deadline = self.items[0].arrived + self.config.max_queue_delay
-        while self.queued_rows(self.config.max_batch) < self.config.max_batch:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                break
-            self.wake.clear()
+        cfg = self.config
+        left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
+        if self.rows < cfg.max_batch and left > 0:
+            timer = asyncio.get_running_loop().call_later(left, self.timeout)
+            self.timed_out = False
             try:
-                await asyncio.wait_for(self.wake.wait(), left)
-            except asyncio.TimeoutError:
-                break
-        batch, rows = [self.items.popleft()], 0
+                while self.rows < cfg.max_batch and not self.timed_out:
+                    self.wake.clear()
+                    await self.wake.wait()
+            finally:
+                timer.cancel()
+        batch = [self.items.popleft()]
         rows = batch[0].rows
-        while self.items and rows + self.items[0].rows <= self.config.max_batch:
+        while self.items and rows + self.items[0].rows <= cfg.max_batch:
             rows += self.items[0].rows
             batch.append(self.items.popleft())
+        self.rows -= rows
         self._pending(-len(batch))
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
+
+    def timeout(self) -> None:
+        self.timed_out = True
+        self.wake.set()
 
     async def worker(self) -> None:
         while True:
@@ -166,6 +167,7 @@ class ModelQueue:
             if not p.future.done():
                 p.future.set_exception(Overloaded("the server is shutting down"))
         self.items.clear()
+        self.rows = 0
         try:
             await self.task
         except asyncio.CancelledError:

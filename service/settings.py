@@ -37,6 +37,6 @@ class Settings(BaseSettings):
     # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
     max_batch: int = Field(256, ge=1, description="rows (coordinates or images) per batched run")
-    max_queue_delay_ms: float = Field(2.0, ge=0, le=1000, description="longest wait for batch-mates after "
+    max_queue_delay_ms: float = Field(0.5, ge=0, le=1000, description="longest wait for batch-mates after "
                                                                          "the oldest queued request")
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
