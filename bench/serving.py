@@ -218,6 +218,19 @@ def classify_loads(digits: str, tmp: Path) -> list[Load]:
                  ihcl=str(len(head)))]
 
 
+def server_stats(url: str, model: str) -> dict:
+    """From the server's own metrics: rows per onnxruntime run and compute milliseconds per row."""
+    from prometheus_client.parser import text_string_to_metric_families
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            if sample.labels.get("model") == model:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    rows, runs = values["nv_inference_count_total"], values["nv_inference_exec_count_total"]
+    return {"rows_per_run": rows / runs, "requests_per_run": values["inr_batch_requests_sum"] / runs,
+            "compute_ms_per_row": values["inr_inference_compute_duration_seconds_sum"] * 1000 / rows}
+
+
 def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
     loads = [l for l in classify_loads(digits, tmp) if l.label.split()[0] in args.protocols]
     env = {"INR_MAX_QUEUE_DELAY_MS": str(args.delay_ms), "INR_MAX_BATCH": str(args.max_batch),
@@ -241,6 +254,12 @@ def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
                                  "errors %d (load %.1f)", load.label, c, variant, r["rps"], r["p50_ms"], r["p99_ms"],
                                  r["cpu_ms_per_req"], r["errors"], os.getloadavg()[0])
                         results.setdefault((load.label, c, variant), []).append(r)
+            # the floor: CPU per request of a route that does nothing, same server, same round
+            floor = wrk(servers["on"], Load("floor", "/v2/health/live", tmp / "empty", method="GET"), 32,
+                        args.duration, args.script)
+            results.setdefault(("floor",), []).append(floor)
+            log.info("GET /v2/health/live c=32: %.2f CPU ms/req", floor["cpu_ms_per_req"])
+        floors = results.pop(("floor",))
         for (label, c, variant), rs in results.items():
             row = {"load": label, "concurrency": c, "batching": variant, **summary(rs)}
             if variant == "on":  # the ratio of each round's back-to-back pair, then the median
@@ -248,9 +267,9 @@ def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
                 row["ratio_rounds"] = [round(x, 2) for x in pairs]
                 row["ratio"] = median(pairs)
             rows.append(row)
-        metrics = httpx.get(servers["on"].url + "/metrics").text
-        rows.append({"batch_metrics": [l for l in metrics.splitlines() if l.startswith("inr_batch_requests_")
-                                       and "_bucket" not in l]})
+        rows.append({"floor_get_live": summary(floors)})
+        for variant, s in servers.items():
+            rows.append({"server_metrics": variant, **server_stats(s.url, digits)})
     finally:
         for s in servers.values():
             s.stop()
@@ -259,7 +278,6 @@ def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
 
 def bench_render(repo: Path, image: str, args, tmp: Path) -> list[dict]:
     body = tmp / "empty"
-    body.write_text("")
     load = Load("render", f"/v1/models/{image}/render?width={args.render_size}&height={args.render_size}&format=png",
                 body, method="GET")
     results: dict[int, list] = {}
@@ -287,6 +305,14 @@ def table(rows: list[dict], render: list[dict]) -> str:
         lines.append(f"| {label} | {c} | {off['rps']:.0f} | {on['rps']:.0f} | {on['ratio']:.2f}× | "
                      f"{off['p50_ms']:.1f} | {on['p50_ms']:.1f} | {off['p99_ms']:.1f} | {on['p99_ms']:.1f} | "
                      f"{off['cpu_ms_per_req']:.2f} | {on['cpu_ms_per_req']:.2f} |")
+    extra = {k: r for r in rows for k in ("floor_get_live",) if k in r}
+    if extra:
+        f = extra["floor_get_live"]["floor_get_live"]
+        lines += ["", f"Floor: GET /v2/health/live at 32 clients costs {f['cpu_ms_per_req']:.2f} CPU ms/req."]
+    for r in rows:
+        if "server_metrics" in r:
+            lines.append(f"Batching {r['server_metrics']}: {r['rows_per_run']:.1f} rows per onnxruntime run, "
+                         f"{r['compute_ms_per_row']:.3f} compute ms per row.")
     if render:
         lines += ["", "| workers | render req/s | p50 ms | p99 ms | CPU ms/req |", "|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['workers']} | {r['rps']:.1f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
@@ -323,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmpdir)
         args.script = tmp / "bench.lua"
         args.script.write_text(LUA)
+        (tmp / "empty").write_text("")
         repo, source = args.models, f"repository {args.models}"
         found = find_models(repo) if repo.is_dir() else {}
         if "digits" not in found or "image" not in found:

@@ -6,8 +6,6 @@ The input goes through the same `inference` (batching) as /v1 query and classify
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ..errors import BadInput, ModelNotReady, NotFound, TooLarge
@@ -36,18 +34,14 @@ def resolve(registry: Registry, name: str, version: str | None, ready: bool = Fa
     return model
 
 
-_CONFIGS: dict[Path, tuple[int, dict]] = {}
+_CONFIGS: dict[int, tuple[ModelRuntime, dict]] = {}
 
 
 def config_of(model: ModelRuntime) -> dict:
-    """The model's Triton config, cached until config.pbtxt changes."""
-    try:
-        stamp = (model.path / "config.pbtxt").stat().st_mtime_ns
-    except OSError:
-        stamp = 0
-    cached = _CONFIGS.get(model.path)
-    if cached is None or cached[0] != stamp:
-        cached = _CONFIGS[model.path] = (stamp, triton_config(model.path, model.metadata, model.name))
+    """The model's Triton config, read once per loaded model (a model folder is loaded once)."""
+    cached = _CONFIGS.get(id(model))
+    if cached is None or cached[0] is not model:
+        cached = _CONFIGS[id(model)] = (model, triton_config(model.path, model.metadata, model.name))
     return cached[1]
 
 
