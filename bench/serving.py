@@ -235,12 +235,14 @@ def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
     loads = [l for l in classify_loads(digits, tmp) if l.label.split()[0] in args.protocols]
     env = {"INR_MAX_QUEUE_DELAY_MS": str(args.delay_ms), "INR_MAX_BATCH": str(args.max_batch),
            **({"INR_THREADS": str(args.threads)} if args.threads else {})}
-    servers = {"on": Server(repo, "batching on", env), "off": Server(repo, "batching off",
-                                                                        {**env, "INR_BATCHING": "false"})}
+    w = args.classify_workers
+    servers = {"on": Server(repo, "batching on", env, w), "off": Server(repo, "batching off",
+                                                                           {**env, "INR_BATCHING": "false"}, w)}
     rows = []
     try:
         for s in servers.values():
             s.wait()
+        time.sleep(w)  # every worker loads the models
         results: dict[tuple, list] = {}
         for rnd in range(args.rounds):
             for load in loads:
@@ -333,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay-ms", type=float, default=0.5, help="INR_MAX_QUEUE_DELAY_MS of the batching server")
     p.add_argument("--threads", type=int, default=0, help="INR_THREADS of the classify servers (0: the default)")
     p.add_argument("--max-batch", type=int, default=256)
-    p.add_argument("--workers", type=ints, default=[1, 2])
+    p.add_argument("--workers", type=ints, default=[1, 2], help="uvicorn workers of the render servers")
+    p.add_argument("--classify-workers", type=int, default=1, help="uvicorn workers of the classify servers")
     p.add_argument("--render-size", type=int, default=64)
     p.add_argument("--render-concurrency", type=int, default=4)
     p.add_argument("--render-duration", type=float, default=6.0)

@@ -3,11 +3,12 @@
 `BatchingInference` has the same `await inference(model, x)` as `DirectInference` and replaces
 it as `app.state.inference`, so v1 query, v1 classify and v2 infer all go through it.
 
-Per model there is one queue and one worker task on the event loop. The worker takes the oldest
-request, waits until the queued rows reach `max_batch` or `max_queue_delay` has passed since that
-request arrived (Triton's rule), concatenates the inputs along the first axis, runs them once in
-the thread pool and hands each request its own slice of every output, in order. While a run is
-in flight the next batch gathers, so under load batches grow by themselves.
+Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
+count). A worker takes the oldest request, waits until the queued rows reach `max_batch` or
+`max_queue_delay` has passed since that request arrived (Triton's rule), concatenates the inputs
+along the first axis, runs them once in the thread pool and hands each request its own slice of
+every output, in order. While one batch runs the next one gathers, and with two instances it
+runs beside it on another core; under load batches grow by themselves.
 
 * A request with more rows than `max_batch` runs alone, never split.
 * A failed batched run is retried request by request, so one bad request fails alone.
@@ -45,11 +46,12 @@ class BatchConfig:
     max_batch: int = 256            # rows per run
     max_queue_delay: float = 0.0005  # seconds
     max_queue: int = 1024           # requests waiting per model
+    instances: int = 2              # batches of one model running at once
 
     @classmethod
     def from_settings(cls, s: Settings) -> "BatchConfig":
         return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=s.max_queue_delay_ms / 1000,
-                   max_queue=s.max_queue)
+                   max_queue=s.max_queue, instances=s.batch_instances)
 
 
 class Pending:
@@ -89,9 +91,10 @@ class ModelQueue:
         self.model, self.config, self.metrics = model, config, metrics
         self.items: deque[Pending] = deque()
         self.rows = 0  # rows queued
-        self.timed_out = False
         self.wake = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self.worker(), name=f"batcher-{model.name}")
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}")
+                      for i in range(config.instances)]
 
     async def submit(self, x: np.ndarray) -> Outputs:
         if len(self.items) >= self.config.max_queue:
@@ -109,21 +112,22 @@ class ModelQueue:
             self.metrics.pending(self.model.name, delta)
 
     async def gather(self) -> list[Pending]:
-        """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up."""
-        while not self.items:
+        """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up.
+        Several workers may gather at once: each re-checks the queue after every wake-up."""
+        cfg, loop = self.config, asyncio.get_running_loop()
+        while True:
+            timer = None
+            if self.items:
+                left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
+                if self.rows >= cfg.max_batch or left <= 0:
+                    break
+                timer = loop.call_later(left, self.wake.set)
             self.wake.clear()
-            await self.wake.wait()
-        cfg = self.config
-        left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
-        if self.rows < cfg.max_batch and left > 0:
-            timer = asyncio.get_running_loop().call_later(left, self.timeout)
-            self.timed_out = False
             try:
-                while self.rows < cfg.max_batch and not self.timed_out:
-                    self.wake.clear()
-                    await self.wake.wait()
+                await self.wake.wait()
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
         batch = [self.items.popleft()]
         rows = batch[0].rows
         while self.items and rows + self.items[0].rows <= cfg.max_batch:
@@ -132,10 +136,6 @@ class ModelQueue:
         self.rows -= rows
         self._pending(-len(batch))
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
-
-    def timeout(self) -> None:
-        self.timed_out = True
-        self.wake.set()
 
     async def worker(self) -> None:
         while True:
@@ -162,16 +162,14 @@ class ModelQueue:
                     p.future.set_result(result)
 
     async def close(self) -> None:
-        self.task.cancel()
+        for task in self.tasks:
+            task.cancel()
         for p in self.items:
             if not p.future.done():
                 p.future.set_exception(Overloaded("the server is shutting down"))
         self.items.clear()
         self.rows = 0
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            pass
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 class BatchingInference:

@@ -40,3 +40,5 @@ class Settings(BaseSettings):
     max_queue_delay_ms: float = Field(0.5, ge=0, le=1000, description="longest wait for batch-mates after "
                                                                          "the oldest queued request")
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
+    batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
+                                                               "while another computes)")

@@ -52,10 +52,13 @@ def test_concurrent_requests_share_one_run_and_get_their_own_rows(digits):
         np.testing.assert_allclose(out["logits"], alone["logits"], atol=1e-5)
 
 
-def test_batches_stop_at_max_batch_rows_and_big_requests_run_alone(digits):
+@pytest.mark.parametrize("instances", [1, 3])
+def test_batches_stop_at_max_batch_rows_and_big_requests_run_alone(digits, instances):
     xs = [images(3, seed) for seed in range(6)] + [images(20, 99)]
-    results, stats = run_concurrently(BatchConfig(max_batch=8, max_queue_delay=0.05), digits, xs)
-    assert all(not isinstance(r, BaseException) for r in results)
+    config = BatchConfig(max_batch=8, max_queue_delay=0.05, instances=instances)
+    results, stats = run_concurrently(config, digits, xs)
+    for x, out in zip(xs, results):
+        np.testing.assert_allclose(out["probabilities"], digits.predict(x)["probabilities"], atol=1e-6)
     assert sorted(stats.batches) == [6, 20]  # pairs of 3-row requests, and the 20-row one alone
     assert stats.batches[6].count == 3 and stats.execution_count == 4
 
