@@ -116,18 +116,22 @@ class ModelQueue:
         Several workers may gather at once: each re-checks the queue after every wake-up."""
         cfg, loop = self.config, asyncio.get_running_loop()
         while True:
-            timer = None
+            timer, expired = None, []
             if self.items:
                 left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
                 if self.rows >= cfg.max_batch or left <= 0:
                     break
-                timer = loop.call_later(left, self.wake.set)
+                timer = loop.call_later(left, self._expire, expired)
             self.wake.clear()
             try:
                 await self.wake.wait()
             finally:
                 if timer is not None:
                     timer.cancel()
+            # Trust the timer rather than the clock: an event loop with millisecond timers may fire
+            # early, and re-arming for the few microseconds left would spin.
+            if expired and self.items:
+                break
         batch = [self.items.popleft()]
         rows = batch[0].rows
         while self.items and rows + self.items[0].rows <= cfg.max_batch:
@@ -136,6 +140,10 @@ class ModelQueue:
         self.rows -= rows
         self._pending(-len(batch))
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
+
+    def _expire(self, expired: list) -> None:
+        expired.append(True)
+        self.wake.set()
 
     async def worker(self) -> None:
         while True:

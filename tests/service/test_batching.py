@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
-from conftest import Server
 from service.batching import BatchConfig, BatchingInference
 from service.errors import Overloaded
 from service.metrics import Metrics
@@ -104,8 +103,10 @@ def test_a_cancelled_request_is_dropped_before_the_run(digits):
 
 
 @pytest.fixture(scope="module")
-def servers(model_repo):
-    """The same models served with batching (a long delay, so that merges surely happen) and without."""
+def servers(model_repo, server):
+    """The same models served with batching (a long delay, so that merges surely happen) and without,
+    by the conftest's server class (taken from the session server, so this works however tests import)."""
+    Server = type(server)
     on = Server(model_repo, env={"INR_MAX_QUEUE_DELAY_MS": "20", "INR_MAX_BATCH": "64"})
     off = Server(model_repo, env={"INR_BATCHING": "false"})
     try:
