@@ -10,6 +10,7 @@ import copy
 import logging
 import os
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -50,19 +51,37 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
+def probe_cuda(models: Path) -> bool:
+    """Load the first loadable model on CUDA: True if it runs there, False if no model could be loaded.
+    Raises DeviceError when the session does not really run on CUDA (session.get_providers())."""
+    from .registry import Registry
+    from .runtime import ModelRuntime, RuntimeOptions
+    for path in Registry(models, RuntimeOptions()).discover():
+        if ModelRuntime(path, RuntimeOptions(device="cuda", threads=1)).load():
+            return True
+    return False
+
+
 def resolve_device(settings: Settings) -> Settings:
-    """cuda: refuse now if onnxruntime has no CUDA provider. auto: pick CUDA when the provider exists;
-    each model session then confirms it really runs there (or falls back and says so)."""
+    """cuda: refuse to start unless a model session really runs on CUDA.
+    auto: CUDA when that works, else CPU; say which."""
     import onnxruntime as ort
 
     from .runtime import CUDA, check_device_available
-    check_device_available(settings.device)
-    if settings.device == "auto":
-        has_cuda = CUDA in ort.get_available_providers()
-        logging.getLogger("service").info("--device auto: %s", "trying CUDAExecutionProvider" if has_cuda
-                                          else "no CUDA provider in onnxruntime; using CPUExecutionProvider")
-        if not has_cuda:
-            settings = settings.model_copy(update={"device": "cpu"})
+    log = logging.getLogger("service")
+    if settings.device == "cuda":
+        check_device_available("cuda")
+        probe_cuda(settings.models)
+    elif settings.device == "auto":
+        device = "cpu"
+        if CUDA in ort.get_available_providers():
+            try:
+                probe_cuda(settings.models)
+                device = "cuda"
+            except DeviceError as e:
+                log.warning("--device auto: %s", e)
+        log.info("--device auto: using %s", "CUDAExecutionProvider" if device == "cuda" else "CPUExecutionProvider")
+        settings = settings.model_copy(update={"device": device})
     return settings
 
 

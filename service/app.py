@@ -9,6 +9,7 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +27,18 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+DESCRIPTION = """Coordinate queries with affine transforms, continuous-resolution rendering, and digit
+classification over an ONNX model repository.
+
+* Coordinates: (x, y) in the unit square, x right, y down; pixel (i, j) of a W×H render has its
+  centre at ((j+½)/W, (i+½)/H) of the viewport.
+* Transform: `{rotate, scale, translate, center}` moves the image — rotate counter-clockwise on
+  screen about `center` (default [0.5, 0.5]), then scale about `center`, then translate — and the
+  model is sampled at the inverse-mapped coordinates; or `{matrix: [[a, b, c], [d, e, f]]}`,
+  applied directly to the query coordinates.
+* Outside the unit square, `background` decides: `extrapolate` (default, the network's own
+  values), `transparent` (png/webp) or a colour (`white`, `#ff8800`).
+* Every error is `{"error": "..."}`."""
 
 
 class BodyLimit:
@@ -56,7 +69,8 @@ class BodyLimit:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
-    registry = Registry(settings.models, RuntimeOptions(device=settings.device, threads=threads))
+    options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin)
+    registry = Registry(settings.models, options)
     metrics = Metrics()
 
     @asynccontextmanager
@@ -65,13 +79,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                  threads)
         await run_in_threadpool(registry.load_all)
         metrics.set_models(registry.models)
+        app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
         yield
         await app.state.inference.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
-                  description="Coordinate queries with affine transforms, continuous-resolution rendering, and "
-                              "digit classification over an ONNX model repository. Errors are "
-                              "`{\"error\": \"...\"}`.")
+                  description=DESCRIPTION)
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics

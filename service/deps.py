@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from .inference import DirectInference
+from .inference import Inference
 from .registry import Registry
 from .runtime import ModelRuntime
 from .settings import Settings
@@ -19,13 +19,13 @@ async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-async def get_inference(request: Request) -> DirectInference:
+async def get_inference(request: Request) -> Inference:
     return request.app.state.inference
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
-InferenceDep = Annotated[DirectInference, Depends(get_inference)]
+InferenceDep = Annotated[Inference, Depends(get_inference)]
 ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=64)]
 
 

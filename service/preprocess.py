@@ -14,7 +14,7 @@ import io
 import warnings
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import BadInput, TooLarge
 
@@ -61,6 +61,7 @@ def decode(data: bytes, name: str, max_pixels: int) -> Image.Image:
                 raise TooLarge(f"'{name}' is {img.width}×{img.height} pixels, more than the limit of "
                                     f"{max_pixels}")
             img.load()
+            img = ImageOps.exif_transpose(img)  # phone photos: upright as the camera meant
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise TooLarge(f"'{name}' has more pixels than the limit of {max_pixels}") from None
     except UnidentifiedImageError:
@@ -82,6 +83,8 @@ def greyscale(img: Image.Image) -> np.ndarray:
             base = 1.0 if ink_is_dark else 0.0
             return lum * alpha + base * (1.0 - alpha)
         return lum
+    if img.mode.startswith("I"):  # 16-bit greyscale PNG: Pillow's convert("L") would clip it to white
+        return np.clip(np.asarray(img, dtype=np.float64) / 65535.0, 0.0, 1.0)
     return np.asarray(img.convert("L"), dtype=np.float64) / 255.0
 
 

@@ -44,6 +44,7 @@ TASKS = {
 class RuntimeOptions:
     device: str = "cpu"   # cpu | cuda | auto
     threads: int = 1      # intra-op threads per session
+    spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
 
 
 def cgroup_cpu_limit(cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None) -> int | None:
@@ -142,7 +143,10 @@ class ModelRuntime:
         if task not in TASKS:
             raise ModelLoadError(f"metadata.json: unknown task '{task}'; valid: {', '.join(TASKS)}")
         self.spec = TASKS[task]
-        onnx_path = self.path / str(self.metadata.get("version", 1)) / "model.onnx"
+        version = self.metadata.get("version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ModelLoadError(f"metadata.json: version must be a positive integer, got {version!r}")
+        onnx_path = self.path / str(version) / "model.onnx"
         if not onnx_path.is_file():
             raise ModelLoadError(f"missing {onnx_path.relative_to(self.path)}")
         digest = sha256_file(onnx_path)
@@ -168,6 +172,7 @@ class ModelRuntime:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.options.threads
         opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.options.spin else "0")
         opts.log_severity_level = 3
         return opts
 

@@ -29,7 +29,7 @@ class Transform(BaseModel):
         {"rotate": 90}, {"rotate": 30, "scale": 1.5, "translate": [0.1, 0]}, {"matrix": [[1, 0, 0.1], [0, 1, 0]]}]})
 
     rotate: FiniteFloat = Field(0.0, description="degrees, counter-clockwise on screen")
-    scale: FiniteFloat | Pair = Field(1.0, description="s or [sx, sy], non-zero")
+    scale: FiniteFloat | Pair = Field(1.0, description="s or [sx, sy], 1e-9 ≤ |s| ≤ 1e9 (negative flips)")
     translate: Pair = Field((0.0, 0.0), description="[tx, ty] in unit-square units")
     center: Pair = Field((0.5, 0.5), description="[cx, cy], centre of rotation and scaling")
     matrix: tuple[Row3, Row3] | None = Field(None, description="2×3 matrix applied to the query coordinates")
@@ -38,9 +38,8 @@ class Transform(BaseModel):
     def _one_form(self) -> "Transform":
         if self.matrix is not None and self.model_fields_set - {"matrix"}:
             raise ValueError("give either 'matrix' or rotate/scale/translate/center, not both")
-        sx, sy = self.scale_xy
-        if sx == 0 or sy == 0:
-            raise ValueError("scale must be non-zero")
+        if not all(tf.MIN_SCALE <= abs(s) <= tf.MAX_SCALE for s in self.scale_xy):
+            raise ValueError(f"scale must be non-zero, between {tf.MIN_SCALE:g} and {tf.MAX_SCALE:g} in magnitude")
         return self
 
     @property

@@ -22,6 +22,8 @@ class Settings(BaseSettings):
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
     threads: int = Field(0, ge=0, le=256, description="onnxruntime intra-op threads per model; 0 = CPUs this "
                                                          "process may use (affinity, cgroup quota) / workers")
+    spin: bool = Field(False, description="onnxruntime threads busy-wait between runs: a little faster on "
+                                          "dedicated cores, much slower when cores are shared")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     # Limits: each one is answered with a 4xx naming it.
@@ -32,6 +34,7 @@ class Settings(BaseSettings):
     max_classify_bytes: int = Field(8 * MiB, ge=1, description="bytes of uploaded files per /classify request")
     max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
+    render_concurrency: int = Field(2, ge=1, le=64, description="renders computed at once; more wait (memory bound)")
     render_tile_samples: int = Field(65_536, ge=256, description="model samples per render tile (memory bound)")
 
     # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.

@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+MIN_SCALE, MAX_SCALE = 1e-9, 1e9  # beyond these the inverse map loses all precision or overflows
+
 
 def rotation(degrees: float) -> np.ndarray:
     """Counter-clockwise on screen (y down). Exact for multiples of 90°."""
@@ -58,8 +60,8 @@ def inverse(rotate: float = 0.0, scale: tuple[float, float] = (1.0, 1.0),
             translate: tuple[float, float] = (0.0, 0.0), center: tuple[float, float] = (0.5, 0.5)) -> np.ndarray:
     """F⁻¹ = T(c) · R(−θ) · S(1/sx, 1/sy) · T(−c) · T(−t), composed exactly rather than by matrix inversion."""
     (sx, sy), (cx, cy), (tx, ty) = scale, center, translate
-    if sx == 0 or sy == 0:
-        raise ValueError("scale must be non-zero")
+    if not all(MIN_SCALE <= abs(s) <= MAX_SCALE for s in (sx, sy)):
+        raise ValueError(f"scale must be non-zero, between {MIN_SCALE:g} and {MAX_SCALE:g} in magnitude")
     return (translation(cx, cy) @ rotation(-rotate) @ scaling(1 / sx, 1 / sy) @ translation(-cx, -cy)
             @ translation(-tx, -ty))
 

@@ -10,12 +10,20 @@ from ..schemas import ErrorBody, ModelInfo, ModelList
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
+def _typed(meta: dict, key: str, kind: type, default=None):
+    """A metadata value of the expected type, else the default: a failed model's metadata may be junk."""
+    value = meta.get(key)
+    return value if isinstance(value, kind) and not isinstance(value, bool) else default
+
+
 def model_info(m: ModelRuntime) -> ModelInfo:
     meta = m.metadata
-    return ModelInfo(name=m.name, task=meta.get("task"), version=meta.get("version"), status=m.status,
-                     error=m.error, provider=m.provider, description=meta.get("description"),
-                     inputs=meta.get("inputs") or [], outputs=meta.get("outputs") or [],
-                     metrics=meta.get("metrics") or {}, metadata=meta)
+    return ModelInfo(name=m.name, task=_typed(meta, "task", str), version=_typed(meta, "version", int),
+                     status=m.status, error=m.error, provider=m.provider,
+                     description=_typed(meta, "description", str),
+                     inputs=[s for s in _typed(meta, "inputs", list, []) if isinstance(s, dict)],
+                     outputs=[s for s in _typed(meta, "outputs", list, []) if isinstance(s, dict)],
+                     metrics=_typed(meta, "metrics", dict, {}), metadata=meta)
 
 
 @router.get("", response_model=ModelList)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+import anyio
+from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from ..deps import ImageModel, SettingsDep
 from ..errors import BadInput
@@ -41,15 +41,17 @@ def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings) ->
     return encode(pixels, req.format, req.quality)
 
 
-async def respond(model: ModelRuntime, req: RenderRequest, settings: Settings) -> Response:
-    data = await run_in_threadpool(render_bytes, model, req, settings)
+async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings) -> Response:
+    """Render in a worker thread; at most `render_concurrency` renders run at once, the rest wait."""
+    limiter = getattr(request.app.state, "render_limiter", None)
+    data = await anyio.to_thread.run_sync(render_bytes, model, req, settings, limiter=limiter)
     return Response(data, media_type=MEDIA_TYPES[req.format])
 
 
 @router.post("/{name}/render", response_class=Response, responses=RESPONSES)
-async def render_post(body: RenderRequest, model: ImageModel, settings: SettingsDep) -> Response:
+async def render_post(request: Request, body: RenderRequest, model: ImageModel, settings: SettingsDep) -> Response:
     """Render the model as png, jpeg or webp. Large renders run in tiles of bounded memory."""
-    return await respond(model, body, settings)
+    return await respond(request, model, body, settings)
 
 
 def _pair(text: str | None) -> list[str] | None:
@@ -58,6 +60,7 @@ def _pair(text: str | None) -> list[str] | None:
 
 @router.get("/{name}/render", response_class=Response, responses=RESPONSES)
 async def render_get(
+    request: Request,
     model: ImageModel,
     settings: SettingsDep,
     width: int = 256,
@@ -96,4 +99,4 @@ async def render_get(
         req = RenderRequest.model_validate(fields)
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from None
-    return await respond(model, req, settings)
+    return await respond(request, model, req, settings)

@@ -1,9 +1,9 @@
 """Fixtures for the service tests: a real model repository made by the training code, and the
 real server (uvicorn in a subprocess on a free port) answering over HTTP.
 
-The repository holds a tiny image model (`python -m training fit-image`), a tiny digit classifier
-trained here on digits drawn with Pillow's built-in font, and broken folders the service must
-list as failed without stopping.
+The repository holds a tiny image model (`python -m training fit-image`), a tiny SineKAN digit
+classifier (`python -m training fit-digits`) trained on digits drawn with Pillow's built-in font,
+and broken folders the service must list as failed without stopping.
 """
 from __future__ import annotations
 
@@ -63,55 +63,26 @@ def digit_training_set(n_per_digit: int, seed: int) -> tuple[np.ndarray, np.ndar
     return np.stack(xs)[:, None].astype(np.float32), np.array(ys)
 
 
-def make_digits_model(out: Path) -> float:
-    """Train a small MLP on drawn digits, export it with the training code; return test accuracy."""
-    import torch
-    from torch import nn
+def make_digits_model(out: Path, data_dir: Path) -> float:
+    """Write drawn digits as IDX files and train a small SineKAN on them with
+    `python -m training fit-digits`; return its test accuracy from metadata.json."""
+    from training.digits.idx import write_idx
 
-    from training.export import check_parity, export_onnx
-    from training.repository import TensorSpec, write_model_dir
-
-    class DigitNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
-
-        def forward(self, x):
-            logits = self.body((x - 0.1307) / 0.3081)  # normalised inside the graph, as the contract says
-            return logits, torch.softmax(logits, dim=1)
-
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny model: extra threads only contend with the server and other jobs
     x, y = digit_training_set(30, seed=0)
     xt, yt = digit_training_set(5, seed=1)
-    net = DigitNet()
-    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
-    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
-    for step in range(400):
-        idx = torch.randint(len(xs), (64,))
-        loss = nn.functional.cross_entropy(net(xs[idx])[0], ys[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    torch.set_num_threads(threads)
-    net.eval()
-    with torch.no_grad():
-        acc = float((net(torch.from_numpy(xt))[0].argmax(1).numpy() == yt).mean())
-    onnx_bytes = export_onnx(net, torch.from_numpy(x[:8]), "images", ["logits", "probabilities"])
-    check_parity(net, onnx_bytes, xt, "images", ["logits", "probabilities"], atol=1e-4)
-    write_model_dir(
-        out, task="digits", onnx_bytes=onnx_bytes,
-        inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-        outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-        metadata={"description": "test MLP on digits drawn with Pillow's font",
-                  "metrics": {"test_accuracy": acc}, "training": {"steps": 400, "lr": 3e-3, "seed": 0}},
-        max_batch_size=256, dynamic_batching_us=500)
-    return acc
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for stem, images, labels in (("train", x, y), ("t10k", xt, yt)):
+        write_idx(data_dir / f"{stem}-images-idx3-ubyte", np.rint(images[:, 0] * 255).astype(np.uint8))
+        write_idx(data_dir / f"{stem}-labels-idx1-ubyte", labels.astype(np.uint8))
+    subprocess.run([PY, "-m", "training", "fit-digits", "--data-dir", str(data_dir), "--model", "sinekan",
+                    "--hidden", "32", "--epochs", "15", "--batch-size", "16", "--gamma", "1", "--lr", "3e-3",
+                    "--device", "cpu", "--no-progress", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return json.loads((out / "metadata.json").read_text())["metrics"]["test_accuracy"]
 
 
 def add_broken_models(repo: Path) -> None:
-    """Folders the registry must list as failed: unreadable ONNX, tampered file, wrong inputs, no metadata."""
+    """Folders the registry must list as failed: unreadable ONNX, tampered file, wrong inputs, junk or no metadata."""
     from training.repository import sha256_bytes
 
     garbage = b"this is not an onnx file"
@@ -132,6 +103,11 @@ def add_broken_models(repo: Path) -> None:
     meta = json.loads((wrong / "metadata.json").read_text())
     (wrong / "metadata.json").write_text(json.dumps({**meta, "task": "image"}))
 
+    junk = repo / "junk-metadata"
+    shutil.copytree(repo / "astronaut", junk)
+    (junk / "metadata.json").write_text(json.dumps({"task": "image", "version": "../astronaut/1",
+                                                    "description": 5, "inputs": "x", "metrics": [1]}))
+
     (repo / "no-metadata" / "1").mkdir(parents=True)
     shutil.copy(repo / "astronaut" / "1" / "model.onnx", repo / "no-metadata" / "1" / "model.onnx")
     (repo / ".half-written.tmp-1").mkdir()
@@ -144,7 +120,7 @@ def model_repo(tmp_path_factory) -> Path:
                     "--width", "32", "--depth", "3", "--features", "32", "--out", str(repo / "astronaut"),
                     "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
-    acc = make_digits_model(repo / "digits")
+    acc = make_digits_model(repo / "digits", tmp_path_factory.mktemp("digit-idx"))
     assert acc >= 0.9, f"the test digit model only reached {acc:.2f} accuracy"
     add_broken_models(repo)
     return repo

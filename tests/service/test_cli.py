@@ -65,3 +65,12 @@ def test_several_workers_each_load_the_models_and_serve(model_repo):
             assert r.status_code == 200
     finally:
         srv.stop()
+
+
+def test_cuda_probe_refuses_a_session_that_does_not_really_run_on_cuda(model_repo):
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has CUDA")
+    from service.__main__ import probe_cuda
+    from service.errors import DeviceError
+    with pytest.raises(DeviceError, match="does not run on CUDAExecutionProvider"):
+        probe_cuda(model_repo)

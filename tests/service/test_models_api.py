@@ -4,7 +4,7 @@
 def test_model_list_shows_every_folder_with_status(client):
     models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
     assert {n: m["status"] for n, m in models.items()} == {
-        "astronaut": "ready", "digits": "ready", "broken-onnx": "failed", "no-metadata": "failed",
+        "astronaut": "ready", "digits": "ready", "broken-onnx": "failed", "junk-metadata": "failed", "no-metadata": "failed",
         "tampered": "failed", "wrong-inputs": "failed"}
 
 
@@ -22,13 +22,15 @@ def test_failed_models_show_the_reason(client):
     assert tampered["status"] == "failed" and "sha256" in tampered["error"] and tampered["provider"] is None
     assert "unexpected inputs" in client.get("/v1/models/wrong-inputs").json()["error"]
     assert "unreadable ONNX" in client.get("/v1/models/broken-onnx").json()["error"]
+    junk = client.get("/v1/models/junk-metadata").json()  # junk values are shown as absent, never a 500
+    assert junk["status"] == "failed" and junk["description"] is None and junk["metrics"] == {}
 
 
 def test_unknown_model_is_404_listing_the_models(client):
     r = client.get("/v1/models/nope")
     assert r.status_code == 404
-    assert r.json() == {"error": "unknown model 'nope'; models: astronaut, broken-onnx, digits, no-metadata, "
-                                 "tampered, wrong-inputs"}
+    assert r.json() == {"error": "unknown model 'nope'; models: astronaut, broken-onnx, digits, junk-metadata, "
+                                 "no-metadata, tampered, wrong-inputs"}
 
 
 def test_openapi_documents_every_endpoint_with_schemas(client):

@@ -49,6 +49,23 @@ def test_transparent_canvas_with_dark_strokes_is_read_as_ink():
     assert np.abs(mnist_like(rgba) - mnist_like(img)).max() < 0.1
 
 
+def test_16_bit_greyscale_png_reads_like_8_bit():
+    grey = draw_digit(6).convert("L")
+    deep = Image.fromarray(np.asarray(grey).astype(np.uint16) * 257)
+    reread = decode(png_bytes(deep), "deep.png", 10**6)
+    assert reread.mode.startswith("I") and np.abs(mnist_like(reread) - mnist_like(grey)).max() < 0.01
+
+
+def test_jpeg_exif_orientation_is_applied():
+    upright = draw_digit(7)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored turned; viewers rotate it 90° clockwise to show it upright
+    buf = io.BytesIO()
+    upright.rotate(90, expand=True).save(buf, "JPEG", exif=exif.tobytes(), quality=95)
+    img = decode(buf.getvalue(), "phone.jpg", 10**6)
+    assert np.abs(mnist_like(img) - mnist_like(upright)).mean() < 0.03
+
+
 def test_blank_image_is_refused():
     with pytest.raises(BadInput, match="no visible digit"):
         mnist_like(Image.new("RGB", (50, 50), (255, 255, 255)), "blank.png")

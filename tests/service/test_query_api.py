@@ -64,6 +64,7 @@ def test_colour_background_replaces_points_outside_the_unit_square(client, refer
     ({}, 422, "coords: Field required"),
     ({"coords": [[0, 0]], "transform": {"rotate": float("inf")}}, 422, "transform.rotate"),
     ({"coords": [[0, 0]], "transform": {"scale": 0}}, 422, "scale must be non-zero"),
+    ({"coords": [[0, 0]], "transform": {"scale": [1, 1e-310]}}, 422, "between 1e-09 and 1e+09"),
     ({"coords": [[0, 0]], "transform": {"matrix": [[1, 0], [0, 1]]}}, 422, "transform.matrix"),
     ({"coords": [[0, 0]], "transform": {"matrix": [[1, 0, 0], [0, 1, 0]], "rotate": 5}}, 422, "either 'matrix'"),
     ({"coords": [[0, 0]], "transform": {"spin": 5}}, 422, "transform.spin: Extra inputs are not permitted"),
@@ -71,7 +72,7 @@ def test_colour_background_replaces_points_outside_the_unit_square(client, refer
     ({"coords": [[0, 0]], "background": "plaid"}, 422, "background"),
     ({"coords": [[0.5, 0.5]] * 5001}, 413, "5001 coords is more than the limit of 5000"),
     ({"coords": [[1e300, 0.5]]}, 400, "coordinates after the transform reach 1e+300"),
-    ({"coords": [[0.5, 0.4]], "transform": {"scale": 1e-300}}, 400, "must stay below 1e+30"),
+    ({"coords": [[0.5, 0.4]], "transform": {"matrix": [[1e300, 0, 0], [0, 1, 0]]}}, 400, "must stay below 1e+30"),
 ])
 def test_bad_queries_get_a_4xx_naming_the_problem(client, body, status, message):
     import json

@@ -14,7 +14,7 @@ def registry(model_repo):
 
 
 def test_every_visible_folder_is_listed_and_hidden_ones_are_skipped(registry):
-    assert sorted(registry.models) == ["astronaut", "broken-onnx", "digits", "no-metadata", "tampered",
+    assert sorted(registry.models) == ["astronaut", "broken-onnx", "digits", "junk-metadata", "no-metadata", "tampered",
                                        "wrong-inputs"]
 
 

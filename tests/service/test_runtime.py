@@ -62,6 +62,7 @@ def test_auto_falls_back_to_cpu_and_reports_it(model_repo):
     ("tampered", "does not match metadata.json onnx_sha256"),
     ("wrong-inputs", "unexpected inputs"),
     ("no-metadata", "missing metadata.json"),
+    ("junk-metadata", "version must be a positive integer, got '../astronaut/1'"),
 ])
 def test_broken_models_fail_with_their_reason(model_repo, name, reason):
     model = ModelRuntime(model_repo / name, RuntimeOptions())

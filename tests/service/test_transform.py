@@ -46,3 +46,5 @@ def test_matrix_form_is_applied_directly_to_query_coordinates():
 def test_zero_scale_is_refused():
     with pytest.raises(ValueError, match="non-zero"):
         tf.sampling_matrix(scale=(0.0, 1.0))
+    with pytest.raises(ValueError, match="between"):
+        tf.sampling_matrix(scale=(1.0, 1e-300))

@@ -1,0 +1,128 @@
+"""`python -m training fit-digits / compare-digits`: the happy path and bad input (one line, exit 2,
+nothing written)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from training.cli import main
+from training.digits.idx import SPLITS, encode_idx, write_idx
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse errors
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+def assert_one_line_error(rc: int, err: str, *needles: str) -> None:
+    assert rc == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def fit_args(data_dir, out, *extra) -> list[str]:
+    return ["fit-digits", "--data-dir", str(data_dir), "--hidden", "8", "--epochs", "1", "--no-progress",
+            "--out", str(out), *extra]
+
+
+def test_fit_digits_cli_writes_a_model_that_onnxruntime_runs(glyph_dir, tmp_path):
+    out = tmp_path / "models" / "glyphs"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "training", "fit-digits", "--data-dir", str(glyph_dir),
+                           "--model", "sinekan", "--hidden", "16", "--epochs", "1", "--batch-size", "32",
+                           "--no-progress", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout.split(" -> ")[0])
+    meta = json.loads((out / "metadata.json").read_text())
+    assert printed["test_accuracy"] == meta["metrics"]["test_accuracy"]
+    assert meta["command"].startswith("python -m training fit-digits")
+    assert meta["export"]["parity"]["max_abs_diff_probabilities"] <= 1e-5
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(out / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    probs = sess.run(["probabilities"], {"images": np.zeros((3, 1, 28, 28), np.float32)})[0]
+    assert probs.shape == (3, 10)
+
+
+def test_missing_data_dir_names_the_files_it_expected(tmp_path, capsys):
+    rc, err = run_cli(fit_args(tmp_path / "absent", tmp_path / "m"), capsys)
+    assert_one_line_error(rc, err, "does not exist", "train-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+    assert not (tmp_path / "m").exists()
+
+
+def test_truncated_idx_file_is_one_line_error(make_data_dir, tmp_path, capsys):
+    d = make_data_dir()
+    f = d / SPLITS["train"][0]
+    f.write_bytes(f.read_bytes()[:5000])
+    rc, err = run_cli(fit_args(d, tmp_path / "m"), capsys)
+    assert_one_line_error(rc, err, "truncated", SPLITS["train"][0])
+    assert not (tmp_path / "m").exists()
+
+
+def test_wrong_magic_idx_file_is_one_line_error(make_data_dir, tmp_path, capsys):
+    d = make_data_dir(gz=True)
+    write_idx(d / f"{SPLITS['test'][1]}.gz", np.zeros(3, np.uint8))
+    (d / f"{SPLITS['test'][1]}.gz").write_bytes(b"PK\x03\x04" + encode_idx(np.zeros(200, np.uint8))[4:])
+    rc, err = run_cli(fit_args(d, tmp_path / "m"), capsys)
+    assert_one_line_error(rc, err, "not an IDX file")
+    assert not (tmp_path / "m").exists()
+
+
+def test_mismatched_image_and_label_counts_are_one_line_error(make_data_dir, glyphs, tmp_path, capsys):
+    d = make_data_dir()
+    write_idx(d / SPLITS["train"][1], glyphs["train"][1][:100])
+    rc, err = run_cli(fit_args(d, tmp_path / "m"), capsys)
+    assert_one_line_error(rc, err, "600 images but", "100 labels")
+    assert not (tmp_path / "m").exists()
+
+
+def test_unknown_model_is_one_line_error_listing_valid_models(glyph_dir, tmp_path, capsys):
+    rc, err = run_cli(fit_args(glyph_dir, tmp_path / "m", "--model", "transformer"), capsys)
+    assert_one_line_error(rc, err, "unknown model 'transformer'", "bspline-kan, fourier-kan, mlp, sinekan")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("extra, needle", [(["--hidden", "0"], "positive integer"),
+                                           (["--epochs", "-1"], "positive integer"),
+                                           (["--lr", "nan"], "positive finite"),
+                                           (["--dataset", "cifar"], "invalid choice")])
+def test_bad_numbers_and_names_are_one_line_errors(glyph_dir, tmp_path, capsys, extra, needle):
+    rc, err = run_cli(fit_args(glyph_dir, tmp_path / "m", *extra), capsys)
+    assert_one_line_error(rc, err, needle)
+    assert not (tmp_path / "m").exists()
+
+
+def test_compare_digits_rejects_an_unknown_model_before_training(glyph_dir, tmp_path, capsys):
+    rc, err = run_cli(["compare-digits", "--data-dir", str(glyph_dir), "--models", "mlp,kan2",
+                       "--table", str(tmp_path / "t.md"), "--plots", str(tmp_path / "p")], capsys)
+    assert_one_line_error(rc, err, "unknown model 'kan2'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_digits_writes_a_table_row_per_run_and_two_plots(glyph_dir, tmp_path, capsys):
+    table, plots = tmp_path / "cmp.md", tmp_path / "img" / "digits-glyphs"
+    rc = main(["compare-digits", "--data-dir", str(glyph_dir), "--hidden", "8", "--depths", "1", "--epochs", "1",
+               "--train-limit", "200", "--timing-seconds", "0.01", "--no-progress", "--table", str(table),
+               "--plots", str(plots)])
+    assert rc == 0
+    text = table.read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(rows) == 4
+    assert {r.split("|")[1].strip() for r in rows} == {"sinekan", "mlp", "bspline-kan", "fourier-kan"}
+    assert "200 training images" in text and "1 epochs" in text
+    for what in ("accuracy", "speed"):
+        png = plots.with_name(f"digits-glyphs-{what}.png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,130 @@
+"""Training on the rendered-glyph fixture, evaluation, export parity, the model directory."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from training.digits.fit import (FitConfig, check_digits_parity, checkpoint, confusion_matrix, evaluate,
+                                 export_digits, fit_digits, random_affine, rebuild, to_tensor, train)
+from training.digits.idx import load_dataset
+from training.digits.models import DigitModelConfig
+from training.export import ExportParityError, ort_session
+
+
+def small_config(model: str = "sinekan", **kw) -> FitConfig:
+    base = dict(epochs=6, batch_size=32, lr=1e-3, progress=False, device="cpu",
+                model=DigitModelConfig(model=model, hidden=[32]))
+    return FitConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="session")
+def glyph_data(glyph_dir):
+    return load_dataset(glyph_dir)
+
+
+@pytest.fixture(scope="session")
+def trained(glyph_data):
+    model, info = train(small_config(), glyph_data)
+    return model, info
+
+
+def test_short_sinekan_training_on_glyphs_beats_chance_by_a_wide_margin(trained, glyph_data):
+    model, info = trained
+    acc = evaluate(model, glyph_data.test)["test_accuracy"]
+    assert acc >= 0.6, f"test accuracy {acc} (chance is 0.1)"
+    assert len(info["history"]) == 6 and info["history"][-1]["test_accuracy"] == acc
+    assert info["history"][-1]["train_loss"] < info["history"][0]["train_loss"]
+
+
+@pytest.mark.parametrize("name", ["mlp", "bspline-kan", "fourier-kan"])
+def test_each_baseline_learns_the_glyphs_too(name, glyph_data):
+    model, _ = train(small_config(name), glyph_data)
+    assert evaluate(model, glyph_data.test)["test_accuracy"] >= 0.4
+
+
+def test_reported_accuracy_and_confusion_matrix_agree(trained, glyph_data):
+    m = evaluate(trained[0], glyph_data.test)
+    cm = np.asarray(m["confusion_matrix"])
+    assert cm.shape == (10, 10) and cm.sum() == len(glyph_data.test.labels)
+    assert np.trace(cm) / cm.sum() == pytest.approx(m["test_accuracy"], abs=1e-5)
+    assert cm.sum(1).tolist() == np.bincount(glyph_data.test.labels, minlength=10).tolist()
+
+
+def test_confusion_matrix_rows_are_true_classes():
+    cm = confusion_matrix(np.array([0, 0, 1]), np.array([0, 2, 1]), n=3)
+    assert cm.tolist() == [[1, 0, 1], [0, 1, 0], [0, 0, 0]]
+
+
+def test_training_is_reproducible_for_a_seed(glyph_data):
+    a, _ = train(small_config("mlp", epochs=1), glyph_data)
+    b, _ = train(small_config("mlp", epochs=1), glyph_data)
+    for (n, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), n
+
+
+def test_random_affine_keeps_shape_range_and_moves_pixels():
+    x = to_tensor(np.pad(np.full((1, 8, 8), 255, np.uint8), ((0, 0), (10, 10), (10, 10))))
+    y = random_affine(x.repeat(4, 1, 1, 1), torch.Generator().manual_seed(0), p=1.0)
+    assert y.shape == (4, 1, 28, 28) and y.min() >= 0 and y.max() <= 1
+    assert all(not torch.allclose(yi, x[0]) for yi in y)
+    assert y.sum((1, 2, 3)).sub(x.sum()).abs().max() < 0.3 * x.sum()  # small transforms keep the ink
+
+
+def test_random_affine_leaves_the_unpicked_share_of_images_untouched():
+    x = torch.rand(400, 1, 28, 28)
+    assert torch.equal(random_affine(x, torch.Generator().manual_seed(0), p=0.0), x)
+    same = (random_affine(x, torch.Generator().manual_seed(0), p=0.5) == x).all(3).all(2).all(1)
+    assert 0.35 < same.float().mean() < 0.65
+
+
+def test_checkpoint_rebuilds_the_same_function(trained):
+    model, _ = trained
+    x = torch.rand(4, 1, 28, 28)
+    again = rebuild(checkpoint(model, small_config()))
+    assert torch.equal(again(x), model(x))
+
+
+def test_export_matches_torch_on_the_test_split(trained, glyph_data):
+    graph, onnx_bytes = export_digits(trained[0])
+    images = to_tensor(glyph_data.test.images).numpy()
+    report = check_digits_parity(graph, onnx_bytes, images)
+    assert report["argmax_mismatches"] == 0 and report["max_abs_diff_probabilities"] <= 1e-5
+    sess = ort_session(onnx_bytes)
+    assert [i.name for i in sess.get_inputs()] == ["images"]
+    assert [o.name for o in sess.get_outputs()] == ["logits", "probabilities"]
+    logits, probs = sess.run(None, {"images": images[:1]})
+    assert logits.shape == (1, 10) and np.isclose(probs.sum(), 1, atol=1e-6)
+
+
+def test_parity_check_rejects_an_onnx_graph_of_another_model(trained, glyph_data):
+    other, _ = train(small_config("mlp", epochs=1), glyph_data)
+    _, wrong_bytes = export_digits(other)
+    graph, _ = export_digits(trained[0])
+    with pytest.raises(ExportParityError):
+        check_digits_parity(graph, wrong_bytes, to_tensor(glyph_data.test.images).numpy())
+
+
+def test_fit_digits_writes_a_complete_model_directory(glyph_data, tmp_path):
+    out = tmp_path / "glyph-digits"
+    cfg = small_config("mlp", epochs=2)
+    meta = fit_digits(cfg, glyph_data, out)
+    assert sorted(p.name for p in out.iterdir()) == ["1", "config.pbtxt", "metadata.json"]
+    on_disk = json.loads((out / "metadata.json").read_text())
+    assert on_disk == meta
+    assert meta["task"] == "digits" and meta["dataset"]["train_size"] == 600
+    assert meta["architecture"]["model"] == "mlp" and meta["architecture"]["hidden"] == [32]
+    assert meta["architecture"]["parameters"] == 784 * 32 + 32 + 32 * 10 + 10
+    assert set(meta["metrics"]) >= {"test_accuracy", "confusion_matrix"}
+    assert meta["training"]["epochs"] == 2 and meta["training"]["lr_decay_per_epoch"] == 0.9
+    pbtxt = (out / "config.pbtxt").read_text()
+    assert "max_batch_size: 256" in pbtxt and "dims: [ 1, 28, 28 ]" in pbtxt and "dims: [ 10 ]" in pbtxt
+    assert "dynamic_batching" in pbtxt
+    sess = ort_session((out / "1" / "model.onnx").read_bytes())
+    images = to_tensor(glyph_data.test.images).numpy()
+    pred = np.concatenate([sess.run(["probabilities"], {"images": images[i:i + 256]})[0]
+                           for i in range(0, len(images), 256)]).argmax(1)
+    assert float((pred == glyph_data.test.labels).mean()) == pytest.approx(meta["metrics"]["test_accuracy"],
+                                                                           abs=1e-5)

@@ -1,0 +1,1 @@
+"""Digit classifiers on MNIST-style IDX data: SineKAN and its baselines."""

@@ -1,0 +1,115 @@
+"""Subcommands for digit classifiers: fit-digits and compare-digits."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+from ..repository import check_out_dir
+from .idx import SOURCES, load_dataset
+from .models import MODELS, DigitModelConfig
+
+
+def add_data_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", required=True,
+                   help="directory with train-/t10k- images-idx3-ubyte / labels-idx1-ubyte files, .gz or raw")
+    p.add_argument("--dataset", default="mnist", choices=sorted(SOURCES),
+                   help="which dataset the files hold (names the classes; picks --download mirrors)")
+    p.add_argument("--download", action="store_true",
+                   help="fetch missing files from the public mirrors into --data-dir (MD5-checked)")
+
+
+def add_training_options(p: argparse.ArgumentParser) -> None:
+    from ..cli import positive_float, positive_int
+    p.add_argument("--grid", type=positive_int, default=None,
+                   help="grid size G (default: sinekan 8, bspline-kan 5, fourier-kan 5; unused by mlp)")
+    p.add_argument("--epochs", type=positive_int, default=10)
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
+    p.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW weight decay")
+    p.add_argument("--gamma", type=positive_float, default=0.9, help="LR multiplier per epoch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment: bool = False):
+    from .fit import FitConfig
+    cfg = FitConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+                    gamma=args.gamma, augment=augment, seed=args.seed, device=args.device,
+                    progress=not args.no_progress,
+                    model=DigitModelConfig(model=model, hidden=hidden, grid_size=args.grid or 0))
+    cfg.validate()
+    return cfg
+
+
+def cmd_fit_digits(args: argparse.Namespace) -> int:
+    from .fit import fit_digits
+    out = check_out_dir(args.out) if args.out else None
+    cfg = fit_config(args, args.model, args.hidden, augment=args.augment)
+    data = load_dataset(args.data_dir, args.dataset, download=args.download)
+    result = fit_digits(cfg, data, out)
+    metrics = {k: v for k, v in result["metrics"].items() if k != "confusion_matrix"}
+    sys.stdout.write(f"{json.dumps(metrics)}{f' -> {out}' if out else ''}\n")
+    return 0
+
+
+def parse_list(text: str, option: str, cast=int, valid=None) -> list:
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    try:
+        values = [cast(s) for s in items]
+    except ValueError:
+        raise UsageError(f"{option} must be a comma-separated list, got '{text}'") from None
+    if not values:
+        raise UsageError(f"{option} must not be empty")
+    if valid is not None:
+        bad = [v for v in values if v not in valid]
+        if bad:
+            raise UsageError(f"{option}: unknown model '{bad[0]}'; valid: {', '.join(sorted(valid))}")
+    elif any(v < 1 for v in values):
+        raise UsageError(f"{option} must hold positive integers, got '{text}'")
+    return values
+
+
+def cmd_compare_digits(args: argparse.Namespace) -> int:
+    from .compare import CompareConfig, run_compare, write_results
+    models = parse_list(args.models, "--models", str, valid=MODELS)
+    widths = parse_list(args.hidden, "--hidden")
+    depths = parse_list(args.depths, "--depths")
+    template = fit_config(args, models[0], [widths[0]])
+    cfg = CompareConfig(models=models, widths=widths, depths=depths, fit=template, grid=args.grid or 0,
+                        threads=args.threads, train_limit=args.train_limit, timing_seconds=args.timing_seconds)
+    data = load_dataset(args.data_dir, args.dataset, download=args.download)
+    rows = run_compare(cfg, data)
+    write_results(rows, cfg, data, Path(args.table), Path(args.plots))
+    return 0
+
+
+def register(sub) -> None:
+    from ..cli import positive_float, positive_int
+    p = sub.add_parser("fit-digits", help="train a digit classifier on IDX data and export it")
+    add_data_options(p)
+    p.add_argument("--model", default="sinekan",
+                   help=f"one of: {', '.join(sorted(MODELS))} (default sinekan)")
+    p.add_argument("--hidden", type=positive_int, nargs="+", default=[64], help="hidden-layer widths, e.g. 128 64")
+    add_training_options(p)
+    p.add_argument("--augment", action="store_true", help="small random affine transforms while training")
+    p.add_argument("--out", help="model directory to write, e.g. models/digits")
+    p.set_defaults(func=cmd_fit_digits)
+
+    p = sub.add_parser("compare-digits", help="all models × widths × depths on the same data and budget")
+    add_data_options(p)
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated model names")
+    p.add_argument("--hidden", default="16,32,64,128,256", help="comma-separated hidden widths")
+    p.add_argument("--depths", default="1,2,3", help="comma-separated numbers of hidden layers")
+    add_training_options(p)
+    p.add_argument("--train-limit", type=positive_int, default=None,
+                   help="train on the first N training images only (the test split stays whole)")
+    p.add_argument("--threads", type=positive_int, default=1, help="CPU threads for the inference timings")
+    p.add_argument("--timing-seconds", type=positive_float, default=0.3,
+                   help="repeat each inference timing for at least this long (median of the calls)")
+    p.add_argument("--table", default="docs/digits-compare.md", help="markdown table to write")
+    p.add_argument("--plots", default="docs/img/digits-compare", help="writes PLOTS-accuracy.png, PLOTS-speed.png")
+    p.set_defaults(func=cmd_compare_digits, epochs=3)
