@@ -16,7 +16,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import BodyTooLarge, error_response, install_error_handlers
-from .inference import DirectInference
+from . import metrics as metrics_router
+from . import v2
+from .batching import BatchConfig, BatchingInference
+from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routers import classify, health, models, query, render
 from .runtime import RuntimeOptions, default_threads
@@ -68,23 +71,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     threads = settings.threads or default_threads(settings.workers)
     options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin)
     registry = Registry(settings.models, options)
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
                  threads)
         await run_in_threadpool(registry.load_all)
+        metrics.set_models(registry.models)
         app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
         yield
+        await app.state.inference.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
     app.state.settings = settings
     app.state.registry = registry
-    app.state.inference = DirectInference()
+    app.state.metrics = metrics
+    app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    for r in (health, models, query, render, classify):
+    app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
+    for r in (health, models, query, render, classify, v2, metrics_router):
         app.include_router(r.router)
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")

@@ -11,15 +11,15 @@ from .runtime import ModelRuntime
 from .settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-def get_inference(request: Request) -> Inference:
+async def get_inference(request: Request) -> Inference:
     return request.app.state.inference
 
 
@@ -33,11 +33,11 @@ def _endpoint(request: Request) -> str:
     return "/" + request.url.path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def image_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
+async def image_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
     return registry.ready_model(name, "image", _endpoint(request))
 
 
-def digits_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
+async def digits_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
     return registry.ready_model(name, "digits", _endpoint(request))
 
 

@@ -54,6 +54,16 @@ class NotLoaded(ServiceError):
     status = 503
 
 
+class NotFound(ServiceError):
+    """Something other than a model is missing, e.g. a model version (V2 protocol)."""
+    status = 404
+
+
+class Overloaded(ServiceError):
+    """A model's batching queue is full: come back later."""
+    status = 503
+
+
 class TooLarge(ServiceError):
     """A request over one of the limits in settings."""
     status = 413

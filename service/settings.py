@@ -36,3 +36,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
     render_concurrency: int = Field(2, ge=1, le=64, description="renders computed at once; more wait (memory bound)")
     render_tile_samples: int = Field(65_536, ge=256, description="model samples per render tile (memory bound)")
+
+    # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
+    batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
+    max_batch: int = Field(256, ge=1, description="rows (coordinates or images) per batched run")
+    max_queue_delay_ms: float = Field(0.5, ge=0, le=1000, description="longest wait for batch-mates after "
+                                                                         "the oldest queued request")
+    max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
+    batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
+                                                               "while another computes)")

@@ -1,0 +1,217 @@
+"""Dynamic batching: concurrent requests to one model share one onnxruntime run.
+
+`BatchingInference` has the same `await inference(model, x)` as `DirectInference` and replaces
+it as `app.state.inference`, so v1 query, v1 classify and v2 infer all go through it.
+
+Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
+count). A worker takes the oldest request, waits until the queued rows reach `max_batch` or
+`max_queue_delay` has passed since that request arrived (Triton's rule), concatenates the inputs
+along the first axis, runs them once in the thread pool and hands each request its own slice of
+every output, in order. While one batch runs the next one gathers, and with two instances it
+runs beside it on another core; under load batches grow by themselves.
+
+* A request with more rows than `max_batch` runs alone, never split.
+* A failed batched run is retried request by request, so one bad request fails alone.
+* The queue is bounded (`max_queue` requests): beyond it requests get 503 at once.
+* A request cancelled while queued (client gone) is dropped before the run.
+* `enabled=False` runs every request on its own, still timed for the metrics.
+
+Requests are validated before they are queued, so inputs in one batch have the same trailing
+shape and dtype. onnxruntime sessions are safe to run from several threads, so /render (which
+calls the model from the thread pool directly) can run beside a batch.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+
+from .errors import Overloaded
+from .metrics import Metrics
+from .runtime import ModelRuntime
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+Outputs = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    enabled: bool = True
+    max_batch: int = 256            # rows per run
+    max_queue_delay: float = 0.0005  # seconds
+    max_queue: int = 1024           # requests waiting per model
+    instances: int = 2              # batches of one model running at once
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> "BatchConfig":
+        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=s.max_queue_delay_ms / 1000,
+                   max_queue=s.max_queue, instances=s.batch_instances)
+
+
+class Pending:
+    __slots__ = ("x", "rows", "future", "arrived")
+
+    def __init__(self, x: np.ndarray, future: asyncio.Future):
+        self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
+
+
+def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> tuple[list[Outputs | BaseException], float]:
+    """Run the inputs as one batch (in a pool thread); per-input outputs or errors, and the compute time.
+    If the merged run fails, each input runs alone so that only the bad one gets the error."""
+    start = time.perf_counter()
+    try:
+        merged = model.predict(xs[0] if len(xs) == 1 else np.concatenate(xs))
+    except Exception as e:  # noqa: BLE001 - handed to the request(s) that caused it
+        if len(xs) == 1:
+            return [e], time.perf_counter() - start
+        log.warning("model %s: batched run of %d requests failed (%s); running them one by one",
+                    model.name, len(xs), e)
+        results: list[Outputs | BaseException] = []
+        for x in xs:
+            try:
+                results.append(model.predict(x))
+            except Exception as one:  # noqa: BLE001
+                results.append(one)
+        return results, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    bounds = np.cumsum([0] + [len(x) for x in xs])
+    return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])], seconds
+
+
+class ModelQueue:
+    """The queue and worker task of one model."""
+
+    def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None):
+        self.model, self.config, self.metrics = model, config, metrics
+        self.items: deque[Pending] = deque()
+        self.rows = 0  # rows queued
+        self.wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}")
+                      for i in range(config.instances)]
+
+    async def submit(self, x: np.ndarray) -> Outputs:
+        if len(self.items) >= self.config.max_queue:
+            raise Overloaded(f"model '{self.model.name}' has {len(self.items)} requests waiting, the limit "
+                             "(INR_MAX_QUEUE); try again later")
+        item = Pending(x, asyncio.get_running_loop().create_future())
+        self.items.append(item)
+        self.rows += item.rows
+        self._pending(+1)
+        self.wake.set()
+        return await item.future
+
+    def _pending(self, delta: int) -> None:
+        if self.metrics:
+            self.metrics.pending(self.model.name, delta)
+
+    async def gather(self) -> list[Pending]:
+        """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up.
+        Several workers may gather at once: each re-checks the queue after every wake-up."""
+        cfg, loop = self.config, asyncio.get_running_loop()
+        while True:
+            timer, expired = None, []
+            if self.items:
+                left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
+                if self.rows >= cfg.max_batch or left <= 0:
+                    break
+                timer = loop.call_later(left, self._expire, expired)
+            self.wake.clear()
+            try:
+                await self.wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            # Trust the timer rather than the clock: an event loop with millisecond timers may fire
+            # early, and re-arming for the few microseconds left would spin.
+            if expired and self.items:
+                break
+        batch = [self.items.popleft()]
+        rows = batch[0].rows
+        while self.items and rows + self.items[0].rows <= cfg.max_batch:
+            rows += self.items[0].rows
+            batch.append(self.items.popleft())
+        self.rows -= rows
+        self._pending(-len(batch))
+        return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
+
+    def _expire(self, expired: list) -> None:
+        expired.append(True)
+        self.wake.set()
+
+    async def worker(self) -> None:
+        while True:
+            batch = await self.gather()
+            if not batch:
+                continue
+            started = time.perf_counter()
+            try:
+                results, seconds = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
+            except BaseException as e:  # cancelled while running: fail the batch, then stop
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(e if isinstance(e, Exception) else RuntimeError("shutting down"))
+                raise
+            if self.metrics:
+                self.metrics.run(self.model.name, [p.rows for p in batch], [started - p.arrived for p in batch],
+                                 seconds)
+            for p, result in zip(batch, results):
+                if p.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    p.future.set_exception(result)
+                else:
+                    p.future.set_result(result)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for p in self.items:
+            if not p.future.done():
+                p.future.set_exception(Overloaded("the server is shutting down"))
+        self.items.clear()
+        self.rows = 0
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class BatchingInference:
+    """`await inference(model, x)` → outputs by name, batched per model (or not, when disabled)."""
+
+    def __init__(self, config: BatchConfig, metrics: Metrics | None = None):
+        self.config, self.metrics = config, metrics
+        self.queues: dict[str, ModelQueue] = {}
+
+    async def __call__(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
+        if not self.config.enabled or len(x) > self.config.max_batch:
+            return await self.alone(model, x)
+        queue = self.queues.get(model.name)
+        if queue is None or queue.model is not model:
+            queue = self.queues[model.name] = ModelQueue(model, self.config, self.metrics)
+        return await queue.submit(x)
+
+    async def alone(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
+        arrived = time.perf_counter()
+        started = arrived
+
+        def timed() -> tuple[list, float]:
+            nonlocal started
+            started = time.perf_counter()
+            return run_batch(model, [x])
+
+        [result], seconds = await run_in_threadpool(timed)
+        if self.metrics:
+            self.metrics.run(model.name, [len(x)], [started - arrived], seconds)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def close(self) -> None:
+        for queue in self.queues.values():
+            await queue.close()
+        self.queues.clear()

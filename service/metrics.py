@@ -1,0 +1,236 @@
+"""Prometheus metrics at GET /metrics, and the per-model statistics behind the V2 `/stats` extension.
+
+Two kinds of series:
+
+* Triton's cumulative counters, under Triton's names and labels (`model`, `version`), so that
+  dashboards made for Triton work: `nv_inference_request_success`, `nv_inference_request_failure`
+  (with `reason`), `nv_inference_count` (rows inferred: images or coordinates),
+  `nv_inference_exec_count` (onnxruntime runs), `nv_inference_request_duration_us`,
+  `nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, and the gauge
+  `nv_inference_pending_request_count`.
+* Histograms and gauges from prometheus_client: `inr_request_duration_seconds` per model and
+  endpoint, `inr_inference_queue_duration_seconds`, `inr_inference_compute_duration_seconds`,
+  `inr_batch_size` (rows per run) and `inr_models` (models by state).
+
+With several uvicorn workers each process counts its own requests; a scrape sees the worker that
+answered it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer")
+LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, seconds: float, n: int = 1) -> None:
+        self.count += n
+        self.ns += int(seconds * 1e9) * n
+
+    def json(self) -> dict:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class ModelStats:
+    """Cumulative statistics of one model, in the fields of Triton's statistics extension."""
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    fail_reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    queue: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    pending: int = 0
+    batches: dict[int, Duration] = field(default_factory=lambda: defaultdict(Duration))
+
+
+class Metrics:
+    """All the service's counters. Thread-safe: batches finish in pool threads, requests on the loop."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.lock = threading.Lock()
+        self.models: dict[str, ModelStats] = defaultdict(ModelStats)
+        self.versions: dict[str, str] = {}
+        self.request_seconds = Histogram(
+            "inr_request_duration_seconds", "HTTP request latency by model and endpoint",
+            ["model", "endpoint", "method", "code"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.queue_seconds = Histogram(
+            "inr_inference_queue_duration_seconds", "time a request waited before its onnxruntime run started",
+            ["model"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.compute_seconds = Histogram(
+            "inr_inference_compute_duration_seconds", "duration of one onnxruntime run (a whole batch)",
+            ["model"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.batch_rows = Histogram(
+            "inr_batch_size", "rows (images or coordinates) per onnxruntime run", ["model"],
+            buckets=BATCH_BUCKETS, registry=self.registry)
+        self.batch_requests = Histogram(
+            "inr_batch_requests", "requests merged into one onnxruntime run", ["model"],
+            buckets=BATCH_BUCKETS[:10], registry=self.registry)
+        self.models_gauge = Gauge("inr_models", "models in the repository by state", ["state"],
+                                  registry=self.registry)
+
+    # -- recording -------------------------------------------------------------------------------
+    def set_models(self, models: dict) -> None:
+        """Record the registry after loading: model versions for labels, and the count by state."""
+        states: dict[str, int] = defaultdict(int)
+        for name, m in models.items():
+            states[m.status] += 1
+            self.versions[name] = str(m.metadata.get("version", 1))
+        for state in ("ready", "failed", *states):
+            self.models_gauge.labels(state).set(states.get(state, 0))
+
+    def request(self, model: str, endpoint: str, method: str, code: int, seconds: float) -> None:
+        self.request_seconds.labels(model, endpoint, method, str(code)).observe(seconds)
+        if not model or not endpoint.endswith(INFER_ENDPOINTS):
+            return
+        with self.lock:
+            s = self.models[model]
+            if code < 400:
+                s.success.add(seconds)
+            else:
+                s.fail.add(seconds)
+                s.fail_reasons["REJECTED" if code == 503 else "BACKEND" if code >= 500 else "OTHER"] += 1
+
+    def pending(self, model: str, delta: int) -> None:
+        with self.lock:
+            self.models[model].pending += delta
+
+    def run(self, model: str, rows: list[int], queue_seconds: list[float], compute_seconds: float) -> None:
+        """One onnxruntime run over the requests with `rows` rows each, after their queue waits."""
+        total = sum(rows)
+        for q in queue_seconds:
+            self.queue_seconds.labels(model).observe(q)
+        self.compute_seconds.labels(model).observe(compute_seconds)
+        self.batch_rows.labels(model).observe(total)
+        self.batch_requests.labels(model).observe(len(rows))
+        with self.lock:
+            s = self.models[model]
+            for q in queue_seconds:
+                s.queue.add(q)
+            s.compute_infer.add(compute_seconds, len(rows))
+            s.inference_count += total
+            s.execution_count += 1
+            s.batches[total].add(compute_seconds)
+            s.last_inference_ms = int(time.time() * 1000)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def triton_text(self) -> str:
+        """Triton's counters in the Prometheus text format, under Triton's exact names."""
+        with self.lock:
+            snap = {name: (self.versions.get(name, "1"), s) for name, s in self.models.items()}
+            families = []
+
+            def fam(name, kind, doc, value):
+                rows = []
+                for model, (version, s) in sorted(snap.items()):
+                    for extra, v in value(s):
+                        labels = {"model": model, "version": version, **extra}
+                        rows.append("{" + ",".join(f'{k}="{v_}"' for k, v_ in labels.items()) + f"}} {v}")
+                families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n" + "".join(f"{name}{r}\n" for r in rows))
+
+            fam("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes",
+                lambda s: [({}, s.success.count)])
+            fam("nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes",
+                lambda s: [({"reason": r}, n) for r, n in sorted(s.fail_reasons.items())] or [({"reason": "OTHER"}, 0)])
+            fam("nv_inference_count", "counter", "Number of inferences performed (rows: images or coordinates)",
+                lambda s: [({}, s.inference_count)])
+            fam("nv_inference_exec_count", "counter", "Number of model executions performed (onnxruntime runs)",
+                lambda s: [({}, s.execution_count)])
+            fam("nv_inference_request_duration_us", "counter", "Cumulative inference request duration in microseconds",
+                lambda s: [({}, (s.success.ns + s.fail.ns) // 1000)])
+            fam("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds",
+                lambda s: [({}, s.queue.ns // 1000)])
+            fam("nv_inference_compute_infer_duration_us", "counter",
+                "Cumulative compute inference duration in microseconds", lambda s: [({}, s.compute_infer.ns // 1000)])
+            fam("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting "
+                "execution per-model", lambda s: [({}, s.pending)])
+        return "".join(families)
+
+    def exposition(self) -> bytes:
+        return self.triton_text().encode() + generate_latest(self.registry)
+
+    def stats_json(self, name: str, version: str) -> dict:
+        """One model's entry of `model_stats` in Triton's statistics extension."""
+        with self.lock:
+            s = self.models.get(name) or ModelStats()
+            zero = Duration().json()
+            return {
+                "name": name, "version": version, "last_inference": s.last_inference_ms,
+                "inference_count": s.inference_count, "execution_count": s.execution_count,
+                "inference_stats": {"success": s.success.json(), "fail": s.fail.json(), "queue": s.queue.json(),
+                                    "compute_input": zero, "compute_infer": s.compute_infer.json(),
+                                    "compute_output": zero, "cache_hit": zero, "cache_miss": zero},
+                "batch_stats": [{"batch_size": size, "compute_input": zero, "compute_infer": d.json(),
+                                 "compute_output": zero} for size, d in sorted(s.batches.items())],
+                "memory_usage": [],
+            }
+
+
+class MetricsMiddleware:
+    """Times every HTTP request and labels it with its route template and model (known models only,
+    so that made-up names in URLs cannot grow the label set)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, known_models):
+        self.app, self.metrics, self.known_models = app, metrics, known_models
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        code = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal code
+            if message["type"] == "http.response.start":
+                code = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            endpoint, name = self._route(scope)
+            model = name if name in self.known_models() else ""
+            self.metrics.request(model, endpoint, scope["method"], code, time.perf_counter() - start)
+
+    def _route(self, scope: Scope) -> tuple[str, str]:
+        route = scope.get("route")
+        params = scope.get("path_params") or {}
+        if route is None:  # answered before routing (e.g. 413 for the body size): match it here
+            for r in scope["app"].router.routes:
+                match, child = r.matches(scope)
+                if match is Match.FULL:
+                    route, params = r, child.get("path_params", {})
+                    break
+        path = getattr(route, "path", None)
+        if not path:  # the static files mounted at "/", or no route at all
+            return "other", ""
+        return path, str(params.get("name", ""))
+
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}})
+def metrics(request: Request) -> Response:
+    """Prometheus metrics: Triton's counters under Triton's names, plus latency, queue, compute and batch-size
+    histograms and the models by state."""
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,72 @@
+"""GET /metrics: Prometheus text that parses, Triton's counter names, and values that rise with traffic."""
+from __future__ import annotations
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(client) -> dict[tuple, float]:
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) for s in family.samples}
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    """Sum of the samples of `name` whose labels include `labels` (the parser reads counters as NAME_total)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n in (name, f"{name}_total") and want <= set(ls))
+
+
+def classify_body(n: int) -> dict:
+    return {"images": np.random.default_rng(n).random((n, 28, 28)).round(3).tolist()}
+
+
+def test_metrics_rise_after_inference_requests(client):
+    before = scrape(client)
+    assert client.post("/v1/models/digits/classify", json=classify_body(3)).status_code == 200
+    assert client.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5], [0.1, 0.9]]}).status_code == 200
+    v2 = {"inputs": [{"name": "images", "datatype": "FP32", "shape": [2, 1, 28, 28], "data": [0.5] * 1568}]}
+    assert client.post("/v2/models/digits/infer", json=v2).status_code == 200
+    assert client.post("/v1/models/digits/classify", json={"images": [[0.5] * 3]}).status_code == 400
+    after = scrape(client)
+
+    def rise(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    digits = {"model": "digits", "version": "1"}
+    assert rise("nv_inference_request_success", **digits) == 2
+    assert rise("nv_inference_request_failure", **digits) == 1
+    assert rise("nv_inference_count", **digits) == 5  # 3 + 2 images
+    assert 1 <= rise("nv_inference_exec_count", **digits) <= 2
+    assert rise("nv_inference_count", model="astronaut") == 2
+    for name in ("nv_inference_request_duration_us", "nv_inference_compute_infer_duration_us"):
+        assert rise(name, **digits) > 0
+    assert rise("nv_inference_queue_duration_us", **digits) >= 0
+    assert rise("inr_request_duration_seconds_count", model="digits", endpoint="/v1/models/{name}/classify",
+                code="200") == 1
+    assert rise("inr_request_duration_seconds_count", model="digits", endpoint="/v2/models/{name}/infer") == 1
+    assert rise("inr_request_duration_seconds_count", model="digits", code="400") == 1
+    assert rise("inr_batch_size_sum", model="digits") == 5
+    assert rise("inr_inference_compute_duration_seconds_count", model="digits") >= 1
+    assert rise("inr_inference_queue_duration_seconds_count", model="digits") == 2
+
+
+def test_metrics_count_models_by_state_and_keep_unknown_names_out_of_labels(client):
+    client.get("/v1/models/made-up-name-123")
+    samples = scrape(client)
+    states = [m["status"] for m in client.get("/v1/models").json()["models"]]
+    assert value(samples, "inr_models", state="ready") == states.count("ready") == 2
+    assert value(samples, "inr_models", state="failed") == states.count("failed") >= 4
+    assert not any("made-up" in str(labels) for _, labels in samples)
+    assert value(samples, "inr_request_duration_seconds_count", endpoint="/v1/models/{name}", model="",
+                 code="404") >= 1
+
+
+def test_triton_counters_use_tritons_names_without_suffixes(client):
+    text = client.get("/metrics").text
+    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
+                 "nv_inference_exec_count", "nv_inference_queue_duration_us",
+                 "nv_inference_compute_infer_duration_us"):
+        assert f"# TYPE {name} counter" in text and f'\n{name}{{model="digits",version="1"' in text
+    assert "# TYPE inr_batch_size histogram" in text

@@ -1,0 +1,91 @@
+"""The V2 codec and the config.pbtxt reader, as pure functions."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from service.errors import BadInput
+from service.v2.modelconfig import PbtxtError, parse_pbtxt, triton_config
+from service.v2.tensors import InputTensor, RequestedOutput, decode, encode_response, parse_request
+from training.repository import TensorSpec
+from training.repository import triton_config as training_pbtxt
+
+
+def request(*inputs, **extra) -> bytes:
+    return json.dumps({"inputs": list(inputs), **extra}).encode()
+
+
+def test_nested_and_flat_json_data_decode_to_the_same_array():
+    x = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+    t = {"name": "a", "datatype": "FP32", "shape": [2, 3, 2]}
+    flat = parse_request(request({**t, "data": x.ravel().tolist()}), None).inputs[0]
+    nested = parse_request(request({**t, "data": x.tolist()}), None).inputs[0]
+    assert np.array_equal(decode(flat), x) and np.array_equal(decode(nested), x)
+    assert decode(flat).dtype == np.float32
+
+
+def test_binary_inputs_are_read_in_order_after_the_header():
+    a, b = np.arange(6, dtype=np.float32).reshape(3, 2), np.array([1, -2], np.int64)
+    head = request({"name": "a", "datatype": "FP32", "shape": [3, 2], "parameters": {"binary_data_size": a.nbytes}},
+                   {"name": "j", "datatype": "INT32", "shape": [2], "data": [5, 6]},
+                   {"name": "b", "datatype": "INT64", "shape": [2], "parameters": {"binary_data_size": b.nbytes}},
+                   id="x1", outputs=[{"name": "o", "parameters": {"binary_data": True, "classification": 2}}])
+    req = parse_request(head + a.tobytes() + b.tobytes(), str(len(head)))
+    assert req.id == "x1" and req.outputs == [RequestedOutput("o", True, 2)]
+    assert [decode(t).tolist() for t in req.inputs] == [a.tolist(), [5, 6], [1, -2]]
+
+
+@pytest.mark.parametrize("tensor, message", [
+    ({"datatype": "INT8", "shape": [2], "data": [1, 300]}, "outside the range of INT8"),
+    ({"datatype": "INT32", "shape": [2], "data": [1.5, 2]}, "must hold INT32 numbers"),
+    ({"datatype": "BYTES", "shape": [1], "data": ["a"]}, "datatype 'BYTES' is not supported"),
+    ({"datatype": "FP32", "shape": [2, -1], "data": [1, 2]}, "shape must be a list of non-negative integers"),
+    ({"datatype": "FP32", "shape": [2], "data": [True, False]}, "must hold FP32 numbers"),
+])
+def test_json_tensors_that_do_not_fit_their_datatype_or_shape_are_named(tensor, message):
+    with pytest.raises(BadInput, match="input 'v'") as e:
+        decode(parse_request(request({"name": "v", **tensor}), None).inputs[0])
+    assert message in str(e.value)
+
+
+def test_encode_response_puts_binary_outputs_after_the_json_header():
+    logits = np.array([[0.1, 0.7, 0.2]], np.float32)
+    body, headers = encode_response("m", "1", "r", [(RequestedOutput("p", True), logits),
+                                                    (RequestedOutput("q", False), logits),
+                                                    (RequestedOutput("c", False, 2), logits)])
+    n = int(headers["inference-header-content-length"])
+    doc = json.loads(body[:n])
+    assert doc["id"] == "r" and doc["outputs"][0]["parameters"]["binary_data_size"] == 12
+    assert np.array_equal(np.frombuffer(body[n:], np.float32), logits.ravel())
+    assert doc["outputs"][1]["data"] == logits.ravel().tolist()
+    assert doc["outputs"][2] == {"name": "c", "datatype": "BYTES", "shape": [1, 2],
+                                 "data": ["0.700000:1", "0.200000:2"]}
+
+
+def test_training_config_pbtxt_parses_to_triton_json():
+    text = training_pbtxt("digits", [TensorSpec("images", "FP32", [-1, 1, 28, 28])],
+                          [TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
+                          max_batch_size=256, dynamic_batching_us=500)
+    cfg = parse_pbtxt(text + '# a comment with "quotes" and { braces\ninstance_group [ { count: 2, kind: KIND_CPU } ]\n')
+    assert cfg["max_batch_size"] == 256 and cfg["platform"] == "onnxruntime_onnx"
+    assert cfg["input"] == [{"name": "images", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}]
+    assert [o["dims"] for o in cfg["output"]] == [[10], [10]]
+    assert cfg["dynamic_batching"] == {"max_queue_delay_microseconds": 500}
+    assert cfg["version_policy"] == {"latest": {"num_versions": 1}}
+    assert cfg["instance_group"] == [{"count": 2, "kind": "KIND_CPU"}]
+
+
+@pytest.mark.parametrize("text", ['name: "x', "input [ { name: ", "max_batch_size: }", "{ }"])
+def test_broken_config_pbtxt_raises(text):
+    with pytest.raises(PbtxtError):
+        parse_pbtxt(text)
+
+
+def test_a_model_without_config_pbtxt_gets_one_from_its_metadata(tmp_path):
+    meta = {"name": "d", "task": "digits", "inputs": [{"name": "images", "datatype": "FP32",
+                                                      "shape": [-1, 1, 28, 28]}], "outputs": []}
+    cfg = triton_config(tmp_path, meta, "d")
+    assert cfg["max_batch_size"] == 256 and cfg["input"][0]["dims"] == [1, 28, 28]
+    assert cfg["input"][0]["format"] == "FORMAT_NONE" and cfg["backend"] == "onnxruntime"
