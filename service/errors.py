@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,13 @@ def install_error_handlers(app: FastAPI) -> None:
         elif exc.status_code == 405:
             message = f"method {request.method} is not allowed on {request.url.path}"
         return error_response(exc.status_code, message, getattr(exc, "headers", None))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect):
+        # The caller hung up while sending its body (load generators do at the end of a run):
+        # nobody reads the answer, and it is not a server fault worth a traceback.
+        log.info("client disconnected during %s %s", request.method, request.url.path)
+        return error_response(ClientGone.status, "the client disconnected before sending the whole body")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
