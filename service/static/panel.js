@@ -22,6 +22,8 @@ function architectureText(a) {
   return parts.join(", ");
 }
 
+const db = (v) => (v == null ? "–" : `${fmt(v, 2)} dB`);
+
 export function modelRows(model) {
   const m = model.metadata || {};
   const metrics = m.metrics || {};
@@ -32,8 +34,9 @@ export function modelRows(model) {
     ["Architecture", architectureText(m.architecture)],
     ["Encoding", encodingText(m.encoding || m.architecture?.encoding)],
     ["Training size", size ? `${size[0]}×${size[1]} px${m.source?.image ? ` of ‘${m.source.image}’` : ""}` : "–"],
-    ["Train PSNR", `${fmt(metrics.train_psnr, 2)} dB`],
-    ["Test PSNR", `${fmt(metrics.test_psnr, 2)} dB`],
+    ["Train PSNR", db(metrics.train_psnr)],
+    ["Test PSNR", metrics.test_psnr == null && m.training?.protocol === "full"
+      ? "– (trained on every pixel)" : db(metrics.test_psnr)],
     ["SSIM", fmt(metrics.ssim, 4)],
   ];
 }
