@@ -23,7 +23,7 @@ test: setup
 # Regenerate the bundled models (minutes on 2 CPU cores).
 models: setup
 	$(BIN)/python -m training fit-image --image astronaut --size 256 --protocol full --scale 10 --width 128 --features 128 --batch-size 8192 --steps 1500 --lr 1e-3 --schedule constant --out models/astronaut --no-progress
-	$(BIN)/python -m training fit-digits --data-dir ../shared/data/mnist-10k --model sinekan --hidden 128 --epochs 25 --augment --no-progress --out models/digits
+	$(BIN)/python -m training fit-digits --data-dir ../shared/data/mnist-10k --model sinekan --hidden 128 --epochs 40 --augment --no-progress --out models/digits
 
 bench: setup
 	$(BIN)/python -m bench.quick
