@@ -35,7 +35,9 @@ class Settings(BaseSettings):
     max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
     render_concurrency: int = Field(2, ge=1, le=64, description="renders computed at once; more wait (memory bound)")
-    render_tile_samples: int = Field(65_536, ge=256, description="model samples per render tile (memory bound)")
+    # 8192 keeps a tile's [N, features] intermediates in L2: 1.2-1.6x the coordinates/s of 65 536
+    # (docs/benchmarks.md §3).
+    render_tile_samples: int = Field(8_192, ge=256, description="model samples per render tile (memory bound)")
 
     # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
