@@ -9,7 +9,6 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
@@ -21,6 +20,8 @@ from . import v2
 from .batching import BatchConfig, BatchingInference
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
+from .render_cache import RenderCache
+from .render_core import RenderCore
 from .routers import classify, health, models, query, render
 from .runtime import RuntimeOptions, default_threads
 from .settings import Settings
@@ -79,9 +80,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                  threads)
         await run_in_threadpool(registry.load_all)
         metrics.set_models(registry.models)
-        app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
+        app.state.render_core = RenderCore.start(settings, metrics)
         yield
         await app.state.inference.close()
+        app.state.render_core.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
@@ -89,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
+    app.state.render_cache = RenderCache(settings.render_cache_bytes)
+    metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)

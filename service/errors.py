@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 class ServiceError(Exception):
     """Base class: an error whose message is safe to show to the caller."""
     status = 500
+    headers: dict | None = None
 
 
 class BadInput(ServiceError):
@@ -63,6 +64,20 @@ class NotFound(ServiceError):
 class Overloaded(ServiceError):
     """A model's batching queue is full: come back later."""
     status = 503
+
+
+class RenderTimeout(ServiceError):
+    """A render ran past INR_RENDER_TIMEOUT_S and was stopped at its next tile."""
+    status = 503
+
+
+class QueueTimeout(ServiceError):
+    """A request waited longer than INR_QUEUE_TIMEOUT_S for a slot: come back later."""
+    status = 503
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.headers = {"Retry-After": str(max(1, round(retry_after_s)))}
 
 
 class TooLarge(ServiceError):
@@ -128,7 +143,7 @@ def validation_message(exc: RequestValidationError, limit: int = 5) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError):
-        return error_response(exc.status, str(exc))
+        return error_response(exc.status, str(exc), exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

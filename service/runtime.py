@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .errors import DeviceError, ModelLoadError
+from .separable import SeparableBody, load_separable
 
 log = logging.getLogger(__name__)
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -117,6 +118,7 @@ class ModelRuntime:
         self.provider: str | None = None
         self.session: ort.InferenceSession | None = None
         self.spec: TaskSpec | None = None
+        self.separable: SeparableBody | None = None
 
     @property
     def task(self) -> str | None:
@@ -156,6 +158,8 @@ class ModelRuntime:
                                  "tampered or stale")
         self.session = self._session(onnx_path)
         self._check_signature()
+        # the body graph for separable renders (service/separable.py); None = render the plain way
+        self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, self._session)
 
     def _read_metadata(self) -> dict:
         try:

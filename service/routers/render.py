@@ -3,90 +3,63 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
+import time
 from typing import Annotated, Literal
 
-import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
 from ..deps import ImageModel, SettingsDep
-from ..errors import BadInput, ClientGone
-from ..imaging import MEDIA_TYPES, Background, RenderSpec, check_render_coords, encode, render
+from ..errors import BadInput
+from ..imaging import MEDIA_TYPES
+from ..render_cache import CachedRender, etag_matches, etag_of, render_key
+from ..render_core import compute_render, render_spec
 from ..runtime import ModelRuntime
-from ..schemas import ErrorBody, RenderRequest, sampling_matrix
+from ..schemas import ErrorBody, RenderRequest
 from ..settings import Settings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/models", tags=["image models"])
 RESPONSES = {200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
+             304: {"description": "not modified: the If-None-Match ETag is this render's"},
              **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}}
 
 
-DISCONNECT_POLL_S = 0.1
+def cache_control(settings: Settings, pinned: bool) -> str:
+    """`immutable` when the URL names the model version (its files never change); otherwise a
+    max-age, after which HTTP caches revalidate with the ETag (a 304 costs no render)."""
+    if pinned:
+        return "public, max-age=31536000, immutable"
+    return f"public, max-age={settings.render_cache_max_age_s}"
 
 
-def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings,
-                 cancelled: threading.Event | None = None) -> bytes:
-    samples = req.width * req.height * req.supersample ** 2
-    if req.supersample > settings.max_supersample:
-        raise BadInput(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
-                       "(INR_MAX_SUPERSAMPLE)")
-    if samples > settings.max_render_pixels:
-        raise BadInput(f"width × height × supersample² = {samples} is more than the limit of "
-                       f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
-    spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
-                      viewport=req.viewport, supersample=req.supersample,
-                      background=Background.parse(req.background))
-    try:
-        check_render_coords(spec)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
+async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings,
+                  pinned: bool = False) -> Response:
+    """The one entry for every render (POST/GET /render, IIIF): a RenderRequest → the encoded image.
 
-    def tile(x):
-        if cancelled is not None and cancelled.is_set():  # checked before every tile
-            raise ClientGone("the client disconnected; render abandoned")
-        return model.predict(x)["rgb"]
-
-    pixels = render(tile, spec, settings.render_tile_samples)
-    return encode(pixels, req.format, req.quality)
-
-
-async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings) -> Response:
-    """Render in a worker thread; at most `render_concurrency` renders run at once, the rest wait.
-
-    A caller that disconnects (a viewer that zoomed again) cancels its render: the next tile
-    sees the flag and stops, so an abandoned render frees its slot instead of finishing.
+    Answers If-None-Match with 304 and repeats from the render cache without computing; otherwise
+    renders on the shared tile scheduler (service/render_core.py) and caches the bytes. A caller
+    that disconnects (a viewer that zoomed again) cancels its render at the next tile.
     """
-    limiter = getattr(request.app.state, "render_limiter", None)
-    cancelled = threading.Event()
-    outcome: dict = {}
-
-    async def work(scope: anyio.CancelScope) -> None:
-        try:
-            outcome["data"] = await anyio.to_thread.run_sync(render_bytes, model, req, settings, cancelled,
-                                                             limiter=limiter)
-        except Exception as e:  # re-raised below, outside the task group, for the error handlers
-            outcome["error"] = e
-        finally:
-            scope.cancel()  # stop watching
-
-    async def watch() -> None:
-        while not await request.is_disconnected():
-            await anyio.sleep(DISCONNECT_POLL_S)
-        cancelled.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(work, tg.cancel_scope)
-        tg.start_soon(watch)
-    if isinstance(outcome.get("error"), ClientGone):
-        log.info("render of %s %dx%d abandoned: the client disconnected", model.name, req.width, req.height)
-    if "error" in outcome:
-        raise outcome["error"]
-    data = outcome["data"]
-    return Response(data, media_type=MEDIA_TYPES[req.format])
+    start = time.perf_counter()
+    spec = render_spec(req, settings)
+    state = request.app.state
+    key = render_key(model, spec, req.format, req.quality)
+    headers = {"ETag": etag_of(key), "Cache-Control": cache_control(settings, pinned)}
+    media_type = MEDIA_TYPES[req.format]
+    if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
+        state.metrics.cache(model.name, True, time.perf_counter() - start)
+        return Response(status_code=304, headers=headers)
+    cached = state.render_cache.get(key)
+    if cached is not None:
+        state.metrics.cache(model.name, True, time.perf_counter() - start)
+        return Response(cached.data, media_type=cached.media_type, headers=headers)
+    data = await compute_render(state.render_core, model, spec, req.format, req.quality, request.is_disconnected)
+    state.render_cache.put(key, CachedRender(headers["ETag"], media_type, data))
+    state.metrics.cache(model.name, False, time.perf_counter() - start)
+    return Response(data, media_type=media_type, headers=headers)
 
 
 @router.post("/{name}/render", response_class=Response, responses=RESPONSES)
