@@ -104,17 +104,20 @@ def _f64(t: torch.Tensor) -> np.ndarray:
 def split(model: ImageINR) -> tuple[FirstStage, SeparableBody] | None:
     """The first stage and body of `model`, or None when it has no sines to separate.
 
-    P and φ are the float32 constants the plain graph uses, widened to float64, so that the
-    separable render and model.onnx sample the same function.
+    P and φ are the network's exact parameters in float64 (from its float32 buffers).
     """
     enc, body = model.encoding, model.body
     if isinstance(enc, SinCos):
         # features reordered to (cos q_i, sin q_i) pairs: the service then computes each pair as one
         # complex product e^{iu}·e^{iv}, whose float32 view is the pair (no de-interleaving pass)
-        W, phase = enc.first_stage(torch.float32)
+        # P = 2π[B, B] and phases [0, π/2] exactly, in float64: the plain graph's float32 constant
+        # 2π·B is itself rounded (by up to 4e-6 at |2πB| = 70), which the render need not repeat
         m = enc.m
+        B = _f64(enc.B)
+        W = TWO_PI * np.concatenate([B, B], axis=1)
+        phase = np.concatenate([np.zeros(m), np.full(m, np.pi / 2)])
         perm = torch.stack([torch.arange(m) + m, torch.arange(m)], dim=1).reshape(-1)
-        return (FirstStage(_f64(W).T[perm.numpy()].copy(), _f64(phase)[perm.numpy()]),
+        return (FirstStage(W.T[perm.numpy()].copy(), phase[perm.numpy()]),
                 SeparableBody(None, permute_inputs(body, perm)))
     if isinstance(enc, SineFeatures):
         # the plain graph computes 2π·(v f + φ): P = 2π f, phase = 2π φ
