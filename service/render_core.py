@@ -81,9 +81,7 @@ async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec
     ClientGone or the model's error."""
     settings = core.settings
     arrived = time.monotonic()
-    try:
-        await asyncio.wait_for(core.slots.acquire(), settings.queue_timeout_s)
-    except asyncio.TimeoutError:
+    if not await _acquire(core.slots, settings.queue_timeout_s):
         core.metrics.render_queue_timeouts.labels(model.name).inc()
         raise QueueTimeout(f"no render slot within {settings.queue_timeout_s:g} s (INR_QUEUE_TIMEOUT_S): "
                            f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
@@ -92,6 +90,26 @@ async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec
         return await _render_in_slot(core, model, spec, fmt, quality, is_disconnected, arrived)
     finally:
         core.slots.release()
+
+
+async def _acquire(slots: asyncio.Semaphore, timeout: float) -> bool:
+    """Take a slot within `timeout` seconds. (Not wait_for: before Python 3.12 it can drop an acquire
+    that completes as the timeout fires, and the slot would leak.)"""
+    task = asyncio.ensure_future(slots.acquire())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        if task.done() and not task.cancelled():
+            slots.release()
+        raise
+    if done:
+        return True
+    task.cancel()
+    try:
+        return await task  # acquired just as the timeout fired: keep it
+    except asyncio.CancelledError:
+        return False
 
 
 async def _render_in_slot(core, model, spec, fmt, quality, is_disconnected, arrived) -> bytes:

@@ -48,8 +48,9 @@ class Settings(BaseSettings):
                                                            "batching, for a batch) before a 503 with Retry-After")
     render_cache_bytes: int = Field(64 * MiB, ge=0, description="bytes of encoded renders kept in memory "
                                                                 "(LRU); 0 turns the cache off")
-    render_cache_max_age_s: int = Field(3600, ge=0, description="Cache-Control max-age of a render whose URL "
-                                                                "does not pin a model version")
+    render_cache_max_age_s: int = Field(60, ge=0, description="Cache-Control max-age of a render whose URL does "
+                                                              "not pin a model version: how long browsers and "
+                                                              "nginx may show it after the model changes")
 
     # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
