@@ -17,6 +17,7 @@ Also: the separable render's max abs difference from the plain graph and from fl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import shutil
@@ -39,18 +40,19 @@ BEFORE_REV = "557bd02"  # the last commit with the Concat graph of models/astron
 def make_repo(tmp: Path) -> Path:
     repo = tmp / "models"
     src = ROOT / "models" / "astronaut"
-    shutil.copytree(src, repo / "separable")
-    shutil.copytree(src, repo / "plain")
-    meta = json.loads((src / "metadata.json").read_text())
-    meta.pop("separable")
-    (repo / "plain" / "metadata.json").write_text(json.dumps(meta))
-    (repo / "plain" / "1" / "body.onnx").unlink()
-    shutil.copytree(src, repo / "before")
-    (repo / "before" / "1" / "body.onnx").unlink()
-    for path in ("1/model.onnx", "metadata.json"):
-        data = subprocess.run(["git", "show", f"{BEFORE_REV}:models/astronaut/{path}"], cwd=ROOT,
-                              capture_output=True, check=True).stdout
-        (repo / "before" / path).write_bytes(data)
+    for name in ("separable", "plain", "before"):
+        shutil.copytree(src, repo / name)
+    for name in ("plain", "before"):
+        vmeta = repo / name / "1" / "metadata.json"
+        meta = json.loads(vmeta.read_text())
+        meta.pop("separable")
+        (repo / name / "1" / "body.onnx").unlink()
+        if name == "before":  # the ONNX graph as shipped before, same weights
+            old = subprocess.run(["git", "show", f"{BEFORE_REV}:models/astronaut/1/model.onnx"], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+            (repo / name / "1" / "model.onnx").write_bytes(old)
+            meta["onnx_sha256"] = hashlib.sha256(old).hexdigest()
+        vmeta.write_text(json.dumps(meta))
     return repo
 
 
@@ -58,7 +60,9 @@ def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> d
     """Seconds per SIZE² render (no HTTP, no PNG) per variant, and the separable render's parts."""
     import torch
     from service.imaging import Background, RenderSpec, plain_sampler, render
-    from service.runtime import ModelRuntime, RuntimeOptions
+    from modelrepo import read_spec
+    from service.runtime import RuntimeOptions
+    from service.tasks import runtime_for
     from service.schemas import RenderRequest, sampling_matrix
     from service.separable import GridFeatures, grid_axes, separable_sampler
     from service.tiling import tiles
@@ -66,7 +70,7 @@ def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> d
     torch.set_num_threads(threads)
     models = {}
     for name in ("before", "plain", "separable"):
-        m = ModelRuntime(repo / name, RuntimeOptions(threads=threads))
+        m = runtime_for(repo / name, read_spec(repo / name), 1, RuntimeOptions(threads=threads))
         assert m.load(), m.error
         models[name] = m
     sep = models["separable"].separable
@@ -151,7 +155,9 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
     Gaussian model of σ `sigma` (the fit-image architecture of models/astronaut) at SIZE² renders."""
     import torch
     from service.imaging import Background, RenderSpec
-    from service.runtime import ModelRuntime, RuntimeOptions
+    from modelrepo import read_spec
+    from service.runtime import RuntimeOptions
+    from service.tasks import runtime_for
     from service.schemas import RenderRequest, sampling_matrix
     from training.encodings import EncodingConfig
     from training.fit_image import FitConfig, export_image_model
@@ -164,7 +170,7 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         export_image_model(net, FitConfig(model=cfg), Path(tmp) / "m", {"kind": "bench"}, {}, {},
                            np.zeros((2, 2, 3), np.float32))
-        m = ModelRuntime(Path(tmp) / "m", RuntimeOptions(threads=1))
+        m = runtime_for(Path(tmp) / "m", read_spec(Path(tmp) / "m"), 1, RuntimeOptions(threads=1))
         assert m.load(), m.error
         exact = net.double()
         for label, transform, k in VIEWS:

@@ -19,7 +19,7 @@ from typing import Awaitable, Callable
 
 import anyio
 
-from .errors import BadInput, ClientGone, QueueTimeout, RenderTimeout
+from .errors import BadInput, ClientGone, QueueTimeout, RenderTimeout, TooLarge
 from .imaging import Background, RenderSpec, check_render_coords, encode, new_image, plain_sampler, render_tile
 from .metrics import Metrics
 from .runtime import ModelRuntime
@@ -54,10 +54,10 @@ def render_spec(req: RenderRequest, settings: Settings) -> RenderSpec:
     """The request checked against the limits, as a RenderSpec (BadInput names the setting)."""
     samples = req.width * req.height * req.supersample ** 2
     if req.supersample > settings.max_supersample:
-        raise BadInput(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
+        raise TooLarge(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
                        "(INR_MAX_SUPERSAMPLE)")
     if samples > settings.max_render_pixels:
-        raise BadInput(f"width × height × supersample² = {samples} is more than the limit of "
+        raise TooLarge(f"width × height × supersample² = {samples} is more than the limit of "
                        f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
     spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
                       viewport=req.viewport, supersample=req.supersample,
@@ -71,7 +71,7 @@ def render_spec(req: RenderRequest, settings: Settings) -> RenderSpec:
 
 def sampler_for(model: ModelRuntime, spec: RenderSpec):
     if model.separable is not None:
-        return separable_sampler(model.separable, spec)
+        return separable_sampler(model.separable, spec, model.predict_features)
     return plain_sampler(lambda x: model.predict(x)["rgb"], spec)
 
 

@@ -22,6 +22,8 @@ from typing import Callable
 
 import numpy as np
 
+from modelrepo import sha256_file
+
 from .errors import ModelLoadError
 from .tiling import Tile
 
@@ -125,7 +127,6 @@ class SeparableBody:
 
 def load_separable(entry, version_dir: Path, make_session: Callable[[Path], object]) -> SeparableBody | None:
     """The `separable` entry of metadata.json, checked and loaded; None when the model has none."""
-    from .runtime import sha256_file
     if entry is None:
         return None
     if not isinstance(entry, dict):
@@ -151,11 +152,14 @@ def load_separable(entry, version_dir: Path, make_session: Callable[[Path], obje
     return SeparableBody(stage, session, want, digest, entry["stage_sha256"])
 
 
-def separable_sampler(body: SeparableBody, spec) -> Callable[[Tile], np.ndarray]:
-    """Samples of a tile of `spec` (imaging.RenderSpec) through the first stage's tables and the body."""
+def separable_sampler(body: SeparableBody, spec, run: Callable[[np.ndarray], np.ndarray] | None = None
+                      ) -> Callable[[Tile], np.ndarray]:
+    """Samples of a tile of `spec` (imaging.RenderSpec) through the first stage's tables and the body;
+    `run` (default `body.run`) runs the body graph — the service passes ModelRuntime.predict_features."""
     grid = GridFeatures(body.stage, spec.matrix)
+    run = run or body.run
 
     def sample(t: Tile) -> np.ndarray:
         xs, ys = grid_axes(t, spec.width, spec.height, spec.supersample, spec.viewport)
-        return body.run(grid.tile(xs, ys, (t.y0, t.y1)))
+        return run(grid.tile(xs, ys, (t.y0, t.y1)))
     return sample

@@ -179,9 +179,9 @@ def stage_sha256(entry: dict) -> str:
 
 def write_separable(model: ImageINR, probe: np.ndarray, meta: dict):
     """Export the separable body (if the model has one) into `meta["separable"]`; return the
-    function that writes `1/body.onnx` into a model directory being written."""
+    function that writes `body.onnx` into the version folder being written (beside model.onnx)."""
     sep = export_separable(model, probe)
     if sep is None:
         return lambda d: None
     body_bytes, meta["separable"] = sep
-    return lambda d: (d / "1" / BODY_FILE).write_bytes(body_bytes)
+    return lambda d: (d / BODY_FILE).write_bytes(body_bytes)

@@ -61,7 +61,7 @@ def test_the_key_is_the_canonical_request(client):
 
 def test_bad_renders_are_not_cached_and_answer_json(client):
     r = client.get(URL, params={"width": 2000, "height": 2000})
-    assert r.status_code == 400 and "INR_MAX_RENDER_PIXELS" in r.json()["error"] and "etag" not in r.headers
+    assert r.status_code == 413 and "INR_MAX_RENDER_PIXELS" in r.json()["error"] and "etag" not in r.headers
 
 
 def test_the_lru_keeps_within_its_byte_bound():

@@ -15,9 +15,11 @@ import torch
 
 from service.errors import ModelLoadError
 from service.imaging import Background, RenderSpec, plain_sampler
+from modelrepo import read_spec
 from service.runtime import ModelRuntime, RuntimeOptions
 from service.schemas import RenderRequest, sampling_matrix
 from service.separable import FirstStage, GridFeatures, grid_axes, separable_sampler
+from service.tasks import runtime_for
 from service.tiling import Tile, sample_coords, tiles
 from service.transform import apply
 from training.encodings import EncodingConfig
@@ -43,12 +45,16 @@ VIEWS = [  # (transform, supersample, viewport)
 SIZE = 96
 
 
+def version_1(folder) -> ModelRuntime:
+    return runtime_for(folder, read_spec(folder), 1, RuntimeOptions())
+
+
 def export(tmp_path, name: str, cfg: ImageModelConfig) -> tuple[ModelRuntime, ImageINR]:
     torch.manual_seed(0)
     model = ImageINR(cfg).eval()
     preview = np.zeros((4, 4, 3), np.float32)
     export_image_model(model, FitConfig(model=cfg), tmp_path / name, {"kind": "test"}, {}, {}, preview)
-    runtime = ModelRuntime(tmp_path / name, RuntimeOptions())
+    runtime = version_1(tmp_path / name)
     assert runtime.load(), runtime.error
     return runtime, model
 
@@ -102,12 +108,12 @@ def test_a_tampered_body_graph_fails_the_model_and_none_renders_plain(tmp_path):
     runtime, _ = export(tmp_path, "m", CASES["basic"])
     body = tmp_path / "m" / "1" / "body.onnx"
     body.write_bytes(body.read_bytes()[:-1] + b"\0")
-    broken = ModelRuntime(tmp_path / "m", RuntimeOptions())
+    broken = version_1(tmp_path / "m")
     assert not broken.load() and "body.onnx" in broken.error and "sha256" in broken.error
-    meta = json.loads((tmp_path / "m" / "metadata.json").read_text())
+    meta = json.loads((tmp_path / "m" / "1" / "metadata.json").read_text())
     del meta["separable"]
-    (tmp_path / "m" / "metadata.json").write_text(json.dumps(meta))
-    plain = ModelRuntime(tmp_path / "m", RuntimeOptions())
+    (tmp_path / "m" / "1" / "metadata.json").write_text(json.dumps(meta))
+    plain = version_1(tmp_path / "m")
     assert plain.load() and plain.separable is None
 
 
