@@ -1,4 +1,4 @@
-"""POST and GET /v1/models/{name}/render: an image of any size and region, in tiles."""
+"""POST and GET /v1/models/{name}/render (and /versions/{version}/render): an image of any size and region."""
 from __future__ import annotations
 
 import json
@@ -6,12 +6,13 @@ import logging
 import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from ..deps import ImageModel, SettingsDep
+from ..deps import ImageModel, ModelName, RegistryDep, SettingsDep
 from ..errors import BadInput
 from ..imaging import MEDIA_TYPES
 from ..render_cache import CachedRender, etag_matches, etag_of, render_key
@@ -62,21 +63,11 @@ async def respond(request: Request, model: ModelRuntime, req: RenderRequest, set
     return Response(data, media_type=media_type, headers=headers)
 
 
-@router.post("/{name}/render", response_class=Response, responses=RESPONSES)
-async def render_post(request: Request, body: RenderRequest, model: ImageModel, settings: SettingsDep) -> Response:
-    """Render the model as png, jpeg or webp. Large renders run in tiles of bounded memory."""
-    return await respond(request, model, body, settings)
-
-
 def _pair(text: str | None) -> list[str] | None:
     return None if text is None else text.split(",")
 
 
-@router.get("/{name}/render", response_class=Response, responses=RESPONSES)
-async def render_get(
-    request: Request,
-    model: ImageModel,
-    settings: SettingsDep,
+def query_request(
     width: int = 256,
     height: int = 256,
     viewport: Annotated[str | None, Query(description="x0,y0,x1,y1", examples=["0,0,0.5,0.5"])] = None,
@@ -89,9 +80,9 @@ async def render_get(
     format: Literal["png", "jpeg", "webp"] = "png",
     quality: int = 90,
     background: str = "extrapolate",
-) -> Response:
-    """The same render as POST, with the fields as query parameters so that `<img src=…>` works.
-    The transform is either `transform` (JSON) or `rotate`/`scale`/`translate`/`center`."""
+) -> RenderRequest:
+    """GET render's query parameters as a RenderRequest. The transform is either `transform` (JSON)
+    or `rotate`/`scale`/`translate`/`center`."""
     fields = {"width": width, "height": height, "supersample": supersample, "format": format, "quality": quality,
               "background": background}
     if viewport is not None:
@@ -110,7 +101,41 @@ async def render_get(
     elif parts:
         fields["transform"] = parts
     try:
-        req = RenderRequest.model_validate(fields)
+        return RenderRequest.model_validate(fields)
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from None
+
+
+async def pinned_image_model(name: ModelName, version: Annotated[int, PathParam(ge=1, description="model version")],
+                             registry: RegistryDep) -> ModelRuntime:
+    return registry.ready_model(name, "image", "/render", version)
+
+
+QueryRender = Annotated[RenderRequest, Depends(query_request)]
+PinnedImageModel = Annotated[ModelRuntime, Depends(pinned_image_model)]
+
+
+@router.post("/{name}/render", response_class=Response, responses=RESPONSES)
+async def render_post(request: Request, body: RenderRequest, model: ImageModel, settings: SettingsDep) -> Response:
+    """Render the model as png, jpeg or webp. Large renders run in tiles of bounded memory."""
+    return await respond(request, model, body, settings)
+
+
+@router.get("/{name}/render", response_class=Response, responses=RESPONSES)
+async def render_get(request: Request, model: ImageModel, settings: SettingsDep, req: QueryRender) -> Response:
+    """The same render as POST, with the fields as query parameters so that `<img src=…>` works."""
     return await respond(request, model, req, settings)
+
+
+@router.post("/{name}/versions/{version}/render", response_class=Response, responses=RESPONSES)
+async def render_post_version(request: Request, body: RenderRequest, model: PinnedImageModel,
+                              settings: SettingsDep) -> Response:
+    """A render of one model version: its files never change, so the answer is `immutable`."""
+    return await respond(request, model, body, settings, pinned=True)
+
+
+@router.get("/{name}/versions/{version}/render", response_class=Response, responses=RESPONSES)
+async def render_get_version(request: Request, model: PinnedImageModel, settings: SettingsDep,
+                             req: QueryRender) -> Response:
+    """GET render of one model version (`immutable`)."""
+    return await respond(request, model, req, settings, pinned=True)

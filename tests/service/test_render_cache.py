@@ -90,7 +90,33 @@ def write_model(folder, seed: int) -> None:
                        np.zeros((2, 2, 3), np.float32))
 
 
+def test_a_new_model_version_never_answers_an_old_etag_and_pinned_urls_are_immutable(tmp_path):
+    repo = tmp_path / "repo"
+    write_model(repo / "astronaut", seed=1)  # version 1
+    params = {"width": 16, "height": 16}
+    srv = Server(repo).wait_ready()
+    try:
+        old = httpx.get(srv.url + URL, params=params)
+        pinned = httpx.get(srv.url + "/v1/models/astronaut/versions/1/render", params=params)
+    finally:
+        srv.stop()
+    assert "immutable" in pinned.headers["cache-control"] and "immutable" not in old.headers["cache-control"]
+    assert pinned.content == old.content
+    write_model(repo / "astronaut", seed=2)  # version 2, served now
+    assert (repo / "astronaut" / "2" / "model.onnx").is_file()
+    srv = Server(repo).wait_ready()
+    try:
+        new = httpx.get(srv.url + URL, params=params, headers={"If-None-Match": old.headers["etag"]})
+        gone = httpx.get(srv.url + "/v1/models/astronaut/versions/1/render", params=params)
+    finally:
+        srv.stop()
+    assert new.status_code == 200 and new.headers["etag"] != old.headers["etag"]
+    assert new.content != old.content
+    assert gone.status_code == 404 and "version" in gone.json()["error"]
+
+
 def test_a_changed_model_folder_never_answers_an_old_etag(tmp_path):
+    """The same version number with other files (a folder replaced in place): the sha256s differ."""
     repo = tmp_path / "repo"
     write_model(repo / "astronaut", seed=1)
     params = {"width": 16, "height": 16}
