@@ -42,6 +42,9 @@ def make_repo(tmp: Path) -> Path:
     src = ROOT / "models" / "astronaut"
     for name in ("separable", "plain", "before"):
         shutil.copytree(src, repo / name)
+        for f in ("config.pbtxt", "metadata.json"):  # the contract: names match the folder
+            path = repo / name / f
+            path.write_text(path.read_text().replace('"astronaut"', f'"{name}"', 1))
     for name in ("plain", "before"):
         vmeta = repo / name / "1" / "metadata.json"
         meta = json.loads(vmeta.read_text())
