@@ -102,6 +102,19 @@ class ModelRuntime:
         self.session: ort.InferenceSession | None = None
         self.retired = False
         self.separable: SeparableBody | None = None
+        self.stamp = self.files_stamp()  # what was on disk when this runtime was built
+
+    def files_stamp(self) -> tuple:
+        """(mtime_ns, size) of N/model.onnx, N/metadata.json and the separable N/body.onnx now; None for
+        a missing file."""
+        out = []
+        for name in ("model.onnx", "metadata.json", "body.onnx"):
+            try:
+                st = (self.path / str(self.version) / name).stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
 
     @property
     def task(self) -> str:
