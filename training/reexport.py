@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from modelrepo import version_numbers
+from modelrepo import SpecError, read_spec, version_numbers
 
 from .errors import UsageError
 from .export import check_parity, export_onnx, ort_session
@@ -41,6 +41,12 @@ def load_from_onnx(folder: Path) -> tuple[torch.nn.Module, dict, bytes, Path]:
     versions = version_numbers(folder) if folder.is_dir() else []
     if not versions:
         raise UsageError(f"{folder} is not a model folder with a version (N/model.onnx)")
+    try:
+        task = read_spec(folder).task
+    except SpecError as e:
+        raise UsageError(f"{folder}: {e}") from None
+    if task != "image":
+        raise UsageError(f"{folder} is a '{task}' model; reexport-image re-exports image models only")
     vdir = folder / str(versions[-1])
     try:
         meta = json.loads((vdir / "metadata.json").read_text())
