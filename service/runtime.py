@@ -149,7 +149,10 @@ class ModelRuntime:
         onnx_path = self.path / str(version) / "model.onnx"
         if not onnx_path.is_file():
             raise ModelLoadError(f"missing {onnx_path.relative_to(self.path)}")
-        digest = sha256_file(onnx_path)
+        try:
+            digest = sha256_file(onnx_path)
+        except OSError as e:  # no permission, an I/O error on a bad disk or mount
+            raise ModelLoadError(f"unreadable {onnx_path.relative_to(self.path)}: {e.strerror or e}") from None
         if digest != self.metadata.get("onnx_sha256"):
             raise ModelLoadError(f"sha256 of {onnx_path.relative_to(self.path)} ({digest[:12]}…) does not match "
                                  f"metadata.json onnx_sha256 ({str(self.metadata.get('onnx_sha256'))[:12]}…): "
