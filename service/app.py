@@ -21,6 +21,7 @@ from . import metrics as metrics_router
 from . import v2
 from .batching import BatchConfig, BatchingInference
 from .guards import BodyTimeout
+from .jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routers import classify, health, models, query, render
@@ -104,6 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
     for r in (health, models, query, render, classify, v2, metrics_router):
         app.include_router(r.router)
+    openapi = app.openapi
+    app.openapi = lambda: app.openapi_schema or add_body_schemas(openapi())  # bodies routes parse themselves
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
     return app

@@ -126,7 +126,7 @@ def validation_message(exc: RequestValidationError, limit: int = 5) -> str:
         msg = err.get("msg", "invalid")
         if err.get("type") == "json_invalid":
             msg = f"invalid JSON ({err.get('ctx', {}).get('error', 'decode error')})"
-        elif where == "body" and err.get("type") in ("model_attributes_type", "dict_type"):
+        elif where == "body" and err.get("type") in ("model_attributes_type", "model_type", "dict_type"):
             msg = "expected a JSON object (send Content-Type: application/json)"
         elif where == "body" and err.get("type") == "missing":
             msg = "a JSON body is required"
