@@ -4,7 +4,8 @@ baseline tree of the service side by side in the same run.
 Both servers serve the same model repository with 1 onnxruntime thread; bare onnxruntime runs the
 same ONNX file with 1 thread in this process. For each size, each server answers sequential requests
 on one keep-alive connection (median wall time of several, rounds alternating between servers) and
-coordinates/s are compared with onnxruntime's. Then wrk loads 2,000-coordinate /v1/query requests and
+coordinates/s are compared with onnxruntime's, each against a bare run just before it, in wall time
+and in CPU time (the server's own CPU, its onnxruntime run included, against onnxruntime's). Then wrk loads 2,000-coordinate /v1/query requests and
 the server's CPU milliseconds per request are compared with the model's own CPU time for 2,000
 coordinates.
 
@@ -32,6 +33,7 @@ from .common import RESULTS, ort_session, write_json
 from .serving import LUA, ROOT, Load, Server, find_models, free_port, machine, median, wrk
 
 log = logging.getLogger("bench.json_path")
+MIN_SECONDS = 1.5  # per (server, protocol, round) measurement
 
 
 class TreeServer(Server):
@@ -68,15 +70,16 @@ def requests_for(image: str, coords: np.ndarray) -> dict[str, tuple[str, bytes, 
     }
 
 
-def seq_seconds(client: httpx.Client, url: str, body: bytes, headers: dict, repeats: int) -> float:
-    r = client.post(url, content=body, headers=headers)  # warm-up, and the answer must be right
-    r.raise_for_status()
-    times = []
-    for _ in range(repeats):
+def seq_request(server: Server, client: httpx.Client, path: str, body: bytes, headers: dict,
+                repeats: int) -> tuple[float, float]:
+    """Median wall seconds of sequential requests, and the server's CPU seconds per request."""
+    client.post(path, content=body, headers=headers).raise_for_status()  # warm-up
+    times, cpu0, start = [], server.cpu_seconds(), time.perf_counter()
+    while len(times) < repeats or time.perf_counter() - start < MIN_SECONDS:  # /proc CPU ticks are 10 ms
         t0 = time.perf_counter()
-        client.post(url, content=body, headers=headers).raise_for_status()
+        client.post(path, content=body, headers=headers).raise_for_status()
         times.append(time.perf_counter() - t0)
-    return median(times)
+    return median(times), (server.cpu_seconds() - cpu0) / len(times)
 
 
 def model_seconds(session, coords: np.ndarray, repeats: int) -> tuple[float, float]:
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", help="git ref of the tree to compare with (e.g. the commit before the fast path)")
     p.add_argument("--sizes", default="2000,20000,200000", help="coordinates per request")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=7, help="sequential requests per size, server and round")
+    p.add_argument("--repeats", type=int, default=3, help="at least this many sequential requests (and 1.5 s) "
+                                                          "per size, server, protocol and round")
     p.add_argument("--wrk-seconds", type=float, default=5.0)
     p.add_argument("--wrk-connections", type=int, default=8)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
@@ -129,21 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in servers.values():
                 s.wait()
             check_answers(servers, session, image)
-            rows = []
-            for n in sizes:
-                coords = np.random.default_rng(n).random((n, 2)).round(6)
-                bare = [model_seconds(session, coords, args.repeats)[0] for _ in range(args.rounds)]
-                times: dict[tuple[str, str], list[float]] = {}
-                for _ in range(args.rounds):
-                    for name, s in servers.items():
-                        with httpx.Client(base_url=s.url, timeout=120) as c:
-                            for proto, (path, body, headers) in requests_for(image, coords).items():
-                                times.setdefault((name, proto), []).append(
-                                    seq_seconds(c, path, body, headers, args.repeats))
-                rows.append({"coords": n, "bare_mcoords_s": n / median(bare) / 1e6, "servers": {
-                    f"{name} | {proto}": {"ms": median(t) * 1000, "mcoords_s": n / median(t) / 1e6,
-                                          "vs_bare": median(bare) / median(t)} for (name, proto), t in times.items()}})
-                log.info("%d coords: %s", n, json.dumps(rows[-1]))
+            rows = [size_row(servers, session, image, n, args) for n in sizes]
             cpu_rows = wrk_cpu(servers, session, image, args, Path(tmp))
         finally:
             for s in servers.values():
@@ -154,6 +144,28 @@ def main(argv: list[str] | None = None) -> int:
     write_json("json_path", result, args.out_dir)
     log.info("\n%s", table(result))
     return 0
+
+
+def size_row(servers: dict, session, image: str, n: int, args) -> dict:
+    """Each (server, protocol) against a bare onnxruntime run measured just before it, so that both
+    see the same machine load; medians over the rounds of the wall and of the CPU ratios."""
+    coords = np.random.default_rng(n).random((n, 2)).round(6)
+    samples: dict[str, list[tuple[float, float, float, float]]] = {}
+    for _ in range(args.rounds):
+        for name, s in servers.items():
+            with httpx.Client(base_url=s.url, timeout=300) as c:
+                for proto, (path, body, headers) in requests_for(image, coords).items():
+                    bare_wall, bare_cpu = model_seconds(session, coords, args.repeats)
+                    wall, cpu = seq_request(s, c, path, body, headers, args.repeats)
+                    samples.setdefault(f"{name} | {proto}", []).append((wall, cpu, bare_wall / wall, bare_cpu / cpu))
+    out = {key: {"ms": median([v[0] for v in vs]) * 1000, "cpu_ms": median([v[1] for v in vs]) * 1000,
+                 "mcoords_s": n / median([v[0] for v in vs]) / 1e6, "vs_bare": median([v[2] for v in vs]),
+                 "cpu_vs_bare": median([v[3] for v in vs])} for key, vs in samples.items()}
+    bare_wall, bare_cpu = model_seconds(session, coords, args.repeats)
+    row = {"coords": n, "bare_ms": bare_wall * 1000, "bare_cpu_ms": bare_cpu * 1000,
+           "bare_mcoords_s": n / bare_wall / 1e6, "servers": out}
+    log.info("%d coords: %s", n, json.dumps(row))
+    return row
 
 
 def wrk_cpu(servers: dict, session, image: str, args, tmp: Path) -> dict:
@@ -176,11 +188,14 @@ def wrk_cpu(servers: dict, session, image: str, args, tmp: Path) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| coords | server · protocol | ms / request | Mcoords/s | × bare onnxruntime |", "|---:|---|---:|---:|---:|"]
+    lines = ["| coords | server · protocol | ms / request | server CPU ms | coords/s × bare (wall) | × bare (CPU) |",
+             "|---:|---|---:|---:|---:|---:|"]
     for row in result["sizes"]:
-        lines.append(f"| {row['coords']:,} | bare onnxruntime, 1 thread | | {row['bare_mcoords_s']:.3f} | 1.00 |")
+        lines.append(f"| {row['coords']:,} | bare onnxruntime, 1 thread | {row['bare_ms']:.1f} | "
+                     f"{row['bare_cpu_ms']:.1f} | 1.00 | 1.00 |")
         for key, v in row["servers"].items():
-            lines.append(f"| {row['coords']:,} | {key} | {v['ms']:.1f} | {v['mcoords_s']:.3f} | {v['vs_bare']:.2f} |")
+            lines.append(f"| {row['coords']:,} | {key} | {v['ms']:.1f} | {v['cpu_ms']:.1f} | {v['vs_bare']:.2f} | "
+                         f"{v['cpu_vs_bare']:.2f} |")
     w = result["wrk_2000"]
     lines += ["", f"wrk, {w['connections']} connections, 2,000-coordinate /v1/query; the model's own CPU time "
               f"for 2,000 coordinates: {w['model_cpu_ms']:.2f} ms", "",
