@@ -40,6 +40,7 @@ class Drain:
         self.since: float | None = None  # monotonic time draining began
         self.previous: dict[int, object] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task | None = None  # the wait, referenced so that it is not collected
 
     @property
     def draining(self) -> bool:
@@ -66,7 +67,10 @@ class Drain:
         self.since = time.monotonic()
         log.info("%s: draining %d running request(s), at most %.0f s", signal.Signals(sig).name, self.inflight,
                  self.grace)
-        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._wait_then_forward(sig)))
+        self.loop.call_soon_threadsafe(self._start_waiting, sig)
+
+    def _start_waiting(self, sig: int) -> None:
+        self.task = self.loop.create_task(self._wait_then_forward(sig))
 
     async def _wait_then_forward(self, sig: int) -> None:
         while self.inflight and time.monotonic() - self.since < self.grace:

@@ -16,6 +16,7 @@ import asyncio
 import os
 
 import anyio
+import h11
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -98,7 +99,7 @@ class HeaderTimeoutProtocol(_Base):
     def data_received(self, data: bytes) -> None:
         self._arm()  # the first byte of a new request on a kept-alive connection
         super().data_received(data)
-        if _Base.__name__ == "H11Protocol" and self.conn.their_state.__name__ != "IDLE":
+        if hasattr(self, "conn") and self.conn.their_state is not h11.IDLE:  # h11: no headers callback
             self._headers_done()
 
     def on_headers_complete(self) -> None:  # httptools
