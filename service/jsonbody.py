@@ -88,6 +88,21 @@ def float_rows(rows: Any, width: int | None = None) -> np.ndarray | None:
     return out if np.isfinite(out).all() else None
 
 
+def pixel_images(images: list, side: int) -> np.ndarray | None:
+    """[N, 1, side, side] float64 when every image is side² numbers or `side` rows of `side`, all finite; else
+    None (the per-image checks then name what is wrong)."""
+    if not images or set(map(type, images)) != {list}:
+        return None
+    lengths = set(map(len, images))
+    if lengths == {side * side}:
+        flat = float_rows(images, side * side)
+    elif lengths == {side}:
+        flat = float_rows(list(itertools.chain.from_iterable(images)), side)  # the rows of every image
+    else:
+        return None
+    return None if flat is None else flat.reshape(len(images), 1, side, side)
+
+
 def json_response(content: dict, status_code: int = 200) -> Response:
     return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status_code,
                     media_type="application/json")

@@ -9,9 +9,9 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from ..deps import ImageModel, InferenceDep, SettingsDep
-from ..errors import BadInput, TooLarge
-from ..imaging import Background, fill_points, model_coords
+from ..imaging import Background
 from ..jsonbody import float_rows, json_response, openapi_body, read_json, validate
+from ..limits import check_rows
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
 router = APIRouter(prefix="/v1/models", tags=["image models"])
@@ -30,13 +30,8 @@ async def query(request: Request, model: ImageModel, settings: SettingsDep, infe
         coords = np.asarray(body.coords, dtype=np.float64)
     else:
         body = validate(QueryRequest, {**doc, "coords": PLACEHOLDER})
-    if len(coords) > settings.max_query_coords:
-        raise TooLarge(f"{len(coords)} coords is more than the limit of {settings.max_query_coords} "
-                       "per query (INR_MAX_QUERY_COORDS)")
-    try:
-        src = model_coords(sampling_matrix(body.transform), coords)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
+    check_rows(model, len(coords), settings)
+    src = model.preprocess(coords, sampling_matrix(body.transform))
     out = await inference(model, src.astype(np.float32))
-    rgb = fill_points(out["rgb"], src, Background.parse(body.background))
+    rgb = model.postprocess(out, src, Background.parse(body.background))
     return json_response({"rgb": np.round(rgb.astype(np.float64), 6)})

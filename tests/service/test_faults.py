@@ -31,13 +31,24 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
     graph fails at run time for x ≥ 0.01 (a Gather out of bounds)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from training.repository import sha256_bytes
+    from modelrepo import sha256_bytes
 
     repo = tmp_path_factory.mktemp("faulty")
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, repo / name)
-    unreadable = repo / "unreadable"
-    shutil.copytree(model_repo / "astronaut", unreadable)
+
+    def copy_astronaut(name: str, onnx: bytes | None) -> Path:
+        folder = repo / name
+        shutil.copytree(model_repo / "astronaut", folder)
+        cfg = folder / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace('name: "astronaut"', f'name: "{name}"'))
+        if onnx is not None:
+            (folder / "1" / "model.onnx").write_bytes(onnx)
+            meta = json.loads((folder / "1" / "metadata.json").read_text())
+            (folder / "1" / "metadata.json").write_text(json.dumps({**meta, "onnx_sha256": sha256_bytes(onnx)}))
+        return folder
+
+    unreadable = copy_astronaut("unreadable", None)
     (unreadable / "1" / "model.onnx").unlink()
     (unreadable / "1" / "model.onnx").symlink_to("/proc/self/mem")  # a regular file; read(): EIO
 
@@ -51,14 +62,8 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
         [helper.make_tensor_value_info("rgb", TensorProto.FLOAT, ["n", 3])],
         [numpy_helper.from_array(np.array(0, np.int64), "zero"),
          numpy_helper.from_array(np.array(1000, np.float32), "thousand"), numpy_helper.from_array(table, "table")])
-    data = onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
-    faulty = repo / "faulty"
-    (faulty / "1").mkdir(parents=True)
-    (faulty / "1" / "model.onnx").write_bytes(data)
-    meta = json.loads((model_repo / "astronaut" / "metadata.json").read_text())
-    meta = {k: v for k, v in meta.items() if k not in ("architecture", "encoding")}
-    (faulty / "metadata.json").write_text(json.dumps({**meta, "name": "faulty", "onnx_sha256": sha256_bytes(data),
-                                                      "description": "fails for x >= 0.01"}))
+    copy_astronaut("faulty", onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                    ir_version=8).SerializeToString())
     return repo
 
 
