@@ -57,7 +57,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(fuzzed, tmp_
                           "--checks", "not_a_server_error,response_schema_conformance",
                           "--phases", "examples,fuzzing", "--max-examples", "6", "--seed", "1",
                           "--request-timeout", "30", "--workers", "2", "--no-color"],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)  # its cache goes there
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     generated = re.search(r"(\d+) generated, (\d+) passed", out)
