@@ -82,10 +82,10 @@ async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec
     settings = core.settings
     arrived = time.monotonic()
     if not await _acquire(core.slots, settings.queue_timeout_s):
-        core.metrics.render_queue_timeouts.labels(model.name).inc()
+        core.metrics.queue_timeout(model.name, "render")
         raise QueueTimeout(f"no render slot within {settings.queue_timeout_s:g} s (INR_QUEUE_TIMEOUT_S): "
                            f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
-                           retry_after_s=settings.queue_timeout_s) from None
+                           retry_after=max(1, round(settings.queue_timeout_s)))
     try:
         return await _render_in_slot(core, model, spec, fmt, quality, is_disconnected, arrived)
     finally:

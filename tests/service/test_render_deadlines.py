@@ -12,6 +12,7 @@ import pytest
 from conftest import Server
 
 URL = "/v1/models/astronaut/render"
+RENDER_QUEUE = 'model="astronaut",queue="render"'
 BIG = {"width": 3000, "height": 3000}  # 9M samples in 256-sample tiles: far more than the 1 s deadline
 
 
@@ -25,8 +26,8 @@ def strict(model_repo):
     srv.stop()
 
 
-def counter(url: str, name: str) -> float:
-    m = re.search(rf'^{name}_total{{model="astronaut"}} (\S+)$', httpx.get(url + "/metrics").text, re.M)
+def counter(url: str, name: str, labels: str = 'model="astronaut"') -> float:
+    m = re.search(rf'^{name}_total{{{labels}}} (\S+)$', httpx.get(url + "/metrics").text, re.M)
     return float(m.group(1)) if m else 0.0
 
 
@@ -43,7 +44,7 @@ def test_a_render_past_its_deadline_answers_503_and_frees_its_slot(strict):
 
 
 def test_a_render_that_cannot_get_a_slot_in_time_answers_503_with_retry_after(strict):
-    before = counter(strict.url, "inr_render_queue_timeout")
+    before = counter(strict.url, "inr_queue_timeouts", RENDER_QUEUE)
     started = threading.Event()
     big: dict = {}
 
@@ -63,6 +64,6 @@ def test_a_render_that_cannot_get_a_slot_in_time_answers_503_with_retry_after(st
     assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
     error = r.json()["error"]
     assert "INR_QUEUE_TIMEOUT_S" in error and "INR_RENDER_CONCURRENCY" in error
-    assert counter(strict.url, "inr_render_queue_timeout") >= before + 1
+    assert counter(strict.url, "inr_queue_timeouts", RENDER_QUEUE) >= before + 1
     assert big["r"].status_code == 503 and "INR_RENDER_TIMEOUT_S" in big["r"].json()["error"]
     assert httpx.get(strict.url + "/health/ready").status_code == 200
