@@ -24,7 +24,7 @@ class ImageModelConfig:
     width: int = 256
     grid_size: int = 8          # sinekan only
     first_grid: int = 0         # sinekan: the first layer's grid size (0 = grid_size)
-    first_freq: float = 0.0     # sinekan: the first layer's top frequency ω_G in cycles per unit (0 = the paper's G rad)
+    first_freq: float = 0.0     # sinekan: the first layer's top frequency in cycles per unit (0 = paper)
     sinekan_init: str = "scaled"  # sinekan: amplitude init, scaled (unit output variance) | paper
     out_dim: int = 3
     encoding: EncodingConfig = field(default_factory=EncodingConfig)
@@ -60,7 +60,7 @@ def mlp_bn_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
 
 
 def sinekan_first_scale(cfg: ImageModelConfig) -> float:
-    """The first layer's ω_k = scale·k, k = 1..G₁: its top frequency 2π·first_freq rad (0: the paper's, scale 1)."""
+    """The first layer's ω_k = scale·k, k = 1..G₁, topping at 2π·first_freq rad (0: the paper's, scale 1)."""
     g1 = cfg.first_grid or cfg.grid_size
     return 2 * math.pi * cfg.first_freq / g1 if cfg.first_freq else 1.0
 

@@ -143,7 +143,7 @@ def test_checkpoints_of_two_seeds_export_as_one_graph_that_onnxruntime_runs(glyp
     rc, err = run_cli(["export-digits", "--data-dir", str(glyph_dir), "--checkpoint", str(tmp_path / "s0.pt"),
                        str(tmp_path / "s1.pt"), "--out", str(out)], capsys)
     assert rc == 0, err
-    meta = json.loads((out / "metadata.json").read_text())
+    meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["architecture"]["ensemble"] == 2 and [m["seed"] for m in meta["metrics"]["members"]] == [0, 1]
     assert meta["export"]["parity"]["argmax_mismatches"] == 0
     import onnxruntime as ort
