@@ -23,7 +23,8 @@ test: setup
 # Regenerate the bundled models (minutes on 2 CPU cores).
 models: setup
 	$(BIN)/python -m training fit-image --image astronaut --size 256 --protocol full --scale 10 --width 128 --features 128 --batch-size 8192 --steps 1500 --lr 1e-3 --schedule constant --out models/astronaut --no-progress
-	$(BIN)/python -m training fit-digits --data-dir ../shared/data/mnist-10k --model sinekan --hidden 128 --epochs 40 --augment --no-progress --out models/digits
+	for s in 0 1 2; do $(BIN)/python -m training fit-digits --data-dir ../shared/data/mnist-10k --model sinekan --hidden 128 --epochs 60 --elastic --schedule cosine --seed $$s --no-progress --checkpoint build/digits-seed$$s.pt || exit 1; done
+	rm -rf models/digits && $(BIN)/python -m training export-digits --data-dir ../shared/data/mnist-10k --checkpoint build/digits-seed0.pt build/digits-seed1.pt build/digits-seed2.pt --out models/digits
 
 bench: setup
 	$(BIN)/python -m bench.quick
