@@ -34,7 +34,8 @@ from .serving import LUA, Load, Server, free_port, machine, median, run_wrk, sum
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.peers")
 PEERS = ("kserve", "litserve", "bentoml")
-TITLES = {"inr": "here", "kserve": "KServe", "litserve": "LitServe", "bentoml": "BentoML"}
+TITLES = {"inr": "here", "inr2": "here, 2 workers", "kserve": "KServe", "litserve": "LitServe",
+          "bentoml": "BentoML"}
 PACKAGES = {"kserve": "kserve", "litserve": "litserve", "bentoml": "bentoml"}
 
 
@@ -79,9 +80,11 @@ class PeerServer(Server):
 def commands(args) -> dict[str, tuple[list[str], str]]:
     """Each server's command line ({port} filled in later) and its readiness path."""
     peer = [args.peer_python]
+    ours = [sys.executable, "-m", "service", "--models", str(args.models), "--port", "{port}", "--threads",
+            str(args.threads), "--log-level", "error"]
     return {
-        "inr": ([sys.executable, "-m", "service", "--models", str(args.models), "--port", "{port}",
-                 "--threads", str(args.threads), "--log-level", "error"], "/health/ready"),
+        "inr": (ours, "/health/ready"),
+        "inr2": (ours + ["--workers", "2"], "/health/ready"),
         "kserve": (peer + ["-m", "bench.peers_kserve", "--port", "{port}"], "/v2/health/ready"),
         "litserve": (peer + ["-m", "bench.peers_litserve", "--port", "{port}"], "/health"),
         "bentoml": (peer + ["-m", "bentoml", "serve", "bench.peers_bentoml:Peer", "--host", "127.0.0.1",
@@ -114,10 +117,21 @@ def idle_cpu(servers: dict[str, PeerServer], seconds: float = 3.0) -> dict[str, 
     return {n: round((s.cpu_seconds() - before[n]) * 100 / seconds, 1) for n, s in servers.items()}
 
 
+def model_cpu_ms(load: Workload, seconds: float = 0.5) -> float:
+    """CPU milliseconds of one onnxruntime run on the workload's input, here (1 thread): the floor."""
+    load.bare()
+    n, t0 = 0, time.process_time()
+    while time.process_time() - t0 < seconds:
+        load.bare()
+        n += 1
+    return (time.process_time() - t0) * 1000 / n
+
+
 def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script: Path) -> list[dict]:
     results: dict[tuple, list] = {}
     for rnd in range(args.rounds):
         for load in loads:
+            results.setdefault((load.label, "model"), []).append(model_cpu_ms(load))
             names = [n for n in load.paths if n in servers]
             for i, c in enumerate(args.concurrency):
                 k = (rnd + i) % len(names)
@@ -136,11 +150,12 @@ def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script:
     rows = []
     for load in loads:
         for c in args.concurrency:
-            peers = [n for n in load.paths if n in servers and n != "inr"]
+            peers = [n for n in load.paths if n in servers and n in PEERS]
             for name in [n for n in load.paths if n in servers]:
                 rs = results[(load.label, c, name)]
                 row = {"load": load.label, "concurrency": c, "server": name, **summary(rs),
-                       "max_abs_diff": load.checks[name]}
+                       "cores": median([r["rps"] * r["cpu_ms_per_req"] / 1000 for r in rs]),
+                       "model_cpu_ms": median(results[(load.label, "model")]), "max_abs_diff": load.checks[name]}
                 if name == "inr" and peers:  # per round: ours over the best peer of that round
                     best = [max(results[(load.label, c, p)][r]["rps"] for p in peers) for r in range(len(rs))]
                     row["ratio_rounds"] = [round(a["rps"] / b, 2) for a, b in zip(rs, best)]
@@ -151,13 +166,30 @@ def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | clients | server | req/s | p50 ms | p99 ms | CPU ms/req | here ÷ best peer |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["| workload | clients | server | req/s | p50 ms | p99 ms | CPU ms/req | cores busy | here ÷ best peer |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = f"{r['ratio_best_peer']:.2f}× (target {r['target']:g}×)" if "ratio_best_peer" in r else ""
         errors = f" ({r['errors']} errors)" if r["errors"] else ""
         lines.append(f"| {r['load']} | {r['concurrency']} | {TITLES[r['server']]} | {r['rps']:.0f}{errors} | "
-                     f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms_per_req']:.2f} | {ratio} |")
+                     f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms_per_req']:.2f} | {r['cores']:.2f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def side_by_side(rows: list[dict]) -> str:
+    """One line per workload and concurrency: every server's req/s (CPU ms/req), ours over the best peer."""
+    names = [n for n in TITLES if any(r["server"] == n for r in rows)]
+    cells: dict[tuple, dict] = {}
+    for r in rows:
+        cells.setdefault((r["load"], r["concurrency"]), {})[r["server"]] = r
+    lines = ["| workload | clients | " + " | ".join(TITLES[n] for n in names) + " | here ÷ best peer | target "
+             "| model alone, CPU ms |", "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|"]
+    for (load, c), by in cells.items():
+        vals = [f"{by[n]['rps']:.0f} ({by[n]['cpu_ms_per_req']:.1f})" if n in by else "–" for n in names]
+        ours = by["inr"]
+        ratio = f"{ours['ratio_best_peer']:.2f}×" if "ratio_best_peer" in ours else "–"
+        target = f"≥ {ours['target']:g}×" if "target" in ours else "–"
+        lines.append(f"| {load} | {c} | " + " | ".join(vals) + f" | {ratio} | {target} | {ours['model_cpu_ms']:.2f} |")
     return "\n".join(lines)
 
 
@@ -199,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", type=Path, default=ROOT / "models")
     p.add_argument("--image", default="astronaut", help="coords → rgb model in --models")
     p.add_argument("--digits", default="digits", help="digit classifier in --models")
-    p.add_argument("--servers", type=lambda t: t.split(","), default=["inr", *PEERS], help="inr,kserve,litserve,bentoml")
+    p.add_argument("--servers", type=lambda t: t.split(","), default=["inr", "inr2", *PEERS],
+                   help="inr (this service), inr2 (the same with 2 uvicorn workers), kserve, litserve, bentoml")
     p.add_argument("--peer-python", default=sys.executable, help="the interpreter that has the peers installed")
     p.add_argument("--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8, 32])
     p.add_argument("--duration", type=int, default=3, help="seconds per wrk run (wrk takes whole seconds)")
@@ -235,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    log.info("\n%s\n\nwritten to %s", table(result["rows"]), args.out)
+    log.info("\n%s\n\n%s\n\nwritten to %s", side_by_side(result["rows"]), table(result["rows"]), args.out)
     return 0
 
 

@@ -26,6 +26,7 @@ class Workload:
     ctype: str = "application/json"
     ihcl: str = ""                 # Inference-Header-Content-Length of a binary V2 request
     coordinates: bool = False      # a coordinate workload (the ≥ 2× target)
+    bare: Callable[[], object] = lambda: None  # the model alone on the same input, in this process
     checks: dict[str, float] = field(default_factory=dict)  # server → max abs difference
 
 
@@ -66,30 +67,39 @@ def v2_binary(name: str, x: np.ndarray, output: str) -> tuple[bytes, str]:
     return head + x.tobytes(), str(len(head))
 
 
+def ours(path: str) -> dict[str, str]:
+    """This service, with its defaults (`inr`) and with two uvicorn workers (`inr2`)."""
+    return {"inr": path, "inr2": path}
+
+
 def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 0) -> list[Workload]:
     """V2 JSON and binary coordinates and V2 classify (this service and KServe); v1 classify and v1 query
     (this service, LitServe, BentoML). Inputs have few decimals, so JSON carries them exactly."""
     rng = np.random.default_rng(seed)
     coords = rng.random((n_coords, 2)).round(6).astype(np.float32)
     img = rng.random((1, 1, 28, 28)).round(3).astype(np.float32)
-    rgb = ort_session(models / image / "1" / "model.onnx", 1).run(["rgb"], {"coords": coords})[0]
-    probs = ort_session(models / digits / "1" / "model.onnx", 1).run(["probabilities"], {"images": img})[0]
+    image_model = ort_session(models / image / "1" / "model.onnx", 1)
+    digit_model = ort_session(models / digits / "1" / "model.onnx", 1)
+    rgb = image_model.run(["rgb"], {"coords": coords})[0]
+    probs = digit_model.run(["probabilities"], {"images": img})[0]
+    bare_rgb = lambda: image_model.run(["rgb"], {"coords": coords})  # noqa: E731
+    bare_probs = lambda: digit_model.run(["probabilities"], {"images": img})  # noqa: E731
     v2_image, v2_digits = f"/v2/models/{image}/infer", f"/v2/models/{digits}/infer"
     binary, ihcl = v2_binary("coords", coords, "rgb")
     n = f"{n_coords:,}"
     return [
-        Workload(f"V2 JSON, {n} coordinates", {"inr": v2_image, "kserve": v2_image},
-                 v2_json("coords", coords, "rgb"), rgb, v2_output("rgb"), coordinates=True),
-        Workload(f"V2 binary, {n} coordinates", {"inr": v2_image, "kserve": v2_image}, binary, rgb,
-                 v2_output("rgb"), ctype="application/octet-stream", ihcl=ihcl, coordinates=True),
-        Workload("V2 classify, JSON", {"inr": v2_digits, "kserve": v2_digits},
-                 v2_json("images", img, "probabilities"), probs, v2_output("probabilities")),
-        Workload("v1 classify, JSON", {"inr": f"/v1/models/{digits}/classify", "litserve": "/classify",
+        Workload(f"V2 JSON, {n} coordinates", {**ours(v2_image), "kserve": v2_image},
+                 v2_json("coords", coords, "rgb"), rgb, v2_output("rgb"), coordinates=True, bare=bare_rgb),
+        Workload(f"V2 binary, {n} coordinates", {**ours(v2_image), "kserve": v2_image}, binary, rgb,
+                 v2_output("rgb"), ctype="application/octet-stream", ihcl=ihcl, coordinates=True, bare=bare_rgb),
+        Workload("V2 classify, JSON", {**ours(v2_digits), "kserve": v2_digits},
+                 v2_json("images", img, "probabilities"), probs, v2_output("probabilities"), bare=bare_probs),
+        Workload("v1 classify, JSON", {**ours(f"/v1/models/{digits}/classify"), "litserve": "/classify",
                                        "bentoml": "/classify"},
-                 json.dumps({"images": [img[0, 0].tolist()]}).encode(), probs, v1_probabilities),
-        Workload(f"v1 query, {n} coordinates", {"inr": f"/v1/models/{image}/query", "litserve": "/query",
+                 json.dumps({"images": [img[0, 0].tolist()]}).encode(), probs, v1_probabilities, bare=bare_probs),
+        Workload(f"v1 query, {n} coordinates", {**ours(f"/v1/models/{image}/query"), "litserve": "/query",
                                                 "bentoml": "/query"},
-                 json.dumps({"coords": coords.tolist()}).encode(), rgb, v1_rgb, coordinates=True),
+                 json.dumps({"coords": coords.tolist()}).encode(), rgb, v1_rgb, coordinates=True, bare=bare_rgb),
     ]
 
 

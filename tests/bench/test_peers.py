@@ -43,7 +43,7 @@ def test_an_answer_off_onnxruntime_stops_the_run_before_any_timing(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--servers", "inr,triton"], "unknown server(s) ['triton']; choose from inr, kserve, litserve, bentoml"),
+    (["--servers", "inr,triton"], "unknown server(s) ['triton']; choose from inr, inr2, kserve, litserve, bentoml"),
     (["--servers", "kserve"], "--servers must include inr"),
     (["--servers", "inr,kserve", "--peer-python", "/nonexistent/python"], "--peer-python /nonexistent/python is not"),
     (["--models", "/nonexistent"], "--models /nonexistent has no astronaut/1/model.onnx"),
