@@ -127,12 +127,26 @@ def model_cpu_ms(load: Workload, seconds: float = 0.5) -> float:
     return (time.process_time() - t0) * 1000 / n
 
 
-def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script: Path) -> list[dict]:
+def settle(server: PeerServer, timeout: float = 30.0) -> None:
+    """Wait until the server has finished what wrk left in flight (its CPU use falls under 5 % of a core),
+    so that no backlog spills into the next run, its own or another server's."""
+    end, cpu = time.monotonic() + timeout, server.cpu_seconds()
+    while time.monotonic() < end:
+        time.sleep(0.25)
+        cpu, before = server.cpu_seconds(), cpu
+        if cpu - before < 0.0125:
+            return
+
+
+def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script: Path, save) -> list[dict]:
+    """`rounds` rounds; in each, every workload and concurrency on every server, the order rotating.
+    After each round `save(rows)` gets the medians so far."""
     results: dict[tuple, list] = {}
     for rnd in range(args.rounds):
         for load in loads:
             results.setdefault((load.label, "model"), []).append(model_cpu_ms(load))
             names = [n for n in load.paths if n in servers]
+            seconds = args.coords_duration if load.coordinates else args.duration
             for i, c in enumerate(args.concurrency):
                 k = (rnd + i) % len(names)
                 for name in names[k:] + names[:k]:
@@ -141,15 +155,22 @@ def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script:
                              ihcl=load.ihcl)
                     if args.warmup:
                         run_wrk(s.url, w, c, args.warmup, script)
-                    r = wrk(s, w, c, args.duration, script)
+                        settle(s)
+                    r = wrk(s, w, c, seconds, script)
+                    settle(s)
                     r["load_avg"] = os.getloadavg()[0]
                     log.info("round %d %s c=%d %s: %.0f req/s p50 %.1f ms p99 %.1f ms, %.2f CPU ms/req, errors %d "
                              "(load %.1f)", rnd + 1, load.label, c, name, r["rps"], r["p50_ms"], r["p99_ms"],
                              r["cpu_ms_per_req"], r["errors"], r["load_avg"])
                     results.setdefault((load.label, c, name), []).append(r)
+        save(rows_from(results, servers, loads, args.concurrency))
+    return rows_from(results, servers, loads, args.concurrency)
+
+
+def rows_from(results: dict[tuple, list], servers, loads: list[Workload], concurrency: list[int]) -> list[dict]:
     rows = []
     for load in loads:
-        for c in args.concurrency:
+        for c in concurrency:
             peers = [n for n in load.paths if n in servers and n in PEERS]
             for name in [n for n in load.paths if n in servers]:
                 rs = results[(load.label, c, name)]
@@ -158,8 +179,9 @@ def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script:
                        "model_cpu_ms": median(results[(load.label, "model")]), "max_abs_diff": load.checks[name]}
                 if name == "inr" and peers:  # per round: ours over the best peer of that round
                     best = [max(results[(load.label, c, p)][r]["rps"] for p in peers) for r in range(len(rs))]
-                    row["ratio_rounds"] = [round(a["rps"] / b, 2) for a, b in zip(rs, best)]
-                    row["ratio_best_peer"] = median([a["rps"] / b for a, b in zip(rs, best)])
+                    ratios = [a["rps"] / b if b > 0 else float("inf") for a, b in zip(rs, best)]
+                    row["ratio_rounds"] = [round(x, 2) for x in ratios]
+                    row["ratio_best_peer"] = median(ratios)
                     row["target"] = 2.0 if load.coordinates else 1.0
                 rows.append(row)
     return rows
@@ -218,12 +240,18 @@ def run(args) -> dict:
                     diff = check(load, n, servers[n].url, args.atol)
                     log.info("%s on %s: matches onnxruntime, max abs diff %.2g", load.label, n, diff)
         info["idle_cpu_percent"] = idle_cpu(servers)
-        rows = measure(servers, loads, args, args.tmp / "bench.lua")
+        rows = measure(servers, loads, args, args.tmp / "bench.lua",
+                       lambda partial: write(args.out, {"machine": info, "rows": partial, "partial": True}))
     finally:
         for s in servers.values():
             s.stop()
     info["load_avg_after"] = list(os.getloadavg())
     return {"machine": info, "rows": rows}
+
+
+def write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-python", default=sys.executable, help="the interpreter that has the peers installed")
     p.add_argument("--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8, 32])
     p.add_argument("--duration", type=int, default=3, help="seconds per wrk run (wrk takes whole seconds)")
+    p.add_argument("--coords-duration", type=int, default=6,
+                   help="seconds per wrk run of the coordinate workloads (32 of them in flight take seconds)")
     p.add_argument("--warmup", type=int, default=1, help="seconds of wrk before each timed run (0: none)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the table keeps medians")
     p.add_argument("--coords", type=int, default=2000, help="coordinates per query")
@@ -253,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                f"--models {args.models} has no {args.image}/1/model.onnx or {args.digits}/1/model.onnx"
                if not all((args.models / m / "1" / "model.onnx").is_file() for m in (args.image, args.digits)) else
                "--rounds, --duration and --coords must be positive"
-               if min(args.rounds, args.duration, args.coords, *args.concurrency) <= 0 or args.warmup < 0 else
+               if min(args.rounds, args.duration, args.coords_duration, args.coords, *args.concurrency) <= 0
+               or args.warmup < 0 else
                "wrk is not installed (Debian: apt-get install -y wrk)" if shutil.which("wrk") is None else None)
     if problem:
         sys.stderr.write(f"error: {problem}\n")
@@ -266,8 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, ValueError) as e:
             sys.stderr.write(f"error: {e}\n")
             return 2
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write(args.out, result)
     log.info("\n%s\n\n%s\n\nwritten to %s", side_by_side(result["rows"]), table(result["rows"]), args.out)
     return 0
 

@@ -12,7 +12,8 @@ import pytest
 from bench import peers
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = ["--servers", "inr", "--rounds", "1", "--duration", "1", "--warmup", "0", "--concurrency", "2"]
+QUICK = ["--servers", "inr", "--rounds", "1", "--duration", "1", "--coords-duration", "1", "--warmup", "0",
+         "--concurrency", "2"]
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
 
 
