@@ -6,6 +6,7 @@ at each concurrency, and the table keeps the median round: req/s, p50, p99 and t
 milliseconds per request (its processes' /proc times).
 
     python -m bench.peers --peer-python /work/venv-peers/bin/python
+    python -m bench.peers --servers inr,inr2,kserve,litserve,bentoml   # also ours with 2 uvicorn workers
     python -m bench.peers --servers inr --rounds 1 --duration 1 --concurrency 1   # our server alone
 
 The peers live in their own virtual environment (`pip install '.[peers]'` there; they pin FastAPI and
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", type=Path, default=ROOT / "models")
     p.add_argument("--image", default="astronaut", help="coords → rgb model in --models")
     p.add_argument("--digits", default="digits", help="digit classifier in --models")
-    p.add_argument("--servers", type=lambda t: t.split(","), default=["inr", "inr2", *PEERS],
+    p.add_argument("--servers", type=lambda t: t.split(","), default=["inr", *PEERS],
                    help="inr (this service), inr2 (the same with 2 uvicorn workers), kserve, litserve, bentoml")
     p.add_argument("--peer-python", default=sys.executable, help="the interpreter that has the peers installed")
     p.add_argument("--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8, 32])
