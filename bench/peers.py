@@ -206,13 +206,16 @@ def side_by_side(rows: list[dict]) -> str:
     for r in rows:
         cells.setdefault((r["load"], r["concurrency"]), {})[r["server"]] = r
     lines = ["| workload | clients | " + " | ".join(TITLES[n] for n in names) + " | here ÷ best peer | target "
-             "| model alone, CPU ms |", "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|"]
+             "| CPU: best peer ÷ here | model alone, CPU ms |", "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|"]
     for (load, c), by in cells.items():
         vals = [f"{by[n]['rps']:.0f} ({by[n]['cpu_ms_per_req']:.1f})" if n in by else "–" for n in names]
         ours = by["inr"]
         ratio = f"{ours['ratio_best_peer']:.2f}×" if "ratio_best_peer" in ours else "–"
         target = f"≥ {ours['target']:g}×" if "target" in ours else "–"
-        lines.append(f"| {load} | {c} | " + " | ".join(vals) + f" | {ratio} | {target} | {ours['model_cpu_ms']:.2f} |")
+        peer_cpu = [r["cpu_ms_per_req"] for n, r in by.items() if n in PEERS]
+        cpu = f"{min(peer_cpu) / ours['cpu_ms_per_req']:.2f}×" if peer_cpu else "–"
+        lines.append(f"| {load} | {c} | " + " | ".join(vals) + f" | {ratio} | {target} | {cpu} | "
+                     f"{ours['model_cpu_ms']:.2f} |")
     return "\n".join(lines)
 
 
