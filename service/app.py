@@ -21,6 +21,7 @@ from . import v2
 from .batching import BatchConfig, BatchingInference
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
+from .restricted import RestrictedApi
 from .routers import classify, health, models, query, render
 from .runtime import RuntimeOptions, default_threads
 from .settings import Settings
@@ -91,6 +92,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
+        app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
     for r in (health, models, query, render, classify, v2, metrics_router):
         app.include_router(r.router)
