@@ -71,11 +71,18 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def probe_cuda(models: Path) -> bool:
     """Load the first loadable model on CUDA: True if it runs there, False if no model could be loaded.
     Raises DeviceError when the session does not really run on CUDA (session.get_providers())."""
+    from modelrepo import SpecError, read_spec, version_numbers
+
     from .registry import Registry
     from .runtime import ModelRuntime, RuntimeOptions
     for path in Registry(models, RuntimeOptions()).discover():
-        if ModelRuntime(path, RuntimeOptions(device="cuda", threads=1)).load():
-            return True
+        try:
+            spec = read_spec(path)
+        except SpecError:
+            continue
+        for n in reversed(spec.version_policy.select(version_numbers(path))):
+            if ModelRuntime(path, spec, n, RuntimeOptions(device="cuda", threads=1)).load():
+                return True
     return False
 
 

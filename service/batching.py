@@ -10,7 +10,10 @@ along the first axis, runs them once in the thread pool and hands each request i
 every output, in order. While one batch runs the next one gathers, and with two instances it
 runs beside it on another core; under load batches grow by themselves.
 
-* A request with more rows than `max_batch` runs alone, never split.
+* Rows per run: the model's `max_batch_size` (its spec), lowered by `max_batch` when set.
+  A request with more rows than that runs alone, never split.
+* A runtime the registry has swapped out (`retired`) gets no new queue: its queued requests
+  finish on it, later ones run alone on it, and its workers stop once its queue is empty.
 * A failed batched run is retried request by request, so one bad request fails alone.
 * The queue is bounded (`max_queue` requests): beyond it requests get 503 at once.
 * A request cancelled while queued (client gone) is dropped before the run.
@@ -43,7 +46,7 @@ Outputs = dict[str, np.ndarray]
 @dataclass(frozen=True)
 class BatchConfig:
     enabled: bool = True
-    max_batch: int = 256            # rows per run
+    max_batch: int | None = None    # rows per run; None = each model's max_batch_size
     max_queue_delay: float = 0.0005  # seconds
     max_queue: int = 1024           # requests waiting per model
     instances: int = 2              # batches of one model running at once
@@ -89,6 +92,7 @@ class ModelQueue:
 
     def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None):
         self.model, self.config, self.metrics = model, config, metrics
+        self.max_rows = max_rows(model, config)
         self.items: deque[Pending] = deque()
         self.rows = 0  # rows queued
         self.wake = asyncio.Event()
@@ -119,7 +123,7 @@ class ModelQueue:
             timer, expired = None, []
             if self.items:
                 left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
-                if self.rows >= cfg.max_batch or left <= 0:
+                if self.rows >= self.max_rows or left <= 0:
                     break
                 timer = loop.call_later(left, self._expire, expired)
             self.wake.clear()
@@ -134,7 +138,7 @@ class ModelQueue:
                 break
         batch = [self.items.popleft()]
         rows = batch[0].rows
-        while self.items and rows + self.items[0].rows <= cfg.max_batch:
+        while self.items and rows + self.items[0].rows <= self.max_rows:
             rows += self.items[0].rows
             batch.append(self.items.popleft())
         self.rows -= rows
@@ -169,6 +173,13 @@ class ModelQueue:
                 else:
                     p.future.set_result(result)
 
+    async def drain_and_close(self) -> None:
+        """Close once the queued requests have been taken (a retired runtime)."""
+        while self.items:
+            await asyncio.sleep(self.config.max_queue_delay + 0.001)
+        await asyncio.sleep(0)
+        await self.close()
+
     async def close(self) -> None:
         for task in self.tasks:
             task.cancel()
@@ -185,15 +196,28 @@ class BatchingInference:
 
     def __init__(self, config: BatchConfig, metrics: Metrics | None = None):
         self.config, self.metrics = config, metrics
-        self.queues: dict[str, ModelQueue] = {}
+        self.queues: dict[int, ModelQueue] = {}  # by id() of the runtime (one per loaded model version)
+        self.closing: set[asyncio.Task] = set()
 
     async def __call__(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
-        if not self.config.enabled or len(x) > self.config.max_batch:
+        if not self.config.enabled or len(x) > max_rows(model, self.config):
             return await self.alone(model, x)
-        queue = self.queues.get(model.name)
+        queue = self.queues.get(id(model))
         if queue is None or queue.model is not model:
-            queue = self.queues[model.name] = ModelQueue(model, self.config, self.metrics)
+            if model.retired:
+                return await self.alone(model, x)
+            queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics)
         return await queue.submit(x)
+
+    def retire(self, models: list[ModelRuntime]) -> None:
+        """The registry stopped serving `models` (call on the event loop): their queues drain, then close."""
+        for model in models:
+            queue = self.queues.get(id(model))
+            if queue is not None and queue.model is model:
+                del self.queues[id(model)]
+                task = asyncio.get_running_loop().create_task(queue.drain_and_close())
+                self.closing.add(task)
+                task.add_done_callback(self.closing.discard)
 
     async def alone(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
         arrived = time.perf_counter()
@@ -215,3 +239,9 @@ class BatchingInference:
         for queue in self.queues.values():
             await queue.close()
         self.queues.clear()
+        await asyncio.gather(*self.closing, return_exceptions=True)
+
+
+def max_rows(model: ModelRuntime, config: BatchConfig) -> int:
+    """Rows per batched run of `model`: its max_batch_size, lowered by INR_MAX_BATCH when set."""
+    return min(model.max_batch_size, config.max_batch or model.max_batch_size)

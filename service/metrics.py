@@ -89,11 +89,12 @@ class Metrics:
 
     # -- recording -------------------------------------------------------------------------------
     def set_models(self, models: dict) -> None:
-        """Record the registry after loading: model versions for labels, and the count by state."""
+        """Record the registry after every change: the serving versions for labels, and the count by state."""
         states: dict[str, int] = defaultdict(int)
         for name, m in models.items():
             states[m.status] += 1
-            self.versions[name] = str(m.metadata.get("version", 1))
+            if m.serving is not None:
+                self.versions[name] = str(m.serving.version)
         for state in ("ready", "failed", *states):
             self.models_gauge.labels(state).set(states.get(state, 0))
 

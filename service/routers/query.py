@@ -6,7 +6,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ..deps import ImageModel, InferenceDep, SettingsDep
-from ..errors import BadInput, TooLarge
+from ..errors import BadInput
+from ..limits import check_rows
 from ..imaging import Background, fill_points, model_coords
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
@@ -17,9 +18,7 @@ ERRORS = {c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}
 @router.post("/{name}/query", response_model=QueryResponse, responses=ERRORS)
 async def query(body: QueryRequest, model: ImageModel, settings: SettingsDep, inference: InferenceDep):
     """The model's colour at each coordinate; with a transform, at the inverse-mapped coordinates."""
-    if len(body.coords) > settings.max_query_coords:
-        raise TooLarge(f"{len(body.coords)} coords is more than the limit of {settings.max_query_coords} "
-                       "per query (INR_MAX_QUERY_COORDS)")
+    check_rows(model, len(body.coords), settings)
     try:
         src = model_coords(sampling_matrix(body.transform), np.asarray(body.coords, dtype=np.float64))
     except ValueError as e:

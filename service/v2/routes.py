@@ -88,14 +88,14 @@ async def all_stats(request: Request, registry: RegistryDep) -> dict:
     """Statistics of every ready model (Triton's statistics extension)."""
     if not registry.loaded:
         raise NotLoaded("models are still loading")
-    return {"model_stats": [request.app.state.metrics.stats_json(m.name, model_version(m))
+    return {"model_stats": [request.app.state.metrics.stats_json(m.name, model_version(m.serving))
                             for m in registry.models.values() if m.ready]}
 
 
 @both("get", "")
 async def model_metadata(name: ModelName, registry: RegistryDep, version: VersionDep) -> dict:
     """Name, versions, platform and the input and output tensors."""
-    return metadata_of(resolve(registry, name, version, ready=True))
+    return metadata_of(resolve(registry, name, version, ready=True), registry)
 
 
 @both("get", "/ready")
@@ -110,7 +110,7 @@ async def model_ready(name: ModelName, registry: RegistryDep, version: VersionDe
 
 @both("get", "/config")
 async def model_config(name: ModelName, registry: RegistryDep, version: VersionDep) -> dict:
-    """The model's Triton configuration (its config.pbtxt) as JSON."""
+    """The model's Triton configuration as JSON, built from its spec (config.pbtxt + metadata.json)."""
     return config_of(resolve(registry, name, version, ready=True))
 
 

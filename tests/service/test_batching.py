@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
+from modelrepo import read_spec
 from service.batching import BatchConfig, BatchingInference
 from service.errors import Overloaded
 from service.metrics import Metrics
@@ -17,7 +18,7 @@ from service.runtime import ModelRuntime, RuntimeOptions
 
 @pytest.fixture(scope="module")
 def digits(model_repo) -> ModelRuntime:
-    model = ModelRuntime(model_repo / "digits", RuntimeOptions(threads=1))
+    model = ModelRuntime(model_repo / "digits", read_spec(model_repo / "digits"), 1, RuntimeOptions(threads=1))
     assert model.load()
     return model
 
