@@ -71,9 +71,9 @@ class BodyLimit:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
-    options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin)
-    registry = Registry(settings.models, options)
     metrics = Metrics()
+    options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
+    registry = Registry(settings.models, options)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -21,6 +21,7 @@ from modelrepo import NAME_RE, ModelSpec, SpecError, read_spec, read_version, ve
 
 from .errors import ModelNotFound, ModelNotReady, NotFound, NotLoaded, WrongTask
 from .runtime import ModelRuntime, RuntimeOptions
+from .tasks import runtime_for
 
 log = logging.getLogger(__name__)
 Listener = Callable[["Registry", list[ModelRuntime]], None]
@@ -206,7 +207,7 @@ class Registry:
         current = old.version(n) if old else None
         if current is not None and current.ready and current.spec == spec and _same_record(current):
             return current
-        runtime = ModelRuntime(path, spec, n, self.options)
+        runtime = runtime_for(path, spec, n, self.options)
         runtime.load()
         return runtime
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import onnxruntime as ort
 from modelrepo import ONNX_TO_V2, ModelSpec, SpecError, VersionRecord, check_version, read_version
 
 from .errors import DeviceError, ModelLoadError
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -31,6 +33,7 @@ class RuntimeOptions:
     device: str = "cpu"   # cpu | cuda | auto
     threads: int = 1      # intra-op threads per session
     spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
+    metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
 
 
 def cgroup_cpu_limit(cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None) -> int | None:
@@ -185,12 +188,17 @@ class ModelRuntime:
                                      f"the spec says {[x.name for x in declared]}")
         self.provider = self.session.get_providers()[0]
 
-    def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        """Run the whole batch `x` (float32, the spec's input shape); return the spec's outputs by name."""
+    def predict(self, x: np.ndarray, requests: int = 1) -> dict[str, np.ndarray]:
+        """Run the whole batch `x` (float32, the spec's input shape) for `requests` requests; return the
+        spec's outputs by name. The one place every inference runs, so the one place it is counted
+        (rows, runs, compute time). Synchronous and thread-safe: call it from a worker thread."""
         if self.session is None:
             raise RuntimeError(f"model {self.name} version {self.version} is not loaded")
         names = [o.name for o in self.spec.outputs]
+        start = time.perf_counter()
         outs = self.session.run(names, {self.spec.input.name: np.ascontiguousarray(x, np.float32)})
+        if self.options.metrics is not None:
+            self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start)
         return dict(zip(names, outs))
 
 

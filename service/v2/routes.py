@@ -100,7 +100,10 @@ async def model_metadata(name: ModelName, registry: RegistryDep, version: Versio
 
 @both("get", "/ready")
 async def model_ready(name: ModelName, registry: RegistryDep, version: VersionDep) -> dict:
-    """200 when the model serves requests; 400 when it failed to load."""
+    """200 when the model (version) serves requests; 400 when it failed to load."""
+    state = registry.get(name)
+    if not version and not state.versions:
+        raise BadInput(f"model '{name}' is not ready: {state.status}" + (f": {state.reason}" if state.reason else ""))
     model = resolve(registry, name, version)
     if not model.ready:
         raise BadInput(f"model '{name}' version {model_version(model)} is not ready: {model.status}"

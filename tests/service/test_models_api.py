@@ -61,3 +61,13 @@ def test_a_model_without_preview_says_so(client):
     r = client.get("/v1/models/digits/preview")
     assert r.status_code == 404 and r.json() == {"error": "model 'digits' ships no preview image"}
     assert client.get("/v1/models/nope/preview").status_code == 404
+
+
+def test_a_model_lists_its_versions_and_their_states(client):
+    d = client.get("/v1/models/digits").json()
+    assert d["version"] == 1 and d["version_policy"] == "latest 1" and d["max_batch_size"] == 256
+    [v] = d["versions"]
+    assert v["version"] == 1 and v["status"] == "ready" and v["serving"] and len(v["onnx_sha256"]) == 64
+    tampered = client.get("/v1/models/tampered").json()
+    assert [(v["version"], v["status"], v["serving"]) for v in tampered["versions"]] == [(1, "failed", False)]
+    assert "sha256" in tampered["versions"][0]["error"]

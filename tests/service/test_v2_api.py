@@ -45,6 +45,11 @@ def test_health_routes_answer_json_with_triton_status_codes(client):
     assert client.get("/v2/health/ready").status_code == 200
     r = client.get("/v2/models/tampered/ready")
     assert r.status_code == 400 and "tampered" in r.json()["error"] and "sha256" in r.json()["error"]
+    r = client.get("/v2/models/truncated-config/ready")  # a model-level failure: no version was loaded
+    assert r.status_code == 400 and "config.pbtxt does not parse" in r.json()["error"]
+    r = client.get("/v2/models/no-inputs/versions/1/config")
+    assert r.status_code == 404 and "versions: none" in r.json()["error"]
+    assert client.get("/v2/models/digits/versions/7/ready").status_code == 404
 
 
 def test_server_metadata_lists_the_extensions(tc):
