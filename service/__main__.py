@@ -65,6 +65,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise ValueError(f"--{where.replace('_', '-')}: {msg}{got}") from None
     if not settings.models.is_dir():
         raise ValueError(f"--models '{settings.models}' is not a directory")
+    missing = [n for n in settings.load_model if n != "*" and not (settings.models / n).is_dir()]
+    if missing:
+        raise ValueError(f"--load-model {missing[0]}: no model folder '{missing[0]}' in {settings.models}")
     return settings
 
 

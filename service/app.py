@@ -13,17 +13,18 @@ from pathlib import Path
 import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
 from . import v2
 from .batching import BatchConfig, BatchingInference
+from .control import ModelControl
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .restricted import RestrictedApi
 from .routers import classify, health, models, query, render
+from .v2 import repository as v2_repository
 from .runtime import RuntimeOptions, default_threads
 from .settings import Settings
 
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
+    control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,10 +89,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 loop.call_soon_threadsafe(app.state.inference.retire, dropped)
 
         registry.listeners.append(changed)
-        await run_in_threadpool(registry.load_all)
+        await control.start()
         metrics.set_models(registry.models)
         app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
         yield
+        await control.stop()
         await app.state.inference.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
@@ -98,13 +101,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics
+    app.state.control = control
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
-    for r in (health, models, query, render, classify, v2, metrics_router):
+    for r in (health, models, query, render, classify, v2, v2_repository, metrics_router):
         app.include_router(r.router)
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
             raise ValueError("--load-model needs --model-control-mode explicit")
         if "*" in self.load_model and len(self.load_model) > 1:
             raise ValueError("--load-model '*' must be the only --load-model")
+        if self.model_control_mode == "explicit" and self.workers > 1:
+            raise ValueError("--model-control-mode explicit needs --workers 1: each worker process has its own "
+                             "models, and a load or unload request reaches only one of them (poll mode works "
+                             "with several workers)")
         check_groups(self.http_restricted_api)
         return self
 
