@@ -119,3 +119,17 @@ def test_every_api_route_belongs_to_a_group(tmp_path):
     assert group_of("/v2/models/{name}/versions/{version}") == "metadata"
     assert group_of("/v1/models/{name}/render") == "inference"
     assert group_of("/v1/models/{name}/preview") == "metadata"
+
+
+def test_the_value_is_not_in_the_settings_repr_dump_or_validation_errors(monkeypatch):
+    from pydantic import ValidationError
+    from service.settings import Settings
+
+    s = Settings(http_restricted_api="model-repository:admin-key=hunter2-secret")
+    for text in (repr(s), str(s), str(s.model_dump()), s.model_dump_json()):
+        assert "hunter2" not in text and "admin-key" in text
+    assert "hunter2-secret" in s.environment()["INR_HTTP_RESTRICTED_API"]  # only for the worker processes
+    monkeypatch.setenv("INR_HTTP_RESTRICTED_API", "bogus:admin-key=hunter2-secret")
+    with pytest.raises(ValidationError) as e:
+        Settings()
+    assert "hunter2" not in str(e.value)
