@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from modelrepo import NAME_RE, ModelSpec, SpecError, read_spec, read_version, version_numbers
+from modelrepo import NAME_RE, ModelSpec, SpecError, read_spec, version_numbers
 
 from .errors import ModelNotFound, ModelNotReady, NotFound, NotLoaded, WrongTask
 from .runtime import ModelRuntime, RuntimeOptions
@@ -150,7 +150,8 @@ class Registry:
         """(Re)load model `name` from its folder and return its new state.
 
         New versions are built beside the serving ones and the table is swapped only once they
-        are loaded: a version already loaded with the same sha256 is kept as it is; versions no
+        are loaded: a version whose files (N/model.onnx, N/metadata.json) are unchanged since it was
+        built is kept as it is, ready or failed (so a poll does not retry a broken one); versions no
         longer selected by version_policy (or whose folder is gone) are dropped; if no selected
         version becomes ready, the versions that served before and whose folders still exist keep
         serving and the failure is visible in `versions` / `error`. Requests already holding a
@@ -205,8 +206,8 @@ class Registry:
 
     def _version(self, path: Path, spec: ModelSpec, n: int, old: ModelState | None) -> ModelRuntime:
         current = old.version(n) if old else None
-        if current is not None and current.ready and current.spec == spec and _same_record(current):
-            return current
+        if current is not None and current.spec == spec and current.stamp == current.files_stamp():
+            return current  # nothing changed on disk: keep it, ready or failed (a poll never re-tries a broken one)
         runtime = runtime_for(path, spec, n, self.options)
         runtime.load()
         return runtime
@@ -229,10 +230,3 @@ class Registry:
             except Exception:  # noqa: BLE001 - a listener must not break a swap
                 log.exception("registry listener failed")
 
-
-def _same_record(runtime: ModelRuntime) -> bool:
-    """The version folder still holds what `runtime` loaded (its metadata.json records the same sha256)."""
-    try:
-        return read_version(runtime.path, runtime.version).onnx_sha256 == runtime.record.onnx_sha256
-    except SpecError:
-        return False

@@ -100,6 +100,18 @@ class ModelRuntime:
         self.provider: str | None = None
         self.session: ort.InferenceSession | None = None
         self.retired = False
+        self.stamp = self.files_stamp()  # what was on disk when this runtime was built
+
+    def files_stamp(self) -> tuple:
+        """(mtime_ns, size) of N/model.onnx and N/metadata.json now; None for a missing file."""
+        out = []
+        for name in ("model.onnx", "metadata.json"):
+            try:
+                st = (self.path / str(self.version) / name).stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
 
     @property
     def task(self) -> str:

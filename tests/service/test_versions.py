@@ -126,3 +126,15 @@ def test_two_loads_of_one_name_run_one_after_the_other(registry, repo):
     assert not errors and len(results) == 4
     assert len({id(r.serving) for r in results}) == 1, "the later loads found version 2 loaded and kept it"
     assert registry.runtime("digits").version == 2
+
+
+def test_a_failed_version_is_not_retried_until_its_files_change(registry, repo):
+    add_version(repo)
+    onnx = repo / "digits" / "2" / "model.onnx"
+    good = onnx.read_bytes()
+    onnx.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    first = registry.load("digits").version(2)
+    assert first.status == "failed" and registry.load("digits").version(2) is first
+    onnx.write_bytes(good)  # fixed in place: new mtime, the recorded sha256 matches again
+    fixed = registry.load("digits")
+    assert fixed.version(2) is not first and fixed.serving.version == 2
