@@ -6,9 +6,9 @@ index `{"ready": bool}`, load `{"parameters": {...}}`, unload `{"parameters": {"
 """
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -35,8 +35,8 @@ async def json_body(request: Request) -> dict:
     if not raw.strip():
         return {}
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadInput(f"body: invalid JSON ({e})") from None
     if not isinstance(body, dict):
         raise BadInput("body: expected a JSON object")
