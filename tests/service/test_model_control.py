@@ -58,7 +58,8 @@ def test_load_and_unload_are_refused_outside_explicit_mode_and_the_index_answers
 
 
 def test_a_version_folder_deleted_while_serving(repo):
-    """poll: the highest version's folder goes; the model falls back to the one left, no request fails."""
+    """poll: the highest version's folder goes; the model falls back to the one left, no request fails.
+    Then a model folder is moved out (unloaded) and back in (loaded)."""
     second = add_version(repo / "astronaut")
     srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.3").wait_ready()
     try:
@@ -84,10 +85,14 @@ def test_a_version_folder_deleted_while_serving(repo):
         assert entry(index(srv.url), "astronaut", second - 1)["state"] == "READY"
         r = httpx.post(f"{srv.url}/v2/models/astronaut/versions/{second}/infer", json={"inputs": []})
         assert r.status_code == 404
-        # the whole folder removed: the model is unloaded
-        shutil.rmtree(repo / "digits")
+        # a whole folder moved out: the model is unloaded; moved back in: a new model, loaded
+        (repo / "digits").rename(repo.parent / "digits")
         wait_for(lambda: entry(index(srv.url), "digits") is None, 30, "the removed model to be unloaded")
         assert httpx.get(f"{srv.url}/v1/models/digits").status_code == 404
+        (repo.parent / "digits").rename(repo / "digits")
+        wait_for(lambda: (entry(index(srv.url), "digits") or {}).get("state") == "READY", 30, "the new model")
+        assert httpx.post(f"{srv.url}/v1/models/digits/classify",
+                          json={"images": [np.zeros((28, 28)).tolist()]}).status_code == 200
     finally:
         srv.stop()
 
