@@ -105,9 +105,11 @@ class Answer:
 
 @dataclass
 class Clients:
-    """`n` threads, each sending v1 queries and classifies in turn as fast as answers come."""
+    """`n` threads, each sending v1 queries and classifies in turn, `pause` seconds apart (a client's
+    think time; it leaves the training CLI some CPU on a small machine)."""
     url: str
     n: int = 16
+    pause: float = 0.05
     answers: list[Answer] = field(default_factory=list)
 
     def __post_init__(self):
@@ -141,6 +143,7 @@ class Clients:
                     a = Answer("error", started, time.monotonic(), 0, text=repr(e))
                 with self.lock:
                     self.answers.append(a)
+                self.stop.wait(self.pause)
 
     def finish(self, at_least: float) -> list[Answer]:
         """Keep going until `at_least` seconds since start, then stop and return every answer."""
@@ -148,6 +151,7 @@ class Clients:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=60)
+        self.ran = time.monotonic() - self.t0
         return self.answers
 
 

@@ -39,7 +39,9 @@ def test_poll_mode_picks_up_a_trained_version_and_rejects_a_corrupt_one(model_re
     finally:
         srv.stop()
     assert row["state"] == "UNAVAILABLE" and "ONNX" in row["reason"], row
-    check_switch(answers, old, new)
+    switched = check_switch(answers, old, new)
+    print(f"\npoll: {len(answers)} answers, all 200, in {clients.ran:.1f} s; version {trained} served from "
+          f"{switched - clients.t0:.1f} s; corrupt version {bad} rejected by {rejected - clients.t0:.1f} s")
     after_bad = [a for a in answers if a.kind == "query" and a.started > rejected]
     assert after_bad and all(np.allclose(a.rgb, new, atol=1e-4) for a in after_bad), \
         f"the corrupt version took version {trained}'s place (swap at {swapped - clients.t0:.1f} s)"
@@ -68,4 +70,6 @@ def test_explicit_mode_swaps_a_version_through_the_repository_api(model_repo, tm
         srv.stop()
     assert served == [str(first + 1)]
     assert entry(rows, "astronaut", first + 1)["state"] == "READY"
-    check_switch(answers, old, new)
+    switched = check_switch(answers, old, new)
+    print(f"\nexplicit: {len(answers)} answers, all 200, in {clients.ran:.1f} s; version {first + 1} served "
+          f"from {switched - clients.t0:.1f} s")
