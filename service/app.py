@@ -15,11 +15,14 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
 from . import v2
 from .batching import BatchConfig, BatchingInference
 from .control import ModelControl
+from .guards import BodyTimeout
+from .jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .restricted import RestrictedApi
@@ -76,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
     control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
+    drain = Drain(settings.graceful_shutdown_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -92,24 +96,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await control.start()
         metrics.set_models(registry.models)
         app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
-        yield
-        await control.stop()
-        await app.state.inference.close()
+        drain.install()  # SIGTERM: finish what runs, refuse what comes (service/drain.py)
+        try:
+            yield
+        finally:
+            drain.uninstall()
+            await control.stop()
+            await app.state.inference.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics
+    app.state.drain = drain
     app.state.control = control
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
+    app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
     for r in (health, models, query, render, classify, v2, v2_repository, metrics_router):
         app.include_router(r.router)
+    openapi = app.openapi
+    app.openapi = lambda: app.openapi_schema or add_body_schemas(openapi())  # bodies routes parse themselves
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
     return app

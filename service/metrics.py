@@ -10,7 +10,8 @@ Two kinds of series:
   `nv_inference_pending_request_count`.
 * Histograms and gauges from prometheus_client: `inr_request_duration_seconds` per model and
   endpoint, `inr_inference_queue_duration_seconds`, `inr_inference_compute_duration_seconds`,
-  `inr_batch_size` (rows per run) and `inr_models` (models by state).
+  `inr_batch_size` (rows per run), `inr_queue_timeouts_total` (503s after waiting longer than
+  INR_QUEUE_TIMEOUT_S, by model and queue) and `inr_models` (models by state).
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
 answered it.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -84,6 +85,10 @@ class Metrics:
         self.batch_requests = Histogram(
             "inr_batch_requests", "requests merged into one onnxruntime run", ["model"],
             buckets=BATCH_BUCKETS[:10], registry=self.registry)
+        self.queue_timeouts = Counter(
+            "inr_queue_timeouts", "requests answered 503 after waiting longer than their deadline "
+            "(INR_QUEUE_TIMEOUT_S or V2's timeout parameter) for a batch or a render slot",
+            ["model", "queue"], registry=self.registry)
         self.models_gauge = Gauge("inr_models", "models in the repository by state", ["state"],
                                   registry=self.registry)
 
@@ -109,6 +114,10 @@ class Metrics:
             else:
                 s.fail.add(seconds)
                 s.fail_reasons["REJECTED" if code == 503 else "BACKEND" if code >= 500 else "OTHER"] += 1
+
+    def queue_timeout(self, model: str, queue: str) -> None:
+        """A request gave up waiting: `queue` is "batch" (service/batching.py) or "render" (a render slot)."""
+        self.queue_timeouts.labels(model, queue).inc()
 
     def pending(self, model: str, delta: int) -> None:
         with self.lock:

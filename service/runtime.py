@@ -148,7 +148,10 @@ class ModelRuntime:
 
     def _load(self) -> None:
         self.record = read_version(self.path, self.version)
-        onnx_path = check_version(self.path, self.record)
+        try:
+            onnx_path = check_version(self.path, self.record)
+        except OSError as e:  # no permission, an I/O error on a bad disk or mount
+            raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
         self.session = self._session(onnx_path)
         self._check_signature()
 

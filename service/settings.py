@@ -56,6 +56,20 @@ class Settings(BaseSettings):
     batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
                                                                "while another computes)")
 
+    # Connections, deadlines and shutdown (issue 15). The keep-alive outlives the idle timeouts of the
+    # proxies in front (nginx 75 s, AWS ALB 60 s), so that the proxy, not the server, closes an idle
+    # connection and never sends on one the server has just closed.
+    timeout_keep_alive: float = Field(90.0, gt=0, le=3600, description="seconds an idle keep-alive connection "
+                                                                        "stays open")
+    graceful_shutdown_s: float = Field(20.0, ge=0, le=3600, description="on SIGTERM, seconds running requests "
+                                                                        "get to finish before the process exits")
+    queue_timeout_s: float = Field(10.0, gt=0, le=3600, description="longest wait for a batch or a render slot; "
+                                                                    "longer waits get 503 with Retry-After")
+    header_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds a client may take to send the "
+                                                                     "request line and headers (slowloris)")
+    body_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds a client may stay silent while "
+                                                                   "sending a request body")
+
     # Model control (service/control.py), with Triton's names and meanings.
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
         "none", description="none: load every model at start, ignore changes; poll: also rescan the repository "
