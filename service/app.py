@@ -10,7 +10,6 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,6 +24,8 @@ from .guards import BodyTimeout
 from .jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
+from .render_cache import RenderCache
+from .render_core import RenderCore
 from .restricted import RestrictedApi
 from .routers import classify, health, models, query, render
 from .v2 import repository as v2_repository
@@ -95,7 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.listeners.append(changed)
         await control.start()
         metrics.set_models(registry.models)
-        app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
+        app.state.render_core = RenderCore.start(settings, metrics)
         drain.install()  # SIGTERM: finish what runs, refuse what comes (service/drain.py)
         try:
             yield
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             drain.uninstall()
             await control.stop()
             await app.state.inference.close()
+            app.state.render_core.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
@@ -112,6 +114,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.drain = drain
     app.state.control = control
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
+    app.state.render_cache = RenderCache(settings.render_cache_bytes)
+    metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 class ServiceError(Exception):
     """Base class: an error whose message is safe to show to the caller."""
     status = 500
+    headers: dict | None = None
 
 
 class BadInput(ServiceError):
@@ -73,6 +74,11 @@ class QueueTimeout(ServiceError):
     def __init__(self, message: str, retry_after: int = 1):
         super().__init__(message)
         self.headers = {"retry-after": str(retry_after)}
+
+
+class RenderTimeout(ServiceError):
+    """A render ran past INR_RENDER_TIMEOUT_S and was stopped at its next tile."""
+    status = 503
 
 
 class TooLarge(ServiceError):
