@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
-from . import v2
+from . import iiif, v2
 from .batching import BatchConfig, BatchingInference
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
@@ -92,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
-    for r in (health, models, query, render, classify, v2, metrics_router):
+    for r in (health, models, query, render, classify, v2, metrics_router, iiif):
         app.include_router(r.router)
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")

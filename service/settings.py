@@ -47,3 +47,11 @@ class Settings(BaseSettings):
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
     batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
                                                                "while another computes)")
+
+    # IIIF Image API 3.0 (service/iiif, docs/iiif.md).
+    iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF width/height = the training size × this zoom "
+                                                           "(unless the model records a native size)")
+    iiif_base_url: str = Field("", description="public URL that /iiif/3 is reached at behind a proxy, "
+                                                        "e.g. https://example.org/inr/iiif/3; empty: from the "
+                                                        "request and its X-Forwarded-Proto/Host/Port/Prefix")
+    iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
