@@ -131,9 +131,9 @@ class Size:
         else:  # confined: as large as fits in w×h, keeping the aspect ratio
             if self.w == 0 or self.h == 0:
                 raise BadInput(f"size !{self.w},{self.h} confines the image to zero pixels")
+            # A box larger than the region asks for upscaling: without ^ that is a 400, as the
+            # validator (size_noup: !2000,3000 on 1000²) expects, like every other size form.
             scale = min(self.w / rw, self.h / rh)
-            if not self.upscale:
-                scale = min(scale, 1.0)
             w, h = max(1, min(self.w, round(rw * scale))), max(1, min(self.h, round(rh * scale)))
         if w < 1 or h < 1:
             raise BadInput(f"size '{self.text()}' gives {w}×{h} pixels; each side must be at least 1")

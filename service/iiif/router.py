@@ -117,10 +117,14 @@ async def image(request: Request, name: str, region: str, size: str, rotation: s
     if post.needs_post(p):
         rendered = await render_route.respond(request, model, p.render.model_copy(update={"format": "png"}),
                                               settings)
-        body = post.finish(rendered.body, p, width, height, JPEG_QUALITY)
-    else:
-        body = (await render_route.respond(request, model, p.render, settings)).body
-    return Response(body, media_type=MEDIA_TYPES[req.format], headers=headers)
+        return Response(post.finish(rendered.body, p, width, height, JPEG_QUALITY),
+                        media_type=MEDIA_TYPES[req.format], headers=headers)
+    rendered = await render_route.respond(request, model, p.render, settings)
+    # Where the render route has its own cache and ETag, a plain tile is its render: its validators win.
+    headers.update({k: v for k, v in rendered.headers.items() if k.lower() in ("etag", "cache-control")})
+    if rendered.status_code == 304:
+        return Response(status_code=304, headers=headers)
+    return Response(rendered.body, media_type=MEDIA_TYPES[req.format], headers=headers)
 
 
 @router.options("/{rest:path}", include_in_schema=False)

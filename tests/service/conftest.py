@@ -194,7 +194,11 @@ def fit_iiif_test_model(out: Path) -> None:
 def iiif_repo(tmp_path_factory) -> Path:
     """`iiif-test` (the default fit, once per session) and a tiny astronaut for the deep-zoom page."""
     repo = tmp_path_factory.mktemp("iiif-models")
-    fit_iiif_test_model(repo / "iiif-test")
+    reuse = os.environ.get("INR_TEST_IIIF_MODEL")  # a model fitted by the same command, to iterate faster
+    if reuse:
+        shutil.copytree(reuse, repo / "iiif-test")
+    else:
+        fit_iiif_test_model(repo / "iiif-test")
     subprocess.run([PY, "-m", "training", "fit-image", "--image", "astronaut", "--size", "32", "--steps", "60",
                     "--width", "32", "--depth", "3", "--features", "32", "--out", str(repo / "astronaut"),
                     "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,

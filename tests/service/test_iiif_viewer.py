@@ -12,7 +12,7 @@ from PIL import Image
 from test_viewer import browser  # noqa: F401
 
 TIMEOUT_MS = 120_000
-TILE = re.compile(r"/iiif/3/astronaut/(\d+),(\d+),(\d+),(\d+)/(\d*),(\d*)/0/default\.jpg$")
+TILE = re.compile(r"/iiif/3/astronaut/(full|\d+,\d+,\d+,\d+)/(\d*),(\d*)/0/default\.jpg$")
 STATIC = Path(__file__).resolve().parents[2] / "service" / "static"
 
 
@@ -54,11 +54,18 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     stats = canvas_stats(page)
     assert stats["std"] > 10, f"the canvas looks blank: {stats}"
 
-    def levels(responses):
+    info = httpx.get(f"{iiif_server.url}/iiif/3/astronaut/info.json").json()
+    W, H = info["width"], info["height"]
+
+    def region(r):
+        text = TILE.search(r.url).group(1)
+        return (0, 0, W, H) if text == "full" else tuple(int(v) for v in text.split(","))
+
+    def levels(responses):  # scale factors: region size / tile size
         out = set()
         for r in responses:
-            x, y, w, h, sw, sh = TILE.search(r.url).groups()
-            out.add(round(int(w) / int(sw or round(int(w) * int(sh) / int(h)))))
+            (x, y, w, h), (sw, sh) = region(r), TILE.search(r.url).groups()[1:]
+            out.add(round(w / int(sw)) if sw else round(h / int(sh)))
         return out
 
     first = levels(tiles)
@@ -73,12 +80,10 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     assert float(page.locator("#osd").get_attribute("data-training-zoom")) == pytest.approx(64, rel=0.05)
     assert canvas_stats(page)["std"] > 1
     # A deep tile is exactly what /v1/models/astronaut/render gives for the same region.
-    info = httpx.get(f"{iiif_server.url}/iiif/3/astronaut/info.json").json()
-    W, H = info["width"], info["height"]
     for r in [t for t in deeper if t.status == 200][:2]:
         body = r.body()
         tw, th = Image.open(io.BytesIO(body)).size
-        x, y, w, h = (int(v) for v in TILE.search(r.url).groups()[:4])
+        x, y, w, h = region(r)
         ref = httpx.get(f"{iiif_server.url}/v1/models/astronaut/render", timeout=60, params={
             "width": tw, "height": th, "format": "jpeg",
             "viewport": f"{x / W!r},{y / H!r},{(x + w) / W!r},{(y + h) / H!r}"})
