@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
 # Targets (docker build --target NAME .):
-#   runtime  CPU serving image, the default: the service, onnxruntime and the bundled models;
+#   runtime  CPU serving image, the default: the service and the model contract (modelrepo),
+#            onnxruntime and the bundled models;
 #            no torch, no compilers, non-root, settings from INR_* environment variables.
 #   gpu      the same service on CUDA 13 + cuDNN 9 with onnxruntime-gpu. It starts with
 #            INR_DEVICE=cuda, so with no usable GPU the service exits instead of falling
@@ -21,6 +22,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY modelrepo ./modelrepo
 COPY service ./service
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[serve]'
@@ -63,6 +65,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY modelrepo ./modelrepo
 COPY service ./service
 RUN python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[serve]' \
@@ -111,6 +114,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     MPLCONFIGDIR=/tmp/matplotlib
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY modelrepo ./modelrepo
 COPY training ./training
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0 \

@@ -16,7 +16,8 @@ each stage's filesystem (/opt/venv becomes SCRATCH/STAGE/opt/venv, and so on):
     not clash; a CMD that ignores INR_PORT fails the health check;
   * the target's HEALTHCHECK command runs until it passes, within the start period plus
     retries x interval, then /health/live is checked, `torch` must not be importable in the
-    target's Python, and the server must stop cleanly on SIGTERM (`docker stop`).
+    target's Python, `python -m service.client --help` and `models` must work there (without
+    `training`), and the server must stop cleanly on SIGTERM (`docker stop`).
 
 Exit code 0 when all of that holds; 1 with the reason otherwise. Needs PyPI for the install.
 """
@@ -156,6 +157,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def check_client(python: str, env: dict, cwd: Path, port: int) -> None:
+    """`python -m service.client` runs in the target (where `training` is not installed)."""
+    has = subprocess.run([python, "-c", "import importlib.util as u, sys; "
+                          "sys.exit(0 if u.find_spec('service') else 3)"], env=env, cwd=cwd, capture_output=True)
+    if has.returncode == 3:
+        say("no service package in the target: client check skipped")
+        return
+    for args in (["--help"], ["--url", f"http://127.0.0.1:{port}", "models"]):
+        run = subprocess.run([python, "-m", "service.client", *args], env=env, cwd=cwd, capture_output=True,
+                             text=True, timeout=60)
+        if run.returncode != 0:
+            raise CheckFailed(f"python -m service.client {' '.join(args)} exited with {run.returncode}: "
+                              f"{(run.stderr or run.stdout).strip()[-500:]}")
+    say("python -m service.client --help and `models` work in the target")
+
+
 def serve_and_check(fs: StageFS, info: dict, timeout: float) -> None:
     user = info["user"] or "0"
     if user.split(":")[0] in ("0", "root"):
@@ -207,6 +224,7 @@ def serve_and_check(fs: StageFS, info: dict, timeout: float) -> None:
         if no_torch.returncode == 0:
             raise CheckFailed(f"torch is importable in the target's Python ({python})")
         say(f"torch is not installed in {python}")
+        check_client(python, env, fs.workdir, port)
     except BaseException:
         log.seek(0)
         sys.stderr.write("---- server output ----\n" + log.read()[-4000:] + "\n")

@@ -54,11 +54,18 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def probe_cuda(models: Path) -> bool:
     """Load the first loadable model on CUDA: True if it runs there, False if no model could be loaded.
     Raises DeviceError when the session does not really run on CUDA (session.get_providers())."""
+    from modelrepo import SpecError, read_spec, version_numbers
+
     from .registry import Registry
     from .runtime import ModelRuntime, RuntimeOptions
     for path in Registry(models, RuntimeOptions()).discover():
-        if ModelRuntime(path, RuntimeOptions(device="cuda", threads=1)).load():
-            return True
+        try:
+            spec = read_spec(path)
+        except SpecError:
+            continue
+        for n in reversed(spec.version_policy.select(version_numbers(path))):
+            if ModelRuntime(path, spec, n, RuntimeOptions(device="cuda", threads=1)).load():
+                return True
     return False
 
 
@@ -97,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
     # Worker processes build their own app from the environment, so pass the settings that way.
     for key, value in settings.model_dump().items():
-        os.environ[f"INR_{key.upper()}"] = str(value)
+        if value is not None:  # None = unset (the default)
+            os.environ[f"INR_{key.upper()}"] = str(value)
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers, log_level=settings.log_level, log_config=log_config(settings.log_level))
     return 0

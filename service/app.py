@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -69,14 +70,22 @@ class BodyLimit:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
-    options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin)
-    registry = Registry(settings.models, options)
     metrics = Metrics()
+    options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
+    registry = Registry(settings.models, options)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
                  threads)
+        loop = asyncio.get_running_loop()
+
+        def changed(reg: Registry, dropped: list) -> None:  # runs in the thread that loaded
+            metrics.set_models(reg.models)
+            if dropped:
+                loop.call_soon_threadsafe(app.state.inference.retire, dropped)
+
+        registry.listeners.append(changed)
         await run_in_threadpool(registry.load_all)
         metrics.set_models(registry.models)
         app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)

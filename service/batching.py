@@ -5,12 +5,16 @@ it as `app.state.inference`, so v1 query, v1 classify and v2 infer all go throug
 
 Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
 count). A worker takes the oldest request, waits until the queued rows reach `max_batch` or
-`max_queue_delay` has passed since that request arrived (Triton's rule), concatenates the inputs
+the model's queue delay (config.pbtxt `dynamic_batching`, or INR_MAX_QUEUE_DELAY_MS) has passed
+since that request arrived (Triton's rule), concatenates the inputs
 along the first axis, runs them once in the thread pool and hands each request its own slice of
 every output, in order. While one batch runs the next one gathers, and with two instances it
 runs beside it on another core; under load batches grow by themselves.
 
-* A request with more rows than `max_batch` runs alone, never split.
+* Rows per run: the model's `max_batch_size` (its spec), lowered by `max_batch` when set.
+  A request with more rows than that runs alone, never split.
+* A runtime the registry has swapped out (`retired`) gets no new queue: its queued requests
+  finish on it, later ones run alone on it, and its workers stop once its queue is empty.
 * A failed batched run is retried request by request, so one bad request fails alone.
 * The queue is bounded (`max_queue` requests): beyond it requests get 503 at once.
 * A request cancelled while queued (client gone) is dropped before the run.
@@ -38,19 +42,21 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 Outputs = dict[str, np.ndarray]
+DEFAULT_DELAY = 0.0005  # seconds, for a model whose config.pbtxt has no dynamic_batching block
 
 
 @dataclass(frozen=True)
 class BatchConfig:
     enabled: bool = True
-    max_batch: int = 256            # rows per run
-    max_queue_delay: float = 0.0005  # seconds
+    max_batch: int | None = None    # rows per run; None = each model's max_batch_size
+    max_queue_delay: float | None = None  # seconds; None = each model's config.pbtxt delay
     max_queue: int = 1024           # requests waiting per model
     instances: int = 2              # batches of one model running at once
 
     @classmethod
     def from_settings(cls, s: Settings) -> "BatchConfig":
-        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=s.max_queue_delay_ms / 1000,
+        delay = None if s.max_queue_delay_ms is None else s.max_queue_delay_ms / 1000
+        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay,
                    max_queue=s.max_queue, instances=s.batch_instances)
 
 
@@ -61,15 +67,14 @@ class Pending:
         self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
 
 
-def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> tuple[list[Outputs | BaseException], float]:
-    """Run the inputs as one batch (in a pool thread); per-input outputs or errors, and the compute time.
-    If the merged run fails, each input runs alone so that only the bad one gets the error."""
-    start = time.perf_counter()
+def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
+    """Run the inputs as one batch (in a pool thread); per-input outputs or errors. `model.predict`
+    counts the run. If the merged run fails, each input runs alone so that only the bad one gets the error."""
     try:
-        merged = model.predict(xs[0] if len(xs) == 1 else np.concatenate(xs))
+        merged = model.predict(xs[0] if len(xs) == 1 else np.concatenate(xs), requests=len(xs))
     except Exception as e:  # noqa: BLE001 - handed to the request(s) that caused it
         if len(xs) == 1:
-            return [e], time.perf_counter() - start
+            return [e]
         log.warning("model %s: batched run of %d requests failed (%s); running them one by one",
                     model.name, len(xs), e)
         results: list[Outputs | BaseException] = []
@@ -78,10 +83,9 @@ def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> tuple[list[Outputs |
                 results.append(model.predict(x))
             except Exception as one:  # noqa: BLE001
                 results.append(one)
-        return results, time.perf_counter() - start
-    seconds = time.perf_counter() - start
+        return results
     bounds = np.cumsum([0] + [len(x) for x in xs])
-    return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])], seconds
+    return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class ModelQueue:
@@ -89,6 +93,8 @@ class ModelQueue:
 
     def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None):
         self.model, self.config, self.metrics = model, config, metrics
+        self.max_rows = max_rows(model, config)
+        self.delay = queue_delay(model, config)
         self.items: deque[Pending] = deque()
         self.rows = 0  # rows queued
         self.wake = asyncio.Event()
@@ -114,12 +120,12 @@ class ModelQueue:
     async def gather(self) -> list[Pending]:
         """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up.
         Several workers may gather at once: each re-checks the queue after every wake-up."""
-        cfg, loop = self.config, asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         while True:
             timer, expired = None, []
             if self.items:
-                left = self.items[0].arrived + cfg.max_queue_delay - time.perf_counter()
-                if self.rows >= cfg.max_batch or left <= 0:
+                left = self.items[0].arrived + self.delay - time.perf_counter()
+                if self.rows >= self.max_rows or left <= 0:
                     break
                 timer = loop.call_later(left, self._expire, expired)
             self.wake.clear()
@@ -134,7 +140,7 @@ class ModelQueue:
                 break
         batch = [self.items.popleft()]
         rows = batch[0].rows
-        while self.items and rows + self.items[0].rows <= cfg.max_batch:
+        while self.items and rows + self.items[0].rows <= self.max_rows:
             rows += self.items[0].rows
             batch.append(self.items.popleft())
         self.rows -= rows
@@ -151,16 +157,15 @@ class ModelQueue:
             if not batch:
                 continue
             started = time.perf_counter()
+            if self.metrics:
+                self.metrics.queued(self.model.name, [started - p.arrived for p in batch])
             try:
-                results, seconds = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
+                results = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
             except BaseException as e:  # cancelled while running: fail the batch, then stop
                 for p in batch:
                     if not p.future.done():
                         p.future.set_exception(e if isinstance(e, Exception) else RuntimeError("shutting down"))
                 raise
-            if self.metrics:
-                self.metrics.run(self.model.name, [p.rows for p in batch], [started - p.arrived for p in batch],
-                                 seconds)
             for p, result in zip(batch, results):
                 if p.future.done():
                     continue
@@ -168,6 +173,13 @@ class ModelQueue:
                     p.future.set_exception(result)
                 else:
                     p.future.set_result(result)
+
+    async def drain_and_close(self) -> None:
+        """Close once the queued requests have been taken (a retired runtime)."""
+        while self.items:
+            await asyncio.sleep(self.delay + 0.001)
+        await asyncio.sleep(0)
+        await self.close()
 
     async def close(self) -> None:
         for task in self.tasks:
@@ -185,28 +197,41 @@ class BatchingInference:
 
     def __init__(self, config: BatchConfig, metrics: Metrics | None = None):
         self.config, self.metrics = config, metrics
-        self.queues: dict[str, ModelQueue] = {}
+        self.queues: dict[int, ModelQueue] = {}  # by id() of the runtime (one per loaded model version)
+        self.closing: set[asyncio.Task] = set()
 
     async def __call__(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
-        if not self.config.enabled or len(x) > self.config.max_batch:
+        if not self.config.enabled or len(x) > max_rows(model, self.config):
             return await self.alone(model, x)
-        queue = self.queues.get(model.name)
+        queue = self.queues.get(id(model))
         if queue is None or queue.model is not model:
-            queue = self.queues[model.name] = ModelQueue(model, self.config, self.metrics)
+            if model.retired:
+                return await self.alone(model, x)
+            queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics)
         return await queue.submit(x)
+
+    def retire(self, models: list[ModelRuntime]) -> None:
+        """The registry stopped serving `models` (call on the event loop): their queues drain, then close."""
+        for model in models:
+            queue = self.queues.get(id(model))
+            if queue is not None and queue.model is model:
+                del self.queues[id(model)]
+                task = asyncio.get_running_loop().create_task(queue.drain_and_close())
+                self.closing.add(task)
+                task.add_done_callback(self.closing.discard)
 
     async def alone(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
         arrived = time.perf_counter()
         started = arrived
 
-        def timed() -> tuple[list, float]:
+        def timed() -> list:
             nonlocal started
             started = time.perf_counter()
             return run_batch(model, [x])
 
-        [result], seconds = await run_in_threadpool(timed)
+        [result] = await run_in_threadpool(timed)
         if self.metrics:
-            self.metrics.run(model.name, [len(x)], [started - arrived], seconds)
+            self.metrics.queued(model.name, [started - arrived])
         if isinstance(result, BaseException):
             raise result
         return result
@@ -215,3 +240,18 @@ class BatchingInference:
         for queue in self.queues.values():
             await queue.close()
         self.queues.clear()
+        await asyncio.gather(*self.closing, return_exceptions=True)
+
+
+def queue_delay(model: ModelRuntime, config: BatchConfig) -> float:
+    """Seconds to wait for batch-mates: INR_MAX_QUEUE_DELAY_MS when set, else the model's
+    dynamic_batching max_queue_delay_microseconds, else DEFAULT_DELAY."""
+    if config.max_queue_delay is not None:
+        return config.max_queue_delay
+    us = model.spec.max_queue_delay_us
+    return DEFAULT_DELAY if us is None else us / 1e6
+
+
+def max_rows(model: ModelRuntime, config: BatchConfig) -> int:
+    """Rows per batched run of `model`: its max_batch_size, lowered by INR_MAX_BATCH when set."""
+    return min(model.max_batch_size, config.max_batch or model.max_batch_size)

@@ -7,7 +7,7 @@ from fastapi import Depends, Path, Request
 
 from .inference import Inference
 from .registry import Registry
-from .runtime import ModelRuntime
+from .tasks import DigitsRuntime, ImageRuntime
 from .settings import Settings
 
 
@@ -33,13 +33,13 @@ def _endpoint(request: Request) -> str:
     return "/" + request.url.path.rstrip("/").rsplit("/", 1)[-1]
 
 
-async def image_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
+async def image_model(name: ModelName, registry: RegistryDep, request: Request) -> ImageRuntime:
     return registry.ready_model(name, "image", _endpoint(request))
 
 
-async def digits_model(name: ModelName, registry: RegistryDep, request: Request) -> ModelRuntime:
+async def digits_model(name: ModelName, registry: RegistryDep, request: Request) -> DigitsRuntime:
     return registry.ready_model(name, "digits", _endpoint(request))
 
 
-ImageModel = Annotated[ModelRuntime, Depends(image_model)]
-DigitsModel = Annotated[ModelRuntime, Depends(digits_model)]
+ImageModel = Annotated[ImageRuntime, Depends(image_model)]
+DigitsModel = Annotated[DigitsRuntime, Depends(digits_model)]

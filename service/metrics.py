@@ -89,11 +89,12 @@ class Metrics:
 
     # -- recording -------------------------------------------------------------------------------
     def set_models(self, models: dict) -> None:
-        """Record the registry after loading: model versions for labels, and the count by state."""
+        """Record the registry after every change: the serving versions for labels, and the count by state."""
         states: dict[str, int] = defaultdict(int)
         for name, m in models.items():
             states[m.status] += 1
-            self.versions[name] = str(m.metadata.get("version", 1))
+            if m.serving is not None:
+                self.versions[name] = str(m.serving.version)
         for state in ("ready", "failed", *states):
             self.models_gauge.labels(state).set(states.get(state, 0))
 
@@ -113,22 +114,27 @@ class Metrics:
         with self.lock:
             self.models[model].pending += delta
 
-    def run(self, model: str, rows: list[int], queue_seconds: list[float], compute_seconds: float) -> None:
-        """One onnxruntime run over the requests with `rows` rows each, after their queue waits."""
-        total = sum(rows)
+    def queued(self, model: str, queue_seconds: list[float]) -> None:
+        """Requests that waited `queue_seconds` each before their run started (the batcher)."""
         for q in queue_seconds:
             self.queue_seconds.labels(model).observe(q)
-        self.compute_seconds.labels(model).observe(compute_seconds)
-        self.batch_rows.labels(model).observe(total)
-        self.batch_requests.labels(model).observe(len(rows))
         with self.lock:
             s = self.models[model]
             for q in queue_seconds:
                 s.queue.add(q)
-            s.compute_infer.add(compute_seconds, len(rows))
-            s.inference_count += total
+
+    def execution(self, model: str, rows: int, requests: int, compute_seconds: float) -> None:
+        """One onnxruntime run of `rows` rows for `requests` requests (ModelRuntime.predict: every query,
+        classify, V2 infer batch and render tile)."""
+        self.compute_seconds.labels(model).observe(compute_seconds)
+        self.batch_rows.labels(model).observe(rows)
+        self.batch_requests.labels(model).observe(requests)
+        with self.lock:
+            s = self.models[model]
+            s.compute_infer.add(compute_seconds, requests)
+            s.inference_count += rows
             s.execution_count += 1
-            s.batches[total].add(compute_seconds)
+            s.batches[rows].add(compute_seconds)
             s.last_inference_ms = int(time.time() * 1000)
 
     # -- reading ---------------------------------------------------------------------------------

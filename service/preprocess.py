@@ -59,11 +59,11 @@ def decode(data: bytes, name: str, max_pixels: int) -> Image.Image:
                 raise PreprocessError(f"'{name}' is {img.format}; send PNG or JPEG")
             if img.width * img.height > max_pixels:
                 raise TooLarge(f"'{name}' is {img.width}×{img.height} pixels, more than the limit of "
-                                    f"{max_pixels}")
+                               f"{max_pixels} (INR_MAX_UPLOAD_PIXELS)")
             img.load()
             img = ImageOps.exif_transpose(img)  # phone photos: upright as the camera meant
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise TooLarge(f"'{name}' has more pixels than the limit of {max_pixels}") from None
+        raise TooLarge(f"'{name}' has more pixels than the limit of {max_pixels} (INR_MAX_UPLOAD_PIXELS)") from None
     except UnidentifiedImageError:
         raise PreprocessError(f"'{name}' is not a readable PNG or JPEG image") from None
     except OSError as e:

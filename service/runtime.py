@@ -1,43 +1,31 @@
 """The ONNX model runtime (KServe style: `load()`, `ready`, `predict(ndarray)`).
 
-One `ModelRuntime` per model folder. `load()` checks the folder against the model
-repository contract (docs/model-repository.md): metadata.json readable, task known,
-sha256 of the ONNX file equal to metadata's `onnx_sha256`, inputs and outputs as the
-task requires. A failure becomes `status="failed"` with the reason, except a device
-that does not really run the model, which raises DeviceError: start-up must stop.
+One `ModelRuntime` per loaded *version* of a model. `load()` checks the version against the
+model repository contract (modelrepo, docs/model-repository.md): its `N/metadata.json`, the
+sha256 of `N/model.onnx` against the recorded one, and the ONNX graph's inputs and outputs
+against the model's spec. A failure becomes `status="failed"` with the reason, once, at load;
+the exception is a device that does not really run the model, which raises DeviceError.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from modelrepo import ONNX_TO_V2, ModelSpec, SpecError, VersionRecord, check_version, read_version
+
 from .errors import DeviceError, ModelLoadError
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """The tensors a task fixes (docs/model-repository.md, "Tensors")."""
-    input: str
-    input_shape: tuple[int | None, ...]  # None = dynamic
-    outputs: tuple[str, ...]
-
-
-TASKS = {
-    "image": TaskSpec("coords", (None, 2), ("rgb",)),
-    "digits": TaskSpec("images", (None, 1, 28, 28), ("logits", "probabilities")),
-}
 
 
 @dataclass(frozen=True)
@@ -45,6 +33,7 @@ class RuntimeOptions:
     device: str = "cpu"   # cpu | cuda | auto
     threads: int = 1      # intra-op threads per session
     spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
+    metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
 
 
 def cgroup_cpu_limit(cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None) -> int | None:
@@ -92,81 +81,76 @@ def check_device_available(device: str) -> None:
                           f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _dims(shape) -> tuple[int | None, ...]:
-    return tuple(d if isinstance(d, int) else None for d in shape)
-
-
 class ModelRuntime:
-    """A model folder served by one onnxruntime session."""
+    """One version of a model, served by one onnxruntime session.
 
-    def __init__(self, path: Path, options: RuntimeOptions):
-        self.path = Path(path)
+    Immutable once loaded: a reload builds a new runtime beside it, and a request that holds
+    this object finishes on it. `retired` is set when the registry stops serving it.
+    """
+
+    def __init__(self, path: Path, spec: ModelSpec, version: int, options: RuntimeOptions):
+        self.path = Path(path)          # the model folder
         self.name = self.path.name
+        self.spec = spec
+        self.version = version
         self.options = options
-        self.metadata: dict = {}
+        self.record: VersionRecord | None = None
         self.status = "loading"
         self.error: str | None = None
         self.provider: str | None = None
         self.session: ort.InferenceSession | None = None
-        self.spec: TaskSpec | None = None
+        self.retired = False
+        self.stamp = self.files_stamp()  # what was on disk when this runtime was built
+
+    def files_stamp(self) -> tuple:
+        """(mtime_ns, size) of N/model.onnx and N/metadata.json now; None for a missing file."""
+        out = []
+        for name in ("model.onnx", "metadata.json"):
+            try:
+                st = (self.path / str(self.version) / name).stat()
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
 
     @property
-    def task(self) -> str | None:
-        return self.metadata.get("task")
+    def task(self) -> str:
+        return self.spec.task
 
     @property
     def ready(self) -> bool:
         return self.status == "ready"
 
+    @property
+    def max_batch_size(self) -> int:
+        return self.spec.max_batch_size
+
+    @property
+    def metadata(self) -> dict:
+        """The model's metadata.json with this version's metadata over it (what /v1/models shows)."""
+        record = self.record.to_json() if self.record else {"version": self.version}
+        return {**self.spec.to_json(), **record, "version": self.version}
+
+    @property
+    def version_dir(self) -> Path:
+        return self.path / str(self.version)
+
     def load(self) -> bool:
-        """Check and load the model; return `ready`. Never raises for a broken model folder."""
+        """Check and load the version; return `ready`. Never raises for a broken version folder."""
         try:
             self._load()
             self.status, self.error = "ready", None
-            log.info("model %s: ready (%s, %s)", self.name, self.task, self.provider)
-        except ModelLoadError as e:
+            log.info("model %s version %d: ready (%s, %s)", self.name, self.version, self.task, self.provider)
+        except (ModelLoadError, SpecError) as e:
             self.status, self.error, self.session = "failed", str(e), None
-            log.warning("model %s: failed: %s", self.name, e)
+            log.warning("model %s version %d: failed: %s", self.name, self.version, e)
         return self.ready
 
     def _load(self) -> None:
-        self.metadata = self._read_metadata()
-        task = self.metadata.get("task")
-        if task not in TASKS:
-            raise ModelLoadError(f"metadata.json: unknown task '{task}'; valid: {', '.join(TASKS)}")
-        self.spec = TASKS[task]
-        version = self.metadata.get("version", 1)
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise ModelLoadError(f"metadata.json: version must be a positive integer, got {version!r}")
-        onnx_path = self.path / str(version) / "model.onnx"
-        if not onnx_path.is_file():
-            raise ModelLoadError(f"missing {onnx_path.relative_to(self.path)}")
-        digest = sha256_file(onnx_path)
-        if digest != self.metadata.get("onnx_sha256"):
-            raise ModelLoadError(f"sha256 of {onnx_path.relative_to(self.path)} ({digest[:12]}…) does not match "
-                                 f"metadata.json onnx_sha256 ({str(self.metadata.get('onnx_sha256'))[:12]}…): "
-                                 "tampered or stale")
+        self.record = read_version(self.path, self.version)
+        onnx_path = check_version(self.path, self.record)
         self.session = self._session(onnx_path)
         self._check_signature()
-
-    def _read_metadata(self) -> dict:
-        try:
-            meta = json.loads((self.path / "metadata.json").read_text())
-        except FileNotFoundError:
-            raise ModelLoadError("missing metadata.json") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ModelLoadError(f"metadata.json is unreadable: {e}") from None
-        if not isinstance(meta, dict):
-            raise ModelLoadError("metadata.json is not a JSON object")
-        return meta
 
     def _session_options(self) -> ort.SessionOptions:
         opts = ort.SessionOptions()
@@ -200,27 +184,40 @@ class ModelRuntime:
         return self._make_session(onnx_path, [CPU])
 
     def _check_signature(self) -> None:
-        spec = self.spec
-        inputs = self.session.get_inputs()
-        found = [(i.name, _dims(i.shape), i.type) for i in inputs]
-        if (len(inputs) != 1 or inputs[0].name != spec.input or inputs[0].type != "tensor(float)"
-                or not _shape_matches(_dims(inputs[0].shape), spec.input_shape)):
-            raise ModelLoadError(f"unexpected inputs {found}; a '{self.task}' model takes one float tensor "
-                                 f"'{spec.input}' of shape {list(spec.input_shape)}")
-        outputs = {o.name for o in self.session.get_outputs()}
-        missing = [o for o in spec.outputs if o not in outputs]
-        if missing:
-            raise ModelLoadError(f"missing outputs {missing}; a '{self.task}' model gives {list(spec.outputs)}")
+        """The graph's inputs and outputs must be the spec's: same names, datatypes and shapes."""
+        for kind, declared, found in (("inputs", self.spec.inputs, self.session.get_inputs()),
+                                      ("outputs", self.spec.outputs, self.session.get_outputs())):
+            have = {t.name: (ONNX_TO_V2.get(t.type, t.type), _dims(t.shape)) for t in found}
+            for t in declared:
+                got = have.get(t.name)
+                if got is None or got[0] != t.datatype or not _shape_matches(got[1], t.shape):
+                    raise ModelLoadError(
+                        f"the ONNX graph of version {self.version} disagrees with the spec: {kind} "
+                        f"{[(n, d, list(s)) for n, (d, s) in have.items()]}, the spec says "
+                        f"{[(x.name, x.datatype, list(x.shape)) for x in declared]}")
+            if kind == "inputs" and len(have) != len(declared):
+                raise ModelLoadError(f"the ONNX graph of version {self.version} takes inputs {list(have)}; "
+                                     f"the spec says {[x.name for x in declared]}")
         self.provider = self.session.get_providers()[0]
 
-    def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        """Run the whole batch `x` (float32, the task's input shape); return the task's outputs by name."""
+    def predict(self, x: np.ndarray, requests: int = 1) -> dict[str, np.ndarray]:
+        """Run the whole batch `x` (float32, the spec's input shape) for `requests` requests; return the
+        spec's outputs by name. The one place every inference runs, so the one place it is counted
+        (rows, runs, compute time). Synchronous and thread-safe: call it from a worker thread."""
         if self.session is None:
-            raise RuntimeError(f"model {self.name} is not loaded")
-        outs = self.session.run(list(self.spec.outputs), {self.spec.input: np.ascontiguousarray(x, np.float32)})
-        return dict(zip(self.spec.outputs, outs))
+            raise RuntimeError(f"model {self.name} version {self.version} is not loaded")
+        names = [o.name for o in self.spec.outputs]
+        start = time.perf_counter()
+        outs = self.session.run(names, {self.spec.input.name: np.ascontiguousarray(x, np.float32)})
+        if self.options.metrics is not None:
+            self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start)
+        return dict(zip(names, outs))
+
+
+def _dims(shape) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else -1 for d in shape)
 
 
 def _shape_matches(found: tuple, want: tuple) -> bool:
-    """Dynamic dims (None) match anything; fixed dims must be equal."""
-    return len(found) == len(want) and all(w is None or f is None or f == w for f, w in zip(found, want))
+    """Dynamic dims (-1) match anything; fixed dims must be equal."""
+    return len(found) == len(want) and all(w < 0 or f < 0 or f == w for f, w in zip(found, want))

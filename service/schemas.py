@@ -138,6 +138,14 @@ class ClassifyResponse(BaseModel):
     predictions: list[Prediction]
 
 
+class VersionInfo(BaseModel):
+    version: int
+    status: Literal["loading", "ready", "failed"]
+    error: str | None = Field(None, description="why the version failed to load")
+    onnx_sha256: str | None = None
+    serving: bool = Field(False, description="the version that /v1 and unversioned /v2 calls use")
+
+
 class ModelInfo(BaseModel):
     name: str
     task: str | None = Field(description="image or digits")
@@ -151,6 +159,9 @@ class ModelInfo(BaseModel):
     metrics: dict = Field(default_factory=dict, description="metrics from training")
     metadata: dict = Field(default_factory=dict, description="the whole metadata.json")
     preview_url: str | None = Field(None, description="the training preview image, when the model ships one")
+    versions: list[VersionInfo] = Field(default_factory=list, description="the loaded versions and their states")
+    version_policy: str | None = Field(None, description="config.pbtxt's version_policy, e.g. 'latest 1'")
+    max_batch_size: int | None = Field(None, description="rows (coordinates or images) per request and per run")
 
 
 class ModelList(BaseModel):

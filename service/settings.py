@@ -27,10 +27,12 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     # Limits: each one is answered with a 4xx naming it.
-    max_query_coords: int = Field(262_144, ge=1, description="coordinates per /query request")
+    max_query_coords: int | None = Field(None, ge=1, description="coordinates per query or V2 infer request; "
+                                          "unset = the image model's max_batch_size (config.pbtxt)")
     max_render_pixels: int = Field(16_777_216, ge=1, description="width × height × supersample² per render")
     max_supersample: int = Field(8, ge=1, le=16, description="largest supersample factor k (k×k samples)")
-    max_classify_images: int = Field(64, ge=1, description="images per /classify request")
+    max_classify_images: int | None = Field(None, ge=1, description="images per classify or V2 infer request; "
+                                            "unset = the digits model's max_batch_size (config.pbtxt)")
     max_classify_bytes: int = Field(8 * MiB, ge=1, description="bytes of uploaded files per /classify request")
     max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
@@ -41,9 +43,11 @@ class Settings(BaseSettings):
 
     # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
-    max_batch: int = Field(256, ge=1, description="rows (coordinates or images) per batched run")
-    max_queue_delay_ms: float = Field(0.5, ge=0, le=1000, description="longest wait for batch-mates after "
-                                                                         "the oldest queued request")
+    max_batch: int | None = Field(None, ge=1, description="rows (coordinates or images) per batched run; "
+                                  "unset = each model's max_batch_size (config.pbtxt)")
+    max_queue_delay_ms: float | None = Field(None, ge=0, le=1000, description="longest wait for batch-mates "
+                                             "after the oldest queued request; unset = each model's "
+                                             "dynamic_batching max_queue_delay_microseconds (config.pbtxt)")
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
     batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
                                                                "while another computes)")

@@ -9,35 +9,9 @@ import argparse
 import logging
 import sys
 
+from modelrepo.cliargs import OneLineParser, positive_float, positive_int  # noqa: F401 - re-exported
+
 from .errors import UsageError
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the problem, exit code 2."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        sys.stderr.write(f"error: {self.prog}: {message}\n")
-        sys.exit(2)
-
-
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
-    return v
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
-    if not (v > 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got '{text}'")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,7 @@ import sys
 
 import httpx
 
-from training.cli import OneLineParser, positive_float, positive_int
+from modelrepo.cliargs import OneLineParser, positive_float, positive_int
 
 from .api import DEFAULT_URL, AsyncClient, Client
 from .calls import ClientError, ServiceError

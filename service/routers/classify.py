@@ -11,9 +11,10 @@ from starlette.exceptions import HTTPException
 
 from ..deps import DigitsModel, InferenceDep, SettingsDep
 from ..errors import BadInput, TooLarge, UnsupportedMedia
-from ..preprocess import decode, images_from_json, mnist_like
+from ..limits import check_rows, row_limit
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
 from ..settings import Settings
+from ..tasks import DigitsRuntime
 
 router = APIRouter(prefix="/v1/models", tags=["digit models"])
 OPENAPI_BODY = {"requestBody": {"required": True, "content": {
@@ -23,21 +24,22 @@ OPENAPI_BODY = {"requestBody": {"required": True, "content": {
         "description": "one or more PNG or JPEG files, any size and colours"}}}}}}}
 
 
-async def json_images(request: Request, settings: Settings) -> np.ndarray:
+async def json_images(request: Request, model: DigitsRuntime, settings: Settings) -> np.ndarray:
     try:
         body = ClassifyRequest.model_validate_json(await request.body())
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
-    return images_from_json(body.images, settings.max_classify_images)
+    check_rows(model, len(body.images), settings)
+    return model.preprocess(body.images, row_limit(model, settings)[0])
 
 
-async def uploaded_images(request: Request, settings: Settings) -> np.ndarray:
+async def uploaded_images(request: Request, model: DigitsRuntime, settings: Settings) -> np.ndarray:
+    limit, _ = row_limit(model, settings)
     try:
-        form = await request.form(max_files=settings.max_classify_images, max_fields=16)
+        form = await request.form(max_files=limit, max_fields=16)
     except HTTPException as e:
         if "Too many files" in str(e.detail):
-            raise TooLarge(f"more images than the limit of {settings.max_classify_images} per request "
-                           "(INR_MAX_CLASSIFY_IMAGES)") from None
+            check_rows(model, limit + 1, settings)  # the form parser stops at limit + 1 files
         raise
     try:
         files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
@@ -52,8 +54,7 @@ async def uploaded_images(request: Request, settings: Settings) -> np.ndarray:
             raise TooLarge(f"{total} bytes of images is more than the limit of {settings.max_classify_bytes} "
                            "per request (INR_MAX_CLASSIFY_BYTES)")
         names = [f.filename or f"file {i}" for i, f in enumerate(files)]
-        return np.stack([mnist_like(decode(d, n, settings.max_upload_pixels), n)
-                         for d, n in zip(datas, names)])[:, None]
+        return model.preprocess_files(list(zip(datas, names)), settings.max_upload_pixels)
     finally:
         await form.close()
 
@@ -67,16 +68,11 @@ async def classify(request: Request, model: DigitsModel, settings: SettingsDep, 
     longest side 20 px, centred by centre of mass in 28×28."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        x = await json_images(request, settings)
+        x = await json_images(request, model, settings)
     elif kind == "multipart/form-data":
-        x = await uploaded_images(request, settings)
+        x = await uploaded_images(request, model, settings)
     else:
         raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "
                                "{\"images\": [...]} or multipart/form-data with image files")
-    probs = (await inference(model, x))["probabilities"]
-    preds = [{"label": int(np.argmax(p)), "probabilities": np.round(p.astype(np.float64), 6).tolist()}
-             for p in probs]
-    if include_input:
-        for pred, img in zip(preds, x[:, 0]):
-            pred["input"] = np.round(img.astype(np.float64), 4).tolist()
-    return JSONResponse({"predictions": preds})
+    out = await inference(model, x)
+    return JSONResponse({"predictions": model.postprocess(out, x, include_input)})

@@ -8,8 +8,8 @@ from fastapi.responses import FileResponse
 
 from ..deps import ModelName, RegistryDep
 from ..errors import NoPreview
-from ..runtime import ModelRuntime
-from ..schemas import ErrorBody, ModelInfo, ModelList
+from ..registry import ModelState
+from ..schemas import ErrorBody, ModelInfo, ModelList, VersionInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -20,21 +20,31 @@ def _typed(meta: dict, key: str, kind: type, default=None):
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
-def preview_path(m: ModelRuntime) -> Path | None:
-    """metadata's `preview` file, only when it is a plain file inside the model folder."""
+def preview_path(m: ModelState) -> Path | None:
+    """metadata's `preview` file, only when it is a plain file inside the serving version's folder
+    (or, for older layouts, the model folder)."""
     name = _typed(m.metadata, "preview", str)
     if not name:
         return None
-    root = m.path.resolve()
-    path = (root / name).resolve()
-    return path if path.parent == root and path.is_file() else None
+    current = m.serving
+    for root in ([current.version_dir] if current else []) + [m.path]:
+        root = root.resolve()
+        path = (root / name).resolve()
+        if path.parent == root and path.is_file():
+            return path
+    return None
 
 
-def model_info(m: ModelRuntime) -> ModelInfo:
+def model_info(m: ModelState) -> ModelInfo:
     meta = m.metadata
     preview = f"/v1/models/{m.name}/preview" if preview_path(m) else None
-    return ModelInfo(name=m.name, task=_typed(meta, "task", str), version=_typed(meta, "version", int),
-                     status=m.status, error=m.error, provider=m.provider,
+    serving = m.serving
+    versions = [VersionInfo(version=v.version, status=v.status, error=v.error, serving=v is serving,
+                            onnx_sha256=v.record.onnx_sha256 if v.record else None) for v in m.versions]
+    return ModelInfo(name=m.name, task=m.task, version=serving.version if serving else None,
+                     status=m.status, error=m.reason, provider=m.provider, versions=versions,
+                     version_policy=m.spec.version_policy.describe() if m.spec else None,
+                     max_batch_size=m.spec.max_batch_size if m.spec else None,
                      description=_typed(meta, "description", str),
                      inputs=[s for s in _typed(meta, "inputs", list, []) if isinstance(s, dict)],
                      outputs=[s for s in _typed(meta, "outputs", list, []) if isinstance(s, dict)],

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from ..deps import ImageModel, InferenceDep, SettingsDep
-from ..errors import BadInput, TooLarge
-from ..imaging import Background, fill_points, model_coords
+from ..imaging import Background
+from ..limits import check_rows
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
 router = APIRouter(prefix="/v1/models", tags=["image models"])
@@ -17,13 +17,8 @@ ERRORS = {c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}
 @router.post("/{name}/query", response_model=QueryResponse, responses=ERRORS)
 async def query(body: QueryRequest, model: ImageModel, settings: SettingsDep, inference: InferenceDep):
     """The model's colour at each coordinate; with a transform, at the inverse-mapped coordinates."""
-    if len(body.coords) > settings.max_query_coords:
-        raise TooLarge(f"{len(body.coords)} coords is more than the limit of {settings.max_query_coords} "
-                       "per query (INR_MAX_QUERY_COORDS)")
-    try:
-        src = model_coords(sampling_matrix(body.transform), np.asarray(body.coords, dtype=np.float64))
-    except ValueError as e:
-        raise BadInput(str(e)) from None
+    check_rows(model, len(body.coords), settings)
+    src = model.preprocess(body.coords, sampling_matrix(body.transform))
     out = await inference(model, src.astype(np.float32))
-    rgb = fill_points(out["rgb"], src, Background.parse(body.background))
+    rgb = model.postprocess(out, src, Background.parse(body.background))
     return JSONResponse({"rgb": np.round(rgb.astype(np.float64), 6).tolist()})

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from ..deps import ImageModel, SettingsDep
-from ..errors import BadInput, ClientGone
+from ..errors import BadInput, ClientGone, TooLarge
 from ..imaging import MEDIA_TYPES, Background, RenderSpec, check_render_coords, encode, render
 from ..runtime import ModelRuntime
 from ..schemas import ErrorBody, RenderRequest, sampling_matrix
@@ -32,10 +32,10 @@ def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings,
                  cancelled: threading.Event | None = None) -> bytes:
     samples = req.width * req.height * req.supersample ** 2
     if req.supersample > settings.max_supersample:
-        raise BadInput(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
+        raise TooLarge(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
                        "(INR_MAX_SUPERSAMPLE)")
     if samples > settings.max_render_pixels:
-        raise BadInput(f"width × height × supersample² = {samples} is more than the limit of "
+        raise TooLarge(f"width × height × supersample² = {samples} is more than the limit of "
                        f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
     spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
                       viewport=req.viewport, supersample=req.supersample,

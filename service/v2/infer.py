@@ -1,6 +1,6 @@
 """V2 inference against one model: check the request's tensors against the model, run, answer.
 
-The checks name what is wrong, in Triton's terms: an unknown input or output, a wrong
+The checks (against the model's spec) name what is wrong, in Triton's terms: an unknown input or output, a wrong
 datatype, a shape that does not fit the model's, a batch over the model's limit, NaN or Inf.
 The input goes through the same `inference` (batching) as /v1 query and classify.
 """
@@ -8,90 +8,84 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput, ModelNotReady, NotFound, TooLarge
+from modelrepo import config_json
+
+from ..errors import BadInput, ModelNotReady, NotFound
+from ..limits import check_rows
 from ..registry import Registry
 from ..runtime import ModelRuntime
 from ..settings import Settings
-from .modelconfig import triton_config
 from .tensors import InferRequest, RequestedOutput, decode, encode_response
 
 
 def model_version(model: ModelRuntime) -> str:
-    return str(model.metadata.get("version", 1))
+    return str(model.version)
 
 
 def resolve(registry: Registry, name: str, version: str | None, ready: bool = False) -> ModelRuntime:
-    """The named model; `version` ("" or None = latest) must be an integer the model has.
-    With `ready`, a model that failed to load is a 503."""
-    model = registry.get(name)
-    if ready and not model.ready:
-        raise ModelNotReady(name, model.status, model.error)
+    """The named model's version `version` ("" or None = the highest ready one).
+    With `ready`, a version that failed to load is a 503."""
+    state = registry.get(name)
     if version:
         if not version.isdigit():
             raise BadInput(f"model version '{version}' is not a non-negative integer")
-        if int(version) != int(model_version(model)):
-            raise NotFound(f"unknown version {version} of model '{name}'; versions: {model_version(model)}")
+        model = state.version(int(version))
+        if model is None:
+            have = ", ".join(str(v.version) for v in state.versions) or "none"
+            raise NotFound(f"unknown version {version} of model '{name}'; versions: {have}")
+    else:
+        model = state.serving or (state.versions[-1] if state.versions else None)
+        if model is None:
+            raise ModelNotReady(name, state.status, state.reason)
+    if ready and not model.ready:
+        raise ModelNotReady(name, model.status, model.error)
     return model
 
 
-_CONFIGS: dict[int, tuple[ModelRuntime, dict]] = {}
-
-
 def config_of(model: ModelRuntime) -> dict:
-    """The model's Triton config, read once per loaded model (a model folder is loaded once)."""
-    cached = _CONFIGS.get(id(model))
-    if cached is None or cached[0] is not model:
-        cached = _CONFIGS[id(model)] = (model, triton_config(model.path, model.metadata, model.name))
-    return cached[1]
+    """The model's Triton config (GET /v2/models/NAME/config), built from its spec."""
+    kind = "KIND_GPU" if model.provider == "CUDAExecutionProvider" else "KIND_CPU"
+    return config_json(model.spec, kind)
 
 
-def metadata_of(model: ModelRuntime) -> dict:
-    meta = model.metadata
-    return {"name": model.name, "versions": [model_version(model)], "platform": "onnxruntime_onnx",
-            "inputs": meta.get("inputs", []), "outputs": meta.get("outputs", [])}
+def metadata_of(model: ModelRuntime, registry: Registry) -> dict:
+    state = registry.models.get(model.name)
+    versions = [str(v.version) for v in state.versions if v.ready] if state else [model_version(model)]
+    return {"name": model.name, "versions": versions, "platform": "onnxruntime_onnx",
+            "inputs": [t.to_json() for t in model.spec.inputs], "outputs": [t.to_json() for t in model.spec.outputs]}
 
 
-def _fits(shape: list[int], want: list[int]) -> bool:
+def _fits(shape: list[int], want: tuple[int, ...]) -> bool:
     return len(shape) == len(want) and all(w < 0 or s == w for s, w in zip(shape, want))
 
 
 def check_input(req: InferRequest, model: ModelRuntime, settings: Settings) -> np.ndarray:
-    """The request's one input as float32, checked against the model's metadata and limits."""
-    [spec] = [t for t in model.metadata["inputs"]]
+    """The request's one input as float32, checked against the model's spec and limits."""
+    spec = model.spec.input
     names = [t.name for t in req.inputs]
-    extra = [n for n in names if n != spec["name"]]
+    extra = [n for n in names if n != spec.name]
     if extra:
         raise BadInput(f"unexpected inference input '{extra[0]}' for model '{model.name}'; "
-                       f"its input is '{spec['name']}'")
+                       f"its input is '{spec.name}'")
     if len(names) != 1:
         raise BadInput(f"expected 1 input but got {len(names)} inputs for model '{model.name}'")
     t = req.inputs[0]
-    if t.datatype != spec["datatype"]:
+    if t.datatype != spec.datatype:
         raise BadInput(f"inference input '{t.name}' data-type is '{t.datatype}', but model '{model.name}' "
-                       f"expects '{spec['datatype']}'")
-    if not _fits(t.shape, spec["shape"]):
+                       f"expects '{spec.datatype}'")
+    if not _fits(t.shape, spec.shape):
         raise BadInput(f"unexpected shape for input '{t.name}' for model '{model.name}': expected "
-                       f"{spec['shape']}, got {t.shape}")
+                       f"{list(spec.shape)}, got {t.shape}")
+    if t.shape:
+        check_rows(model, t.shape[0], settings)
     x = decode(t)
-    limit, what = _row_limit(model, settings)
-    if len(x) > limit:
-        raise TooLarge(f"inference request batch-size {len(x)} is more than the limit of {limit} for model "
-                       f"'{model.name}' ({what})")
     if not np.all(np.isfinite(x)):
         raise BadInput(f"input '{t.name}' contains NaN or Inf")
     return x
 
 
-def _row_limit(model: ModelRuntime, settings: Settings) -> tuple[int, str]:
-    if model.task == "image":
-        return settings.max_query_coords, "INR_MAX_QUERY_COORDS"
-    batch = int(config_of(model).get("max_batch_size") or 0)
-    return (batch, "max_batch_size in config.pbtxt") if batch > 0 else (settings.max_classify_images,
-                                                                         "INR_MAX_CLASSIFY_IMAGES")
-
-
 def requested_outputs(req: InferRequest, model: ModelRuntime) -> list[RequestedOutput]:
-    names = [t["name"] for t in model.metadata["outputs"]]
+    names = [t.name for t in model.spec.outputs]
     if req.outputs is None:
         return [RequestedOutput(n, req.binary_output) for n in names]
     for o in req.outputs:
@@ -107,6 +101,5 @@ async def infer(req: InferRequest, model: ModelRuntime, settings: Settings, infe
     if len(x):
         out = await inference(model, x)
     else:  # an empty batch is valid and needs no run
-        out = {t["name"]: np.zeros([0, *[max(d, 0) for d in t["shape"][1:]]], np.float32)
-               for t in model.metadata["outputs"]}
+        out = {t.name: np.zeros([0, *[max(d, 0) for d in t.shape[1:]]], np.float32) for t in model.spec.outputs}
     return encode_response(model.name, model_version(model), req.id, [(o, out[o.name]) for o in wanted])

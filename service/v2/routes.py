@@ -88,19 +88,22 @@ async def all_stats(request: Request, registry: RegistryDep) -> dict:
     """Statistics of every ready model (Triton's statistics extension)."""
     if not registry.loaded:
         raise NotLoaded("models are still loading")
-    return {"model_stats": [request.app.state.metrics.stats_json(m.name, model_version(m))
+    return {"model_stats": [request.app.state.metrics.stats_json(m.name, model_version(m.serving))
                             for m in registry.models.values() if m.ready]}
 
 
 @both("get", "")
 async def model_metadata(name: ModelName, registry: RegistryDep, version: VersionDep) -> dict:
     """Name, versions, platform and the input and output tensors."""
-    return metadata_of(resolve(registry, name, version, ready=True))
+    return metadata_of(resolve(registry, name, version, ready=True), registry)
 
 
 @both("get", "/ready")
 async def model_ready(name: ModelName, registry: RegistryDep, version: VersionDep) -> dict:
-    """200 when the model serves requests; 400 when it failed to load."""
+    """200 when the model (version) serves requests; 400 when it failed to load."""
+    state = registry.get(name)
+    if not version and not state.versions:
+        raise BadInput(f"model '{name}' is not ready: {state.status}" + (f": {state.reason}" if state.reason else ""))
     model = resolve(registry, name, version)
     if not model.ready:
         raise BadInput(f"model '{name}' version {model_version(model)} is not ready: {model.status}"
@@ -110,7 +113,7 @@ async def model_ready(name: ModelName, registry: RegistryDep, version: VersionDe
 
 @both("get", "/config")
 async def model_config(name: ModelName, registry: RegistryDep, version: VersionDep) -> dict:
-    """The model's Triton configuration (its config.pbtxt) as JSON."""
+    """The model's Triton configuration as JSON, built from its spec (config.pbtxt + metadata.json)."""
     return config_of(resolve(registry, name, version, ready=True))
 
 

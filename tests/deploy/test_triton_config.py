@@ -8,7 +8,7 @@ import onnx
 import pytest
 from google.protobuf import text_format
 
-from training.repository import TensorSpec, triton_config
+from modelrepo import ModelSpec, config_text
 
 from .triton import DATA_TYPE_TO_ONNX, parse_config
 
@@ -41,11 +41,9 @@ def test_config_pbtxt_parses_and_matches_its_onnx_file(model_dir: Path):
 
 
 def test_generated_configs_for_both_tasks_parse():
-    image = triton_config("img", [TensorSpec("coords", "FP32", [-1, 2])], [TensorSpec("rgb", "FP32", [-1, 3])])
-    digits = triton_config("dig", [TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-                           [TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-                           max_batch_size=256, dynamic_batching_us=500)
-    assert list(parse_config(image).input[0].dims) == [-1, 2]
+    image = config_text(ModelSpec.for_task("img", "image"))
+    digits = config_text(ModelSpec.for_task("dig", "digits", max_batch_size=256, max_queue_delay_us=500))
+    assert list(parse_config(image).input[0].dims) == [2]
     parsed = parse_config(digits)
     assert parsed.max_batch_size == 256
     assert list(parsed.input[0].dims) == [1, 28, 28]
@@ -60,3 +58,9 @@ def test_generated_configs_for_both_tasks_parse():
 def test_the_parser_rejects_what_triton_would_reject(bad: str):
     with pytest.raises(text_format.ParseError):
         parse_config(bad)
+
+
+def test_the_shipped_descriptor_is_tritonclients():
+    from modelrepo.regen_descriptor import serialized_descriptor
+    from modelrepo.triton import DESCRIPTOR_FILE
+    assert DESCRIPTOR_FILE.read_bytes() == serialized_descriptor(), "run python -m modelrepo.regen_descriptor"

@@ -3,33 +3,21 @@
 tritonclient ships the protoc output for model_config.proto (tritonclient/grpc/
 model_config_pb2.py), which holds the serialized FileDescriptorProto. We read that descriptor
 out of the file instead of importing the module, so the protobuf *runtime* version check in
-the generated code cannot break the tests, and build the message class from it.
+the generated code cannot break the tests, and build the message class from it. This is read
+fresh from tritonclient, independently of the copy the service ships (modelrepo/model_config.pb).
 """
 from __future__ import annotations
 
-import ast
-import importlib.util
 from functools import lru_cache
-from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
-
-def _serialized_descriptor() -> bytes:
-    spec = importlib.util.find_spec("tritonclient")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("tritonclient is not installed (pip install -e '.[dev]')")
-    source = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
-    for node in ast.walk(ast.parse(source.read_text())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "AddSerializedFile"):
-            return ast.literal_eval(node.args[0])
-    raise RuntimeError(f"no serialized descriptor in {source}")
+from modelrepo.regen_descriptor import serialized_descriptor
 
 
 @lru_cache(maxsize=1)
 def model_config_class():
-    fdp = descriptor_pb2.FileDescriptorProto.FromString(_serialized_descriptor())
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(serialized_descriptor())
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("inference.ModelConfig"))

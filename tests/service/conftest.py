@@ -78,35 +78,55 @@ def make_digits_model(out: Path, data_dir: Path) -> float:
                     "--hidden", "32", "--epochs", "15", "--batch-size", "16", "--gamma", "1", "--lr", "3e-3",
                     "--device", "cpu", "--no-progress", "--out", str(out)],
                    cwd=ROOT, check=True, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return json.loads((out / "metadata.json").read_text())["metrics"]["test_accuracy"]
+    return json.loads((out / "1" / "metadata.json").read_text())["metrics"]["test_accuracy"]
 
 
 def add_broken_models(repo: Path) -> None:
-    """Folders the registry must list as failed: unreadable ONNX, tampered file, wrong inputs, junk or no metadata."""
-    from training.repository import sha256_bytes
+    """Folders the registry must list as failed: unreadable ONNX, tampered file, a spec that disagrees
+    with the graph, junk or no metadata, metadata without inputs, a truncated config.pbtxt."""
+    from modelrepo import sha256_bytes
+
+    def copy_model(src: Path, dst: Path) -> None:
+        shutil.copytree(src, dst)
+        cfg = dst / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace(f'name: "{src.name}"', f'name: "{dst.name}"'))
+
+    def version_meta(folder: Path, **changes) -> None:
+        meta = json.loads((folder / "1" / "metadata.json").read_text())
+        (folder / "1" / "metadata.json").write_text(json.dumps({**meta, **changes}))
 
     garbage = b"this is not an onnx file"
     bad = repo / "broken-onnx"
-    (bad / "1").mkdir(parents=True)
+    copy_model(repo / "astronaut", bad)
     (bad / "1" / "model.onnx").write_bytes(garbage)
-    meta = json.loads((repo / "astronaut" / "metadata.json").read_text())
-    (bad / "metadata.json").write_text(json.dumps({**meta, "name": bad.name, "onnx_sha256": sha256_bytes(garbage)}))
+    version_meta(bad, onnx_sha256=sha256_bytes(garbage))
 
     tampered = repo / "tampered"
-    shutil.copytree(repo / "astronaut", tampered)
+    copy_model(repo / "astronaut", tampered)
     onnx = bytearray((tampered / "1" / "model.onnx").read_bytes())
     onnx[-1] ^= 0xFF
     (tampered / "1" / "model.onnx").write_bytes(bytes(onnx))
 
-    wrong = repo / "wrong-inputs"
-    shutil.copytree(repo / "digits", wrong)
-    meta = json.loads((wrong / "metadata.json").read_text())
-    (wrong / "metadata.json").write_text(json.dumps({**meta, "task": "image"}))
+    wrong = repo / "wrong-inputs"  # an image spec over a digits graph
+    copy_model(repo / "astronaut", wrong)
+    digits_onnx = (repo / "digits" / "1" / "model.onnx").read_bytes()
+    (wrong / "1" / "model.onnx").write_bytes(digits_onnx)
+    version_meta(wrong, onnx_sha256=sha256_bytes(digits_onnx))
 
     junk = repo / "junk-metadata"
-    shutil.copytree(repo / "astronaut", junk)
+    copy_model(repo / "astronaut", junk)
     (junk / "metadata.json").write_text(json.dumps({"task": "image", "version": "../astronaut/1",
                                                     "description": 5, "inputs": "x", "metrics": [1]}))
+
+    no_inputs = repo / "no-inputs"
+    copy_model(repo / "digits", no_inputs)
+    meta = json.loads((no_inputs / "metadata.json").read_text())
+    (no_inputs / "metadata.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "inputs"}))
+
+    truncated = repo / "truncated-config"
+    copy_model(repo / "digits", truncated)
+    text = (truncated / "config.pbtxt").read_text()
+    (truncated / "config.pbtxt").write_text(text[: len(text) // 2])
 
     (repo / "no-metadata" / "1").mkdir(parents=True)
     shutil.copy(repo / "astronaut" / "1" / "model.onnx", repo / "no-metadata" / "1" / "model.onnx")

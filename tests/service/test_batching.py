@@ -9,17 +9,24 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
+from modelrepo import read_spec
 from service.batching import BatchConfig, BatchingInference
 from service.errors import Overloaded
 from service.metrics import Metrics
 from service.runtime import ModelRuntime, RuntimeOptions
 
 
-@pytest.fixture(scope="module")
-def digits(model_repo) -> ModelRuntime:
-    model = ModelRuntime(model_repo / "digits", RuntimeOptions(threads=1))
+def counted(model_repo, metrics: Metrics | None = None) -> ModelRuntime:
+    """Version 1 of the digits model, counting its runs in `metrics`."""
+    model = ModelRuntime(model_repo / "digits", read_spec(model_repo / "digits"), 1,
+                         RuntimeOptions(threads=1, metrics=metrics))
     assert model.load()
     return model
+
+
+@pytest.fixture(scope="module")
+def digits(model_repo) -> ModelRuntime:
+    return counted(model_repo)
 
 
 def images(n: int, seed: int) -> np.ndarray:
@@ -29,6 +36,7 @@ def images(n: int, seed: int) -> np.ndarray:
 def run_concurrently(config: BatchConfig, model: ModelRuntime, xs: list[np.ndarray]):
     """Submit every input at once; return the outputs (or exceptions) in order and the metrics."""
     metrics = Metrics()
+    model = counted(model.path.parent, metrics)
 
     async def main():
         inference = BatchingInference(config, metrics)
@@ -89,9 +97,10 @@ def test_a_full_queue_answers_overloaded_at_once(digits):
 def test_a_cancelled_request_is_dropped_before_the_run(digits):
     async def main():
         metrics = Metrics()
+        model = counted(digits.path.parent, metrics)
         inference = BatchingInference(BatchConfig(max_batch=64, max_queue_delay=0.05), metrics)
-        gone = asyncio.ensure_future(inference(digits, images(4, 0)))
-        kept = asyncio.ensure_future(inference(digits, images(1, 1)))
+        gone = asyncio.ensure_future(inference(model, images(4, 0)))
+        kept = asyncio.ensure_future(inference(model, images(1, 1)))
         await asyncio.sleep(0.01)
         gone.cancel()
         out = await kept
@@ -151,3 +160,24 @@ def test_32_concurrent_clients_get_the_same_results_with_batching_on_and_off(ser
     assert merged == 64 and runs < 64, "with batching on, concurrent requests should share runs"
     merged, runs = batched_runs(servers[1].url)
     assert merged == runs == 64, "with batching off, every request runs alone"
+
+
+def test_a_retired_runtime_finishes_its_queue_then_runs_late_requests_alone(digits):
+    async def main():
+        metrics = Metrics()
+        model = counted(digits.path.parent, metrics)
+        inference = BatchingInference(BatchConfig(max_batch=64, max_queue_delay=0.05), metrics)
+        queued = [asyncio.ensure_future(inference(model, images(1, i))) for i in range(3)]
+        await asyncio.sleep(0.005)
+        model.retired = True           # what the registry does when a reload swaps it out
+        inference.retire([model])
+        late = await inference(model, images(2, 9))
+        done = await asyncio.gather(*queued)
+        await asyncio.gather(*inference.closing)
+        left = dict(inference.queues)
+        await inference.close()
+        return done, late, left, metrics.models[model.name]
+
+    done, late, left, stats = asyncio.run(main())
+    assert [d["probabilities"].shape for d in done] == [(1, 10)] * 3 and late["logits"].shape == (2, 10)
+    assert left == {} and stats.inference_count == 5 and stats.execution_count == 2

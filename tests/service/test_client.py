@@ -50,7 +50,7 @@ def test_a_render_fetched_as_tiles_equals_one_render_of_the_same_viewport(api, t
 def test_a_render_larger_than_the_server_allows_in_one_request_succeeds_in_tiles(api):
     with pytest.raises(ServiceError) as err:
         api.render_bytes("astronaut", 1010, 1000)
-    assert err.value.status == 400 and "limit" in err.value.message
+    assert err.value.status == 413 and "limit" in err.value.message
     seen = []
     image = api.render("astronaut", 1010, 1000, tile=512, progress=seen.append)
     assert image.shape == (1000, 1010, 3)

@@ -14,7 +14,7 @@ def test_live_answers_200(client):
 
 def test_ready_counts_ready_and_failed_models(client):
     r = client.get("/health/ready")
-    assert r.status_code == 200 and r.json() == {"status": "ready", "models_ready": 2, "models_failed": 5}
+    assert r.status_code == 200 and r.json() == {"status": "ready", "models_ready": 2, "models_failed": 7}
 
 
 def test_ready_is_503_and_live_is_200_before_the_models_load(model_repo):

@@ -70,3 +70,18 @@ def test_triton_counters_use_tritons_names_without_suffixes(client):
                  "nv_inference_compute_infer_duration_us"):
         assert f"# TYPE {name} counter" in text and f'\n{name}{{model="digits",version="1"' in text
     assert "# TYPE inr_batch_size histogram" in text
+
+
+def test_a_render_counts_its_samples_as_inference(client):
+    before = scrape(client)
+    r = client.get("/v1/models/astronaut/render", params={"width": 40, "height": 30, "supersample": 2})
+    assert r.status_code == 200
+    after = scrape(client)
+
+    def rise(name):
+        return value(after, name, model="astronaut") - value(before, name, model="astronaut")
+
+    assert rise("nv_inference_count") == 40 * 30 * 4
+    assert rise("nv_inference_exec_count") >= 1  # one run per tile
+    assert rise("nv_inference_compute_infer_duration_us") > 0
+    assert rise("nv_inference_request_success") == 1

@@ -5,6 +5,7 @@ def test_model_list_shows_every_folder_with_status(client):
     models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
     assert {n: m["status"] for n, m in models.items()} == {
         "astronaut": "ready", "digits": "ready", "broken-onnx": "failed", "junk-metadata": "failed", "no-metadata": "failed",
+        "no-inputs": "failed", "truncated-config": "failed",
         "tampered": "failed", "wrong-inputs": "failed"}
 
 
@@ -20,7 +21,7 @@ def test_ready_models_show_provider_task_and_training_metrics(client):
 def test_failed_models_show_the_reason(client):
     tampered = client.get("/v1/models/tampered").json()
     assert tampered["status"] == "failed" and "sha256" in tampered["error"] and tampered["provider"] is None
-    assert "unexpected inputs" in client.get("/v1/models/wrong-inputs").json()["error"]
+    assert "disagrees with the spec" in client.get("/v1/models/wrong-inputs").json()["error"]
     assert "unreadable ONNX" in client.get("/v1/models/broken-onnx").json()["error"]
     junk = client.get("/v1/models/junk-metadata").json()  # junk values are shown as absent, never a 500
     assert junk["status"] == "failed" and junk["description"] is None and junk["metrics"] == {}
@@ -30,7 +31,7 @@ def test_unknown_model_is_404_listing_the_models(client):
     r = client.get("/v1/models/nope")
     assert r.status_code == 404
     assert r.json() == {"error": "unknown model 'nope'; models: astronaut, broken-onnx, digits, junk-metadata, "
-                                 "no-metadata, tampered, wrong-inputs"}
+                                 "no-inputs, no-metadata, tampered, truncated-config, wrong-inputs"}
 
 
 def test_openapi_documents_every_endpoint_with_schemas(client):
@@ -52,7 +53,7 @@ def test_training_preview_is_served_when_the_model_ships_one(client, model_repo)
     assert m["preview_url"] == "/v1/models/astronaut/preview"
     r = client.get(m["preview_url"])
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
-    assert r.content == (model_repo / "astronaut" / "preview.png").read_bytes()
+    assert r.content == (model_repo / "astronaut" / "1" / "preview.png").read_bytes()
 
 
 def test_a_model_without_preview_says_so(client):
@@ -60,3 +61,13 @@ def test_a_model_without_preview_says_so(client):
     r = client.get("/v1/models/digits/preview")
     assert r.status_code == 404 and r.json() == {"error": "model 'digits' ships no preview image"}
     assert client.get("/v1/models/nope/preview").status_code == 404
+
+
+def test_a_model_lists_its_versions_and_their_states(client):
+    d = client.get("/v1/models/digits").json()
+    assert d["version"] == 1 and d["version_policy"] == "latest 1" and d["max_batch_size"] == 256
+    [v] = d["versions"]
+    assert v["version"] == 1 and v["status"] == "ready" and v["serving"] and len(v["onnx_sha256"]) == 64
+    tampered = client.get("/v1/models/tampered").json()
+    assert [(v["version"], v["status"], v["serving"]) for v in tampered["versions"]] == [(1, "failed", False)]
+    assert "sha256" in tampered["versions"][0]["error"]

@@ -70,7 +70,7 @@ def test_colour_background_replaces_points_outside_the_unit_square(client, refer
     ({"coords": [[0, 0]], "transform": {"spin": 5}}, 422, "transform.spin: Extra inputs are not permitted"),
     ({"coords": [[0, 0]], "background": "transparent"}, 422, "needs an alpha channel"),
     ({"coords": [[0, 0]], "background": "plaid"}, 422, "background"),
-    ({"coords": [[0.5, 0.5]] * 5001}, 413, "5001 coords is more than the limit of 5000"),
+    ({"coords": [[0.5, 0.5]] * 5001}, 413, "5001 coordinates is more than the limit of 5000"),
     ({"coords": [[1e300, 0.5]]}, 400, "coordinates after the transform reach 1e+300"),
     ({"coords": [[0.5, 0.4]], "transform": {"matrix": [[1e300, 0, 0], [0, 1, 0]]}}, 400, "must stay below 1e+30"),
 ])
@@ -92,7 +92,7 @@ def test_query_needs_a_json_body(client):
 @pytest.mark.parametrize("name,status,message", [
     ("nope", 404, "unknown model 'nope'"),
     ("digits", 400, "'digits' has task 'digits'; /query needs a model with task 'image'"),
-    ("tampered", 503, "model 'tampered' is failed: sha256"),
+    ("tampered", 503, "model 'tampered' is failed: version 1: sha256"),
 ])
 def test_query_on_a_missing_wrong_or_failed_model_says_which(client, name, status, message):
     r = client.post(f"/v1/models/{name}/query", json={"coords": [[0.5, 0.5]]})

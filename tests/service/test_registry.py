@@ -14,8 +14,8 @@ def registry(model_repo):
 
 
 def test_every_visible_folder_is_listed_and_hidden_ones_are_skipped(registry):
-    assert sorted(registry.models) == ["astronaut", "broken-onnx", "digits", "junk-metadata", "no-metadata", "tampered",
-                                       "wrong-inputs"]
+    assert sorted(registry.models) == ["astronaut", "broken-onnx", "digits", "junk-metadata", "no-inputs", "no-metadata",
+                                       "tampered", "truncated-config", "wrong-inputs"]
 
 
 def test_good_models_are_ready_beside_broken_ones(registry):
@@ -34,7 +34,7 @@ def test_wrong_task_names_the_model_and_both_tasks(registry):
 
 
 def test_failed_model_is_not_ready_and_says_why(registry):
-    with pytest.raises(ModelNotReady, match="'tampered' is failed: sha256"):
+    with pytest.raises(ModelNotReady, match="'tampered' is failed: version 1: sha256"):
         registry.ready_model("tampered", "image", "/query")
 
 

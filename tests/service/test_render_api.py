@@ -109,9 +109,9 @@ def test_get_works_as_an_img_src_with_defaults(client):
 
 @pytest.mark.parametrize("fields,status,message", [
     ({"width": 0}, 422, "width"),
-    ({"width": 2000, "height": 1000}, 400, "width × height × supersample² = 2000000 is more than the limit of 1000000"),
-    ({"width": 200, "height": 200, "supersample": 8}, 400, "2560000 is more than the limit"),
-    ({"supersample": 12}, 400, "supersample 12 is more than the limit of 8"),
+    ({"width": 2000, "height": 1000}, 413, "width × height × supersample² = 2000000 is more than the limit of 1000000"),
+    ({"width": 200, "height": 200, "supersample": 8}, 413, "2560000 is more than the limit"),
+    ({"supersample": 12}, 413, "supersample 12 is more than the limit of 8"),
     ({"format": "gif"}, 422, "format"),
     ({"viewport": [0.5, 0, 0.2, 1]}, 422, "x1 > x0"),
     ({"viewport": [0, 0, 1]}, 422, "viewport"),

@@ -5,9 +5,15 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from modelrepo import read_spec
 from service.errors import DeviceError
+from service.registry import Registry
 from service.runtime import (ModelRuntime, RuntimeOptions, available_cpus, cgroup_cpu_limit, default_threads,
                              check_device_available)
+
+
+def version_1(path, options: RuntimeOptions) -> ModelRuntime:
+    return ModelRuntime(path, read_spec(path), 1, options)
 
 
 @pytest.mark.parametrize("cpu_max,expected", [("max 100000", None), ("200000 100000", 2), ("150000 100000", 2),
@@ -26,7 +32,7 @@ def test_available_cpus_never_exceed_the_affinity_mask():
 
 
 def test_image_model_predicts_what_onnxruntime_computes(model_repo):
-    model = ModelRuntime(model_repo / "astronaut", RuntimeOptions(threads=1))
+    model = version_1(model_repo / "astronaut", RuntimeOptions(threads=1))
     assert model.load() and model.ready and model.provider == "CPUExecutionProvider"
     coords = np.random.default_rng(0).random((100, 2), dtype=np.float32)
     ref = ort.InferenceSession(str(model_repo / "astronaut" / "1" / "model.onnx")).run(["rgb"], {"coords": coords})
@@ -34,7 +40,7 @@ def test_image_model_predicts_what_onnxruntime_computes(model_repo):
 
 
 def test_digits_model_gives_logits_and_probabilities(model_repo):
-    model = ModelRuntime(model_repo / "digits", RuntimeOptions(threads=1))
+    model = version_1(model_repo / "digits", RuntimeOptions(threads=1))
     assert model.load()
     out = model.predict(np.zeros((3, 1, 28, 28), np.float32))
     assert out["logits"].shape == (3, 10) and np.allclose(out["probabilities"].sum(axis=1), 1.0, atol=1e-5)
@@ -43,7 +49,7 @@ def test_digits_model_gives_logits_and_probabilities(model_repo):
 def test_cuda_that_does_not_really_run_the_session_stops_loading(model_repo):
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("this machine has CUDA; the refusal path needs a CPU-only onnxruntime")
-    model = ModelRuntime(model_repo / "astronaut", RuntimeOptions(device="cuda"))
+    model = version_1(model_repo / "astronaut", RuntimeOptions(device="cuda"))
     with pytest.raises(DeviceError, match="does not run on CUDAExecutionProvider"):
         model.load()
     with pytest.raises(DeviceError, match="onnxruntime-gpu"):
@@ -51,7 +57,7 @@ def test_cuda_that_does_not_really_run_the_session_stops_loading(model_repo):
 
 
 def test_auto_falls_back_to_cpu_and_reports_it(model_repo):
-    model = ModelRuntime(model_repo / "astronaut", RuntimeOptions(device="auto"))
+    model = version_1(model_repo / "astronaut", RuntimeOptions(device="auto"))
     assert model.load()
     has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
     assert model.provider == ("CUDAExecutionProvider" if has_cuda else "CPUExecutionProvider")
@@ -59,15 +65,17 @@ def test_auto_falls_back_to_cpu_and_reports_it(model_repo):
 
 @pytest.mark.parametrize("name,reason", [
     ("broken-onnx", "unreadable ONNX file"),
-    ("tampered", "does not match metadata.json onnx_sha256"),
-    ("wrong-inputs", "unexpected inputs"),
+    ("tampered", "does not match 1/metadata.json onnx_sha256"),
+    ("wrong-inputs", "the ONNX graph of version 1 disagrees with the spec: inputs [('images'"),
     ("no-metadata", "missing metadata.json"),
-    ("junk-metadata", "version must be a positive integer, got '../astronaut/1'"),
+    ("junk-metadata", "metadata.json: 'inputs' must be a non-empty list of tensors, got 'x'"),
+    ("no-inputs", "metadata.json: 'inputs' must be a non-empty list of tensors, got None"),
+    ("truncated-config", "config.pbtxt does not parse as Triton's ModelConfig"),
 ])
 def test_broken_models_fail_with_their_reason(model_repo, name, reason):
-    model = ModelRuntime(model_repo / name, RuntimeOptions())
-    assert not model.load()
-    assert model.status == "failed" and reason in model.error
+    registry = Registry(model_repo, RuntimeOptions())
+    state = registry.load(name)
+    assert not state.ready and state.status == "failed" and reason in state.reason
 
 
 def test_default_threads_share_the_cpus_between_workers():

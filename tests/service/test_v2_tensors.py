@@ -1,4 +1,4 @@
-"""The V2 codec and the config.pbtxt reader, as pure functions."""
+"""The V2 codec, as pure functions (config.pbtxt: tests/test_modelrepo.py)."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,7 @@ import numpy as np
 import pytest
 
 from service.errors import BadInput
-from service.v2.modelconfig import PbtxtError, parse_pbtxt, triton_config
 from service.v2.tensors import InputTensor, RequestedOutput, decode, encode_response, parse_request
-from training.repository import TensorSpec
-from training.repository import triton_config as training_pbtxt
 
 
 def request(*inputs, **extra) -> bytes:
@@ -62,30 +59,3 @@ def test_encode_response_puts_binary_outputs_after_the_json_header():
     assert doc["outputs"][1]["data"] == logits.ravel().tolist()
     assert doc["outputs"][2] == {"name": "c", "datatype": "BYTES", "shape": [1, 2],
                                  "data": ["0.700000:1", "0.200000:2"]}
-
-
-def test_training_config_pbtxt_parses_to_triton_json():
-    text = training_pbtxt("digits", [TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-                          [TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-                          max_batch_size=256, dynamic_batching_us=500)
-    cfg = parse_pbtxt(text + '# a comment with "quotes" and { braces\ninstance_group [ { count: 2, kind: KIND_CPU } ]\n')
-    assert cfg["max_batch_size"] == 256 and cfg["platform"] == "onnxruntime_onnx"
-    assert cfg["input"] == [{"name": "images", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}]
-    assert [o["dims"] for o in cfg["output"]] == [[10], [10]]
-    assert cfg["dynamic_batching"] == {"max_queue_delay_microseconds": 500}
-    assert cfg["version_policy"] == {"latest": {"num_versions": 1}}
-    assert cfg["instance_group"] == [{"count": 2, "kind": "KIND_CPU"}]
-
-
-@pytest.mark.parametrize("text", ['name: "x', "input [ { name: ", "max_batch_size: }", "{ }"])
-def test_broken_config_pbtxt_raises(text):
-    with pytest.raises(PbtxtError):
-        parse_pbtxt(text)
-
-
-def test_a_model_without_config_pbtxt_gets_one_from_its_metadata(tmp_path):
-    meta = {"name": "d", "task": "digits", "inputs": [{"name": "images", "datatype": "FP32",
-                                                      "shape": [-1, 1, 28, 28]}], "outputs": []}
-    cfg = triton_config(tmp_path, meta, "d")
-    assert cfg["max_batch_size"] == 256 and cfg["input"][0]["dims"] == [1, 28, 28]
-    assert cfg["input"][0]["format"] == "FORMAT_NONE" and cfg["backend"] == "onnxruntime"

@@ -76,7 +76,7 @@ def sharp_requests(p):
 def test_the_page_lists_the_models_and_shows_the_image_models_metadata(page, model_repo):
     import json
 
-    meta = json.loads((model_repo / "astronaut" / "metadata.json").read_text())
+    meta = json.loads((model_repo / "astronaut" / "1" / "metadata.json").read_text())
     p = page.page
     p.wait_for_selector("#panel dd")
     assert p.locator("#model option").all_text_contents() == ["astronaut"]

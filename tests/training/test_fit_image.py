@@ -52,9 +52,9 @@ def test_fourier_features_fit_far_above_the_no_encoding_baseline():
 
 def test_export_writes_the_triton_layout_with_metadata(exported):
     files = {p.relative_to(exported).as_posix() for p in exported.rglob("*")}
-    assert {"1/model.onnx", "config.pbtxt", "metadata.json", "preview.png"} <= files
-    meta = json.loads((exported / "metadata.json").read_text())
-    assert meta["task"] == "image"
+    assert {"1/model.onnx", "1/metadata.json", "config.pbtxt", "metadata.json", "1/preview.png"} <= files
+    assert json.loads((exported / "metadata.json").read_text())["task"] == "image"
+    meta = json.loads((exported / "1" / "metadata.json").read_text())
     assert meta["onnx_sha256"] == sha256_bytes((exported / "1" / "model.onnx").read_bytes())
     assert meta["architecture"]["encoding"]["name"] == "gaussian"
     assert meta["source"]["image"] == "astronaut" and meta["source"]["size"] == [32, 32]
@@ -71,7 +71,7 @@ def test_exported_model_gives_back_the_training_pixels(exported):
     img, _ = load_image("astronaut", 32)
     coords = pixel_centres(32, 32)
     rgb = sess.run(["rgb"], {"coords": coords.reshape(-1, 2)})[0].reshape(32, 32, 3)
-    meta = json.loads((exported / "metadata.json").read_text())
+    meta = json.loads((exported / "1" / "metadata.json").read_text())
     assert psnr(rgb[::2, ::2], img[::2, ::2]) == pytest.approx(meta["metrics"]["train_psnr"], abs=0.01)
     assert meta["metrics"]["train_psnr"] > 25
 

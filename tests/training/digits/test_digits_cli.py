@@ -47,7 +47,7 @@ def test_fit_digits_cli_writes_a_model_that_onnxruntime_runs(glyph_dir, tmp_path
                           timeout=900)
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout.split(" -> ")[0])
-    meta = json.loads((out / "metadata.json").read_text())
+    meta = json.loads((out / "1" / "metadata.json").read_text())
     assert printed["test_accuracy"] == meta["metrics"]["test_accuracy"]
     assert meta["command"].startswith("python -m training fit-digits")
     assert meta["export"]["parity"]["max_abs_diff_probabilities"] <= 1e-5

@@ -112,15 +112,16 @@ def test_fit_digits_writes_a_complete_model_directory(glyph_data, tmp_path):
     cfg = small_config("mlp", epochs=2)
     meta = fit_digits(cfg, glyph_data, out)
     assert sorted(p.name for p in out.iterdir()) == ["1", "config.pbtxt", "metadata.json"]
-    on_disk = json.loads((out / "metadata.json").read_text())
-    assert on_disk == meta
+    on_disk = json.loads((out / "1" / "metadata.json").read_text())
+    assert {**on_disk, "name": "glyph-digits", "task": "digits"} == meta
+    assert json.loads((out / "metadata.json").read_text())["task"] == "digits"
     assert meta["task"] == "digits" and meta["dataset"]["train_size"] == 600
     assert meta["architecture"]["model"] == "mlp" and meta["architecture"]["hidden"] == [32]
     assert meta["architecture"]["parameters"] == 784 * 32 + 32 + 32 * 10 + 10
     assert set(meta["metrics"]) >= {"test_accuracy", "confusion_matrix"}
     assert meta["training"]["epochs"] == 2 and meta["training"]["lr_decay_per_epoch"] == 0.9
     pbtxt = (out / "config.pbtxt").read_text()
-    assert "max_batch_size: 256" in pbtxt and "dims: [ 1, 28, 28 ]" in pbtxt and "dims: [ 10 ]" in pbtxt
+    assert "max_batch_size: 256" in pbtxt and "dims: 1\n  dims: 28\n  dims: 28\n" in pbtxt and "dims: 10\n" in pbtxt
     assert "dynamic_batching" in pbtxt
     sess = ort_session((out / "1" / "model.onnx").read_bytes())
     images = to_tensor(glyph_data.test.images).numpy()

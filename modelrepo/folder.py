@@ -1,0 +1,206 @@
+"""Model folders on disk: read and validate them, write new ones and new versions atomically.
+
+    models/NAME/config.pbtxt        Triton model config (max_batch_size, tensors, batching, version_policy)
+    models/NAME/metadata.json       task, tensors in V2 terms, coordinate convention, description
+    models/NAME/N/model.onnx        version N of the network
+    models/NAME/N/metadata.json     version N: onnx_sha256 and its training metadata
+    models/NAME/N/...               optional extras (preview.png)
+
+A writer builds everything in a hidden sibling (`.NAME.tmp-*` or `NAME/.N.tmp-*`) and renames it
+into place, so a reader sees a version folder complete or not at all.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from google.protobuf import text_format
+
+from .spec import TASKS, ModelSpec, SpecError, Tensor, VersionRecord
+from .triton import apply_config, config_text, parse_config
+
+MODEL_FILE = "model.onnx"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"missing {what}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpecError(f"{what} is unreadable: {e}") from None
+
+
+def read_spec(folder: Path) -> ModelSpec:
+    """The spec of a model folder: metadata.json, then config.pbtxt's Triton fields (when present).
+    Raises SpecError naming the file and field at fault."""
+    folder = Path(folder)
+    meta = _json(folder / "metadata.json", "metadata.json")
+    if not isinstance(meta, dict):
+        raise SpecError("metadata.json is not a JSON object")
+    task = meta.get("task")
+    for key in ("inputs", "outputs"):
+        if not isinstance(meta.get(key), list) or not meta[key]:
+            raise SpecError(f"metadata.json: '{key}' must be a non-empty list of tensors, got {meta.get(key)!r}")
+    inputs = tuple(Tensor.from_json(t, "metadata.json inputs") for t in meta["inputs"])
+    outputs = tuple(Tensor.from_json(t, "metadata.json outputs") for t in meta["outputs"])
+    free = {k: v for k, v in meta.items() if k not in ("name", "task", "inputs", "outputs", "coordinates")}
+    coords = meta.get("coordinates")
+    if not isinstance(task, str) or task not in TASKS:
+        raise SpecError(f"metadata.json: unknown task {task!r}; valid: {', '.join(TASKS)}")
+    spec = ModelSpec.for_task(folder.name, task, inputs=inputs, outputs=outputs, metadata=free)
+    spec = spec.with_(coordinates=coords if isinstance(coords, str) else spec.coordinates)
+    pbtxt = folder / "config.pbtxt"
+    if pbtxt.exists():
+        try:
+            cfg = parse_config(pbtxt.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"config.pbtxt is unreadable: {e}") from None
+        except text_format.ParseError as e:
+            raise SpecError(f"config.pbtxt does not parse as Triton's ModelConfig: {e}") from None
+        spec = apply_config(spec, cfg)
+    spec.validate()
+    return spec
+
+
+def version_numbers(folder: Path) -> list[int]:
+    """The numeric version folders present, ascending (hidden and other folders are skipped)."""
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return []
+    return sorted(int(p.name) for p in entries if p.is_dir() and p.name.isdigit() and int(p.name) > 0
+                  and str(int(p.name)) == p.name)
+
+
+def read_version(folder: Path, version: int) -> VersionRecord:
+    """`N/metadata.json` of one version, validated; the ONNX file must exist (its hash is checked by
+    `check_version`)."""
+    vdir = Path(folder) / str(version)
+    record = VersionRecord.from_json(_json(vdir / "metadata.json", f"{version}/metadata.json"), version)
+    if not (vdir / MODEL_FILE).is_file():
+        raise SpecError(f"missing {version}/{MODEL_FILE}")
+    return record
+
+
+def check_version(folder: Path, record: VersionRecord) -> Path:
+    """The version's ONNX path once its sha256 equals the recorded one; SpecError otherwise."""
+    path = Path(folder) / str(record.version) / MODEL_FILE
+    digest = sha256_file(path)
+    if digest != record.onnx_sha256:
+        raise SpecError(f"sha256 of {record.version}/{MODEL_FILE} ({digest[:12]}…) does not match "
+                        f"{record.version}/metadata.json onnx_sha256 ({record.onnx_sha256[:12]}…): tampered or stale")
+    return path
+
+
+@dataclass(frozen=True)
+class Written:
+    spec: ModelSpec
+    record: VersionRecord
+    path: Path          # the version folder
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _mkdtemp(parent: Path, prefix: str) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    tmp.chmod(0o755 & ~_umask())  # mkdtemp makes 0700; a model folder is readable like any other
+    return tmp
+
+
+def _write_spec_files(folder: Path, spec: ModelSpec) -> None:
+    (folder / "metadata.json").write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    (folder / "config.pbtxt").write_text(config_text(spec))
+
+
+def _replace_file(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    tmp.chmod(0o644 & ~_umask())
+    os.replace(tmp, path)
+
+
+def write_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict,
+                  extras: Callable[[Path], None] | None = None) -> Written:
+    """Write `onnx_bytes` as the next version of the model at `folder`, atomically.
+
+    A new folder gets version 1 with its config.pbtxt and metadata.json (the whole folder appears
+    at once). An existing model gets version max(N)+1; its version_policy is kept, and its spec
+    files are replaced (each atomically) only when the new spec differs. `extras(version_dir)` may
+    add files (a preview) to the version folder before it appears. Returns what was written.
+    """
+    folder = Path(folder)
+    spec = spec.with_(name=folder.name)
+    spec.validate()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise SpecError(f"'{folder}' exists and is not a directory")
+    if folder.is_dir():
+        return _next_version(folder, spec, onnx_bytes, metadata, extras)
+    tmp = _mkdtemp(folder.parent, f".{folder.name}.tmp-")
+    try:
+        record = _fill_version(tmp / "1", 1, onnx_bytes, metadata, extras)
+        _write_spec_files(tmp, spec)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Written(spec, record, folder / "1")
+
+
+def _fill_version(vdir: Path, version: int, onnx_bytes: bytes, metadata: dict, extras) -> VersionRecord:
+    vdir.mkdir(exist_ok=True)
+    vdir.chmod(0o755 & ~_umask())
+    (vdir / MODEL_FILE).write_bytes(onnx_bytes)
+    if extras is not None:
+        extras(vdir)
+    record = VersionRecord(version, sha256_bytes(onnx_bytes), dict(metadata))
+    (vdir / "metadata.json").write_text(json.dumps(record.to_json(), indent=2) + "\n")
+    return record
+
+
+def _next_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras) -> Written:
+    try:
+        old = read_spec(folder)
+        spec = spec.with_(version_policy=old.version_policy)
+    except SpecError:
+        old = None
+    if old is None or old != spec or old.to_json() != spec.to_json():
+        _replace_file(folder / "metadata.json", json.dumps(spec.to_json(), indent=2) + "\n")
+        _replace_file(folder / "config.pbtxt", config_text(spec))
+    while True:
+        version = (version_numbers(folder) or [0])[-1] + 1
+        tmp = _mkdtemp(folder, f".{version}.tmp-")
+        try:
+            record = _fill_version(tmp, version, onnx_bytes, metadata, extras)
+            tmp.rename(folder / str(version))  # fails if another writer took this number: try the next
+            return Written(spec, record, folder / str(version))
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (folder / str(version)).exists():
+                raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
