@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi import Request
+from modelrepo import NAME_RE
 
 from ..errors import BadInput, NotFound
-from ..registry import NAME_RE, Registry
+from ..registry import Registry
 from ..runtime import ModelRuntime
 from ..settings import Settings
 
@@ -51,14 +52,11 @@ class Identifier:
 
 
 def resolve(registry: Registry, ident: Identifier) -> ModelRuntime:
-    """The ready image model the identifier names; 404 for an unknown name or version."""
+    """The ready image model the identifier names (its serving version, or the pinned one); 404 for an
+    unknown name or version."""
     if not NAME_RE.match(ident.name):
         raise NotFound(f"unknown identifier '{ident}': no model has that name")
-    model = registry.ready_model(ident.name, "image", "IIIF")
-    have = model.metadata.get("version", 1)
-    if ident.version is not None and ident.version != have:
-        raise NotFound(f"model '{ident.name}' has no version {ident.version}; versions: {have}")
-    return model
+    return registry.ready_model(ident.name, "image", "IIIF", ident.version)
 
 
 def _pair(value) -> tuple[int, int] | None:

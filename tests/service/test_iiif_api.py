@@ -120,7 +120,7 @@ def test_rotation_mirroring_and_qualities(iiif):
 def test_versions_and_tasks(iiif):
     assert iiif.get(f"/iiif/3/{ID}@1/info.json").status_code == 200
     r = iiif.get(f"/iiif/3/{ID}@2/info.json")
-    assert r.status_code == 404 and "no version 2" in r.json()["error"]
+    assert r.status_code == 404 and "unknown version 2" in r.json()["error"]
     assert iiif.get("/iiif/3/digits/info.json").status_code == 400
 
 

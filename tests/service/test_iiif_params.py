@@ -140,3 +140,31 @@ def test_image_size_rule_and_info():
     assert scale_factors(4096, 4096) == [1, 2, 4, 8] and scale_factors(1000, 1000) == [1, 2]
     doc = info_document("http://h/iiif/3/x", 1000, 1000, 250_000)
     assert doc["sizes"] == [{"width": 500, "height": 500}]
+
+
+def test_the_iiif_test_image_is_the_validators_colour_table():
+    from iiif_validator.validator import ValidationInfo
+
+    from training.images import iiif_test_image, load_image
+    table = ValidationInfo().colorInfo
+    img = iiif_test_image()
+    assert img.shape == (1000, 1000, 3)
+    for x, y in ((0, 0), (3, 7), (9, 2)):
+        assert tuple(img[y * 100 + 50, x * 100 + 50]) == table[x][y]   # column x, row y
+    small, source = load_image("iiif-test", 128)
+    assert source["native_size"] == [1000, 1000]
+    # area-averaged: the pixels inside a square keep its colour exactly (no ringing along the edges)
+    assert np.abs(small[2:10, 2:10] * 255 - np.array(table[0][0])).max() < 0.5
+
+
+def test_the_iiif_test_image_carries_its_own_training_defaults():
+    import argparse
+
+    from training.cli_image import add_image_options, fit_config
+    p = argparse.ArgumentParser()
+    add_image_options(p)
+    cfg = fit_config(p.parse_args(["--image", "iiif-test", "--size", "128", "--protocol", "full"]))
+    assert (cfg.model.width, cfg.model.encoding.features, cfg.model.encoding.scale, cfg.steps) == (128, 128, 14.0, 2000)
+    cfg = fit_config(p.parse_args(["--image", "iiif-test", "--width", "64", "--steps", "10"]))
+    assert (cfg.model.width, cfg.steps) == (64, 10)
+    assert fit_config(p.parse_args(["--image", "astronaut"])).model.width == 256
