@@ -74,6 +74,10 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     # Zoom to 1 screen pixel per IIIF pixel: 64 per training pixel for this server (INR_IIIF_ZOOM=64).
     page.evaluate("(() => { const v = iiifViewer.viewport, t = iiifViewer.world.getItemAt(0);"
                   "v.zoomTo(t.imageToViewportZoom(1.0), null, true); v.applyConstraints(true); })()")
+    for _ in range(600):  # OpenSeadragon asks for the new level on a later animation frame
+        if len(tiles) > seen:
+            break
+        page.wait_for_timeout(100)
     fully_loaded(page)
     deeper = tiles[seen:]
     assert deeper and min(levels(deeper)) < min(first), f"zooming fetched {levels(deeper)} after {first}"
