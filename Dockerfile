@@ -31,6 +31,9 @@ RUN python -m venv /opt/venv \
 FROM ${PYTHON_IMAGE} AS runtime
 # Two threads for onnxruntime's intra-op pool, matching `cpus: "2"` in docker-compose.yml
 # and the Kubernetes CPU limit; raise INR_THREADS and OMP_NUM_THREADS together with the limit.
+# Keep-alive 90 s, above the idle timeout of the proxy in front (nginx 75 s, ALB 60 s); on
+# SIGTERM (`docker stop`) running requests get 20 s, so stop with a longer timeout
+# (compose: stop_grace_period 30s, Kubernetes: terminationGracePeriodSeconds 30).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -39,7 +42,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     INR_PORT=8000 \
     INR_DEVICE=cpu \
     INR_THREADS=2 \
-    OMP_NUM_THREADS=2
+    OMP_NUM_THREADS=2 \
+    INR_TIMEOUT_KEEP_ALIVE=90 \
+    INR_GRACEFUL_SHUTDOWN_S=20
 RUN groupadd --system --gid 10001 inr \
  && useradd --system --uid 10001 --gid inr --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin inr
 COPY --from=builder /opt/venv /opt/venv
@@ -48,6 +53,7 @@ COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
 USER 10001:10001
 EXPOSE 8000
+STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["python", "/app/healthcheck.py"]
 CMD ["python", "-m", "service"]
 
@@ -90,13 +96,16 @@ ENV PATH=/opt/venv/bin:$PATH \
     INR_PORT=8000 \
     INR_DEVICE=cuda \
     INR_THREADS=2 \
-    OMP_NUM_THREADS=2
+    OMP_NUM_THREADS=2 \
+    INR_TIMEOUT_KEEP_ALIVE=90 \
+    INR_GRACEFUL_SHUTDOWN_S=20
 COPY --from=gpu-builder /opt/venv /opt/venv
 WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
 USER 10001:10001
 EXPOSE 8000
+STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 CMD ["python", "/app/healthcheck.py"]
 CMD ["python", "-m", "service"]
 

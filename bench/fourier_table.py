@@ -20,13 +20,26 @@ import numpy as np
 from training.fit_image import evaluate, train
 from training.images import load_image
 
-from .common import (IMG, finish, fit_image_config, log, machine, mean_std, pyplot, set_threads, setup_logging,
-                     write_json)
+from training.image_models import count_parameters
+
+from .common import (IMG, finish, fit_image_config, log, machine, mean_std, median, ort_session, pyplot,
+                     set_threads, setup_logging, time_calls, write_json)
 
 PHOTOS = ("astronaut", "camera", "coffee", "chelsea", "rocket", "cat")
 TEXTS = ("text", "text-fourier", "text-sinekan")
 ENCODINGS = ("none", "basic", "positional", "gaussian", "sine", "sinekan")
 SINEKAN_WIDTH = 128
+# SineKAN variants (issue 14), each parameter-matched (±10 %) to the 4×256 Gaussian MLP:
+#   sinekan          the paper's layer and init on raw coordinates, ω_k = k ≤ 8 rad
+#   sinekan-dense    raw coordinates, a 64-frequency first grid up to 16 cycles per unit, scaled init
+#   sinekan-gaussian Gaussian features (64 frequencies, the MLP's σ), scaled init
+SINEKAN_VARIANTS = {
+    "sinekan": ["--encoding", "none", "--width", str(SINEKAN_WIDTH), "--grid", "8", "--sinekan-init", "paper"],
+    "sinekan-dense": ["--encoding", "none", "--width", "124", "--first-grid", "64", "--first-freq", "16",
+                      "--sinekan-init", "scaled"],
+    "sinekan-gaussian": ["--encoding", "gaussian", "--features", "64", "--width", "96", "--sinekan-init", "scaled"],
+}
+RENDER_SAMPLES = 16384
 # Tancik et al. 2020, Table 1 (2D image regression, test PSNR in dB, mean over their images).
 PAPER = {"natural": {"none": 19.32, "basic": 21.72, "positional": 24.95, "gaussian": 25.57},
          "text": {"none": 18.40, "basic": 20.48, "positional": 27.57, "gaussian": 30.47}}
@@ -37,20 +50,34 @@ def fit_argv(image: str, encoding: str, a: argparse.Namespace, seed: int, scale:
     argv = ["--image", image, "--size", str(a.size), "--steps", str(a.steps), "--lr", "1e-3",
             "--schedule", "constant", "--batch-size", "0", "--depth", str(a.depth), "--protocol", "paper",
             "--seed", str(seed), "--device", a.device, "--no-progress"]
-    if encoding == "sinekan":
-        return argv + ["--model", "sinekan", "--encoding", "none", "--width", str(SINEKAN_WIDTH), "--grid", "8"]
+    if encoding in SINEKAN_VARIANTS:
+        return argv + ["--model", "sinekan", "--scale", f"{scale:g}", *SINEKAN_VARIANTS[encoding]]
     return argv + ["--model", "mlp", "--encoding", encoding, "--width", str(a.width), "--scale", f"{scale:g}"]
 
 
-def run_one(argv: list[str]) -> dict:
+def render_us_per_sample(model) -> float:
+    """Median µs per coordinate under onnxruntime, 1 thread, one call of RENDER_SAMPLES coordinates."""
+    import torch
+    from training.export import export_onnx
+    sess = ort_session(export_onnx(model, torch.rand(8, 2), "coords", ["rgb"]), threads=1)
+    coords = np.random.default_rng(0).random((RENDER_SAMPLES, 2), dtype=np.float32)
+    times = time_calls(lambda: sess.run(["rgb"], {"coords": coords}), repeats=5, min_seconds=0.5)
+    return round(median(times) / RENDER_SAMPLES * 1e6, 3)
+
+
+def run_one(argv: list[str], render: bool = False) -> dict:
     cfg = fit_image_config(argv)
     img, _ = load_image(cfg.image, cfg.size)
     t0 = time.perf_counter()
     model, _ = train(cfg, img)
     seconds = time.perf_counter() - t0
     metrics, _ = evaluate(model, img, cfg.protocol)
-    return {"train_psnr": metrics["train_psnr"], "test_psnr": metrics["test_psnr"], "seconds": round(seconds, 2),
-            "argv": " ".join(argv)}
+    row = {"train_psnr": metrics["train_psnr"], "test_psnr": metrics["test_psnr"], "ssim": metrics["ssim"],
+           "seconds": round(seconds, 2), "seconds_per_step": round(seconds / cfg.steps, 4),
+           "parameters": count_parameters(model), "argv": " ".join(argv)}
+    if render:
+        row["render_us_per_sample"] = render_us_per_sample(model)
+    return row
 
 
 def sweep_sigma(a: argparse.Namespace) -> tuple[float, list[dict]]:
@@ -125,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--sigma-image", default="astronaut")
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    p.add_argument("--render", action="store_true", help="also time each model's render under onnxruntime")
     p.add_argument("--name", default="fourier_table", help="result file bench/results/NAME.json")
     p.add_argument("--out-dir", default=None)
     p.add_argument("--plot", default=str(IMG / "bench-fourier-table.png"))
@@ -145,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
         for set_name, images in sets.items():
             for image in images:
                 for enc in encs:
-                    r = run_one(fit_argv(image, enc, a, seed, result["sigma"]))
+                    r = run_one(fit_argv(image, enc, a, seed, result["sigma"]), render=a.render)
                     result["runs"].append({"set": set_name, "image": image, "encoding": enc, "seed": seed, **r})
                     log.info("%s %-10s %-11s test %.2f dB (%.0f s)", set_name, image, enc, r["test_psnr"], r["seconds"])
                     result["summary"] = summarise(result["runs"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 KNOWN = {"FROM", "ARG", "ENV", "WORKDIR", "COPY", "RUN", "USER", "EXPOSE", "HEALTHCHECK", "CMD",
-         "ENTRYPOINT", "LABEL"}
+         "ENTRYPOINT", "LABEL", "STOPSIGNAL"}  # STOPSIGNAL: the replay stops with SIGTERM
 _VAR = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
 
 

@@ -106,8 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in settings.model_dump().items():
         if value is not None:  # None = unset (the default)
             os.environ[f"INR_{key.upper()}"] = str(value)
+    # The app drains on SIGTERM for up to INR_GRACEFUL_SHUTDOWN_S (service/drain.py) before uvicorn's
+    # own shutdown starts, which then gives what still runs one more second.
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=settings.log_level, log_config=log_config(settings.log_level))
+                workers=settings.workers, log_level=settings.log_level, log_config=log_config(settings.log_level),
+                timeout_keep_alive=settings.timeout_keep_alive, timeout_graceful_shutdown=1,
+                http="service.guards:HeaderTimeoutProtocol")
     return 0
 
 

@@ -10,18 +10,22 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
 from . import iiif, v2
 from .batching import BatchConfig, BatchingInference
+from .guards import BodyTimeout
+from .jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
+from .render_cache import RenderCache
+from .render_core import RenderCore
 from .routers import classify, health, models, query, render
 from .runtime import RuntimeOptions, default_threads
 from .settings import Settings
@@ -73,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
+    drain = Drain(settings.graceful_shutdown_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -88,21 +93,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.listeners.append(changed)
         await run_in_threadpool(registry.load_all)
         metrics.set_models(registry.models)
-        app.state.render_limiter = anyio.CapacityLimiter(settings.render_concurrency)
-        yield
-        await app.state.inference.close()
+        app.state.render_core = RenderCore.start(settings, metrics)
+        drain.install()  # SIGTERM: finish what runs, refuse what comes (service/drain.py)
+        try:
+            yield
+        finally:
+            drain.uninstall()
+            await app.state.inference.close()
+            app.state.render_core.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics
+    app.state.drain = drain
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
+    app.state.render_cache = RenderCache(settings.render_cache_bytes)
+    metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
+    app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
     for r in (health, models, query, render, classify, v2, metrics_router, iiif):
         app.include_router(r.router)
+    openapi = app.openapi
+    app.openapi = lambda: app.openapi_schema or add_body_schemas(openapi())  # bodies routes parse themselves
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
     return app

@@ -17,6 +17,9 @@ runs beside it on another core; under load batches grow by themselves.
   finish on it, later ones run alone on it, and its workers stop once its queue is empty.
 * A failed batched run is retried request by request, so one bad request fails alone.
 * The queue is bounded (`max_queue` requests): beyond it requests get 503 at once.
+* A request still queued after `queue_timeout` seconds (INR_QUEUE_TIMEOUT_S, or a shorter
+  per-request `timeout`, V2's parameter) leaves the queue with 503 and Retry-After at that moment;
+  once its batch runs, it finishes.
 * A request cancelled while queued (client gone) is dropped before the run.
 * `enabled=False` runs every request on its own, still timed for the metrics.
 
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
-from .errors import Overloaded
+from .errors import Overloaded, QueueTimeout
 from .metrics import Metrics
 from .runtime import ModelRuntime
 from .settings import Settings
@@ -52,19 +55,21 @@ class BatchConfig:
     max_queue_delay: float | None = None  # seconds; None = each model's config.pbtxt delay
     max_queue: int = 1024           # requests waiting per model
     instances: int = 2              # batches of one model running at once
+    queue_timeout: float = 10.0     # seconds a request may wait for its batch
 
     @classmethod
     def from_settings(cls, s: Settings) -> "BatchConfig":
         delay = None if s.max_queue_delay_ms is None else s.max_queue_delay_ms / 1000
         return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay,
-                   max_queue=s.max_queue, instances=s.batch_instances)
+                   max_queue=s.max_queue, instances=s.batch_instances, queue_timeout=s.queue_timeout_s)
 
 
 class Pending:
-    __slots__ = ("x", "rows", "future", "arrived")
+    __slots__ = ("x", "rows", "future", "arrived", "timer")
 
     def __init__(self, x: np.ndarray, future: asyncio.Future):
         self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
+        self.timer: asyncio.TimerHandle | None = None
 
 
 def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
@@ -102,16 +107,36 @@ class ModelQueue:
         self.tasks = [loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}")
                       for i in range(config.instances)]
 
-    async def submit(self, x: np.ndarray) -> Outputs:
+    async def submit(self, x: np.ndarray, timeout: float | None = None) -> Outputs:
         if len(self.items) >= self.config.max_queue:
             raise Overloaded(f"model '{self.model.name}' has {len(self.items)} requests waiting, the limit "
                              "(INR_MAX_QUEUE); try again later")
-        item = Pending(x, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        item = Pending(x, loop.create_future())
+        limit = self.config.queue_timeout if timeout is None else min(timeout, self.config.queue_timeout)
+        what = "INR_QUEUE_TIMEOUT_S" if timeout is None or timeout >= self.config.queue_timeout else \
+            "the request's timeout parameter"
+        item.timer = loop.call_later(limit, self._timed_out, item, limit, what)
         self.items.append(item)
         self.rows += item.rows
         self._pending(+1)
         self.wake.set()
         return await item.future
+
+    def _timed_out(self, item: Pending, limit: float, what: str) -> None:
+        """Still queued at its deadline: out of the queue, 503 to the caller."""
+        try:
+            self.items.remove(item)
+        except ValueError:  # already taken into a batch
+            return
+        self.rows -= item.rows
+        self._pending(-1)
+        if self.metrics:
+            self.metrics.queue_timeout(self.model.name, "batch")
+        if not item.future.done():
+            item.future.set_exception(QueueTimeout(
+                f"model '{self.model.name}': waited {limit:g} s in the queue for a batch, the limit ({what}); "
+                "the server is busy, try again later"))
 
     def _pending(self, delta: int) -> None:
         if self.metrics:
@@ -145,6 +170,8 @@ class ModelQueue:
             batch.append(self.items.popleft())
         self.rows -= rows
         self._pending(-len(batch))
+        for p in batch:
+            p.timer.cancel()
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
 
     def _expire(self, expired: list) -> None:
@@ -185,6 +212,7 @@ class ModelQueue:
         for task in self.tasks:
             task.cancel()
         for p in self.items:
+            p.timer.cancel()
             if not p.future.done():
                 p.future.set_exception(Overloaded("the server is shutting down"))
         self.items.clear()
@@ -200,7 +228,7 @@ class BatchingInference:
         self.queues: dict[int, ModelQueue] = {}  # by id() of the runtime (one per loaded model version)
         self.closing: set[asyncio.Task] = set()
 
-    async def __call__(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
+    async def __call__(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
         if not self.config.enabled or len(x) > max_rows(model, self.config):
             return await self.alone(model, x)
         queue = self.queues.get(id(model))
@@ -208,7 +236,7 @@ class BatchingInference:
             if model.retired:
                 return await self.alone(model, x)
             queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics)
-        return await queue.submit(x)
+        return await queue.submit(x, timeout)
 
     def retire(self, models: list[ModelRuntime]) -> None:
         """The registry stopped serving `models` (call on the event loop): their queues drain, then close."""

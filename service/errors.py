@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 class ServiceError(Exception):
     """Base class: an error whose message is safe to show to the caller."""
     status = 500
+    headers: dict | None = None
 
 
 class BadInput(ServiceError):
@@ -62,6 +63,21 @@ class NotFound(ServiceError):
 
 class Overloaded(ServiceError):
     """A model's batching queue is full: come back later."""
+    status = 503
+    headers = {"retry-after": "1"}
+
+
+class QueueTimeout(ServiceError):
+    """A request waited longer than its deadline for a batch or a render slot (INR_QUEUE_TIMEOUT_S)."""
+    status = 503
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.headers = {"retry-after": str(retry_after)}
+
+
+class RenderTimeout(ServiceError):
+    """A render ran past INR_RENDER_TIMEOUT_S and was stopped at its next tile."""
     status = 503
 
 
@@ -121,7 +137,7 @@ def validation_message(exc: RequestValidationError, limit: int = 5) -> str:
         msg = err.get("msg", "invalid")
         if err.get("type") == "json_invalid":
             msg = f"invalid JSON ({err.get('ctx', {}).get('error', 'decode error')})"
-        elif where == "body" and err.get("type") in ("model_attributes_type", "dict_type"):
+        elif where == "body" and err.get("type") in ("model_attributes_type", "model_type", "dict_type"):
             msg = "expected a JSON object (send Content-Type: application/json)"
         elif where == "body" and err.get("type") == "missing":
             msg = "a JSON body is required"
@@ -133,7 +149,7 @@ def validation_message(exc: RequestValidationError, limit: int = 5) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError):
-        return error_response(exc.status, str(exc))
+        return error_response(exc.status, str(exc), getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

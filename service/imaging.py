@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageColor
 
-from .tiling import block_mean, sample_coords, tiles
+from .tiling import Tile, block_mean, sample_coords, tiles
 from .transform import apply
 
 Predict = Callable[[np.ndarray], np.ndarray]  # [N, 2] float32 → [N, 3]
@@ -84,20 +84,43 @@ def fill_points(rgb: np.ndarray, src: np.ndarray, background: Background) -> np.
     return rgb
 
 
-def render(predict: Predict, spec: RenderSpec, tile_samples: int) -> np.ndarray:
-    """[H, W, 3 or 4] uint8, computed tile by tile: at most `tile_samples` model samples in memory."""
-    out = np.empty((spec.height, spec.width, spec.channels), np.uint8)
+Sampler = Callable[[Tile], np.ndarray]  # a tile → its samples' rgb, [rows·k·cols·k, 3]
+
+
+def plain_sampler(predict: Predict, spec: RenderSpec) -> Sampler:
+    """Samples of a tile through the whole coords → rgb model."""
+    def sample(t: Tile) -> np.ndarray:
+        src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, spec.supersample, spec.viewport))
+        return predict(src.reshape(-1, 2).astype(np.float32))
+    return sample
+
+
+def render_tile(spec: RenderSpec, t: Tile, rgb: np.ndarray, out: np.ndarray) -> None:
+    """Clip a tile's sampled rgb, paint the background, average the supersamples, write into `out`."""
     k = spec.supersample
-    for t in tiles(spec.height, spec.width, k, tile_samples):
+    rgb = np.clip(np.nan_to_num(rgb, nan=0.0), 0.0, 1.0).reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
+    src = None
+    if spec.background.mode != "extrapolate":
         src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, k, spec.viewport))
-        rgb = np.clip(np.nan_to_num(predict(src.reshape(-1, 2).astype(np.float32)), nan=0.0), 0.0, 1.0)
-        rgb = rgb.reshape(*src.shape[:2], 3)
-        pixels = _fill(rgb, src, spec.background, k)
-        out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels * 255.0).astype(np.uint8)
+    pixels = _fill(rgb, src, spec.background, k)
+    out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels * 255.0).astype(np.uint8)
+
+
+def new_image(spec: RenderSpec) -> np.ndarray:
+    return np.empty((spec.height, spec.width, spec.channels), np.uint8)
+
+
+def render(predict: Predict, spec: RenderSpec, tile_samples: int, sampler: Sampler | None = None) -> np.ndarray:
+    """[H, W, 3 or 4] uint8, computed tile by tile in this thread: at most `tile_samples` model
+    samples in memory. (The service renders through service/scheduler.py, same tiles.)"""
+    sample = sampler or plain_sampler(predict, spec)
+    out = new_image(spec)
+    for t in tiles(spec.height, spec.width, spec.supersample, tile_samples):
+        render_tile(spec, t, sample(t), out)
     return out
 
 
-def _fill(rgb: np.ndarray, src: np.ndarray, background: Background, k: int) -> np.ndarray:
+def _fill(rgb: np.ndarray, src: np.ndarray | None, background: Background, k: int) -> np.ndarray:
     """Apply the background to samples outside the unit square, then average k×k blocks."""
     if background.mode == "extrapolate":
         return block_mean(rgb, k)

@@ -17,9 +17,12 @@ from .runtime import ModelRuntime
 
 
 class Inference(Protocol):
-    async def __call__(self, model: ModelRuntime, x: np.ndarray) -> dict[str, np.ndarray]: ...
+    async def __call__(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None
+                       ) -> dict[str, np.ndarray]:
+        """`timeout`: the longest wait in a queue in seconds (V2's `timeout` parameter); None = the default."""
 
 
 class DirectInference:
-    async def __call__(self, model: ModelRuntime, x: np.ndarray) -> dict[str, np.ndarray]:
+    async def __call__(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None
+                       ) -> dict[str, np.ndarray]:
         return await run_in_threadpool(model.predict, x)

@@ -10,7 +10,8 @@ Two kinds of series:
   `nv_inference_pending_request_count`.
 * Histograms and gauges from prometheus_client: `inr_request_duration_seconds` per model and
   endpoint, `inr_inference_queue_duration_seconds`, `inr_inference_compute_duration_seconds`,
-  `inr_batch_size` (rows per run) and `inr_models` (models by state).
+  `inr_batch_size` (rows per run), `inr_queue_timeouts_total` (503s after waiting longer than
+  INR_QUEUE_TIMEOUT_S, by model and queue) and `inr_models` (models by state).
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
 answered it.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,6 +60,8 @@ class ModelStats:
     last_inference_ms: int = 0
     pending: int = 0
     batches: dict[int, Duration] = field(default_factory=lambda: defaultdict(Duration))
+    cache_hit: Duration = field(default_factory=Duration)    # render cache lookups (service/render_cache.py)
+    cache_miss: Duration = field(default_factory=Duration)
 
 
 class Metrics:
@@ -84,8 +87,15 @@ class Metrics:
         self.batch_requests = Histogram(
             "inr_batch_requests", "requests merged into one onnxruntime run", ["model"],
             buckets=BATCH_BUCKETS[:10], registry=self.registry)
+        self.queue_timeouts = Counter(
+            "inr_queue_timeouts", "requests answered 503 after waiting longer than their deadline "
+            "(INR_QUEUE_TIMEOUT_S or V2's timeout parameter) for a batch or a render slot",
+            ["model", "queue"], registry=self.registry)
         self.models_gauge = Gauge("inr_models", "models in the repository by state", ["state"],
                                   registry=self.registry)
+        self.render_deadlines = Counter("inr_render_deadline_exceeded", "renders stopped at a tile past "
+                                        "INR_RENDER_TIMEOUT_S", ["model"], registry=self.registry)
+        self.cache_info = None  # () -> RenderCache.info(), set by the app
 
     # -- recording -------------------------------------------------------------------------------
     def set_models(self, models: dict) -> None:
@@ -109,6 +119,10 @@ class Metrics:
             else:
                 s.fail.add(seconds)
                 s.fail_reasons["REJECTED" if code == 503 else "BACKEND" if code >= 500 else "OTHER"] += 1
+
+    def queue_timeout(self, model: str, queue: str) -> None:
+        """A request gave up waiting: `queue` is "batch" (service/batching.py) or "render" (a render slot)."""
+        self.queue_timeouts.labels(model, queue).inc()
 
     def pending(self, model: str, delta: int) -> None:
         with self.lock:
@@ -136,6 +150,12 @@ class Metrics:
             s.execution_count += 1
             s.batches[rows].add(compute_seconds)
             s.last_inference_ms = int(time.time() * 1000)
+
+    def cache(self, model: str, hit: bool, seconds: float) -> None:
+        """One render cache lookup; `seconds` is the request's time to its answer (Triton's hit/miss duration)."""
+        with self.lock:
+            s = self.models[model]
+            (s.cache_hit if hit else s.cache_miss).add(seconds)
 
     # -- reading ---------------------------------------------------------------------------------
     def triton_text(self) -> str:
@@ -168,6 +188,21 @@ class Metrics:
                 "Cumulative compute inference duration in microseconds", lambda s: [({}, s.compute_infer.ns // 1000)])
             fam("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting "
                 "execution per-model", lambda s: [({}, s.pending)])
+            fam("nv_cache_num_hits_per_model", "counter", "Number of cache hits per model (renders)",
+                lambda s: [({}, s.cache_hit.count)])
+            fam("nv_cache_num_misses_per_model", "counter", "Number of cache misses per model (renders)",
+                lambda s: [({}, s.cache_miss.count)])
+            fam("nv_cache_hit_duration_per_model", "counter", "Total cache hit duration per model, in microseconds",
+                lambda s: [({}, s.cache_hit.ns // 1000)])
+            fam("nv_cache_miss_duration_per_model", "counter", "Total cache miss (render and insertion) duration "
+                "per model, in microseconds", lambda s: [({}, s.cache_miss.ns // 1000)])
+        info = self.cache_info() if self.cache_info else None
+        if info is not None:
+            util = info["bytes"] / info["max_bytes"] if info["max_bytes"] else 0.0
+            for name, kind, doc, v in (("nv_cache_num_entries", "gauge", "Number of responses stored in the render cache", info["entries"]),
+                                       ("nv_cache_num_evictions", "counter", "Number of render cache evictions", info["evictions"]),
+                                       ("nv_cache_util", "gauge", "Render cache utilization [0.0 - 1.0]", util)):
+                families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n{name} {v}\n")
         return "".join(families)
 
     def exposition(self) -> bytes:
@@ -183,7 +218,8 @@ class Metrics:
                 "inference_count": s.inference_count, "execution_count": s.execution_count,
                 "inference_stats": {"success": s.success.json(), "fail": s.fail.json(), "queue": s.queue.json(),
                                     "compute_input": zero, "compute_infer": s.compute_infer.json(),
-                                    "compute_output": zero, "cache_hit": zero, "cache_miss": zero},
+                                    "compute_output": zero, "cache_hit": s.cache_hit.json(),
+                                    "cache_miss": s.cache_miss.json()},
                 "batch_stats": [{"batch_size": size, "compute_input": zero, "compute_infer": d.json(),
                                  "compute_output": zero} for size, d in sorted(s.batches.items())],
                 "memory_usage": [],

@@ -23,6 +23,7 @@ from modelrepo import ONNX_TO_V2, ModelSpec, SpecError, VersionRecord, check_ver
 
 from .errors import DeviceError, ModelLoadError
 from .metrics import Metrics
+from .separable import SeparableBody, load_separable
 
 log = logging.getLogger(__name__)
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -100,12 +101,14 @@ class ModelRuntime:
         self.provider: str | None = None
         self.session: ort.InferenceSession | None = None
         self.retired = False
+        self.separable: SeparableBody | None = None
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
 
     def files_stamp(self) -> tuple:
-        """(mtime_ns, size) of N/model.onnx and N/metadata.json now; None for a missing file."""
+        """(mtime_ns, size) of N/model.onnx, N/metadata.json and the separable N/body.onnx now; None for
+        a missing file."""
         out = []
-        for name in ("model.onnx", "metadata.json"):
+        for name in ("model.onnx", "metadata.json", "body.onnx"):
             try:
                 st = (self.path / str(self.version) / name).stat()
                 out.append((st.st_mtime_ns, st.st_size))
@@ -148,9 +151,14 @@ class ModelRuntime:
 
     def _load(self) -> None:
         self.record = read_version(self.path, self.version)
-        onnx_path = check_version(self.path, self.record)
+        try:
+            onnx_path = check_version(self.path, self.record)
+        except OSError as e:  # no permission, an I/O error on a bad disk or mount
+            raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
         self.session = self._session(onnx_path)
         self._check_signature()
+        # the body graph for separable renders (service/separable.py); None = render the plain way
+        self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, self._session)
 
     def _session_options(self) -> ort.SessionOptions:
         opts = ort.SessionOptions()
@@ -212,6 +220,15 @@ class ModelRuntime:
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start)
         return dict(zip(names, outs))
+
+    def predict_features(self, features: np.ndarray) -> np.ndarray:
+        """A separable render's tile: the body graph on the first stage's features [N, F] → rgb [N, 3]
+        (service/separable.py). Counted as one run of N rows, like `predict`."""
+        start = time.perf_counter()
+        rgb = self.separable.run(features)
+        if self.options.metrics is not None:
+            self.options.metrics.execution(self.name, len(features), 1, time.perf_counter() - start)
+        return rgb
 
 
 def _dims(shape) -> tuple[int, ...]:

@@ -10,8 +10,16 @@ from . import transform as tf
 from .imaging import Background
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-Pair = tuple[FiniteFloat, FiniteFloat]
-Row3 = tuple[FiniteFloat, FiniteFloat, FiniteFloat]
+
+
+def numbers(n: int, item: dict | None = None) -> WithJsonSchema:
+    """Fixed-length tuples of numbers as `items` + `minItems`/`maxItems` rather than pydantic's `prefixItems`:
+    the same constraint, and one that schemathesis reads (its prefixItems bug, issues 3842 and 4099)."""
+    return WithJsonSchema({"type": "array", "items": item or {"type": "number"}, "minItems": n, "maxItems": n})
+
+
+Pair = Annotated[tuple[FiniteFloat, FiniteFloat], numbers(2)]
+Row3 = Annotated[tuple[FiniteFloat, FiniteFloat, FiniteFloat], numbers(3)]
 BACKGROUND_DOC = ("what to show outside the unit square after the transform: 'extrapolate' (the network's own "
                   "values, default), 'transparent' (png/webp only) or a colour such as 'white' or '#ff8800'")
 
@@ -32,7 +40,7 @@ class Transform(BaseModel):
     scale: FiniteFloat | Pair = Field(1.0, description="s or [sx, sy], 1e-9 ≤ |s| ≤ 1e9 (negative flips)")
     translate: Pair = Field((0.0, 0.0), description="[tx, ty] in unit-square units")
     center: Pair = Field((0.5, 0.5), description="[cx, cy], centre of rotation and scaling")
-    matrix: tuple[Row3, Row3] | None = Field(None, description="2×3 matrix applied to the query coordinates")
+    matrix: Annotated[tuple[Row3, Row3], numbers(2, numbers(3).json_schema)] | None = Field(None, description="2×3 matrix applied to the query coordinates")
 
     @model_validator(mode="after")
     def _one_form(self) -> "Transform":
@@ -77,7 +85,7 @@ class QueryRequest(BaseModel):
 
 
 class QueryResponse(BaseModel):
-    rgb: list[tuple[float, float, float]] = Field(description="[[r, g, b], …] in [0,1], one per coordinate")
+    rgb: list[Annotated[tuple[float, float, float], numbers(3)]] = Field(description="[[r, g, b], …] in [0,1], one per coordinate")
 
 
 class RenderRequest(BaseModel):
@@ -87,7 +95,7 @@ class RenderRequest(BaseModel):
 
     width: int = Field(256, ge=1, le=65536, description="pixels")
     height: int = Field(256, ge=1, le=65536, description="pixels")
-    viewport: tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat] = Field(
+    viewport: Annotated[tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat], numbers(4)] = Field(
         (0.0, 0.0, 1.0, 1.0), description="[x0, y0, x1, y1]: the region shown, after the transform")
     transform: Transform | None = None
     supersample: int = Field(1, ge=1, le=16, description="k: k×k samples per pixel, averaged (anti-aliasing)")

@@ -36,10 +36,21 @@ class Settings(BaseSettings):
     max_classify_bytes: int = Field(8 * MiB, ge=1, description="bytes of uploaded files per /classify request")
     max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
-    render_concurrency: int = Field(2, ge=1, le=64, description="renders computed at once; more wait (memory bound)")
+    render_concurrency: int = Field(4, ge=1, le=64, description="renders in flight (memory bound: one output "
+                                                               "image each); more wait for a slot")
     # 8192 keeps a tile's [N, features] intermediates in L2: 1.2-1.6x the coordinates/s of 65 536
     # (docs/benchmarks.md §3).
     render_tile_samples: int = Field(8_192, ge=256, description="model samples per render tile (memory bound)")
+    # Render core (service/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
+    render_workers: int = Field(2, ge=1, le=64, description="threads computing render tiles; the tiles of "
+                                                            "the renders in flight take turns on them")
+    render_timeout_s: float = Field(60.0, gt=0, description="a render still running after this many seconds "
+                                                            "stops at its next tile and answers 503")
+    render_cache_bytes: int = Field(64 * MiB, ge=0, description="bytes of encoded renders kept in memory "
+                                                                "(LRU); 0 turns the cache off")
+    render_cache_max_age_s: int = Field(60, ge=0, description="Cache-Control max-age of a render whose URL does "
+                                                              "not pin a model version: how long browsers and "
+                                                              "nginx may show it after the model changes")
 
     # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
@@ -51,6 +62,20 @@ class Settings(BaseSettings):
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
     batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
                                                                "while another computes)")
+
+    # Connections, deadlines and shutdown (issue 15). The keep-alive outlives the idle timeouts of the
+    # proxies in front (nginx 75 s, AWS ALB 60 s), so that the proxy, not the server, closes an idle
+    # connection and never sends on one the server has just closed.
+    timeout_keep_alive: float = Field(90.0, gt=0, le=3600, description="seconds an idle keep-alive connection "
+                                                                        "stays open")
+    graceful_shutdown_s: float = Field(20.0, ge=0, le=3600, description="on SIGTERM, seconds running requests "
+                                                                        "get to finish before the process exits")
+    queue_timeout_s: float = Field(10.0, gt=0, le=3600, description="longest wait for a batch or a render slot; "
+                                                                    "longer waits get 503 with Retry-After")
+    header_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds a client may take to send the "
+                                                                     "request line and headers (slowloris)")
+    body_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds a client may stay silent while "
+                                                                   "sending a request body")
 
     # IIIF Image API 3.0 (service/iiif, docs/iiif.md).
     iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF width/height = the training size × this zoom "

@@ -6,6 +6,7 @@ in `max_samples`; each tile is sampled, run through the model and reduced on its
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -25,8 +26,11 @@ def tiles(height: int, width: int, supersample: int, max_samples: int) -> Iterat
     per_pixel = supersample * supersample
     if per_pixel > max_samples:
         raise ValueError(f"one pixel needs {per_pixel} samples, more than a tile's {max_samples}")
-    cols = min(width, max_samples // per_pixel)
-    rows = max(1, min(height, max_samples // (cols * per_pixel)))
+    # Near-square tiles: a separable render computes sines per tile row and column, (rows + cols)·F
+    # of them, so a square tile needs the fewest; a short image gets wide tiles.
+    pixels = max_samples // per_pixel
+    cols = min(width, max(math.isqrt(pixels), -(-pixels // height)))
+    rows = max(1, min(height, pixels // cols))
     for y0 in range(0, height, rows):
         for x0 in range(0, width, cols):
             yield Tile(y0, min(y0 + rows, height), x0, min(x0 + cols, width))

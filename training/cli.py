@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     cli_image.register(sub)
+    from . import reexport
+    reexport.register(sub)
     try:
         from .digits import cli as cli_digits
     except ImportError:  # the digits package is optional while it is being built

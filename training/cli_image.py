@@ -10,6 +10,7 @@ from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, ImageModelConfig
 from .images import BUILTIN, image_defaults
+from .sinekan import INITS
 from .repository import check_out_dir
 
 
@@ -30,6 +31,14 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=positive_int, default=4)
     p.add_argument("--width", type=positive_int, default=256)
     p.add_argument("--grid", type=positive_int, default=8, help="sinekan: grid size G")
+    p.add_argument("--first-grid", type=positive_int, default=None,
+                   help="sinekan: grid size of the first layer (default: --grid)")
+    p.add_argument("--first-freq", type=positive_float, default=None,
+                   help="sinekan: the first layer's top frequency in cycles per unit, ω_k = 2π·F·k/G "
+                        "(default: the paper's ω_k = k)")
+    p.add_argument("--sinekan-init", default="scaled", choices=INITS,
+                   help="sinekan: amplitude initialisation: scaled to unit output variance (default; "
+                        "docs/benchmarks.md §1) or the paper's")
     # Fast defaults, measured in docs/benchmarks.md §2; the paper's protocol is
     # --steps 2000 --lr 1e-3 --schedule constant --batch-size 0.
     p.add_argument("--steps", type=positive_int, default=500)
@@ -59,7 +68,8 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
         bandwidth=args.bandwidth or max(args.size / 8, 1.0), damping=args.damping,
         nyquist=args.size / 4 if args.protocol == "paper" else args.size / 2, seed=args.seed)
     model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
-                             encoding=enc)
+                             first_grid=args.first_grid or 0, first_freq=args.first_freq or 0.0,
+                             sinekan_init=args.sinekan_init, encoding=enc)
     return FitConfig(image=args.image, size=args.size, steps=args.steps, lr=args.lr, schedule=args.schedule,
                      batch_size=args.batch_size, compile=args.compile,
                      protocol=args.protocol, seed=args.seed, device=args.device,

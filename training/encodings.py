@@ -46,7 +46,8 @@ class Identity(nn.Module):
 
 
 class SinCos(nn.Module):
-    """γ(v) = [sin(2π vB), cos(2π vB)] for a fixed frequency matrix B of shape (in_dim, m).
+    """γ(v) = [sin(2π vB), cos(2π vB)] = sin(2π v[B, B] + [0, π/2]) for a fixed frequency matrix B
+    of shape (in_dim, m).
 
     The basis B is a buffer: it exports, and it never trains.
     """
@@ -56,9 +57,20 @@ class SinCos(nn.Module):
         self.register_buffer("B", B.float())
         self.out_dim = 2 * B.shape[1]
 
+        m = B.shape[1]
+        # cos p = sin(p + π/2): one Sin over [B, B] with phases [0, π/2], so the exported graph has
+        # no Concat (an 8 MB copy per 8192-coordinate tile, docs/benchmarks.md §3).
+        self.m = m
+
+    def first_stage(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W [in_dim, 2m], phase [2m]) with γ(v) = sin(v W + phase). Built on each call, so that a
+        loaded B (and .double()) is used exactly; export folds both into constants."""
+        phase = torch.cat([torch.zeros(self.m, dtype=dtype), torch.full((self.m,), math.pi / 2, dtype=dtype)])
+        return TWO_PI * torch.cat([self.B, self.B], dim=1), phase
+
     def forward(self, v: torch.Tensor) -> torch.Tensor:
-        proj = TWO_PI * (v @ self.B)  # [N, m]
-        return torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1)  # [N, 2m]
+        W, phase = self.first_stage(v.dtype)
+        return torch.sin(v @ W + phase)  # [N, 2m]
 
 
 def basic(cfg: EncodingConfig) -> SinCos:

@@ -18,6 +18,7 @@ from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_bat
 from .images import load_image, pixel_centres, save_png
 from .metrics import psnr, psnr_from_mse, ssim
 from .repository import TensorSpec, write_model_dir
+from .separable import write_separable
 
 log = logging.getLogger(__name__)
 PROTOCOLS = ("paper", "full")
@@ -169,10 +170,16 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
         "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
         "preview": "preview.png",
     }
+    write_body = write_separable(model, probe, meta)  # the body graph for separable renders, if any
+
+    def extras(d: Path) -> None:
+        save_png(preview, d / "preview.png")
+        write_body(d)
+
     return write_model_dir(
         out, task="image", onnx_bytes=onnx_bytes,
         inputs=[TensorSpec("coords", "FP32", [-1, 2])], outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
-        metadata=meta, extras=lambda d: save_png(preview, d / "preview.png"))
+        metadata=meta, extras=extras)
 
 
 def fit_image(cfg: FitConfig, out: Path | None) -> dict:

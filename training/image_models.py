@@ -6,6 +6,7 @@ export can rebuild the exact module.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, asdict
 
 import torch
@@ -13,7 +14,7 @@ from torch import nn
 
 from .encodings import EncodingConfig, build_encoding
 from .errors import UsageError, unknown
-from .sinekan import SineKAN
+from .sinekan import INITS, SineKAN
 
 
 @dataclass
@@ -22,6 +23,9 @@ class ImageModelConfig:
     depth: int = 4              # number of linear (or SineKAN) layers, output included
     width: int = 256
     grid_size: int = 8          # sinekan only
+    first_grid: int = 0         # sinekan: the first layer's grid size (0 = grid_size)
+    first_freq: float = 0.0     # sinekan: the first layer's top frequency in cycles per unit (0 = paper)
+    sinekan_init: str = "scaled"  # sinekan: amplitude init, scaled (unit output variance) | paper
     out_dim: int = 3
     encoding: EncodingConfig = field(default_factory=EncodingConfig)
 
@@ -55,9 +59,16 @@ def mlp_bn_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def sinekan_first_scale(cfg: ImageModelConfig) -> float:
+    """The first layer's ω_k = scale·k, k = 1..G₁, topping at 2π·first_freq rad (0: the paper's, scale 1)."""
+    g1 = cfg.first_grid or cfg.grid_size
+    return 2 * math.pi * cfg.first_freq / g1 if cfg.first_freq else 1.0
+
+
 def sinekan_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
     """SineKAN layers [in, width × (depth−1), out] on raw or encoded coordinates."""
-    return SineKAN([in_dim] + [cfg.width] * (cfg.depth - 1) + [cfg.out_dim], grid_size=cfg.grid_size)
+    return SineKAN([in_dim] + [cfg.width] * (cfg.depth - 1) + [cfg.out_dim], grid_size=cfg.grid_size,
+                   first_grid=cfg.first_grid or None, first_scale=sinekan_first_scale(cfg), init=cfg.sinekan_init)
 
 
 BODIES = {"mlp": mlp_body, "mlp-bn": mlp_bn_body, "sinekan": sinekan_body}
@@ -72,6 +83,10 @@ class ImageINR(nn.Module):
             raise unknown("model", cfg.model, BODIES)
         if cfg.depth < 1 or cfg.width < 1:
             raise UsageError(f"--depth and --width must be >= 1, got {cfg.depth} and {cfg.width}")
+        if cfg.first_grid < 0 or not (cfg.first_freq >= 0 and math.isfinite(cfg.first_freq)):
+            raise UsageError(f"--first-grid and --first-freq must be >= 0, got {cfg.first_grid} and {cfg.first_freq}")
+        if cfg.sinekan_init not in INITS:
+            raise unknown("sinekan init", cfg.sinekan_init, INITS)
         self.config = cfg
         self.encoding = build_encoding(cfg.encoding)
         self.body = BODIES[cfg.model](self.encoding.out_dim, cfg)

@@ -4,6 +4,11 @@
 
 with a fixed phase grid φ, learnable frequencies ω shared across the layer, and
 learnable amplitudes A. Initialisation follows the paper and its reference code.
+
+What the paper leaves open for low-dimensional inputs is an option of the stack: the first
+layer's grid size and a scale of its frequency grid, ω_k = scale·k (the paper's is 1). On 2D
+coordinates in [0, 1] the paper's ω_k ≤ G rad cannot reach an image's frequencies; the scale
+plays the part of SIREN's ω₀. The maths of the layer stays the same.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ R_A = 0.9724108095811765
 R_K = 0.9884401790754128
 R_C = 0.999449553483052
 FIRST_LAYER_AMPLITUDE_STD = 0.4
+INITS = ("paper", "scaled")
 
 
 def phase_ratio(g: int) -> float:
@@ -30,9 +36,14 @@ def phase_scale(grid_size: int) -> float:
 
 
 class SineKANLayer(nn.Module):
-    def __init__(self, in_dim: int, out_dim: int, grid_size: int = 8, is_first: bool = False):
+    def __init__(self, in_dim: int, out_dim: int, grid_size: int = 8, is_first: bool = False,
+                 frequency_scale: float = 1.0, init: str = "paper"):
         super().__init__()
+        if init not in INITS:
+            raise ValueError(f"unknown SineKAN init '{init}'; valid: {', '.join(INITS)}")
+        self.init = init
         self.in_dim, self.out_dim, self.grid_size, self.is_first = in_dim, out_dim, grid_size, is_first
+        self.frequency_scale = frequency_scale
         self.amplitudes = nn.Parameter(torch.empty(out_dim, in_dim, grid_size))
         self.frequencies = nn.Parameter(torch.empty(grid_size))
         self.bias = nn.Parameter(torch.empty(out_dim))
@@ -60,21 +71,34 @@ class SineKANLayer(nn.Module):
 
     @torch.no_grad()
     def init_frequencies(self) -> None:
-        """ω_k = k on the first layer, k/(G+1) on later layers."""
+        """ω_k = k on the first layer, k/(G+1) on later layers; times `frequency_scale`."""
         k = torch.arange(1, self.grid_size + 1, dtype=torch.float32)
-        self.frequencies.copy_(k if self.is_first else k / (self.grid_size + 1))
+        self.frequencies.copy_((k if self.is_first else k / (self.grid_size + 1)) * self.frequency_scale)
 
     @torch.no_grad()
     def init_amplitudes(self) -> None:
         """A_ijk = a_ij / (out_dim · k), one draw a_ij per (out, in):
-        a ~ N(0, 0.4²) on the first layer, a ~ U(−1, 1) on later layers."""
+        a ~ N(0, 0.4²) on the first layer, a ~ U(−1, 1) on later layers.
+
+        `scaled` keeps the draw and the 1/k decay but replaces 1/out_dim by c/√in_dim, with c
+        chosen so that each output has about unit variance at initialisation (exactly, if the
+        sines of one edge were uncorrelated),
+        Var y = in · Var a · ½ · Σ_k (c/(√in · k))² = 1; the paper's 1/out_dim makes every layer
+        shrink its input's variation (by ~0.05 at width 128), which a deep coordinate network
+        does not recover from in a few hundred steps."""
         draw = torch.empty(self.out_dim, self.in_dim, 1)
         if self.is_first:
             draw.normal_(0.0, FIRST_LAYER_AMPLITUDE_STD)
+            var_a = FIRST_LAYER_AMPLITUDE_STD ** 2
         else:
             draw.uniform_(-1.0, 1.0)
+            var_a = 1.0 / 3.0
         k = torch.arange(1, self.grid_size + 1, dtype=torch.float32)
-        self.amplitudes.copy_(draw / (self.out_dim * k))
+        if self.init == "scaled":
+            c = 1.0 / math.sqrt(var_a * 0.5 * float((1.0 / k ** 2).sum()))
+            self.amplitudes.copy_(draw * c / (math.sqrt(self.in_dim) * k))
+        else:
+            self.amplitudes.copy_(draw / (self.out_dim * k))
 
     @torch.no_grad()
     def init_bias(self) -> None:
@@ -94,15 +118,22 @@ class SineKANLayer(nn.Module):
         return y.reshape(*lead, self.out_dim)
 
     def extra_repr(self) -> str:
-        return f"in_dim={self.in_dim}, out_dim={self.out_dim}, grid_size={self.grid_size}, is_first={self.is_first}"
+        return (f"in_dim={self.in_dim}, out_dim={self.out_dim}, grid_size={self.grid_size}, is_first={self.is_first}, "
+                f"frequency_scale={self.frequency_scale:g}")
 
 
 class SineKAN(nn.Sequential):
-    """A stack of SineKAN layers [d0, d1, …, dL]; only the first is `is_first`."""
+    """A stack of SineKAN layers [d0, d1, …, dL]; only the first is `is_first`.
 
-    def __init__(self, dims: list[int], grid_size: int = 8):
+    `first_grid` (default: `grid_size`) and `first_scale` set the first layer's grid size and
+    frequency scale; the other layers are the paper's. `init` is the amplitude initialisation.
+    """
+
+    def __init__(self, dims: list[int], grid_size: int = 8, first_grid: int | None = None,
+                 first_scale: float = 1.0, init: str = "paper"):
         super().__init__(*[
-            SineKANLayer(a, b, grid_size=grid_size, is_first=(i == 0))
+            SineKANLayer(a, b, grid_size=(first_grid or grid_size) if i == 0 else grid_size, is_first=(i == 0),
+                         frequency_scale=first_scale if i == 0 else 1.0, init=init)
             for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
         ])
         self.out_dim = dims[-1]

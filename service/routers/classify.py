@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from ..deps import DigitsModel, InferenceDep, SettingsDep
 from ..errors import BadInput, TooLarge, UnsupportedMedia
+from ..jsonbody import json_response, read_json, validate
 from ..limits import check_rows, row_limit
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
 from ..settings import Settings
@@ -25,12 +23,10 @@ OPENAPI_BODY = {"requestBody": {"required": True, "content": {
 
 
 async def json_images(request: Request, model: DigitsRuntime, settings: Settings) -> np.ndarray:
-    try:
-        body = ClassifyRequest.model_validate_json(await request.body())
-    except ValidationError as e:
-        raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
-    check_rows(model, len(body.images), settings)
-    return model.preprocess(body.images, row_limit(model, settings)[0])
+    """orjson, then pixels into numpy in one pass (service/jsonbody.py, `DigitsRuntime.preprocess`)."""
+    images = validate(ClassifyRequest, await read_json(request)).images
+    check_rows(model, len(images), settings)
+    return model.preprocess(images, row_limit(model, settings)[0])
 
 
 async def uploaded_images(request: Request, model: DigitsRuntime, settings: Settings) -> np.ndarray:
@@ -75,4 +71,4 @@ async def classify(request: Request, model: DigitsModel, settings: SettingsDep, 
         raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "
                                "{\"images\": [...]} or multipart/form-data with image files")
     out = await inference(model, x)
-    return JSONResponse({"predictions": model.postprocess(out, x, include_input)})
+    return json_response({"predictions": model.postprocess(out, x, include_input)})

@@ -1,109 +1,73 @@
-"""POST and GET /v1/models/{name}/render: an image of any size and region, in tiles."""
+"""POST and GET /v1/models/{name}/render (and /versions/{version}/render): an image of any size and region."""
 from __future__ import annotations
 
 import json
 import logging
-import threading
+import time
 from typing import Annotated, Literal
 
-import anyio
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from ..deps import ImageModel, SettingsDep
-from ..errors import BadInput, ClientGone, TooLarge
-from ..imaging import MEDIA_TYPES, Background, RenderSpec, check_render_coords, encode, render
+from ..deps import ImageModel, ModelName, RegistryDep, SettingsDep
+from ..errors import BadInput
+from ..imaging import MEDIA_TYPES
+from ..render_cache import CachedRender, etag_matches, etag_of, render_key
+from ..render_core import compute_render, render_spec
 from ..runtime import ModelRuntime
-from ..schemas import ErrorBody, RenderRequest, sampling_matrix
+from ..schemas import ErrorBody, RenderRequest
 from ..settings import Settings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/models", tags=["image models"])
 RESPONSES = {200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
+             304: {"description": "not modified: the If-None-Match ETag is this render's"},
              **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}}
 
 
-DISCONNECT_POLL_S = 0.1
+def cache_control(settings: Settings, pinned: bool) -> str:
+    """`immutable` when the URL names the model version (its files never change); otherwise a
+    max-age, after which HTTP caches revalidate with the ETag (a 304 costs no render)."""
+    if pinned:
+        return "public, max-age=31536000, immutable"
+    return f"public, max-age={settings.render_cache_max_age_s}"
 
 
-def render_bytes(model: ModelRuntime, req: RenderRequest, settings: Settings,
-                 cancelled: threading.Event | None = None) -> bytes:
-    samples = req.width * req.height * req.supersample ** 2
-    if req.supersample > settings.max_supersample:
-        raise TooLarge(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
-                       "(INR_MAX_SUPERSAMPLE)")
-    if samples > settings.max_render_pixels:
-        raise TooLarge(f"width × height × supersample² = {samples} is more than the limit of "
-                       f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
-    spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
-                      viewport=req.viewport, supersample=req.supersample,
-                      background=Background.parse(req.background))
-    try:
-        check_render_coords(spec)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
+async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings,
+                  pinned: bool = False) -> Response:
+    """The one entry for every render (POST/GET /render, IIIF): a RenderRequest → the encoded image.
 
-    def tile(x):
-        if cancelled is not None and cancelled.is_set():  # checked before every tile
-            raise ClientGone("the client disconnected; render abandoned")
-        return model.predict(x)["rgb"]
-
-    pixels = render(tile, spec, settings.render_tile_samples)
-    return encode(pixels, req.format, req.quality)
-
-
-async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings) -> Response:
-    """Render in a worker thread; at most `render_concurrency` renders run at once, the rest wait.
-
-    A caller that disconnects (a viewer that zoomed again) cancels its render: the next tile
-    sees the flag and stops, so an abandoned render frees its slot instead of finishing.
+    Answers If-None-Match with 304 and repeats from the render cache without computing; otherwise
+    renders on the shared tile scheduler (service/render_core.py) and caches the bytes. A caller
+    that disconnects (a viewer that zoomed again) cancels its render at the next tile.
     """
-    limiter = getattr(request.app.state, "render_limiter", None)
-    cancelled = threading.Event()
-    outcome: dict = {}
-
-    async def work(scope: anyio.CancelScope) -> None:
-        try:
-            outcome["data"] = await anyio.to_thread.run_sync(render_bytes, model, req, settings, cancelled,
-                                                             limiter=limiter)
-        except Exception as e:  # re-raised below, outside the task group, for the error handlers
-            outcome["error"] = e
-        finally:
-            scope.cancel()  # stop watching
-
-    async def watch() -> None:
-        while not await request.is_disconnected():
-            await anyio.sleep(DISCONNECT_POLL_S)
-        cancelled.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(work, tg.cancel_scope)
-        tg.start_soon(watch)
-    if isinstance(outcome.get("error"), ClientGone):
-        log.info("render of %s %dx%d abandoned: the client disconnected", model.name, req.width, req.height)
-    if "error" in outcome:
-        raise outcome["error"]
-    data = outcome["data"]
-    return Response(data, media_type=MEDIA_TYPES[req.format])
-
-
-@router.post("/{name}/render", response_class=Response, responses=RESPONSES)
-async def render_post(request: Request, body: RenderRequest, model: ImageModel, settings: SettingsDep) -> Response:
-    """Render the model as png, jpeg or webp. Large renders run in tiles of bounded memory."""
-    return await respond(request, model, body, settings)
+    start = time.perf_counter()
+    spec = render_spec(req, settings)
+    state = request.app.state
+    key = render_key(model, spec, req.format, req.quality)
+    headers = {"ETag": etag_of(key), "Cache-Control": cache_control(settings, pinned)}
+    media_type = MEDIA_TYPES[req.format]
+    if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
+        state.metrics.cache(model.name, True, time.perf_counter() - start)
+        return Response(status_code=304, headers=headers)
+    cached = state.render_cache.get(key)
+    if cached is not None:
+        state.metrics.cache(model.name, True, time.perf_counter() - start)
+        return Response(cached.data, media_type=cached.media_type, headers=headers)
+    data = await compute_render(state.render_core, model, spec, req.format, req.quality, request.is_disconnected)
+    state.render_cache.put(key, CachedRender(headers["ETag"], media_type, data))
+    state.metrics.cache(model.name, False, time.perf_counter() - start)
+    return Response(data, media_type=media_type, headers=headers)
 
 
 def _pair(text: str | None) -> list[str] | None:
     return None if text is None else text.split(",")
 
 
-@router.get("/{name}/render", response_class=Response, responses=RESPONSES)
-async def render_get(
-    request: Request,
-    model: ImageModel,
-    settings: SettingsDep,
+def query_request(
     width: int = 256,
     height: int = 256,
     viewport: Annotated[str | None, Query(description="x0,y0,x1,y1", examples=["0,0,0.5,0.5"])] = None,
@@ -116,9 +80,9 @@ async def render_get(
     format: Literal["png", "jpeg", "webp"] = "png",
     quality: int = 90,
     background: str = "extrapolate",
-) -> Response:
-    """The same render as POST, with the fields as query parameters so that `<img src=…>` works.
-    The transform is either `transform` (JSON) or `rotate`/`scale`/`translate`/`center`."""
+) -> RenderRequest:
+    """GET render's query parameters as a RenderRequest. The transform is either `transform` (JSON)
+    or `rotate`/`scale`/`translate`/`center`."""
     fields = {"width": width, "height": height, "supersample": supersample, "format": format, "quality": quality,
               "background": background}
     if viewport is not None:
@@ -137,7 +101,41 @@ async def render_get(
     elif parts:
         fields["transform"] = parts
     try:
-        req = RenderRequest.model_validate(fields)
+        return RenderRequest.model_validate(fields)
     except ValidationError as e:
         raise RequestValidationError([{**err, "loc": ("query", *err["loc"])} for err in e.errors()]) from None
+
+
+async def pinned_image_model(name: ModelName, version: Annotated[int, PathParam(ge=1, description="model version")],
+                             registry: RegistryDep) -> ModelRuntime:
+    return registry.ready_model(name, "image", "/render", version)
+
+
+QueryRender = Annotated[RenderRequest, Depends(query_request)]
+PinnedImageModel = Annotated[ModelRuntime, Depends(pinned_image_model)]
+
+
+@router.post("/{name}/render", response_class=Response, responses=RESPONSES)
+async def render_post(request: Request, body: RenderRequest, model: ImageModel, settings: SettingsDep) -> Response:
+    """Render the model as png, jpeg or webp. Large renders run in tiles of bounded memory."""
+    return await respond(request, model, body, settings)
+
+
+@router.get("/{name}/render", response_class=Response, responses=RESPONSES)
+async def render_get(request: Request, model: ImageModel, settings: SettingsDep, req: QueryRender) -> Response:
+    """The same render as POST, with the fields as query parameters so that `<img src=…>` works."""
     return await respond(request, model, req, settings)
+
+
+@router.post("/{name}/versions/{version}/render", response_class=Response, responses=RESPONSES)
+async def render_post_version(request: Request, body: RenderRequest, model: PinnedImageModel,
+                              settings: SettingsDep) -> Response:
+    """A render of one model version: its files never change, so the answer is `immutable`."""
+    return await respond(request, model, body, settings, pinned=True)
+
+
+@router.get("/{name}/versions/{version}/render", response_class=Response, responses=RESPONSES)
+async def render_get_version(request: Request, model: PinnedImageModel, settings: SettingsDep,
+                             req: QueryRender) -> Response:
+    """GET render of one model version (`immutable`)."""
+    return await respond(request, model, req, settings, pinned=True)

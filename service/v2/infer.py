@@ -95,11 +95,23 @@ def requested_outputs(req: InferRequest, model: ModelRuntime) -> list[RequestedO
     return req.outputs
 
 
+def request_timeout(req: InferRequest) -> float | None:
+    """Triton's `timeout` request parameter (schedule policy extension): microseconds a request may wait
+    to be scheduled, 0 or absent = the server's limit (INR_QUEUE_TIMEOUT_S); in seconds, or None."""
+    us = req.parameters.get("timeout")
+    if us is None:
+        return None
+    if not isinstance(us, int) or isinstance(us, bool) or us < 0:
+        raise BadInput(f"parameters.timeout must be a non-negative integer of microseconds, got {us!r}")
+    return us / 1e6 if us else None
+
+
 async def infer(req: InferRequest, model: ModelRuntime, settings: Settings, inference) -> tuple[bytes, dict]:
     x = check_input(req, model, settings)
     wanted = requested_outputs(req, model)
+    timeout = request_timeout(req)
     if len(x):
-        out = await inference(model, x)
+        out = await inference(model, x, timeout)
     else:  # an empty batch is valid and needs no run
         out = {t.name: np.zeros([0, *[max(d, 0) for d in t.shape[1:]]], np.float32) for t in model.spec.outputs}
     return encode_response(model.name, model_version(model), req.id, [(o, out[o.name]) for o in wanted])

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 from ..errors import BadInput, TooLarge
 
@@ -91,9 +92,12 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         n = int(header_length)
         body, binary = body[:n], body[n:]
     try:
-        doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"request is not valid JSON ({e})") from None
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:  # NaN, Infinity, 1e400 and huge integers: parsed, then refused by name in the checks
+            doc = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadInput(f"request is not valid JSON ({e})") from None
     doc = _obj(doc, "the request")
     params = _obj(doc.get("parameters") or {}, "parameters")
     rid = doc.get("id")
@@ -203,12 +207,13 @@ def encode_response(model: str, version: str, rid: str | None, outputs: list[tup
             data = _bytes_tensor(arr) if datatype == "BYTES" else np.ascontiguousarray(arr, DTYPES[datatype]).tobytes()
             tensor["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
-        else:
-            tensor["data"] = arr.ravel().tolist()
+        else:  # numbers go from numpy to JSON in orjson; FP16/FP32 widened as tolist() (and Triton) write them
+            tensor["data"] = arr.ravel().tolist() if datatype == "BYTES" else np.ascontiguousarray(
+                arr.ravel(), np.float64 if arr.dtype.kind == "f" else None)
         tensors.append(tensor)
     doc = {"model_name": model, "model_version": version, **({"id": rid} if rid is not None else {}),
            "outputs": tensors}
-    head = json.dumps(doc, separators=(",", ":")).encode()
+    head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return head, {"content-type": "application/json"}
     return head + b"".join(chunks), {"content-type": "application/octet-stream",

@@ -76,11 +76,13 @@ def test_exported_model_gives_back_the_training_pixels(exported):
     assert meta["metrics"]["train_psnr"] > 25
 
 
-@pytest.mark.parametrize("model", ["mlp", "mlp-bn", "sinekan"])
-def test_every_network_exports_with_onnx_equal_to_torch(model):
+@pytest.mark.parametrize("model, extra", [("mlp", {}), ("mlp-bn", {}), ("sinekan", {}),
+                                          ("sinekan", dict(first_grid=32, first_freq=16.0, sinekan_init="paper",
+                                                           encoding=EncodingConfig(name="none")))])
+def test_every_network_exports_with_onnx_equal_to_torch(model, extra):
     torch.manual_seed(0)
-    net = ImageINR(ImageModelConfig(model=model, width=16, depth=3, grid_size=4,
-                                    encoding=EncodingConfig(name="gaussian", features=8)))
+    net = ImageINR(ImageModelConfig(**{"model": model, "width": 16, "depth": 3, "grid_size": 4,
+                                       "encoding": EncodingConfig(name="gaussian", features=8), **extra}))
     if model == "mlp-bn":  # give BatchNorm non-trivial statistics, then freeze them
         net.train()
         for _ in range(5):
@@ -114,6 +116,9 @@ def test_parity_check_refuses_a_model_that_differs_from_torch():
     (["--scale", "nan"], "--scale"),
     (["--scale", "-1"], "--scale"),
     (["--lr", "inf"], "--lr"),
+    (["--model", "sinekan", "--first-grid", "0"], "--first-grid"),
+    (["--model", "sinekan", "--first-freq", "-2"], "--first-freq"),
+    (["--model", "sinekan", "--sinekan-init", "xavier"], "invalid choice: 'xavier'"),
 ])
 def test_bad_fit_image_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "m"

@@ -84,3 +84,30 @@ def test_stack_marks_only_the_first_layer_and_keeps_leading_dims():
     net = SineKAN([2, 16, 16, 3], grid_size=4)
     assert [layer.is_first for layer in net] == [True, False, False]
     assert net(torch.rand(2, 5, 2)).shape == (2, 5, 3)
+
+
+def test_first_layer_options_set_its_grid_and_scale_its_frequencies_only():
+    net = SineKAN([2, 16, 16, 3], grid_size=4, first_grid=32, first_scale=2.5)
+    assert net[0].grid_size == 32 and net[1].grid_size == 4
+    assert torch.allclose(net[0].frequencies, 2.5 * torch.arange(1, 33, dtype=torch.float32))
+    assert torch.allclose(net[1].frequencies, torch.arange(1, 5, dtype=torch.float32) / 5)
+
+
+def test_image_model_first_freq_is_the_top_first_layer_frequency_in_cycles():
+    from training.encodings import EncodingConfig
+    from training.image_models import ImageINR, ImageModelConfig
+    m = ImageINR(ImageModelConfig(model="sinekan", width=8, depth=2, first_grid=64, first_freq=16.0,
+                                  encoding=EncodingConfig(name="none")))
+    assert m.body[0].frequencies[-1].item() == pytest.approx(2 * math.pi * 16)
+
+
+@pytest.mark.parametrize("is_first", [True, False])
+def test_scaled_init_gives_unit_output_variance_and_keeps_the_one_over_k_shape(is_first):
+    torch.manual_seed(0)
+    layer = SineKANLayer(256, 512, grid_size=8, is_first=is_first, init="scaled")
+    x = torch.rand(4096, 256) * 2 - 1
+    with torch.no_grad():
+        y = layer(x)
+    assert 0.5 < float((y - layer.bias).pow(2).mean()) < 2.5  # order one over the draw; the paper: ~1e-4
+    a = layer.amplitudes
+    assert torch.allclose(a[..., 1] * 2, a[..., 0]) and torch.allclose(a[..., 7] * 8, a[..., 0])

@@ -29,16 +29,27 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate")
     p.add_argument("--weight-decay", type=float, default=1e-4, help="AdamW weight decay")
-    p.add_argument("--gamma", type=positive_float, default=0.9, help="LR multiplier per epoch")
+    p.add_argument("--gamma", type=positive_float, default=0.9, help="exponential schedule: LR multiplier per epoch")
+    p.add_argument("--schedule", default="exponential",
+                   help="learning rate: exponential (x gamma per epoch), cosine or onecycle (per batch)")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="cross-entropy label smoothing in [0, 1)")
+    p.add_argument("--ema", type=float, default=0.0,
+                   help="keep an exponential moving average of the weights with this decay (0 = off)")
+    p.add_argument("--val-fraction", type=float, default=0.1,
+                   help="stratified share of the training digits held out for validation, in (0, 1)")
+    p.add_argument("--val-seed", type=int, default=0, help="seed of the validation slice")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
-def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment: bool = False):
+def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment: bool = False,
+               elastic: bool = False):
     from .fit import FitConfig
     cfg = FitConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
-                    gamma=args.gamma, augment=augment, seed=args.seed, device=args.device,
+                    gamma=args.gamma, augment=augment, elastic=elastic, schedule=args.schedule,
+                    label_smoothing=args.label_smoothing, ema=args.ema, val_fraction=args.val_fraction,
+                    val_seed=args.val_seed, seed=args.seed, device=args.device,
                     progress=not args.no_progress,
                     model=DigitModelConfig(model=model, hidden=hidden, grid_size=args.grid or 0))
     cfg.validate()
@@ -48,11 +59,21 @@ def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment:
 def cmd_fit_digits(args: argparse.Namespace) -> int:
     from .fit import fit_digits
     out = check_out_dir(args.out) if args.out else None
-    cfg = fit_config(args, args.model, args.hidden, augment=args.augment)
+    cfg = fit_config(args, args.model, args.hidden, augment=args.augment, elastic=args.elastic)
     data = load_dataset(args.data_dir, args.dataset, download=args.download)
-    result = fit_digits(cfg, data, out)
+    result = fit_digits(cfg, data, out, checkpoint_path=Path(args.checkpoint) if args.checkpoint else None)
     metrics = {k: v for k, v in result["metrics"].items() if k != "confusion_matrix"}
     sys.stdout.write(f"{json.dumps(metrics)}{f' -> {out}' if out else ''}\n")
+    return 0
+
+
+def cmd_export_digits(args: argparse.Namespace) -> int:
+    from .checkpoints import export_checkpoint
+    out = check_out_dir(args.out)
+    data = load_dataset(args.data_dir, args.dataset, download=args.download)
+    result = export_checkpoint([Path(c) for c in args.checkpoint], data, out)
+    metrics = {k: v for k, v in result["metrics"].items() if k not in ("confusion_matrix", "members")}
+    sys.stdout.write(f"{json.dumps(metrics)} -> {out}\n")
     return 0
 
 
@@ -96,8 +117,18 @@ def register(sub) -> None:
     p.add_argument("--hidden", type=positive_int, nargs="+", default=[64], help="hidden-layer widths, e.g. 128 64")
     add_training_options(p)
     p.add_argument("--augment", action="store_true", help="small random affine transforms while training")
+    p.add_argument("--elastic", action="store_true",
+                   help="elastic distortions (Simard et al. 2003) while training, composed with --augment")
     p.add_argument("--out", help="model directory to write, e.g. models/digits")
+    p.add_argument("--checkpoint", help="also save the trained model as a torch checkpoint here (for export-digits)")
     p.set_defaults(func=cmd_fit_digits)
+
+    p = sub.add_parser("export-digits", help="export a fit-digits checkpoint to a model directory")
+    add_data_options(p)
+    p.add_argument("--checkpoint", required=True, nargs="+",
+                   help="file(s) written by fit-digits --checkpoint; several: export the mean of their logits")
+    p.add_argument("--out", required=True, help="model directory to write, e.g. models/digits")
+    p.set_defaults(func=cmd_export_digits)
 
     p = sub.add_parser("compare-digits", help="all models × widths × depths on the same data and budget")
     add_data_options(p)

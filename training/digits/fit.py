@@ -1,8 +1,9 @@
 """Train a digit classifier on IDX data and export it to the model repository.
 
 Protocol (SineKAN paper, MNIST): inputs normalised to [−1, 1] (inside the model), batch 64,
-AdamW with exponential LR decay γ = 0.9 per epoch, cross-entropy. The reported accuracy
-is the final epoch's on the test split, never the best epoch picked by looking at it.
+AdamW, cross-entropy; the LR decays by γ = 0.9 per epoch unless another schedule is asked for.
+A stratified, seeded slice of the training digits is held out for validation: each epoch is
+scored on it, and the test split is evaluated once, after the last epoch.
 """
 from __future__ import annotations
 
@@ -21,19 +22,16 @@ from ..device import pick_device
 from ..errors import UsageError
 from ..export import ExportParityError, export_onnx, ort_session
 from ..repository import TensorSpec, write_model_dir
+from .augment import distort, random_affine  # noqa: F401 - random_affine re-exported for callers
 from .idx import CLASS_NAMES, DigitData, Split
 from .models import DigitClassifier, DigitModelConfig, WithProbabilities, count_parameters
+from .validation import check_fraction, stratified_split
 
 log = logging.getLogger(__name__)
 EVAL_CHUNK = 1024
 MAX_BATCH = 256
 PARITY_ATOL = 1e-5
-# Small random affine transforms for --augment: rotation, isotropic scale, translation, applied
-# to half the samples so the model also sees unresampled (unblurred) digits like the test set's.
-AUG_PROB = 0.5
-AUG_ROTATE_DEG = 10.0
-AUG_SCALE = 0.1
-AUG_SHIFT_PX = 2.0
+SCHEDULES = ("exponential", "cosine", "onecycle")
 
 
 @dataclass
@@ -43,7 +41,13 @@ class FitConfig:
     lr: float = 1e-3
     weight_decay: float = 1e-4
     gamma: float = 0.9            # LR multiplier per epoch (ExponentialLR)
-    augment: bool = False
+    augment: bool = False         # random affine on half of each batch
+    elastic: bool = False         # elastic distortion (Simard et al. 2003) on that half
+    schedule: str = "exponential"  # exponential (× gamma per epoch) | cosine | onecycle (per step)
+    label_smoothing: float = 0.0
+    ema: float = 0.0              # decay of an exponential moving average of the weights; 0 = off
+    val_fraction: float = 0.1     # stratified validation slice of the training digits
+    val_seed: int = 0             # draws that slice (fixed across training seeds)
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -59,32 +63,18 @@ class FitConfig:
                 raise UsageError(f"{name} must be a positive finite number, got {v}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if self.schedule not in SCHEDULES:
+            raise UsageError(f"unknown schedule '{self.schedule}'; valid: {', '.join(SCHEDULES)}")
+        if not (0.0 <= self.label_smoothing < 1.0):
+            raise UsageError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not (0.0 <= self.ema < 1.0):
+            raise UsageError(f"--ema must be a decay in [0, 1) (0 = off), got {self.ema}")
+        check_fraction(self.val_fraction)
 
 
 def to_tensor(images: np.ndarray) -> torch.Tensor:
     """uint8 [N, 28, 28] → float32 [N, 1, 28, 28] in [0, 1]: the exported model's input."""
     return torch.from_numpy(images).float().div_(255.0).unsqueeze(1)
-
-
-def random_affine(x: torch.Tensor, gen: torch.Generator, p: float = AUG_PROB) -> torch.Tensor:
-    """With probability p per image: rotate by U(±10°), scale by U(1 ± 0.1), shift by U(±2 px);
-    black fill. The other images pass through unchanged."""
-    n = x.shape[0]
-    u = torch.rand(n, 5, generator=gen, device=x.device)
-    pick = u[:, 4] < p
-    if not bool(pick.any()):
-        return x
-    u = u[pick, :4] * 2 - 1
-    angle = u[:, 0] * math.radians(AUG_ROTATE_DEG)
-    scale = 1 + u[:, 1] * AUG_SCALE
-    shift = u[:, 2:] * (2 * AUG_SHIFT_PX / x.shape[-1])  # normalised coordinates span 2
-    cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
-    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
-    picked = x[pick]
-    grid = F.affine_grid(theta, list(picked.shape), align_corners=False)
-    out = x.clone()
-    out[pick] = F.grid_sample(picked, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-    return out
 
 
 @torch.no_grad()
@@ -109,15 +99,29 @@ def evaluate(model: torch.nn.Module, split: Split, device: torch.device | None =
             "confusion_matrix": confusion_matrix(split.labels, pred).tolist()}
 
 
+def make_schedule(cfg: FitConfig, opt: torch.optim.Optimizer, steps_per_epoch: int):
+    """(scheduler, steps it per batch?): ExponentialLR per epoch, cosine / one-cycle per batch."""
+    total = cfg.epochs * steps_per_epoch
+    if cfg.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total), True
+    if cfg.schedule == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total), True
+    return torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg.gamma), False
+
+
 def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifier, dict]:
-    """Train for cfg.epochs; return the model (CPU, eval mode) and its history."""
+    """Train for cfg.epochs on the training digits minus the validation slice; score every epoch on
+    that slice. Return the model (the weight average with `ema`; CPU, eval mode) and its history."""
     cfg.validate()
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
+    train_split, val_split, val_info = stratified_split(data.train, cfg.val_fraction, cfg.val_seed)
     model = DigitClassifier(cfg.model).to(device)
-    x, y = to_tensor(data.train.images).to(device), torch.from_numpy(data.train.labels).to(device)
+    average = (torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema)) if cfg.ema else None)
+    x, y = to_tensor(train_split.images).to(device), torch.from_numpy(train_split.labels).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg.gamma)
+    sched, per_step = make_schedule(cfg, opt, math.ceil(len(x) / cfg.batch_size))
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     history, epoch_seconds = [], []
     for epoch in range(1, cfg.epochs + 1):
@@ -130,35 +134,43 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
         for i in bar:
             idx = order[i:i + cfg.batch_size]
             xb, yb = x[idx], y[idx]
-            if cfg.augment:
-                xb = random_affine(xb, gen)
+            if cfg.augment or cfg.elastic:
+                xb = distort(xb, gen, affine=cfg.augment, elastic=cfg.elastic)
             logits = model(xb)
-            loss = F.cross_entropy(logits, yb)
+            loss = F.cross_entropy(logits, yb, label_smoothing=cfg.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if average is not None:
+                average.update_parameters(model)
+            if per_step:
+                sched.step()
             loss_sum += loss.item() * len(idx)
             correct += int((logits.argmax(1) == yb).sum())
             seen += len(idx)
             bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.4f}", refresh=False)
-        sched.step()
+        if not per_step:
+            sched.step()
         epoch_seconds.append(time.perf_counter() - t0)
         if not math.isfinite(loss_sum):
             raise UsageError(f"training diverged at epoch {epoch} (loss {loss_sum}); try a smaller --lr")
-        test = evaluate(model, data.test, device)
+        scored = average.module if average is not None else model
+        val = evaluate(scored, val_split, device)
         row = {"epoch": epoch, "train_loss": round(loss_sum / seen, 5), "train_accuracy": round(correct / seen, 5),
-               "test_accuracy": test["test_accuracy"], "seconds": round(epoch_seconds[-1], 3)}
+               "val_accuracy": val["test_accuracy"], "seconds": round(epoch_seconds[-1], 3)}
         history.append(row)
         bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}",
-                        test_acc=f"{row['test_accuracy']:.4f}")
+                        val_acc=f"{row['val_accuracy']:.4f}")
         bar.close()
         log.info("epoch %d: %s", epoch, row)
         if on_epoch is not None:
             on_epoch(row)
+    final = average.module if average is not None else model
     info = {"train_seconds": round(sum(epoch_seconds), 3),
             "seconds_per_epoch": round(float(np.median(epoch_seconds)), 3),
-            "device": str(device), "history": history}
-    return model.cpu().eval(), info
+            "device": str(device), "validation": {**val_info, "accuracy": history[-1]["val_accuracy"]},
+            "history": history}
+    return final.cpu().eval(), info
 
 
 def checkpoint(model: DigitClassifier, cfg: FitConfig) -> dict:
@@ -198,20 +210,25 @@ def check_digits_parity(graph: WithProbabilities, onnx_bytes: bytes, images: np.
     return report
 
 
-def export_digit_model(model: DigitClassifier, cfg: FitConfig, data: DigitData, out: Path, metrics: dict,
-                       info: dict) -> dict:
+def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, out: Path, metrics: dict,
+                       info: dict, ensemble: int = 1) -> dict:
+    """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed."""
     graph, onnx_bytes = export_digits(model)
     parity = check_digits_parity(graph, onnx_bytes, to_tensor(data.test.images).numpy())
     arch = cfg.model.to_dict()
+    what = f"{cfg.model.model} {cfg.model.dims}" + (f" x{ensemble} (mean of logits)" if ensemble > 1 else "")
     meta = {
-        "description": f"{cfg.model.model} {cfg.model.dims} digit classifier trained on {data.name}",
-        "architecture": {**arch, "parameters": count_parameters(model)},
+        "description": f"{what} digit classifier trained on {data.name}",
+        "architecture": {**arch, "parameters": count_parameters(model), "ensemble": ensemble},
         "dataset": {**data.describe(), "classes": CLASS_NAMES[data.name]},
         "preprocessing": "images in [0,1], white on black; the graph maps them to [-1,1]",
         "metrics": metrics,
         "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "optimizer": "AdamW", "lr": cfg.lr,
-                     "weight_decay": cfg.weight_decay, "lr_decay_per_epoch": cfg.gamma, "augment": cfg.augment,
-                     "seed": cfg.seed, **info},
+                     "weight_decay": cfg.weight_decay, "schedule": cfg.schedule, "lr_decay_per_epoch": cfg.gamma,
+                     "augment": cfg.augment, "elastic": cfg.elastic, "label_smoothing": cfg.label_smoothing,
+                     "ema": cfg.ema, "seed": cfg.seed, **info},
+        "selection": "hyperparameters chosen on the validation slice (training.validation); the test "
+                     "split is evaluated once, after training",
         "export": {"opset": 17, "parity": parity},
     }
     return write_model_dir(
@@ -221,11 +238,15 @@ def export_digit_model(model: DigitClassifier, cfg: FitConfig, data: DigitData, 
         metadata=meta, max_batch_size=MAX_BATCH, dynamic_batching_us=2000)
 
 
-def fit_digits(cfg: FitConfig, data: DigitData, out: Path | None) -> dict:
+def fit_digits(cfg: FitConfig, data: DigitData, out: Path | None, checkpoint_path: Path | None = None) -> dict:
     cfg.validate()
     model, info = train(cfg, data)
+    if checkpoint_path is not None:
+        from .checkpoints import save_checkpoint
+        save_checkpoint(model, cfg, info, checkpoint_path)
     model = rebuild(checkpoint(model, cfg))  # export what a checkpoint restores
-    metrics = evaluate(model, data.test)
+    metrics = evaluate(model, data.test)  # the one look at the test split
+    metrics["val_accuracy"] = info["validation"]["accuracy"]
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
     if out is None:
         return {"metrics": metrics}

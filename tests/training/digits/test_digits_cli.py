@@ -98,7 +98,13 @@ def test_unknown_model_is_one_line_error_listing_valid_models(glyph_dir, tmp_pat
 @pytest.mark.parametrize("extra, needle", [(["--hidden", "0"], "positive integer"),
                                            (["--epochs", "-1"], "positive integer"),
                                            (["--lr", "nan"], "positive finite"),
-                                           (["--dataset", "cifar"], "invalid choice")])
+                                           (["--dataset", "cifar"], "invalid choice"),
+                                           (["--val-fraction", "0"], "--val-fraction"),
+                                           (["--val-fraction", "1"], "--val-fraction"),
+                                           (["--val-fraction", "1.5"], "--val-fraction"),
+                                           (["--label-smoothing", "-0.1"], "--label-smoothing"),
+                                           (["--schedule", "sometimes"], "unknown schedule 'sometimes'"),
+                                           (["--ema", "2"], "--ema")])
 def test_bad_numbers_and_names_are_one_line_errors(glyph_dir, tmp_path, capsys, extra, needle):
     rc, err = run_cli(fit_args(glyph_dir, tmp_path / "m", *extra), capsys)
     assert_one_line_error(rc, err, needle)
@@ -126,3 +132,29 @@ def test_compare_digits_writes_a_table_row_per_run_and_two_plots(glyph_dir, tmp_
     for what in ("accuracy", "speed"):
         png = plots.with_name(f"digits-glyphs-{what}.png")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_checkpoints_of_two_seeds_export_as_one_graph_that_onnxruntime_runs(glyph_dir, tmp_path, capsys):
+    for seed in (0, 1):
+        rc, err = run_cli(["fit-digits", "--data-dir", str(glyph_dir), "--hidden", "8", "--epochs", "1",
+                           "--no-progress", "--seed", str(seed), "--checkpoint", str(tmp_path / f"s{seed}.pt")], capsys)
+        assert rc == 0, err
+    out = tmp_path / "ens"
+    rc, err = run_cli(["export-digits", "--data-dir", str(glyph_dir), "--checkpoint", str(tmp_path / "s0.pt"),
+                       str(tmp_path / "s1.pt"), "--out", str(out)], capsys)
+    assert rc == 0, err
+    meta = json.loads((out / "1" / "metadata.json").read_text())
+    assert meta["architecture"]["ensemble"] == 2 and [m["seed"] for m in meta["metrics"]["members"]] == [0, 1]
+    assert meta["export"]["parity"]["argmax_mismatches"] == 0
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(out / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert sess.run(["probabilities"], {"images": np.zeros((2, 1, 28, 28), np.float32)})[0].shape == (2, 10)
+
+
+def test_export_digits_refuses_a_file_that_is_not_a_checkpoint(glyph_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    rc, err = run_cli(["export-digits", "--data-dir", str(glyph_dir), "--checkpoint", str(bad),
+                       "--out", str(tmp_path / "m")], capsys)
+    assert_one_line_error(rc, err, "cannot read digit checkpoint")
+    assert not (tmp_path / "m").exists()

@@ -35,7 +35,8 @@ def test_short_sinekan_training_on_glyphs_beats_chance_by_a_wide_margin(trained,
     model, info = trained
     acc = evaluate(model, glyph_data.test)["test_accuracy"]
     assert acc >= 0.6, f"test accuracy {acc} (chance is 0.1)"
-    assert len(info["history"]) == 6 and info["history"][-1]["test_accuracy"] == acc
+    assert len(info["history"]) == 6 and "test_accuracy" not in info["history"][-1]
+    assert info["history"][-1]["val_accuracy"] == info["validation"]["accuracy"] >= 0.5
     assert info["history"][-1]["train_loss"] < info["history"][0]["train_loss"]
 
 
@@ -120,6 +121,10 @@ def test_fit_digits_writes_a_complete_model_directory(glyph_data, tmp_path):
     assert meta["architecture"]["parameters"] == 784 * 32 + 32 + 32 * 10 + 10
     assert set(meta["metrics"]) >= {"test_accuracy", "confusion_matrix"}
     assert meta["training"]["epochs"] == 2 and meta["training"]["lr_decay_per_epoch"] == 0.9
+    val = meta["training"]["validation"]
+    assert val["fraction"] == 0.1 and val["stratified"] and val["size"] == 60 and val["train_size"] == 540
+    assert val["per_class"] == [6] * 10 and meta["metrics"]["val_accuracy"] == val["accuracy"]
+    assert "validation" in meta["selection"]
     pbtxt = (out / "config.pbtxt").read_text()
     assert "max_batch_size: 256" in pbtxt and "dims: 1\n  dims: 28\n  dims: 28\n" in pbtxt and "dims: 10\n" in pbtxt
     assert "dynamic_batching" in pbtxt
@@ -129,3 +134,45 @@ def test_fit_digits_writes_a_complete_model_directory(glyph_data, tmp_path):
                            for i in range(0, len(images), 256)]).argmax(1)
     assert float((pred == glyph_data.test.labels).mean()) == pytest.approx(meta["metrics"]["test_accuracy"],
                                                                            abs=1e-5)
+
+
+def test_validation_slice_is_stratified_seeded_and_disjoint(glyph_data):
+    from training.digits.validation import stratified_split
+    train_a, val_a, info = stratified_split(glyph_data.train, 0.2, seed=3)
+    _, val_b, _ = stratified_split(glyph_data.train, 0.2, seed=3)
+    _, val_c, _ = stratified_split(glyph_data.train, 0.2, seed=4)
+    assert np.bincount(val_a.labels).tolist() == [12] * 10 and len(train_a.labels) == 480
+    assert np.array_equal(val_a.images, val_b.images) and not np.array_equal(val_a.images, val_c.images)
+    rows = {im.tobytes() for im in train_a.images}
+    assert not any(im.tobytes() in rows for im in val_a.images)
+    assert info["size"] == 120 and info["train_size"] == 480
+
+
+@pytest.mark.parametrize("options", [dict(elastic=True), dict(augment=True, elastic=True, label_smoothing=0.1),
+                                     dict(ema=0.9, schedule="cosine"), dict(schedule="onecycle")])
+def test_each_recipe_option_trains_a_model_that_learns(glyph_data, options):
+    model, info = train(small_config(epochs=4, **options), glyph_data)
+    assert info["history"][-1]["val_accuracy"] >= 0.3, (options, info["history"])
+
+
+def test_elastic_distortion_moves_ink_smoothly_and_keeps_the_untouched_share():
+    from training.digits.augment import distort, elastic_field
+    field = elastic_field(2, 28, torch.Generator().manual_seed(0), "cpu")
+    px = field * 14  # normalised → pixels
+    assert field.shape == (2, 28, 28, 2) and 0.3 < px.abs().mean() < 4
+    assert (px[:, 1:] - px[:, :-1]).abs().mean() < 0.3 * px.abs().mean()  # smooth: neighbours move alike
+    x = to_tensor(np.pad(np.full((4, 8, 8), 255, np.uint8), ((0, 0), (10, 10), (10, 10))))
+    y = distort(x, torch.Generator().manual_seed(0), affine=False, elastic=True, p=1.0)
+    assert y.shape == x.shape and y.min() >= 0 and y.max() <= 1 and not torch.equal(y, x)
+    assert torch.equal(distort(x, torch.Generator().manual_seed(0), affine=True, elastic=True, p=0.0), x)
+
+
+@pytest.mark.parametrize("options, message", [(dict(val_fraction=0.0), "--val-fraction"),
+                                              (dict(val_fraction=1.0), "--val-fraction"),
+                                              (dict(label_smoothing=-0.1), "--label-smoothing"),
+                                              (dict(schedule="step"), "unknown schedule"),
+                                              (dict(ema=1.0), "--ema")])
+def test_nonsense_recipe_options_are_refused(options, message):
+    from training.errors import UsageError
+    with pytest.raises(UsageError, match=message):
+        small_config(**options).validate()

@@ -1,0 +1,98 @@
+"""The render cache: encoded renders in memory (LRU, bounded in bytes), and their HTTP validators.
+
+A render is a pure function of the model's files and the canonical request, so its key is the
+sha256 of both: the ONNX graph's (and the separable body's and first stage's) sha256 from the
+loaded model, its name and version, and the request reduced to what the pixels depend on (size,
+the 2×3 sampling matrix, viewport, supersampling, background, format and, for lossy formats,
+quality). A changed model folder, a new version or a reload changes the sha256s, so it can never
+be answered from an old entry; the key doubles as the strong ETag.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import json
+
+from .imaging import RenderSpec
+
+
+@dataclass(frozen=True)
+class CachedRender:
+    etag: str
+    media_type: str
+    data: bytes
+
+
+def model_identity(model) -> dict:
+    """What identifies a loaded model's function: its name, version and file digests."""
+    sep = getattr(model, "separable", None)
+    return {"model": model.name, "version": str(model.metadata.get("version", 1)),
+            "onnx_sha256": model.metadata.get("onnx_sha256"),
+            "body_sha256": sep.sha256 if sep else None, "stage_sha256": sep.stage_sha256 if sep else None}
+
+
+def render_key(model, spec: RenderSpec, fmt: str, quality: int) -> str:
+    """sha256 hex of the model identity and the canonical render request."""
+    canonical = {
+        **model_identity(model),
+        "width": spec.width, "height": spec.height, "supersample": spec.supersample,
+        "matrix": [float(v) for v in spec.matrix.reshape(-1)], "viewport": [float(v) for v in spec.viewport],
+        "background": [spec.background.mode, list(spec.background.rgb)],
+        "format": fmt, "quality": quality if fmt in ("jpeg", "webp") else None,
+    }
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def etag_of(key: str) -> str:
+    return f'"{key}"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 If-None-Match: `*` or a list of entity tags (weak comparison, as GET requires)."""
+    if not if_none_match:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    tags = [t.strip() for t in if_none_match.split(",")]
+    return any((t[2:] if t.startswith("W/") else t) == etag for t in tags)
+
+
+class RenderCache:
+    """LRU of encoded renders bounded by `max_bytes` (sum of the encoded sizes). Thread-safe."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.lock = threading.Lock()
+        self.entries: OrderedDict[str, CachedRender] = OrderedDict()
+        self.bytes = 0
+        self.evictions = 0
+
+    def get(self, key: str) -> CachedRender | None:
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.entries.move_to_end(key)
+            return entry
+
+    def put(self, key: str, entry: CachedRender) -> None:
+        size = len(entry.data)
+        if size > self.max_bytes:
+            return  # larger than the whole cache (or the cache is off)
+        with self.lock:
+            old = self.entries.pop(key, None)
+            if old is not None:
+                self.bytes -= len(old.data)
+            self.entries[key] = entry
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, evicted = self.entries.popitem(last=False)
+                self.bytes -= len(evicted.data)
+                self.evictions += 1
+
+    def info(self) -> dict:
+        with self.lock:
+            return {"entries": len(self.entries), "bytes": self.bytes, "max_bytes": self.max_bytes,
+                    "evictions": self.evictions}

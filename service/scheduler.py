@@ -1,0 +1,136 @@
+"""Fair tile scheduling: the renders in flight share the render workers tile by tile.
+
+A render is a `TileJob`: its tiles, a function that computes one tile into the job's output, a
+deadline and a cancel flag. `INR_RENDER_WORKERS` threads take one tile at a time from the job that
+has had the least service so far (tiles started), the oldest first on ties — least attained service,
+which is round-robin among renders that started together. A new render starts `HEAD_START` tiles
+behind the least-served render in flight, so a small render (a viewer preview) runs nearly at once
+instead of waiting for the big ones, while a stream of small renders can only delay a big one by that
+many tiles each. Memory stays bounded: one tile's intermediates per worker, plus each render's
+output image.
+
+Before each tile the job's deadline and cancel flag are checked: a render past its deadline or
+abandoned by its client stops there and its future fails; tiles already running finish and are
+dropped.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Callable, Iterable
+
+log = logging.getLogger(__name__)
+HEAD_START = 32  # tiles a new render may take before it shares the workers round-robin
+
+
+class TileJob:
+    def __init__(self, tiles: Iterable, run_tile: Callable[[object], None], deadline: float | None = None,
+                 on_deadline: Callable[[], Exception] | None = None, on_cancel: Callable[[], Exception] | None = None):
+        self.pending = deque(tiles)
+        self.total = len(self.pending)
+        self.run_tile = run_tile
+        self.deadline = deadline                    # time.monotonic() value, or None
+        self.on_deadline = on_deadline or (lambda: TimeoutError("render deadline passed"))
+        self.on_cancel = on_cancel or (lambda: RuntimeError("render cancelled"))
+        self.cancelled = threading.Event()
+        self.future: Future = Future()
+        self.service = 0                            # tiles handed out (the scheduler's priority)
+        self.done = 0
+        self.failed = False
+        self.started: list[int] = []                # order of tiles started (tests and benchmarks read it)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class TileScheduler:
+    """`workers` threads computing the tiles of submitted jobs, least-served job first."""
+
+    def __init__(self, workers: int, head_start: int = HEAD_START, name: str = "render"):
+        self.head_start = head_start
+        self.cond = threading.Condition()
+        self.jobs: list[TileJob] = []
+        self.closed = False
+        self.clock = 0                              # global tile counter, for TileJob.started
+        self.threads = [threading.Thread(target=self._work, name=f"{name}-tiles-{i}", daemon=True)
+                        for i in range(workers)]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, job: TileJob) -> Future:
+        if job.total == 0:
+            job.future.set_result(None)
+            return job.future
+        with self.cond:
+            if self.closed:
+                raise RuntimeError("the render scheduler is closed")
+            least = min((j.service for j in self.jobs), default=0)
+            job.service = max(0, least - self.head_start)
+            self.jobs.append(job)
+            self.cond.notify()
+        return job.future
+
+    def in_flight(self) -> int:
+        with self.cond:
+            return len(self.jobs)
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            for job in self.jobs:
+                self._fail(job, RuntimeError("the server is shutting down"))
+            self.jobs.clear()
+            self.cond.notify_all()
+        for t in self.threads:
+            t.join(timeout=5)
+
+    # -- workers ---------------------------------------------------------------------------------
+    def _fail(self, job: TileJob, error: Exception) -> None:
+        """Under the lock: fail the job once and stop handing out its tiles."""
+        if not job.failed:
+            job.failed = True
+            job.future.set_exception(error)
+        if job in self.jobs:
+            self.jobs.remove(job)
+
+    def _next(self):
+        with self.cond:
+            while True:
+                if self.closed:
+                    return None
+                job = min(self.jobs, key=lambda j: j.service, default=None)  # min is stable: oldest first
+                if job is None:
+                    self.cond.wait()
+                    continue
+                if job.cancelled.is_set():
+                    self._fail(job, job.on_cancel())
+                    continue
+                if job.deadline is not None and time.monotonic() > job.deadline:
+                    self._fail(job, job.on_deadline())
+                    continue
+                tile = job.pending.popleft()
+                job.service += 1
+                job.started.append(self.clock)
+                self.clock += 1
+                if not job.pending:
+                    self.jobs.remove(job)  # every tile handed out; the job finishes with its last one
+                return job, tile
+
+    def _work(self) -> None:
+        while (item := self._next()) is not None:
+            job, tile = item
+            error = None
+            if not job.failed:
+                try:
+                    job.run_tile(tile)
+                except Exception as e:  # a model or encoding error fails this render only
+                    error = e
+            with self.cond:
+                job.done += 1
+                if error is not None:
+                    self._fail(job, error)
+                elif job.done == job.total and not job.failed:
+                    job.future.set_result(None)
