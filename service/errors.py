@@ -91,6 +91,15 @@ class TooLarge(ServiceError):
     status = 413
 
 
+class Forbidden(ServiceError):
+    """A restricted API group (--http-restricted-api) called without its header; never names the value."""
+    status = 403
+
+    def __init__(self, api: str, header: str):
+        super().__init__(f"the '{api}' API is restricted: send the header '{header}' with the value set in "
+                         "--http-restricted-api (INR_HTTP_RESTRICTED_API)")
+
+
 class UnsupportedMedia(ServiceError):
     status = 415
 
