@@ -119,7 +119,7 @@ async def image(request: Request, name: str, region: str, size: str, rotation: s
                                               settings)
         return Response(post.finish(rendered.body, p, width, height, JPEG_QUALITY),
                         media_type=MEDIA_TYPES[req.format], headers=headers)
-    rendered = await render_route.respond(request, model, p.render, settings)
+    rendered = await render_route.respond(request, model, p.render, settings, pinned=ident.version is not None)
     # Where the render route has its own cache and ETag, a plain tile is its render: its validators win.
     headers.update({k: v for k, v in rendered.headers.items() if k.lower() in ("etag", "cache-control")})
     if rendered.status_code == 304:
