@@ -17,7 +17,9 @@ from pydantic import ValidationError
 from .errors import DeviceError
 from .settings import Settings
 
-OPTIONS = ("models", "host", "port", "device", "workers", "threads", "log_level")
+OPTIONS = ("models", "host", "port", "device", "workers", "threads", "log_level",
+           "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
+SECRET = {"http_restricted_api"}  # never echoed in an error
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -35,6 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", help="uvicorn worker processes (INR_WORKERS, default: 1)")
     p.add_argument("--threads", help="onnxruntime threads per model, 0 = from the CPUs this process may use")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    control = p.add_argument_group("model control (Triton's options)")
+    control.add_argument("--model-control-mode", choices=("none", "poll", "explicit"),
+                         help="none: load all at start; poll: also rescan the repository and load, reload and "
+                              "unload what changed; explicit: load and unload through /v2/repository "
+                              "(INR_MODEL_CONTROL_MODE, default: none)")
+    control.add_argument("--repository-poll-secs", help="poll mode: seconds between scans (default: 15)")
+    control.add_argument("--load-model", action="append", metavar="NAME",
+                         help="explicit mode: load NAME at start; repeatable; '*' loads all (INR_LOAD_MODEL)")
+    control.add_argument("--http-restricted-api", action="append", metavar="API[,API...]:KEY=VALUE",
+                         help="requests to these API groups need the header KEY: VALUE, else 403; repeatable, "
+                              "e.g. model-repository:admin-key=SECRET (INR_HTTP_RESTRICTED_API)")
     return p
 
 
@@ -44,10 +57,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings = Settings(**given)
     except ValidationError as e:
         err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"--{where.replace('_', '-')}: {err['msg']} (got {err.get('input')!r})") from None
+        where = ".".join(str(p) for p in err["loc"][:1])
+        msg = err["msg"].removeprefix("Value error, ")
+        if not where:  # a rule across settings; its message names them
+            raise ValueError(msg) from None
+        got = "" if where in SECRET else f" (got {err.get('input')!r})"
+        raise ValueError(f"--{where.replace('_', '-')}: {msg}{got}") from None
     if not settings.models.is_dir():
         raise ValueError(f"--models '{settings.models}' is not a directory")
+    missing = [n for n in settings.load_model if n != "*" and not (settings.models / n).is_dir()]
+    if missing:
+        raise ValueError(f"--load-model {missing[0]}: no model folder '{missing[0]}' in {settings.models}")
     return settings
 
 
@@ -103,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
     # Worker processes build their own app from the environment, so pass the settings that way.
-    for key, value in settings.model_dump().items():
-        if value is not None:  # None = unset (the default)
-            os.environ[f"INR_{key.upper()}"] = str(value)
+    os.environ.update(settings.environment())
     # The app drains on SIGTERM for up to INR_GRACEFUL_SHUTDOWN_S (service/drain.py) before uvicorn's
     # own shutdown starts, which then gives what still runs one more second.
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,

@@ -12,21 +12,23 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
-from . import v2
+from . import iiif, v2
 from .batching import BatchConfig, BatchingInference
+from .control import ModelControl
 from .guards import BodyTimeout
 from .jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .render_cache import RenderCache
 from .render_core import RenderCore
+from .restricted import RestrictedApi
 from .routers import classify, health, models, query, render
+from .v2 import repository as v2_repository
 from .runtime import RuntimeOptions, default_threads
 from .settings import Settings
 
@@ -77,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
+    control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
     drain = Drain(settings.graceful_shutdown_s)
 
     @asynccontextmanager
@@ -91,7 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 loop.call_soon_threadsafe(app.state.inference.retire, dropped)
 
         registry.listeners.append(changed)
-        await run_in_threadpool(registry.load_all)
+        await control.start()
         metrics.set_models(registry.models)
         app.state.render_core = RenderCore.start(settings, metrics)
         drain.install()  # SIGTERM: finish what runs, refuse what comes (service/drain.py)
@@ -99,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             drain.uninstall()
+            await control.stop()
             await app.state.inference.close()
             app.state.render_core.close()
 
@@ -108,15 +112,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.drain = drain
+    app.state.control = control
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     app.state.render_cache = RenderCache(settings.render_cache_bytes)
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
+    if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
+        app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
     app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
-    for r in (health, models, query, render, classify, v2, metrics_router):
+    for r in (health, models, query, render, classify, v2, v2_repository, metrics_router, iiif):
         app.include_router(r.router)
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or add_body_schemas(openapi())  # bodies routes parse themselves

@@ -102,6 +102,7 @@ class ModelQueue:
         self.delay = queue_delay(model, config)
         self.items: deque[Pending] = deque()
         self.rows = 0  # rows queued
+        self.running = 0  # batches taken from the queue and not yet answered
         self.wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}")
@@ -186,6 +187,7 @@ class ModelQueue:
             started = time.perf_counter()
             if self.metrics:
                 self.metrics.queued(self.model.name, [started - p.arrived for p in batch])
+            self.running += 1
             try:
                 results = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
             except BaseException as e:  # cancelled while running: fail the batch, then stop
@@ -193,6 +195,8 @@ class ModelQueue:
                     if not p.future.done():
                         p.future.set_exception(e if isinstance(e, Exception) else RuntimeError("shutting down"))
                 raise
+            finally:
+                self.running -= 1
             for p, result in zip(batch, results):
                 if p.future.done():
                     continue
@@ -203,7 +207,7 @@ class ModelQueue:
 
     async def drain_and_close(self) -> None:
         """Close once the queued requests have been taken (a retired runtime)."""
-        while self.items:
+        while self.items or self.running:  # a batch taken but not answered must finish, not be cancelled
             await asyncio.sleep(self.delay + 0.001)
         await asyncio.sleep(0)
         await self.close()

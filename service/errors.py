@@ -81,9 +81,23 @@ class RenderTimeout(ServiceError):
     status = 503
 
 
+class NotImplementedFeature(ServiceError):
+    """A valid request for something the service does not implement (e.g. a IIIF format)."""
+    status = 501
+
+
 class TooLarge(ServiceError):
     """A request over one of the limits in settings."""
     status = 413
+
+
+class Forbidden(ServiceError):
+    """A restricted API group (--http-restricted-api) called without its header; never names the value."""
+    status = 403
+
+    def __init__(self, api: str, header: str):
+        super().__init__(f"the '{api}' API is restricted: send the header '{header}' with the value set in "
+                         "--http-restricted-api (INR_HTTP_RESTRICTED_API)")
 
 
 class UnsupportedMedia(ServiceError):

@@ -1,11 +1,14 @@
 """Service settings: environment variables with the prefix INR_, overridden by the command line."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .restricted import RestrictedGroup, check_groups
 
 MiB = 1024 * 1024
 
@@ -13,7 +16,8 @@ MiB = 1024 * 1024
 class Settings(BaseSettings):
     """Every field can be set as INR_<FIELD>, e.g. INR_MODELS=models INR_DEVICE=auto."""
 
-    model_config = SettingsConfigDict(env_prefix="INR_", extra="ignore")
+    # hide_input_in_errors: a bad INR_HTTP_RESTRICTED_API must not print its secret in a traceback
+    model_config = SettingsConfigDict(env_prefix="INR_", extra="ignore", hide_input_in_errors=True)
 
     models: Path = Field(Path("models"), description="model repository: one folder per model")
     host: str = "127.0.0.1"
@@ -76,3 +80,60 @@ class Settings(BaseSettings):
                                                                      "request line and headers (slowloris)")
     body_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds a client may stay silent while "
                                                                    "sending a request body")
+
+    # IIIF Image API 3.0 (service/iiif, docs/iiif.md).
+    iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF width/height = the training size × this zoom "
+                                                           "(unless the model records a native size)")
+    iiif_base_url: str = Field("", description="public URL that /iiif/3 is reached at behind a proxy, "
+                                                        "e.g. https://example.org/inr/iiif/3; empty: from the "
+                                                        "request and its X-Forwarded-Proto/Host/Port/Prefix")
+    iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
+
+    # Model control (service/control.py), with Triton's names and meanings.
+    model_control_mode: Literal["none", "poll", "explicit"] = Field(
+        "none", description="none: load every model at start, ignore changes; poll: also rescan the repository "
+                            "every repository_poll_secs; explicit: load only load_model at start, then only on "
+                            "POST /v2/repository/models/NAME/load")
+    repository_poll_secs: float = Field(15.0, gt=0, le=86_400, description="poll mode: seconds between scans")
+    load_model: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="explicit mode: models loaded at start ('*' = all); comma-separated")
+    http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
+        default_factory=list, description="API[,API...]:HEADER=VALUE groups that need that header; "
+                                          "several groups separated by ';' (or a JSON list)")
+
+    @field_validator("load_model", "http_restricted_api", mode="before")
+    @classmethod
+    def _split(cls, value, info):
+        """An environment string: a JSON list, or items separated by ',' (models) or ';' (groups)."""
+        if isinstance(value, str):
+            value = json.loads(value) if value.lstrip().startswith("[") else \
+                [v for v in value.split("," if info.field_name == "load_model" else ";") if v.strip()]
+        if info.field_name == "http_restricted_api":
+            value = [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
+        return [v.strip() for v in value] if info.field_name == "load_model" else value
+
+    @model_validator(mode="after")
+    def _control(self) -> "Settings":
+        if self.load_model and self.model_control_mode != "explicit":
+            raise ValueError("--load-model needs --model-control-mode explicit")
+        if "*" in self.load_model and len(self.load_model) > 1:
+            raise ValueError("--load-model '*' must be the only --load-model")
+        if self.model_control_mode == "explicit" and self.workers > 1:
+            raise ValueError("--model-control-mode explicit needs --workers 1: each worker process has its own "
+                             "models, and a load or unload request reaches only one of them (poll mode works "
+                             "with several workers)")
+        check_groups(self.http_restricted_api)
+        return self
+
+    def environment(self) -> dict[str, str]:
+        """The settings as INR_* variables, for worker processes; the only place a secret is revealed."""
+        env = {}
+        for key, value in self.model_dump().items():
+            if value is None:  # unset: the worker's default is the same
+                continue
+            if key == "http_restricted_api":
+                value = json.dumps([g.spec() for g in self.http_restricted_api])
+            elif isinstance(value, list):
+                value = json.dumps(value)
+            env[f"INR_{key.upper()}"] = str(value)
+        return env

@@ -19,7 +19,7 @@ from .tensors import HEADER, decompress, parse_request
 
 router = APIRouter(prefix="/v2", tags=["V2 inference protocol"])
 ERRORS = {c: {"model": ErrorBody} for c in (400, 404, 413, 503)}
-EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "statistics"]
+EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics"]
 
 
 async def path_version(request: Request) -> str | None:

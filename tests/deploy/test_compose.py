@@ -83,6 +83,19 @@ def test_train_writes_into_the_models_folder_the_api_reads(compose):
     assert not mount.get("read_only", False)
 
 
+def test_api_polls_the_folder_train_writes_into(compose):
+    """A model the `train` profile writes is served without a restart: the api polls ./models."""
+    from service.settings import Settings
+
+    api, train = compose["services"]["api"], compose["services"]["train"]
+    env = api["environment"]
+    assert env["INR_MODEL_CONTROL_MODE"] == "poll"
+    settings = Settings(**{k.removeprefix("INR_").lower(): v for k, v in env.items() if k.startswith("INR_")})
+    assert settings.model_control_mode == "poll" and 0 < settings.repository_poll_secs <= 60
+    assert api["volumes"][0]["source"] == train["volumes"][0]["source"]
+    assert api["volumes"][0]["target"] == env["INR_MODELS"]
+
+
 def test_nginx_fronts_the_api_and_re_resolves_docker_dns(compose):
     nginx = compose["services"]["nginx"]
     conf_mount = nginx["volumes"][0]
