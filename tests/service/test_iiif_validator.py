@@ -20,7 +20,7 @@ LEVEL3_PASSING = ["rot_full_non90", "rot_region_non90", "rot_mirror", "rot_mirro
                   "linkheader_profile"]
 
 
-def validate(server, *args: str) -> subprocess.CompletedProcess:
+def run_validator(server, *args: str) -> subprocess.CompletedProcess:
     host = server.url.removeprefix("http://")
     return subprocess.run([sys.executable, str(SCRIPT), "-s", host, "-p", "iiif/3", "-i", "iiif-test",
                            "--version=3.0", *args], capture_output=True, text=True, timeout=900)
@@ -28,6 +28,25 @@ def validate(server, *args: str) -> subprocess.CompletedProcess:
 
 def results(out: str) -> dict[str, str]:
     return dict(re.findall(r"test (\w+) (PASS|FAIL)", out))
+
+
+def timed_out(out: str) -> set[str]:
+    """Tests whose failure is the validator's own 5 s client timeout (it reports status 0), not an answer."""
+    blocks = re.split(r"\[\d+\] test ", out)
+    return {b.split()[0] for b in blocks[1:] if " FAIL" in b.split("\n")[0] and re.search(r"got: 0\s+expected: 200", b)}
+
+
+def validate(server, *args: str) -> subprocess.CompletedProcess:
+    """Run iiif-validate.py. The validator gives every request a fixed 5 s timeout; a first render of a whole
+    1000² image (rotated: twice the area) can take longer on a slow or busy 2-core machine. If every failure
+    is such a timeout, run it once more: the images it timed out on are then in the render cache, so the
+    second run checks the same answers without the wait. A wrong answer fails either way."""
+    r = run_validator(server, *args)
+    out = r.stderr + r.stdout
+    failed = {t for t, v in results(out).items() if v == "FAIL"}
+    if r.returncode != 0 and failed and failed <= timed_out(out):
+        r = run_validator(server, *args)
+    return r
 
 
 def test_the_validator_passes_every_level_2_test(iiif_server):
