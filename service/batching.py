@@ -141,7 +141,7 @@ class ModelQueue:
 
     def _pending(self, delta: int) -> None:
         if self.metrics:
-            self.metrics.pending(self.model.name, delta)
+            self.metrics.pending(self.model.name, delta, self.model.version)
 
     async def gather(self) -> list[Pending]:
         """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up.
@@ -186,7 +186,7 @@ class ModelQueue:
                 continue
             started = time.perf_counter()
             if self.metrics:
-                self.metrics.queued(self.model.name, [started - p.arrived for p in batch])
+                self.metrics.queued(self.model.name, [started - p.arrived for p in batch], self.model.version)
             self.running += 1
             try:
                 results = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
@@ -263,7 +263,7 @@ class BatchingInference:
 
         [result] = await run_in_threadpool(timed)
         if self.metrics:
-            self.metrics.queued(model.name, [started - arrived])
+            self.metrics.queued(model.name, [started - arrived], model.version)
         if isinstance(result, BaseException):
             raise result
         return result

@@ -45,7 +45,7 @@ def run_concurrently(config: BatchConfig, model: ModelRuntime, xs: list[np.ndarr
         finally:
             await inference.close()
 
-    return asyncio.run(main()), metrics.models[model.name]
+    return asyncio.run(main()), metrics.models[model.name, str(model.version)]
 
 
 def test_concurrent_requests_share_one_run_and_get_their_own_rows(digits):
@@ -105,7 +105,7 @@ def test_a_cancelled_request_is_dropped_before_the_run(digits):
         gone.cancel()
         out = await kept
         await inference.close()
-        return out, metrics.models[digits.name]
+        return out, metrics.models[model.name, str(model.version)]
 
     out, stats = asyncio.run(main())
     assert out["probabilities"].shape == (1, 10) and stats.inference_count == 1
@@ -176,7 +176,7 @@ def test_a_retired_runtime_finishes_its_queue_then_runs_late_requests_alone(digi
         await asyncio.gather(*inference.closing)
         left = dict(inference.queues)
         await inference.close()
-        return done, late, left, metrics.models[model.name]
+        return done, late, left, metrics.models[model.name, str(model.version)]
 
     done, late, left, stats = asyncio.run(main())
     assert [d["probabilities"].shape for d in done] == [(1, 10)] * 3 and late["logits"].shape == (2, 10)
