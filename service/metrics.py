@@ -129,7 +129,8 @@ class Metrics:
                 s.fail_reasons["REJECTED" if code == 503 else "BACKEND" if code >= 500 else "OTHER"] += 1
 
     def queue_timeout(self, model: str, queue: str) -> None:
-        """A request gave up waiting: `queue` is "batch" (service/batching.py) or "render" (a render slot)."""
+        """A request gave up waiting: `queue` is "batch" (for a batch), "alone" (for a pool thread, a request
+        run alone; both service/batching.py) or "render" (a render slot)."""
         self.queue_timeouts.labels(model, queue).inc()
 
     def pending(self, model: str, delta: int, version: int | None = None) -> None:
