@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
-from . import v2
+from . import iiif, v2
 from .batching import BatchConfig, BatchingInference
 from .control import ModelControl
 from .guards import BodyTimeout
@@ -130,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
     app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
-    for r in (health, models, query, render, classify, v2, v2_repository, metrics_router):
+    for r in (health, models, query, render, classify, v2, v2_repository, metrics_router, iiif):
         app.include_router(r.router)
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or add_body_schemas(openapi())  # bodies routes parse themselves

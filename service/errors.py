@@ -81,6 +81,11 @@ class RenderTimeout(ServiceError):
     status = 503
 
 
+class NotImplementedFeature(ServiceError):
+    """A valid request for something the service does not implement (e.g. a IIIF format)."""
+    status = 501
+
+
 class TooLarge(ServiceError):
     """A request over one of the limits in settings."""
     status = 413

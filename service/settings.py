@@ -81,6 +81,14 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds a client may stay silent while "
                                                                    "sending a request body")
 
+    # IIIF Image API 3.0 (service/iiif, docs/iiif.md).
+    iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF width/height = the training size × this zoom "
+                                                           "(unless the model records a native size)")
+    iiif_base_url: str = Field("", description="public URL that /iiif/3 is reached at behind a proxy, "
+                                                        "e.g. https://example.org/inr/iiif/3; empty: from the "
+                                                        "request and its X-Forwarded-Proto/Host/Port/Prefix")
+    iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
+
     # Model control (service/control.py), with Triton's names and meanings.
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
         "none", description="none: load every model at start, ignore changes; poll: also rescan the repository "

@@ -9,7 +9,7 @@ from pathlib import Path
 from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, ImageModelConfig
-from .images import BUILTIN
+from .images import BUILTIN, image_defaults
 from .sinekan import INITS
 from .repository import check_out_dir
 
@@ -53,9 +53,15 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile the training step")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    # A built-in image may carry its own defaults (images.IMAGE_DEFAULTS) for the options left at theirs.
+    p.set_defaults(option_defaults={a.dest: a.default for a in p._actions})
 
 
 def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfig:
+    left = getattr(args, "option_defaults", {})
+    for key, value in image_defaults(args.image).items():
+        if key in left and getattr(args, key) == left[key]:
+            setattr(args, key, value)
     enc = EncodingConfig(
         name=args.encoding, scale=scale if scale is not None else args.scale, features=args.features,
         levels=args.levels, max_freq=args.max_freq or max(args.size / 4, 1.0),

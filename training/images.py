@@ -5,6 +5,8 @@ centre at ((j+0.5)/W, (i+0.5)/H).
 """
 from __future__ import annotations
 
+import ast
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,41 @@ TEXT_IMAGES = {
     "text-fourier": "Fourier features\nlet networks learn",
     "text-sinekan": "SineKAN: sines\non KAN edges",
 }
-BUILTIN = tuple(SKIMAGE_PHOTOS) + tuple(TEXT_IMAGES)
+# The IIIF validator's test image: a 10×10 grid of flat colour squares, 100 px each, 1000² native.
+IIIF_TEST = "iiif-test"
+IIIF_GRID, IIIF_SQUARE = 10, 100
+BUILTIN = tuple(SKIMAGE_PHOTOS) + tuple(TEXT_IMAGES) + (IIIF_TEST,)
+# Training defaults a built-in image carries (the CLI applies them where the option is not given).
+# iiif-test: flat squares with sharp edges; σ and steps measured in docs/iiif.md ("The test image").
+IMAGE_DEFAULTS: dict[str, dict] = {IIIF_TEST: {"scale": 14.0, "width": 128, "features": 128, "steps": 2000}}
+
+
+def image_defaults(image: str) -> dict:
+    return IMAGE_DEFAULTS.get(image, {})
+
+
+def iiif_validator_colours() -> list[list[tuple[int, int, int]]]:
+    """The colour table of the installed `iiif-validator` package, `colorInfo[x][y]` for the square in
+    column x, row y. Read from its source with `ast` (importing it would pull in libmagic and bottle)."""
+    spec = importlib.util.find_spec("iiif_validator")
+    if spec is None or spec.origin is None:
+        raise UsageError("--image iiif-test needs the colour table of the iiif-validator package: "
+                         "pip install iiif-validator==1.0.5")
+    tree = ast.parse((Path(spec.origin).parent / "validator.py").read_text())
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute)
+                and node.targets[0].attr == "colorInfo"):
+            table = ast.literal_eval(node.value)
+            if len(table) == IIIF_GRID and all(len(col) == IIIF_GRID for col in table):
+                return [[tuple(int(c) for c in rgb) for rgb in col] for col in table]
+    raise UsageError("the installed iiif-validator has no 10×10 colorInfo table; install iiif-validator==1.0.5")
+
+
+def iiif_test_image() -> np.ndarray:
+    """[1000, 1000, 3] uint8: square (x, y) — column x, row y — is colorInfo[x][y]."""
+    table = np.asarray(iiif_validator_colours(), dtype=np.uint8)          # [x, y, 3]
+    grid = table.transpose(1, 0, 2)                                        # [row, column, 3]
+    return np.repeat(np.repeat(grid, IIIF_SQUARE, axis=0), IIIF_SQUARE, axis=1)
 
 
 def text_image(text: str, size: int = 512, seed: int = 0) -> np.ndarray:
@@ -46,9 +82,17 @@ def load_image(image: str, size: int) -> tuple[np.ndarray, dict]:
     """Return an [size, size, 3] float32 image in [0,1] and a description of its source."""
     if size < 4 or size > 4096:
         raise UsageError(f"--size must be between 4 and 4096, got {size}")
+    resample = Image.LANCZOS
     if image in TEXT_IMAGES:
         arr = text_image(TEXT_IMAGES[image], size=512)
         source = {"kind": "builtin-text", "name": image, "text": TEXT_IMAGES[image]}
+    elif image == IIIF_TEST:
+        arr = iiif_test_image()
+        n = IIIF_GRID * IIIF_SQUARE
+        # native_size: the pixel size the image is defined at; IIIF serves the model at exactly this size.
+        source = {"kind": "builtin-iiif-test", "name": image, "package": "iiif-validator",
+                  "native_size": [n, n]}
+        resample = Image.BOX  # area averages: flat squares stay flat, no Lanczos ringing along the edges
     elif image in SKIMAGE_PHOTOS:
         arr = _skimage_photo(image)
         source = {"kind": "builtin-photo", "name": image, "package": "scikit-image"}
@@ -64,7 +108,7 @@ def load_image(image: str, size: int) -> tuple[np.ndarray, dict]:
         source = {"kind": "file", "path": str(path)}
     source["original_size"] = [int(arr.shape[1]), int(arr.shape[0])]
     pil = Image.fromarray(_to_uint8(arr))
-    pil = _center_square(pil).resize((size, size), Image.LANCZOS)
+    pil = _center_square(pil).resize((size, size), resample)
     return np.asarray(pil, dtype=np.float32) / 255.0, source
 
 

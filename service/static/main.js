@@ -67,6 +67,7 @@ async function start() {
     showModel($("#panel"), m);
     say("#view-message", m ? "" : "no image model is loaded");
     if (m) viewer.setModel(m);
+    $("#iiif-link").href = m ? `iiif.html?id=${encodeURIComponent(m.name)}` : "iiif.html";
   };
   const pickDigits = () => {
     const m = digits.find((x) => x.name === $("#digit-model").value) || null;

@@ -202,3 +202,35 @@ def server(model_repo):
 def client(server):
     with httpx.Client(base_url=server.url, timeout=30.0) as c:
         yield c
+
+
+def fit_iiif_test_model(out: Path) -> None:
+    """The validator's test image, fitted with the README's command: every option at its default."""
+    subprocess.run([PY, "-m", "training", "fit-image", "--image", "iiif-test", "--size", "128", "--protocol", "full",
+                    "--out", str(out), "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def iiif_repo(tmp_path_factory) -> Path:
+    """`iiif-test` (the default fit, once per session) and a tiny astronaut for the deep-zoom page."""
+    repo = tmp_path_factory.mktemp("iiif-models")
+    reuse = os.environ.get("INR_TEST_IIIF_MODEL")  # a model fitted by the same command, to iterate faster
+    if reuse:
+        shutil.copytree(reuse, repo / "iiif-test")
+    else:
+        fit_iiif_test_model(repo / "iiif-test")
+    subprocess.run([PY, "-m", "training", "fit-image", "--image", "astronaut", "--size", "32", "--steps", "60",
+                    "--width", "32", "--depth", "3", "--features", "32", "--out", str(repo / "astronaut"),
+                    "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    shutil.copytree(ROOT / "models" / "digits", repo / "digits")
+    return repo
+
+
+@pytest.fixture(scope="session")
+def iiif_server(iiif_repo):
+    """The real server over the IIIF repository; astronaut's 32² training size × zoom 64 = 2048² in IIIF."""
+    srv = Server(iiif_repo, env={"INR_IIIF_ZOOM": "64", "INR_MAX_RENDER_PIXELS": "4194304"})
+    srv.wait_ready()
+    yield srv
+    srv.stop()

@@ -1,0 +1,76 @@
+"""Take docs/img/iiif-deep-zoom.png: /iiif.html in headless Chromium, OpenSeadragon zoomed to
+16 screen pixels per training pixel on a real service over the bundled models.
+
+    .venv/bin/python docs/screenshot_iiif.py [--models models] [--model astronaut] [--zoom 16]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="models")
+    ap.add_argument("--model", default="astronaut")
+    ap.add_argument("--zoom", type=float, default=16.0, help="screen pixels per training pixel")
+    ap.add_argument("--centre", default="0.62,0.30", help="the point to zoom at, in unit coordinates")
+    ap.add_argument("--out", default="docs/img/iiif-deep-zoom.png")
+    args = ap.parse_args()
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "service", "--models", args.models, "--port", str(port),
+                               "--log-level", "warning"], cwd=ROOT, env=os.environ.copy())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        meta = httpx.get(f"{url}/v1/models/{args.model}").json()["metadata"]
+        training = meta["source"]["size"][0]
+        cx, cy = (float(v) for v in args.centre.split(","))
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                        args=["--headless", "--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1000, "height": 700})
+            page.set_default_timeout(600_000)
+            page.goto(f"{url}/iiif.html?id={args.model}")
+            loaded = ("window.iiifViewer && iiifViewer.world.getItemCount() === 1 && "
+                      "iiifViewer.world.getItemAt(0).getFullyLoaded()")
+            page.wait_for_function(loaded)
+            page.evaluate(f"""(() => {{ const v = iiifViewer.viewport, t = iiifViewer.world.getItemAt(0);
+                const w = t.getContentSize().x, z = {args.zoom} * {training} / w;
+                v.zoomTo(t.imageToViewportZoom(z), null, true);
+                v.panTo(t.imageToViewportCoordinates({cx} * w, {cy} * t.getContentSize().y), true); }})()""")
+            page.wait_for_timeout(500)
+            page.wait_for_function(loaded)
+            page.screenshot(path=args.out)
+            sys.stdout.write(f"{args.out}: {page.locator('#readout').text_content()}\n")
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
