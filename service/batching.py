@@ -268,13 +268,18 @@ class BatchingInference:
             return run_batch(model, [x])
 
         run = asyncio.ensure_future(run_in_threadpool(timed))
-        done, _ = await asyncio.wait({run}, timeout=limit)
+        try:
+            done, _ = await asyncio.wait({run}, timeout=limit)
+        except asyncio.CancelledError:  # the client went away: a run not yet in a thread never starts
+            run.cancel()
+            raise
         if not done:
             with lock:
                 gave_up = started is None
                 if gave_up:
                     started = -1.0
             if gave_up:
+                run.cancel()  # still waiting for a thread: give the slot back
                 if self.metrics:
                     self.metrics.queue_timeout(model.name, "alone")
                 raise queue_timeout(model, "a pool thread", limit, what)
