@@ -1,7 +1,14 @@
 """The application factory: settings → registry (loaded in the lifespan) → routers.
 
-    uvicorn --factory service.app:create_app     (settings from INR_* variables)
     python -m service --models models            (the command line, see __main__)
+    uvicorn --factory service.app:create_app     (settings from INR_* variables)
+
+Only `python -m service` sets uvicorn's server options from the settings: INR_TIMEOUT_KEEP_ALIVE,
+INR_HEADER_TIMEOUT_S (service.guards.HeaderTimeoutProtocol) and the one second uvicorn's shutdown
+adds after the drain. Plain `uvicorn --factory` uses uvicorn's own defaults (5 s keep-alive, no
+header timeout) unless given `--timeout-keep-alive 90 --timeout-graceful-shutdown 1
+--http service.guards:HeaderTimeoutProtocol`. The app-level parts work either way: the drain on
+SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts.
 """
 from __future__ import annotations
 

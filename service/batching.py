@@ -19,7 +19,10 @@ runs beside it on another core; under load batches grow by themselves.
 * The queue is bounded (`max_queue` requests): beyond it requests get 503 at once.
 * A request still queued after `queue_timeout` seconds (INR_QUEUE_TIMEOUT_S, or a shorter
   per-request `timeout`, V2's parameter) leaves the queue with 503 and Retry-After at that moment;
-  once its batch runs, it finishes.
+  once its batch runs, it finishes. A request that runs alone (more rows than the limit, or
+  batching off) has the same deadline for its wait for a pool thread: Triton applies the queue
+  timeout to every request not yet executing, and a caller's `timeout` means the same whichever
+  path its request takes. Once its run has started, it finishes.
 * A request cancelled while queued (client gone) is dropped before the run.
 * `enabled=False` runs every request on its own, still timed for the metrics.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -114,9 +118,7 @@ class ModelQueue:
                              "(INR_MAX_QUEUE); try again later")
         loop = asyncio.get_running_loop()
         item = Pending(x, loop.create_future())
-        limit = self.config.queue_timeout if timeout is None else min(timeout, self.config.queue_timeout)
-        what = "INR_QUEUE_TIMEOUT_S" if timeout is None or timeout >= self.config.queue_timeout else \
-            "the request's timeout parameter"
+        limit, what = deadline(self.config, timeout)
         item.timer = loop.call_later(limit, self._timed_out, item, limit, what)
         self.items.append(item)
         self.rows += item.rows
@@ -135,13 +137,11 @@ class ModelQueue:
         if self.metrics:
             self.metrics.queue_timeout(self.model.name, "batch")
         if not item.future.done():
-            item.future.set_exception(QueueTimeout(
-                f"model '{self.model.name}': waited {limit:g} s in the queue for a batch, the limit ({what}); "
-                "the server is busy, try again later"))
+            item.future.set_exception(queue_timeout(self.model, "a batch", limit, what))
 
     def _pending(self, delta: int) -> None:
         if self.metrics:
-            self.metrics.pending(self.model.name, delta)
+            self.metrics.pending(self.model.name, delta, self.model.version)
 
     async def gather(self) -> list[Pending]:
         """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up.
@@ -186,7 +186,7 @@ class ModelQueue:
                 continue
             started = time.perf_counter()
             if self.metrics:
-                self.metrics.queued(self.model.name, [started - p.arrived for p in batch])
+                self.metrics.queued(self.model.name, [started - p.arrived for p in batch], self.model.version)
             self.running += 1
             try:
                 results = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
@@ -234,11 +234,11 @@ class BatchingInference:
 
     async def __call__(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
         if not self.config.enabled or len(x) > max_rows(model, self.config):
-            return await self.alone(model, x)
+            return await self.alone(model, x, timeout)
         queue = self.queues.get(id(model))
         if queue is None or queue.model is not model:
             if model.retired:
-                return await self.alone(model, x)
+                return await self.alone(model, x, timeout)
             queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics)
         return await queue.submit(x, timeout)
 
@@ -252,18 +252,40 @@ class BatchingInference:
                 self.closing.add(task)
                 task.add_done_callback(self.closing.discard)
 
-    async def alone(self, model: ModelRuntime, x: np.ndarray) -> Outputs:
+    async def alone(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        """Run `x` by itself in the thread pool; 503 if no pool thread took it within its deadline."""
         arrived = time.perf_counter()
-        started = arrived
+        started: float | None = None
+        lock = threading.Lock()
+        limit, what = deadline(self.config, timeout)
 
-        def timed() -> list:
+        def timed() -> list | None:
             nonlocal started
-            started = time.perf_counter()
+            with lock:
+                if started is not None:  # the deadline passed first: the caller has its 503
+                    return None
+                started = time.perf_counter()
             return run_batch(model, [x])
 
-        [result] = await run_in_threadpool(timed)
+        run = asyncio.ensure_future(run_in_threadpool(timed))
+        try:
+            done, _ = await asyncio.wait({run}, timeout=limit)
+        except asyncio.CancelledError:  # the client went away: a run not yet in a thread never starts
+            run.cancel()
+            raise
+        if not done:
+            with lock:
+                gave_up = started is None
+                if gave_up:
+                    started = -1.0
+            if gave_up:
+                run.cancel()  # still waiting for a thread: give the slot back
+                if self.metrics:
+                    self.metrics.queue_timeout(model.name, "alone")
+                raise queue_timeout(model, "a pool thread", limit, what)
+        [result] = await run
         if self.metrics:
-            self.metrics.queued(model.name, [started - arrived])
+            self.metrics.queued(model.name, [started - arrived], model.version)
         if isinstance(result, BaseException):
             raise result
         return result
@@ -273,6 +295,18 @@ class BatchingInference:
             await queue.close()
         self.queues.clear()
         await asyncio.gather(*self.closing, return_exceptions=True)
+
+
+def deadline(config: BatchConfig, timeout: float | None) -> tuple[float, str]:
+    """Seconds a request may wait to start, and the setting that set it (for the error)."""
+    if timeout is None or timeout >= config.queue_timeout:
+        return config.queue_timeout, "INR_QUEUE_TIMEOUT_S"
+    return timeout, "the request's timeout parameter"
+
+
+def queue_timeout(model: ModelRuntime, waited_for: str, limit: float, what: str) -> QueueTimeout:
+    return QueueTimeout(f"model '{model.name}': waited {limit:g} s in the queue for {waited_for}, the limit "
+                        f"({what}); the server is busy, try again later")
 
 
 def queue_delay(model: ModelRuntime, config: BatchConfig) -> float:

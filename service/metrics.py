@@ -3,7 +3,8 @@
 Two kinds of series:
 
 * Triton's cumulative counters, under Triton's names and labels (`model`, `version`), so that
-  dashboards made for Triton work: `nv_inference_request_success`, `nv_inference_request_failure`
+  dashboards made for Triton work. As in Triton each loaded version counts on its own: after a
+  swap the old version's series keeps its numbers and the new one starts at zero. `nv_inference_request_success`, `nv_inference_request_failure`
   (with `reason`), `nv_inference_count` (rows inferred: images or coordinates),
   `nv_inference_exec_count` (onnxruntime runs), `nv_inference_request_duration_us`,
   `nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, and the gauge
@@ -70,8 +71,8 @@ class Metrics:
     def __init__(self):
         self.registry = CollectorRegistry()
         self.lock = threading.Lock()
-        self.models: dict[str, ModelStats] = defaultdict(ModelStats)
-        self.versions: dict[str, str] = {}
+        self.models: dict[tuple[str, str], ModelStats] = defaultdict(ModelStats)  # by (name, version)
+        self.versions: dict[str, str] = {}  # the serving version of each model, for requests that name none
         self.request_seconds = Histogram(
             "inr_request_duration_seconds", "HTTP request latency by model and endpoint",
             ["model", "endpoint", "method", "code"], buckets=LATENCY_BUCKETS, registry=self.registry)
@@ -98,6 +99,10 @@ class Metrics:
         self.cache_info = None  # () -> RenderCache.info(), set by the app
 
     # -- recording -------------------------------------------------------------------------------
+    # `version` is the version that ran (ModelRuntime.version); None = the model's serving version.
+    def _stats(self, model: str, version: int | str | None) -> ModelStats:
+        return self.models[model, self.versions.get(model, "1") if version is None else str(version)]
+
     def set_models(self, models: dict) -> None:
         """Record the registry after every change: the serving versions for labels, and the count by state."""
         states: dict[str, int] = defaultdict(int)
@@ -108,12 +113,15 @@ class Metrics:
         for state in ("ready", "failed", *states):
             self.models_gauge.labels(state).set(states.get(state, 0))
 
-    def request(self, model: str, endpoint: str, method: str, code: int, seconds: float) -> None:
+    def request(self, model: str, endpoint: str, method: str, code: int, seconds: float,
+                version: str | None = None) -> None:
         self.request_seconds.labels(model, endpoint, method, str(code)).observe(seconds)
         if not model or not endpoint.endswith(INFER_ENDPOINTS):
             return
         with self.lock:
-            s = self.models[model]
+            # A version named in the URL counts only once it has run: made-up versions cannot grow the labels.
+            s = self.models.get((model, version)) if version else None
+            s = s if s is not None else self._stats(model, None)
             if code < 400:
                 s.success.add(seconds)
             else:
@@ -121,52 +129,54 @@ class Metrics:
                 s.fail_reasons["REJECTED" if code == 503 else "BACKEND" if code >= 500 else "OTHER"] += 1
 
     def queue_timeout(self, model: str, queue: str) -> None:
-        """A request gave up waiting: `queue` is "batch" (service/batching.py) or "render" (a render slot)."""
+        """A request gave up waiting: `queue` is "batch" (for a batch), "alone" (for a pool thread, a request
+        run alone; both service/batching.py) or "render" (a render slot)."""
         self.queue_timeouts.labels(model, queue).inc()
 
-    def pending(self, model: str, delta: int) -> None:
+    def pending(self, model: str, delta: int, version: int | None = None) -> None:
         with self.lock:
-            self.models[model].pending += delta
+            self._stats(model, version).pending += delta
 
-    def queued(self, model: str, queue_seconds: list[float]) -> None:
+    def queued(self, model: str, queue_seconds: list[float], version: int | None = None) -> None:
         """Requests that waited `queue_seconds` each before their run started (the batcher)."""
         for q in queue_seconds:
             self.queue_seconds.labels(model).observe(q)
         with self.lock:
-            s = self.models[model]
+            s = self._stats(model, version)
             for q in queue_seconds:
                 s.queue.add(q)
 
-    def execution(self, model: str, rows: int, requests: int, compute_seconds: float) -> None:
+    def execution(self, model: str, rows: int, requests: int, compute_seconds: float,
+                  version: int | None = None) -> None:
         """One onnxruntime run of `rows` rows for `requests` requests (ModelRuntime.predict: every query,
         classify, V2 infer batch and render tile)."""
         self.compute_seconds.labels(model).observe(compute_seconds)
         self.batch_rows.labels(model).observe(rows)
         self.batch_requests.labels(model).observe(requests)
         with self.lock:
-            s = self.models[model]
+            s = self._stats(model, version)
             s.compute_infer.add(compute_seconds, requests)
             s.inference_count += rows
             s.execution_count += 1
             s.batches[rows].add(compute_seconds)
             s.last_inference_ms = int(time.time() * 1000)
 
-    def cache(self, model: str, hit: bool, seconds: float) -> None:
+    def cache(self, model: str, hit: bool, seconds: float, version: int | None = None) -> None:
         """One render cache lookup; `seconds` is the request's time to its answer (Triton's hit/miss duration)."""
         with self.lock:
-            s = self.models[model]
+            s = self._stats(model, version)
             (s.cache_hit if hit else s.cache_miss).add(seconds)
 
     # -- reading ---------------------------------------------------------------------------------
     def triton_text(self) -> str:
         """Triton's counters in the Prometheus text format, under Triton's exact names."""
         with self.lock:
-            snap = {name: (self.versions.get(name, "1"), s) for name, s in self.models.items()}
+            snap = dict(self.models)
             families = []
 
             def fam(name, kind, doc, value):
                 rows = []
-                for model, (version, s) in sorted(snap.items()):
+                for (model, version), s in sorted(snap.items()):
                     for extra, v in value(s):
                         labels = {"model": model, "version": version, **extra}
                         rows.append("{" + ",".join(f'{k}="{v_}"' for k, v_ in labels.items()) + f"}} {v}")
@@ -209,9 +219,9 @@ class Metrics:
         return self.triton_text().encode() + generate_latest(self.registry)
 
     def stats_json(self, name: str, version: str) -> dict:
-        """One model's entry of `model_stats` in Triton's statistics extension."""
+        """One model version's entry of `model_stats` in Triton's statistics extension."""
         with self.lock:
-            s = self.models.get(name) or ModelStats()
+            s = self.models.get((name, str(version))) or ModelStats()
             zero = Duration().json()
             return {
                 "name": name, "version": version, "last_inference": s.last_inference_ms,
@@ -248,11 +258,11 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            endpoint, name = self._route(scope)
+            endpoint, name, version = self._route(scope)
             model = name if name in self.known_models() else ""
-            self.metrics.request(model, endpoint, scope["method"], code, time.perf_counter() - start)
+            self.metrics.request(model, endpoint, scope["method"], code, time.perf_counter() - start, version)
 
-    def _route(self, scope: Scope) -> tuple[str, str]:
+    def _route(self, scope: Scope) -> tuple[str, str, str]:
         route = scope.get("route")
         params = scope.get("path_params") or {}
         if route is None:  # answered before routing (e.g. 413 for the body size): match it here
@@ -263,8 +273,8 @@ class MetricsMiddleware:
                     break
         path = getattr(route, "path", None)
         if not path:  # the static files mounted at "/", or no route at all
-            return "other", ""
-        return path, str(params.get("name", ""))
+            return "other", "", ""
+        return path, str(params.get("name", "")), str(params.get("version", ""))
 
 
 router = APIRouter(tags=["metrics"])

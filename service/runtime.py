@@ -218,7 +218,7 @@ class ModelRuntime:
         start = time.perf_counter()
         outs = self.session.run(names, {self.spec.input.name: np.ascontiguousarray(x, np.float32)})
         if self.options.metrics is not None:
-            self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start)
+            self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start, self.version)
         return dict(zip(names, outs))
 
     def predict_features(self, features: np.ndarray) -> np.ndarray:
@@ -227,7 +227,7 @@ class ModelRuntime:
         start = time.perf_counter()
         rgb = self.separable.run(features)
         if self.options.metrics is not None:
-            self.options.metrics.execution(self.name, len(features), 1, time.perf_counter() - start)
+            self.options.metrics.execution(self.name, len(features), 1, time.perf_counter() - start, self.version)
         return rgb
 
 

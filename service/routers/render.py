@@ -51,15 +51,15 @@ async def respond(request: Request, model: ModelRuntime, req: RenderRequest, set
     headers = {"ETag": etag_of(key), "Cache-Control": cache_control(settings, pinned)}
     media_type = MEDIA_TYPES[req.format]
     if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
-        state.metrics.cache(model.name, True, time.perf_counter() - start)
+        state.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
         return Response(status_code=304, headers=headers)
     cached = state.render_cache.get(key)
     if cached is not None:
-        state.metrics.cache(model.name, True, time.perf_counter() - start)
+        state.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
         return Response(cached.data, media_type=cached.media_type, headers=headers)
     data = await compute_render(state.render_core, model, spec, req.format, req.quality, request.is_disconnected)
     state.render_cache.put(key, CachedRender(headers["ETag"], media_type, data))
-    state.metrics.cache(model.name, False, time.perf_counter() - start)
+    state.metrics.cache(model.name, False, time.perf_counter() - start, model.version)
     return Response(data, media_type=media_type, headers=headers)
 
 

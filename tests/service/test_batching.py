@@ -45,7 +45,7 @@ def run_concurrently(config: BatchConfig, model: ModelRuntime, xs: list[np.ndarr
         finally:
             await inference.close()
 
-    return asyncio.run(main()), metrics.models[model.name]
+    return asyncio.run(main()), metrics.models[model.name, str(model.version)]
 
 
 def test_concurrent_requests_share_one_run_and_get_their_own_rows(digits):
@@ -105,7 +105,7 @@ def test_a_cancelled_request_is_dropped_before_the_run(digits):
         gone.cancel()
         out = await kept
         await inference.close()
-        return out, metrics.models[digits.name]
+        return out, metrics.models[model.name, str(model.version)]
 
     out, stats = asyncio.run(main())
     assert out["probabilities"].shape == (1, 10) and stats.inference_count == 1
@@ -176,8 +176,47 @@ def test_a_retired_runtime_finishes_its_queue_then_runs_late_requests_alone(digi
         await asyncio.gather(*inference.closing)
         left = dict(inference.queues)
         await inference.close()
-        return done, late, left, metrics.models[model.name]
+        return done, late, left, metrics.models[model.name, str(model.version)]
 
     done, late, left, stats = asyncio.run(main())
     assert [d["probabilities"].shape for d in done] == [(1, 10)] * 3 and late["logits"].shape == (2, 10)
     assert left == {} and stats.inference_count == 5 and stats.execution_count == 2
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_request_run_alone_keeps_its_queue_deadline(digits, enabled):
+    """Too many rows to batch (or batching off): while no pool thread is free it waits in the pool's
+    queue, and gets 503 at its deadline (V2's `timeout`) without ever running; one with time left runs."""
+    import threading
+
+    import anyio.to_thread
+    from service.errors import QueueTimeout
+
+    async def main():
+        metrics = Metrics()
+        model = counted(digits.path.parent, metrics)
+        inference = BatchingInference(BatchConfig(enabled=enabled, max_batch=2, queue_timeout=30), metrics)
+        limiter = anyio.to_thread.current_default_thread_limiter()  # this event loop's
+        limiter.total_tokens, tokens = 1, limiter.total_tokens
+        release = threading.Event()
+        busy = asyncio.ensure_future(anyio.to_thread.run_sync(release.wait))  # the only pool thread
+        asyncio.get_running_loop().call_later(1.0, release.set)  # long after the 0.1 s deadline
+        await asyncio.sleep(0.05)
+        late = asyncio.ensure_future(inference(model, images(4, 1), timeout=0.1))
+        patient = asyncio.ensure_future(inference(model, images(3, 2), timeout=20))
+        error = None
+        try:
+            await late
+        except QueueTimeout as e:
+            error = e
+        out = await patient
+        await busy
+        limiter.total_tokens = tokens
+        await inference.close()
+        return error, out, metrics
+
+    error, out, metrics = asyncio.run(main())
+    assert error is not None and "timeout parameter" in str(error) and error.headers["retry-after"] == "1"
+    stats = metrics.models["digits", "1"]
+    assert out["logits"].shape == (3, 10) and stats.execution_count == 1 and stats.inference_count == 3
+    assert metrics.queue_timeouts.labels("digits", "alone")._value.get() == 1
