@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 
 from .common import ROOT, log, machine, ort_session, setup_logging, write_json
+from .serving import Server
 
 BATCH = 32
 
@@ -44,25 +41,6 @@ def png(img) -> bytes:
     return buf.getvalue()
 
 
-def start_service(models: str) -> tuple[subprocess.Popen, str]:
-    import httpx
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "service", "--models", models, "--port", str(port),
-                             "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=1.0).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.terminate()
-    raise RuntimeError("the service did not become ready")
-
-
 def main(argv: list[str] | None = None) -> dict:
     import httpx
     from training.digits.idx import load_dataset
@@ -79,7 +57,8 @@ def main(argv: list[str] | None = None) -> dict:
     sess = ort_session(f"{a.models}/{a.model}/1/model.onnx", threads=1)
     raw = sess.run(["probabilities"], {"images": images[:, None].astype(np.float32) / 255.0})[0].argmax(1)
     rng = np.random.default_rng(a.seed)
-    proc, url = start_service(a.models)
+    server = Server(a.models, "inr", {}).wait()
+    url = server.url
     preds = []
     try:
         meta = httpx.get(f"{url}/v1/models/{a.model}", timeout=10).json()
@@ -90,8 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
             r.raise_for_status()
             preds += [p["label"] for p in r.json()["predictions"]]
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
     result = {"machine": machine(), "model": a.model, "status": meta.get("status"), "samples": len(labels),
               "raw_accuracy": round(float((raw == labels).mean()), 5),
               "redrawn_accuracy": round(float((np.asarray(preds) == labels).mean()), 5)}
