@@ -52,8 +52,9 @@ def elastic_field(n: int, size: int, gen: torch.Generator, device, alpha: float 
 
 
 def distort(x: torch.Tensor, gen: torch.Generator, affine: bool = True, elastic: bool = False,
-            p: float = AUG_PROB) -> torch.Tensor:
-    """With probability p per image, resample it through the asked-for distortions; black fill."""
+            p: float = AUG_PROB, alpha: float = ELASTIC_ALPHA_PX, sigma: float = ELASTIC_SIGMA_PX) -> torch.Tensor:
+    """With probability p per image, resample it through the asked-for distortions (elastic: α, σ in
+    px); black fill."""
     n, size = x.shape[0], x.shape[-1]
     pick = torch.rand(n, generator=gen, device=x.device) < p
     m = int(pick.sum())
@@ -64,7 +65,7 @@ def distort(x: torch.Tensor, gen: torch.Generator, affine: bool = True, elastic:
              else torch.eye(2, 3, device=x.device).expand(m, 2, 3))
     grid = F.affine_grid(theta, list(picked.shape), align_corners=False)
     if elastic:
-        grid = grid + elastic_field(m, size, gen, x.device)
+        grid = grid + elastic_field(m, size, gen, x.device, alpha, sigma)
     out = x.clone()
     out[pick] = F.grid_sample(picked, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     return out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..repository import check_out_dir
+from .augment import AUG_PROB, ELASTIC_ALPHA_PX, ELASTIC_SIGMA_PX
 from .idx import SOURCES, load_dataset
 from .models import MODELS, DigitModelConfig
 
@@ -33,6 +34,12 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", default="exponential",
                    help="learning rate: exponential (x gamma per epoch), cosine or onecycle (per batch)")
     p.add_argument("--label-smoothing", type=float, default=0.0, help="cross-entropy label smoothing in [0, 1)")
+    p.add_argument("--distort-share", type=float, default=AUG_PROB,
+                   help="share of each batch that --augment / --elastic resample, in (0, 1]")
+    p.add_argument("--elastic-alpha", type=float, default=ELASTIC_ALPHA_PX,
+                   help="elastic distortion: displacement scale α in px (Simard et al.: 34)")
+    p.add_argument("--elastic-sigma", type=float, default=ELASTIC_SIGMA_PX,
+                   help="elastic distortion: smoothing σ of the field in px (Simard et al.: 4)")
     p.add_argument("--ema", type=float, default=0.0,
                    help="keep an exponential moving average of the weights with this decay (0 = off)")
     p.add_argument("--val-fraction", type=float, default=0.1,
@@ -47,7 +54,8 @@ def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment:
                elastic: bool = False):
     from .fit import FitConfig
     cfg = FitConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
-                    gamma=args.gamma, augment=augment, elastic=elastic, schedule=args.schedule,
+                    gamma=args.gamma, augment=augment, elastic=elastic, distort_share=args.distort_share,
+                    elastic_alpha=args.elastic_alpha, elastic_sigma=args.elastic_sigma, schedule=args.schedule,
                     label_smoothing=args.label_smoothing, ema=args.ema, val_fraction=args.val_fraction,
                     val_seed=args.val_seed, seed=args.seed, device=args.device,
                     progress=not args.no_progress,

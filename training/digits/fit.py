@@ -22,7 +22,7 @@ from ..device import pick_device
 from ..errors import UsageError
 from ..export import ExportParityError, export_onnx, ort_session
 from ..repository import TensorSpec, write_model_dir
-from .augment import distort, random_affine  # noqa: F401 - random_affine re-exported for callers
+from .augment import AUG_PROB, ELASTIC_ALPHA_PX, ELASTIC_SIGMA_PX, distort, random_affine  # noqa: F401
 from .idx import CLASS_NAMES, DigitData, Split
 from .models import DigitClassifier, DigitModelConfig, WithProbabilities, count_parameters
 from .validation import check_fraction, stratified_split
@@ -43,6 +43,9 @@ class FitConfig:
     gamma: float = 0.9            # LR multiplier per epoch (ExponentialLR)
     augment: bool = False         # random affine on half of each batch
     elastic: bool = False         # elastic distortion (Simard et al. 2003) on that half
+    distort_share: float = AUG_PROB        # share of each batch that the distortions above resample
+    elastic_alpha: float = ELASTIC_ALPHA_PX  # elastic: displacement scale α, px
+    elastic_sigma: float = ELASTIC_SIGMA_PX  # elastic: smoothing σ of the displacement field, px
     schedule: str = "exponential"  # exponential (× gamma per epoch) | cosine | onecycle (per step)
     label_smoothing: float = 0.0
     ema: float = 0.0              # decay of an exponential moving average of the weights; 0 = off
@@ -61,6 +64,11 @@ class FitConfig:
         for name, v in (("--lr", self.lr), ("--gamma", self.gamma)):
             if not (v > 0 and math.isfinite(v)):
                 raise UsageError(f"{name} must be a positive finite number, got {v}")
+        for name, v in (("--elastic-alpha", self.elastic_alpha), ("--elastic-sigma", self.elastic_sigma)):
+            if not (0 < v <= 100 and math.isfinite(v)):
+                raise UsageError(f"{name} must be a distance in pixels in (0, 100], got {v}")
+        if not (0.0 < self.distort_share <= 1.0):
+            raise UsageError(f"--distort-share must be in (0, 1], got {self.distort_share}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if self.schedule not in SCHEDULES:
@@ -135,7 +143,8 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
             idx = order[i:i + cfg.batch_size]
             xb, yb = x[idx], y[idx]
             if cfg.augment or cfg.elastic:
-                xb = distort(xb, gen, affine=cfg.augment, elastic=cfg.elastic)
+                xb = distort(xb, gen, affine=cfg.augment, elastic=cfg.elastic, p=cfg.distort_share,
+                             alpha=cfg.elastic_alpha, sigma=cfg.elastic_sigma)
             logits = model(xb)
             loss = F.cross_entropy(logits, yb, label_smoothing=cfg.label_smoothing)
             opt.zero_grad(set_to_none=True)
@@ -225,7 +234,9 @@ def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, 
         "metrics": metrics,
         "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "optimizer": "AdamW", "lr": cfg.lr,
                      "weight_decay": cfg.weight_decay, "schedule": cfg.schedule, "lr_decay_per_epoch": cfg.gamma,
-                     "augment": cfg.augment, "elastic": cfg.elastic, "label_smoothing": cfg.label_smoothing,
+                     "augment": cfg.augment, "elastic": cfg.elastic, "distort_share": cfg.distort_share,
+                     "elastic_alpha_px": cfg.elastic_alpha, "elastic_sigma_px": cfg.elastic_sigma,
+                     "label_smoothing": cfg.label_smoothing,
                      "ema": cfg.ema, "seed": cfg.seed, **info},
         "selection": "hyperparameters chosen on the validation slice (training.validation); the test "
                      "split is evaluated once, after training",

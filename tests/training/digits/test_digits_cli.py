@@ -104,7 +104,13 @@ def test_unknown_model_is_one_line_error_listing_valid_models(glyph_dir, tmp_pat
                                            (["--val-fraction", "1.5"], "--val-fraction"),
                                            (["--label-smoothing", "-0.1"], "--label-smoothing"),
                                            (["--schedule", "sometimes"], "unknown schedule 'sometimes'"),
-                                           (["--ema", "2"], "--ema")])
+                                           (["--ema", "2"], "--ema"),
+                                           (["--distort-share", "0"], "--distort-share"),
+                                           (["--distort-share", "1.5"], "--distort-share"),
+                                           (["--elastic-alpha", "-3"], "--elastic-alpha"),
+                                           (["--elastic-alpha", "nan"], "--elastic-alpha"),
+                                           (["--elastic-sigma", "0"], "--elastic-sigma"),
+                                           (["--elastic-sigma", "inf"], "--elastic-sigma")])
 def test_bad_numbers_and_names_are_one_line_errors(glyph_dir, tmp_path, capsys, extra, needle):
     rc, err = run_cli(fit_args(glyph_dir, tmp_path / "m", *extra), capsys)
     assert_one_line_error(rc, err, needle)

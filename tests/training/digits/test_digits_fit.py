@@ -149,7 +149,8 @@ def test_validation_slice_is_stratified_seeded_and_disjoint(glyph_data):
 
 
 @pytest.mark.parametrize("options", [dict(elastic=True), dict(augment=True, elastic=True, label_smoothing=0.1),
-                                     dict(ema=0.9, schedule="cosine"), dict(schedule="onecycle")])
+                                     dict(ema=0.9, schedule="cosine"), dict(schedule="onecycle"),
+                                     dict(elastic=True, distort_share=1.0, elastic_alpha=8.0, elastic_sigma=3.0)])
 def test_each_recipe_option_trains_a_model_that_learns(glyph_data, options):
     model, info = train(small_config(epochs=4, **options), glyph_data)
     assert info["history"][-1]["val_accuracy"] >= 0.3, (options, info["history"])
@@ -167,11 +168,28 @@ def test_elastic_distortion_moves_ink_smoothly_and_keeps_the_untouched_share():
     assert torch.equal(distort(x, torch.Generator().manual_seed(0), affine=True, elastic=True, p=0.0), x)
 
 
+def test_elastic_alpha_scales_the_field_and_sigma_smooths_it():
+    from training.digits.augment import elastic_field
+
+    def field(alpha, sigma):
+        return elastic_field(2, 28, torch.Generator().manual_seed(0), "cpu", alpha, sigma)
+
+    assert torch.allclose(field(17.0, 4.0) * 2, field(34.0, 4.0), atol=1e-6)
+
+    def roughness(f):  # neighbour differences relative to the size of the field
+        return float((f[:, 1:] - f[:, :-1]).abs().mean() / f.abs().mean())
+
+    assert roughness(field(34.0, 6.0)) < roughness(field(34.0, 2.0))
+
+
 @pytest.mark.parametrize("options, message", [(dict(val_fraction=0.0), "--val-fraction"),
                                               (dict(val_fraction=1.0), "--val-fraction"),
                                               (dict(label_smoothing=-0.1), "--label-smoothing"),
                                               (dict(schedule="step"), "unknown schedule"),
-                                              (dict(ema=1.0), "--ema")])
+                                              (dict(ema=1.0), "--ema"),
+                                              (dict(distort_share=0.0), "--distort-share"),
+                                              (dict(elastic_alpha=0.0), "--elastic-alpha"),
+                                              (dict(elastic_sigma=float("nan")), "--elastic-sigma")])
 def test_nonsense_recipe_options_are_refused(options, message):
     from training.errors import UsageError
     with pytest.raises(UsageError, match=message):
