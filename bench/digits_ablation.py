@@ -32,20 +32,31 @@ def row_config(options: str):
     return fit_config(a, a.model, a.hidden, augment=a.augment, elastic=a.elastic)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def digits_parser(doc: str, name: str) -> argparse.ArgumentParser:
+    """The options every digits bench takes: --data-dir, --name (of the result file), --threads."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--data-dir", required=True)
-    ap.add_argument("--row", action="append", required=True, help="NAME=fit-digits options")
-    ap.add_argument("--name", default="digits_ablation")
-    ap.add_argument("--checkpoints", default=None, help="directory for NAME.pt checkpoints")
+    ap.add_argument("--name", default=name)
     ap.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def load_digits(a: argparse.Namespace):
+    """Logging and threads set up, the IDX data of --data-dir loaded."""
     setup_logging()
     set_threads(a.threads)
+    from training.digits.idx import load_dataset
+    return load_dataset(a.data_dir)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = digits_parser(__doc__, "digits_ablation")
+    ap.add_argument("--row", action="append", required=True, help="NAME=fit-digits options")
+    ap.add_argument("--checkpoints", default=None, help="directory for NAME.pt checkpoints")
+    a = ap.parse_args(argv)
+    data = load_digits(a)
     from training.digits.checkpoints import save_checkpoint
     from training.digits.fit import train
-    from training.digits.idx import load_dataset
-    data = load_dataset(a.data_dir)
     result = {"machine": machine(), "data_dir": a.data_dir, "rows": []}
     for spec in a.row:
         name, options = spec.split("=", 1)
@@ -54,6 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         model, info = train(cfg, data)
         hist = info["history"]
         row = {"name": name, "options": options, "val_accuracy": hist[-1]["val_accuracy"],
+               "val_loss": hist[-1].get("val_loss"),
                "best_val_accuracy": max(h["val_accuracy"] for h in hist),
                "best_epoch": max(hist, key=lambda h: h["val_accuracy"])["epoch"],
                "seconds": round(time.perf_counter() - t0, 1), "seconds_per_epoch": info["seconds_per_epoch"],

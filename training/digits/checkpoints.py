@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import UsageError
+from .compact import round_weights_fp16
 from .fit import FitConfig, checkpoint, evaluate, export_digit_model, rebuild
 from .idx import DigitData
 from .models import DigitModelConfig
@@ -50,9 +51,10 @@ class LogitMean(nn.Module):
         return torch.stack([m(images) for m in self.members]).mean(0)
 
 
-def export_checkpoint(paths: list[Path], data: DigitData, out: Path) -> dict:
+def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weights: bool = False) -> dict:
     """Export one checkpoint, or the logit mean of several trained with one recipe and validation slice
-    (different seeds). The validation accuracy is the exported model's; the test split is read once."""
+    (different seeds). The validation accuracy is the exported model's (with `fp16_weights`: the model
+    with its weights rounded to float16, as the file stores them); the test split is read once."""
     loaded = [load_checkpoint(p) for p in paths]
     _, cfg, info = loaded[0]
     for p, (_, other, other_info) in zip(paths[1:], loaded[1:]):
@@ -61,6 +63,8 @@ def export_checkpoint(paths: list[Path], data: DigitData, out: Path) -> dict:
         if not same:
             raise UsageError(f"checkpoint '{p}' has another recipe or validation slice than '{paths[0]}'")
     model = loaded[0][0] if len(loaded) == 1 else LogitMean([m for m, _, _ in loaded]).eval()
+    if fp16_weights:
+        round_weights_fp16(model)
     _, val, _ = stratified_split(data.train, cfg.val_fraction, cfg.val_seed)
     val_accuracy = evaluate(model, val)["test_accuracy"]
     metrics = evaluate(model, data.test)  # the one look at the test split
@@ -69,4 +73,4 @@ def export_checkpoint(paths: list[Path], data: DigitData, out: Path) -> dict:
                           for p, (_, c, i) in zip(paths, loaded)]
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
     return export_digit_model(model, cfg, data, out, metrics, {**info, "checkpoints": [str(p) for p in paths]},
-                              ensemble=len(loaded))
+                              ensemble=len(loaded), fp16_weights=fp16_weights)

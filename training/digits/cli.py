@@ -79,7 +79,7 @@ def cmd_export_digits(args: argparse.Namespace) -> int:
     from .checkpoints import export_checkpoint
     out = check_out_dir(args.out)
     data = load_dataset(args.data_dir, args.dataset, download=args.download)
-    result = export_checkpoint([Path(c) for c in args.checkpoint], data, out)
+    result = export_checkpoint([Path(c) for c in args.checkpoint], data, out, fp16_weights=args.fp16_weights)
     metrics = {k: v for k, v in result["metrics"].items() if k not in ("confusion_matrix", "members")}
     sys.stdout.write(f"{json.dumps(metrics)} -> {out}\n")
     return 0
@@ -136,6 +136,9 @@ def register(sub) -> None:
     p.add_argument("--checkpoint", required=True, nargs="+",
                    help="file(s) written by fit-digits --checkpoint; several: export the mean of their logits")
     p.add_argument("--out", required=True, help="model directory to write, e.g. models/digits")
+    p.add_argument("--fp16-weights", action="store_true",
+                   help="round the weights to float16 before scoring and store them so (half the file; "
+                        "onnxruntime still computes in float32)")
     p.set_defaults(func=cmd_export_digits)
 
     p = sub.add_parser("compare-digits", help="all models × widths × depths on the same data and budget")

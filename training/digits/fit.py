@@ -166,7 +166,8 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
         scored = average.module if average is not None else model
         val = evaluate(scored, val_split, device)
         row = {"epoch": epoch, "train_loss": round(loss_sum / seen, 5), "train_accuracy": round(correct / seen, 5),
-               "val_accuracy": val["test_accuracy"], "seconds": round(epoch_seconds[-1], 3)}
+               "val_accuracy": val["test_accuracy"], "val_loss": val["test_loss"],
+               "seconds": round(epoch_seconds[-1], 3)}
         history.append(row)
         bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}",
                         val_acc=f"{row['val_accuracy']:.4f}")
@@ -220,9 +221,15 @@ def check_digits_parity(graph: WithProbabilities, onnx_bytes: bytes, images: np.
 
 
 def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, out: Path, metrics: dict,
-                       info: dict, ensemble: int = 1) -> dict:
-    """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed."""
+                       info: dict, ensemble: int = 1, fp16_weights: bool = False) -> dict:
+    """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed.
+    `fp16_weights`: `model`'s weights are already rounded to float16 (compact.round_weights_fp16, before it
+    was scored); the file stores them as float16."""
     graph, onnx_bytes = export_digits(model)
+    storage = {"weights": "float32"}
+    if fp16_weights:
+        from .compact import store_weights_fp16
+        onnx_bytes, storage = store_weights_fp16(onnx_bytes)
     parity = check_digits_parity(graph, onnx_bytes, to_tensor(data.test.images).numpy())
     arch = cfg.model.to_dict()
     what = f"{cfg.model.model} {cfg.model.dims}" + (f" x{ensemble} (mean of logits)" if ensemble > 1 else "")
@@ -240,7 +247,7 @@ def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, 
                      "ema": cfg.ema, "seed": cfg.seed, **info},
         "selection": "hyperparameters chosen on the validation slice (training.validation); the test "
                      "split is evaluated once, after training",
-        "export": {"opset": 17, "parity": parity},
+        "export": {"opset": 17, "parity": parity, **storage},
     }
     return write_model_dir(
         out, task="digits", onnx_bytes=onnx_bytes,

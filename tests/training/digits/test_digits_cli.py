@@ -164,3 +164,34 @@ def test_export_digits_refuses_a_file_that_is_not_a_checkpoint(glyph_dir, tmp_pa
                        "--out", str(tmp_path / "m")], capsys)
     assert_one_line_error(rc, err, "cannot read digit checkpoint")
     assert not (tmp_path / "m").exists()
+
+
+def test_fp16_weights_export_halves_the_file_and_onnxruntime_matches_the_rounded_model(glyph_dir, tmp_path, capsys):
+    ckpt = tmp_path / "s0.pt"
+    rc, err = run_cli(["fit-digits", "--data-dir", str(glyph_dir), "--hidden", "16", "--epochs", "1",
+                       "--no-progress", "--checkpoint", str(ckpt)], capsys)
+    assert rc == 0, err
+    sizes, metas = {}, {}
+    for name, extra in (("fp32", []), ("fp16", ["--fp16-weights"])):
+        rc, err = run_cli(["export-digits", "--data-dir", str(glyph_dir), "--checkpoint", str(ckpt),
+                           "--out", str(tmp_path / name), *extra], capsys)
+        assert rc == 0, err
+        sizes[name] = (tmp_path / name / "1" / "model.onnx").stat().st_size
+        metas[name] = json.loads((tmp_path / name / "1" / "metadata.json").read_text())
+    assert sizes["fp16"] < 0.6 * sizes["fp32"], sizes
+    assert metas["fp32"]["export"]["weights"] == "float32"
+    assert metas["fp16"]["export"]["weights"].startswith("float16") and metas["fp16"]["export"]["fp16_initializers"] >= 1
+    assert metas["fp16"]["export"]["parity"]["argmax_mismatches"] == 0
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from training.digits.checkpoints import load_checkpoint
+    from training.digits.compact import round_weights_fp16
+    path = tmp_path / "fp16" / "1" / "model.onnx"
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in onnx.load(str(path)).graph.initializer)
+    x = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["logits"], {"images": x})[0]
+    model = round_weights_fp16(load_checkpoint(ckpt)[0])
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    assert np.abs(got - want).max() <= 1e-5

@@ -38,6 +38,7 @@ def test_short_sinekan_training_on_glyphs_beats_chance_by_a_wide_margin(trained,
     assert len(info["history"]) == 6 and "test_accuracy" not in info["history"][-1]
     assert info["history"][-1]["val_accuracy"] == info["validation"]["accuracy"] >= 0.5
     assert info["history"][-1]["train_loss"] < info["history"][0]["train_loss"]
+    assert 0 < info["history"][-1]["val_loss"] < info["history"][0]["val_loss"]
 
 
 @pytest.mark.parametrize("name", ["mlp", "bspline-kan", "fourier-kan"])
