@@ -51,26 +51,70 @@ class LogitMean(nn.Module):
         return torch.stack([m(images) for m in self.members]).mean(0)
 
 
-def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weights: bool = False) -> dict:
+def recipe(cfg: FitConfig) -> dict:
+    """What members of one ensemble share: the whole config but the seed (and whether it is a refit)."""
+    return {**asdict(cfg), "seed": None, "refit": None}
+
+
+def check_same_recipe(paths: list[Path], loaded: list, first: tuple) -> None:
+    _, cfg, info = first
+    for p, (_, other, other_info) in zip(paths, loaded):
+        if recipe(other) != recipe(cfg) or other_info["validation"]["indices_sha256"] \
+                != info["validation"]["indices_sha256"]:
+            raise UsageError(f"checkpoint '{p}' has another recipe or validation slice than the first checkpoint")
+
+
+def ensemble(loaded: list, fp16_weights: bool) -> nn.Module:
+    model = loaded[0][0] if len(loaded) == 1 else LogitMean([m for m, _, _ in loaded]).eval()
+    return round_weights_fp16(model) if fp16_weights else model
+
+
+def members(paths: list[Path], loaded: list) -> list[dict]:
+    return [{"checkpoint": str(p), "seed": c.seed, "val_accuracy": None if c.refit else i["validation"]["accuracy"]}
+            for p, (_, c, i) in zip(paths, loaded)]
+
+
+CHOSEN = ("recipe chosen on the validation slice (training.validation): metrics.val_accuracy is the logit mean "
+          "of the held-out checkpoints in metrics.chosen_with, trained on the other {held} digits; the shipped "
+          "members are the same recipe refit on all {all} training digits, slice included (no validation score "
+          "of their own); the test split is evaluated once, at export")
+
+
+def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weights: bool = False,
+                      chosen_with: list[Path] | None = None) -> dict:
     """Export one checkpoint, or the logit mean of several trained with one recipe and validation slice
     (different seeds). The validation accuracy is the exported model's (with `fp16_weights`: the model
-    with its weights rounded to float16, as the file stores them); the test split is read once."""
+    with its weights rounded to float16, as the file stores them); the test split is read once.
+
+    Refit checkpoints (`fit-digits --refit`) saw the slice, so they need `chosen_with`: the held-out
+    checkpoints of the same recipe that it was chosen with; their logit mean's validation accuracy is
+    the one the metadata reports."""
     loaded = [load_checkpoint(p) for p in paths]
-    _, cfg, info = loaded[0]
-    for p, (_, other, other_info) in zip(paths[1:], loaded[1:]):
-        same = {**asdict(other), "seed": cfg.seed} == asdict(cfg) and other_info["validation"]["indices_sha256"] \
-            == info["validation"]["indices_sha256"]
-        if not same:
-            raise UsageError(f"checkpoint '{p}' has another recipe or validation slice than '{paths[0]}'")
-    model = loaded[0][0] if len(loaded) == 1 else LogitMean([m for m, _, _ in loaded]).eval()
-    if fp16_weights:
-        round_weights_fp16(model)
+    check_same_recipe(paths, loaded, loaded[0])
+    cfg, info = loaded[0][1], loaded[0][2]
+    if cfg.refit and not chosen_with:
+        raise UsageError("refit checkpoints have no validation score of their own: give --chosen-with the "
+                         "held-out checkpoints the recipe was chosen with")
+    if chosen_with and not cfg.refit:
+        raise UsageError("--chosen-with is for refit checkpoints (fit-digits --refit)")
     _, val, _ = stratified_split(data.train, cfg.val_fraction, cfg.val_seed)
-    val_accuracy = evaluate(model, val)["test_accuracy"]
-    metrics = evaluate(model, data.test)  # the one look at the test split
+    metrics: dict = {}
+    if chosen_with:
+        held = [load_checkpoint(p) for p in chosen_with]
+        check_same_recipe(chosen_with, held, loaded[0])
+        bad = [p for p, (_, c, _) in zip(chosen_with, held) if c.refit]
+        if bad:
+            raise UsageError(f"--chosen-with checkpoint '{bad[0]}' is a refit; it saw the validation slice")
+        metrics["chosen_with"] = members(chosen_with, held)
+        val_accuracy = evaluate(ensemble(held, fp16_weights), val)["test_accuracy"]
+    model = ensemble(loaded, fp16_weights)
+    if not chosen_with:
+        val_accuracy = evaluate(model, val)["test_accuracy"]
+    metrics = {**evaluate(model, data.test), **metrics}  # the one look at the test split
     metrics["val_accuracy"] = val_accuracy
-    metrics["members"] = [{"checkpoint": str(p), "seed": c.seed, "val_accuracy": i["validation"]["accuracy"]}
-                          for p, (_, c, i) in zip(paths, loaded)]
+    metrics["members"] = members(paths, loaded)
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
+    kw = {"selection": CHOSEN.format(held=len(data.train.labels) - len(val.labels), all=len(data.train.labels))} \
+        if chosen_with else {}
     return export_digit_model(model, cfg, data, out, metrics, {**info, "checkpoints": [str(p) for p in paths]},
-                              ensemble=len(loaded), fp16_weights=fp16_weights)
+                              ensemble=len(loaded), fp16_weights=fp16_weights, **kw)

@@ -45,6 +45,9 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1,
                    help="stratified share of the training digits held out for validation, in (0, 1)")
     p.add_argument("--val-seed", type=int, default=0, help="seed of the validation slice")
+    p.add_argument("--refit", action="store_true",
+                   help="train on the validation slice too: the final fit of a recipe already chosen on it "
+                        "(the model then has no validation score of its own)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -57,7 +60,7 @@ def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment:
                     gamma=args.gamma, augment=augment, elastic=elastic, distort_share=args.distort_share,
                     elastic_alpha=args.elastic_alpha, elastic_sigma=args.elastic_sigma, schedule=args.schedule,
                     label_smoothing=args.label_smoothing, ema=args.ema, val_fraction=args.val_fraction,
-                    val_seed=args.val_seed, seed=args.seed, device=args.device,
+                    val_seed=args.val_seed, refit=args.refit, seed=args.seed, device=args.device,
                     progress=not args.no_progress,
                     model=DigitModelConfig(model=model, hidden=hidden, grid_size=args.grid or 0))
     cfg.validate()
@@ -79,8 +82,9 @@ def cmd_export_digits(args: argparse.Namespace) -> int:
     from .checkpoints import export_checkpoint
     out = check_out_dir(args.out)
     data = load_dataset(args.data_dir, args.dataset, download=args.download)
-    result = export_checkpoint([Path(c) for c in args.checkpoint], data, out, fp16_weights=args.fp16_weights)
-    metrics = {k: v for k, v in result["metrics"].items() if k not in ("confusion_matrix", "members")}
+    result = export_checkpoint([Path(c) for c in args.checkpoint], data, out, fp16_weights=args.fp16_weights,
+                               chosen_with=[Path(c) for c in args.chosen_with or []])
+    metrics = {k: v for k, v in result["metrics"].items() if k not in ("confusion_matrix", "members", "chosen_with")}
     sys.stdout.write(f"{json.dumps(metrics)} -> {out}\n")
     return 0
 
@@ -139,6 +143,9 @@ def register(sub) -> None:
     p.add_argument("--fp16-weights", action="store_true",
                    help="round the weights to float16 before scoring and store them so (half the file; "
                         "onnxruntime still computes in float32)")
+    p.add_argument("--chosen-with", nargs="+", default=None,
+                   help="for --refit checkpoints: the held-out checkpoints of the same recipe it was chosen with "
+                        "(their validation accuracy goes into the metadata)")
     p.set_defaults(func=cmd_export_digits)
 
     p = sub.add_parser("compare-digits", help="all models × widths × depths on the same data and budget")

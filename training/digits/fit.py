@@ -51,6 +51,7 @@ class FitConfig:
     ema: float = 0.0              # decay of an exponential moving average of the weights; 0 = off
     val_fraction: float = 0.1     # stratified validation slice of the training digits
     val_seed: int = 0             # draws that slice (fixed across training seeds)
+    refit: bool = False           # train on the slice too: the final fit of a recipe chosen on it
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -118,12 +119,16 @@ def make_schedule(cfg: FitConfig, opt: torch.optim.Optimizer, steps_per_epoch: i
 
 
 def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifier, dict]:
-    """Train for cfg.epochs on the training digits minus the validation slice; score every epoch on
-    that slice. Return the model (the weight average with `ema`; CPU, eval mode) and its history."""
+    """Train for cfg.epochs on the training digits minus the validation slice (with `refit`: on all of
+    them, so the per-epoch score on the slice is on seen digits); score every epoch on that slice.
+    Return the model (the weight average with `ema`; CPU, eval mode) and its history."""
     cfg.validate()
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
     train_split, val_split, val_info = stratified_split(data.train, cfg.val_fraction, cfg.val_seed)
+    if cfg.refit:
+        train_split = data.train
+        val_info = {**val_info, "refit": True, "train_size": len(train_split.labels)}
     model = DigitClassifier(cfg.model).to(device)
     average = (torch.optim.swa_utils.AveragedModel(
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema)) if cfg.ema else None)
@@ -220,8 +225,12 @@ def check_digits_parity(graph: WithProbabilities, onnx_bytes: bytes, images: np.
     return report
 
 
+SELECTED = ("hyperparameters chosen on the validation slice (training.validation); the test split is "
+            "evaluated once, after training")
+
+
 def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, out: Path, metrics: dict,
-                       info: dict, ensemble: int = 1, fp16_weights: bool = False) -> dict:
+                       info: dict, ensemble: int = 1, fp16_weights: bool = False, selection: str = SELECTED) -> dict:
     """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed.
     `fp16_weights`: `model`'s weights are already rounded to float16 (compact.round_weights_fp16, before it
     was scored); the file stores them as float16."""
@@ -245,8 +254,7 @@ def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, 
                      "elastic_alpha_px": cfg.elastic_alpha, "elastic_sigma_px": cfg.elastic_sigma,
                      "label_smoothing": cfg.label_smoothing,
                      "ema": cfg.ema, "seed": cfg.seed, **info},
-        "selection": "hyperparameters chosen on the validation slice (training.validation); the test "
-                     "split is evaluated once, after training",
+        "selection": selection,
         "export": {"opset": 17, "parity": parity, **storage},
     }
     return write_model_dir(
@@ -264,8 +272,11 @@ def fit_digits(cfg: FitConfig, data: DigitData, out: Path | None, checkpoint_pat
         save_checkpoint(model, cfg, info, checkpoint_path)
     model = rebuild(checkpoint(model, cfg))  # export what a checkpoint restores
     metrics = evaluate(model, data.test)  # the one look at the test split
-    metrics["val_accuracy"] = info["validation"]["accuracy"]
+    metrics["val_accuracy"] = None if cfg.refit else info["validation"]["accuracy"]
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
     if out is None:
         return {"metrics": metrics}
-    return export_digit_model(model, cfg, data, out, metrics, info)
+    selection = SELECTED if not cfg.refit else (
+        "refit on all training digits, the validation slice included, so it has no validation score "
+        "of its own (metrics.val_accuracy is null); the test split is evaluated once, after training")
+    return export_digit_model(model, cfg, data, out, metrics, info, selection=selection)

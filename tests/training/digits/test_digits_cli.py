@@ -166,15 +166,27 @@ def test_export_digits_refuses_a_file_that_is_not_a_checkpoint(glyph_dir, tmp_pa
     assert not (tmp_path / "m").exists()
 
 
-def test_fp16_weights_export_halves_the_file_and_onnxruntime_matches_the_rounded_model(glyph_dir, tmp_path, capsys):
-    ckpt = tmp_path / "s0.pt"
-    rc, err = run_cli(["fit-digits", "--data-dir", str(glyph_dir), "--hidden", "16", "--epochs", "1",
-                       "--no-progress", "--checkpoint", str(ckpt)], capsys)
-    assert rc == 0, err
+@pytest.fixture(scope="module")
+def checkpoints(glyph_dir, tmp_path_factory):
+    """{'held': a held-out fit, 'refit': the same recipe refit on the slice too, 'other': another width}."""
+    d = tmp_path_factory.mktemp("ckpt")
+    base = ["fit-digits", "--data-dir", str(glyph_dir), "--epochs", "1", "--no-progress"]
+    for name, extra in (("held", ["--hidden", "16"]), ("refit", ["--hidden", "16", "--refit", "--seed", "1"]),
+                        ("other", ["--hidden", "8"])):
+        assert main([*base, *extra, "--checkpoint", str(d / f"{name}.pt")]) == 0
+    return {name: d / f"{name}.pt" for name in ("held", "refit", "other")}
+
+
+def export(glyph_dir, out, capsys, *extra) -> tuple[int, str]:
+    return run_cli(["export-digits", "--data-dir", str(glyph_dir), "--out", str(out), *extra], capsys)
+
+
+def test_fp16_weights_export_halves_the_file_and_onnxruntime_matches_the_rounded_model(
+        glyph_dir, checkpoints, tmp_path, capsys):
+    ckpt = checkpoints["held"]
     sizes, metas = {}, {}
     for name, extra in (("fp32", []), ("fp16", ["--fp16-weights"])):
-        rc, err = run_cli(["export-digits", "--data-dir", str(glyph_dir), "--checkpoint", str(ckpt),
-                           "--out", str(tmp_path / name), *extra], capsys)
+        rc, err = export(glyph_dir, tmp_path / name, capsys, "--checkpoint", str(ckpt), *extra)
         assert rc == 0, err
         sizes[name] = (tmp_path / name / "1" / "model.onnx").stat().st_size
         metas[name] = json.loads((tmp_path / name / "1" / "metadata.json").read_text())
@@ -195,3 +207,32 @@ def test_fp16_weights_export_halves_the_file_and_onnxruntime_matches_the_rounded
     with torch.no_grad():
         want = model(torch.from_numpy(x)).numpy()
     assert np.abs(got - want).max() <= 1e-5
+
+
+def test_refit_trains_on_the_slice_too_and_exports_with_the_held_out_models_validation_score(
+        glyph_dir, checkpoints, tmp_path, capsys):
+    import torch
+    held = torch.load(checkpoints["held"], weights_only=True)["info"]["validation"]
+    refit = torch.load(checkpoints["refit"], weights_only=True)["info"]["validation"]
+    assert held["train_size"] == 540 and refit["train_size"] == 600 and refit["refit"] is True
+    assert refit["indices_sha256"] == held["indices_sha256"]
+    rc, err = export(glyph_dir, tmp_path / "m", capsys, "--checkpoint", str(checkpoints["refit"]),
+                     "--chosen-with", str(checkpoints["held"]))
+    assert rc == 0, err
+    meta = json.loads((tmp_path / "m" / "1" / "metadata.json").read_text())
+    assert meta["metrics"]["val_accuracy"] == held["accuracy"]
+    assert meta["metrics"]["chosen_with"][0]["val_accuracy"] == held["accuracy"]
+    assert meta["metrics"]["members"][0]["val_accuracy"] is None and meta["training"]["validation"]["refit"]
+    assert "refit on all 600 training digits" in meta["selection"]
+
+
+@pytest.mark.parametrize("ckpt, chosen, needle", [("refit", None, "give --chosen-with"),
+                                                  ("held", "held", "--chosen-with is for refit"),
+                                                  ("refit", "refit", "is a refit"),
+                                                  ("refit", "other", "another recipe")])
+def test_refit_export_refuses_a_missing_or_wrong_held_out_model(glyph_dir, checkpoints, tmp_path, capsys,
+                                                                ckpt, chosen, needle):
+    extra = ["--chosen-with", str(checkpoints[chosen])] if chosen else []
+    rc, err = export(glyph_dir, tmp_path / "m", capsys, "--checkpoint", str(checkpoints[ckpt]), *extra)
+    assert_one_line_error(rc, err, needle)
+    assert not (tmp_path / "m").exists()
