@@ -114,7 +114,12 @@ def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weight
     metrics["val_accuracy"] = val_accuracy
     metrics["members"] = members(paths, loaded)
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
-    kw = {"selection": CHOSEN.format(held=len(data.train.labels) - len(val.labels), all=len(data.train.labels))} \
-        if chosen_with else {}
-    return export_digit_model(model, cfg, data, out, metrics, {**info, "checkpoints": [str(p) for p in paths]},
-                              ensemble=len(loaded), fp16_weights=fp16_weights, **kw)
+    info, kw = {**info, "checkpoints": [str(p) for p in paths]}, {}
+    if chosen_with:
+        kw["selection"] = CHOSEN.format(held=len(data.train.labels) - len(val.labels), all=len(data.train.labels))
+        info["validation"] = {**info["validation"], "accuracy": val_accuracy,
+                              "accuracy_of": "the held-out logit mean (metrics.chosen_with)",
+                              "refit_member_score_on_seen_slice": info["validation"]["accuracy"]}
+        info["history_note"] = "first member's curve; its val_accuracy is on the slice it trained on (refit)"
+    return export_digit_model(model, cfg, data, out, metrics, info, ensemble=len(loaded),
+                              fp16_weights=fp16_weights, **kw)

@@ -223,6 +223,7 @@ def test_refit_trains_on_the_slice_too_and_exports_with_the_held_out_models_vali
     assert meta["metrics"]["val_accuracy"] == held["accuracy"]
     assert meta["metrics"]["chosen_with"][0]["val_accuracy"] == held["accuracy"]
     assert meta["metrics"]["members"][0]["val_accuracy"] is None and meta["training"]["validation"]["refit"]
+    assert meta["training"]["validation"]["accuracy"] == held["accuracy"]
     assert "refit on all 600 training digits" in meta["selection"]
 
 
