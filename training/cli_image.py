@@ -8,19 +8,43 @@ from pathlib import Path
 
 from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
-from .image_models import BODIES, ImageModelConfig
+from .image_models import BODIES, MODEL_DEFAULTS, ImageModelConfig
 from .images import BUILTIN, image_defaults
 from .sinekan import INITS
 from .repository import check_out_dir
+
+
+# fit-image's defaults for the options a built-in image or a model may set otherwise (None: derived).
+FIT_DEFAULTS = {"encoding": "gaussian", "scale": 10.0, "features": 256, "width": 256, "grid": 8, "first_grid": None,
+                "first_freq": None, "hidden_freq": 1.0, "steps": 500}
+
+
+def default_help(key: str, sep: str = "") -> str:
+    per_model = "; ".join(f"--model {m}: {d[key]}" for m, d in MODEL_DEFAULTS.items() if key in d)
+    base = FIT_DEFAULTS[key]
+    return f"{sep}(default: {'derived' if base is None else base}{'; ' + per_model if per_model else ''})"
+
+
+def zero_or_positive_float(text: str) -> float:
+    """0 (the paper's setting) or a positive finite number."""
+    from .cli import positive_float
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass
+    return positive_float(text)
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
     from .cli import positive_float, positive_int
     p.add_argument("--image", default="astronaut", help=f"built-in name ({', '.join(BUILTIN)}) or an image file")
     p.add_argument("--size", type=positive_int, default=256, help="train at SIZE×SIZE pixels")
-    p.add_argument("--encoding", default="gaussian", choices=sorted(ENCODINGS))
-    p.add_argument("--scale", type=positive_float, default=10.0, help="gaussian: σ of the frequency matrix")
-    p.add_argument("--features", type=positive_int, default=256, help="gaussian/sine: number of frequencies")
+    p.add_argument("--encoding", choices=sorted(ENCODINGS), help=default_help("encoding"))
+    p.add_argument("--scale", type=positive_float, help="gaussian/projection: σ of the frequency matrix"
+                   + default_help("scale", " "))
+    p.add_argument("--features", type=positive_int,
+                   help="gaussian/sine/projection: number of frequencies" + default_help("features", " "))
     p.add_argument("--levels", type=positive_int, default=8, help="positional: number of frequencies")
     p.add_argument("--max-freq", type=positive_float, default=None,
                    help="positional: largest frequency (default: SIZE/4)")
@@ -29,19 +53,22 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--damping", action="store_true", help="sine: damp amplitudes toward Nyquist")
     p.add_argument("--model", default="mlp", choices=sorted(BODIES))
     p.add_argument("--depth", type=positive_int, default=4)
-    p.add_argument("--width", type=positive_int, default=256)
-    p.add_argument("--grid", type=positive_int, default=8, help="sinekan: grid size G")
-    p.add_argument("--first-grid", type=positive_int, default=None,
-                   help="sinekan: grid size of the first layer (default: --grid)")
-    p.add_argument("--first-freq", type=positive_float, default=None,
-                   help="sinekan: the first layer's top frequency in cycles per unit, ω_k = 2π·F·k/G "
-                        "(default: the paper's ω_k = k)")
+    p.add_argument("--width", type=positive_int, help=default_help("width"))
+    p.add_argument("--grid", type=positive_int, help="sinekan: grid size G" + default_help("grid", " "))
+    p.add_argument("--first-grid", type=positive_int,
+                   help="sinekan: grid size of the first layer" + default_help("first_grid", " ").replace("derived", "--grid"))
+    p.add_argument("--first-freq", type=zero_or_positive_float,
+                   help="sinekan: the first layer's top frequency in cycles per unit (of a projection: in "
+                        "multiples of it), ω_k = 2π·F·k/G; 0 = the paper's ω_k = k" + default_help("first_freq", " "))
+    p.add_argument("--hidden-freq", type=positive_float,
+                   help="sinekan: scale of the later layers' frequency grids, ω_k = S·k/(G+1); 1 = the paper's"
+                        + default_help("hidden_freq", " "))
     p.add_argument("--sinekan-init", default="scaled", choices=INITS,
                    help="sinekan: amplitude initialisation: scaled to unit output variance (default; "
                         "docs/benchmarks.md §1) or the paper's")
     # Fast defaults, measured in docs/benchmarks.md §2; the paper's protocol is
     # --steps 2000 --lr 1e-3 --schedule constant --batch-size 0.
-    p.add_argument("--steps", type=positive_int, default=500)
+    p.add_argument("--steps", type=positive_int, help=default_help("steps"))
     p.add_argument("--lr", type=positive_float, default=5e-3)
     p.add_argument("--schedule", default="cosine", choices=SCHEDULES,
                    help="learning rate: constant, or cosine decay to 0 over --steps (default)")
@@ -53,15 +80,18 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile the training step")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    # A built-in image may carry its own defaults (images.IMAGE_DEFAULTS) for the options left at theirs.
-    p.set_defaults(option_defaults={a.dest: a.default for a in p._actions})
+
+
+def resolve_defaults(args: argparse.Namespace) -> None:
+    """Fill the options not given (None) from, in order: the built-in image's defaults
+    (images.IMAGE_DEFAULTS), the model's (image_models.MODEL_DEFAULTS), fit-image's own (the MLP's)."""
+    for key, base in FIT_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, image_defaults(args.image).get(key, MODEL_DEFAULTS.get(args.model, {}).get(key, base)))
 
 
 def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfig:
-    left = getattr(args, "option_defaults", {})
-    for key, value in image_defaults(args.image).items():
-        if key in left and getattr(args, key) == left[key]:
-            setattr(args, key, value)
+    resolve_defaults(args)
     enc = EncodingConfig(
         name=args.encoding, scale=scale if scale is not None else args.scale, features=args.features,
         levels=args.levels, max_freq=args.max_freq or max(args.size / 4, 1.0),
@@ -69,7 +99,7 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
         nyquist=args.size / 4 if args.protocol == "paper" else args.size / 2, seed=args.seed)
     model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
                              first_grid=args.first_grid or 0, first_freq=args.first_freq or 0.0,
-                             sinekan_init=args.sinekan_init, encoding=enc)
+                             sinekan_init=args.sinekan_init, hidden_freq=args.hidden_freq, encoding=enc)
     return FitConfig(image=args.image, size=args.size, steps=args.steps, lr=args.lr, schedule=args.schedule,
                      batch_size=args.batch_size, compile=args.compile,
                      protocol=args.protocol, seed=args.seed, device=args.device,

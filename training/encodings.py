@@ -135,12 +135,31 @@ class SineFeatures(nn.Module):
         return self.amps * torch.sin(TWO_PI * (v @ self.freqs + self.phases))  # [N, m]
 
 
+class Projection(nn.Module):
+    """`projection`: random Gaussian projections p = v B, B ~ N(0, σ²) of shape (in_dim, m), in cycles
+    per unit, with no sines: the input of a SineKAN whose first layer takes the sines.
+
+    sin(ω_k p_j + φ_jk) = sin(ω_k b_j·v + φ_jk) is then a Gaussian Fourier feature at the frequency
+    (ω_k / 2π)·b_j: each projection gets the first layer's G₁ harmonics, and because the ω_k train, the
+    network tunes the bandwidth that σ fixes for an MLP. Under an MLP it is only a linear layer.
+    """
+
+    def __init__(self, cfg: EncodingConfig):
+        super().__init__()
+        self.register_buffer("B", gaussian(cfg).B)
+        self.out_dim = self.B.shape[1]
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return v @ self.B  # [N, m]
+
+
 ENCODINGS = {
     "none": Identity,
     "basic": basic,
     "positional": positional,
     "gaussian": gaussian,
     "sine": SineFeatures,
+    "projection": Projection,
 }
 
 

@@ -9,8 +9,8 @@ This module splits a fitted `ImageINR` into that first stage — P [F, 2] and φ
 module, exports the body graph beside `model.onnx` and checks its parity. It covers
   - Gaussian, positional and basic features (sin and cos = sin with a π/2 phase),
   - StyleGAN3 `sine` features (their amplitudes stay in the body),
-  - a SineKAN first layer on raw coordinates (its sin(ω_g x_j + φ_jg) terms);
-SineKAN on encoded coordinates is separable up to its encoding, which then is the first stage.
+  - a SineKAN first layer on raw coordinates or on `projection`s (its sin(ω_g p_j + φ_jg) terms);
+SineKAN on sine features is separable up to its encoding, which then is the first stage.
 An MLP on raw coordinates has no sines: it has no separable form (returns None).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .encodings import SinCos, SineFeatures, TWO_PI
+from .encodings import Identity, Projection, SinCos, SineFeatures, TWO_PI
 from .export import check_parity, export_onnx, ort_session
 from .image_models import ImageINR
 from .repository import sha256_bytes
@@ -124,12 +124,12 @@ def split(model: ImageINR) -> tuple[FirstStage, SeparableBody] | None:
         return (FirstStage(TWO_PI * _f64(enc.freqs).T, TWO_PI * _f64(enc.phases)),
                 SeparableBody(None, body, amps=enc.amps))
     first = body[0] if isinstance(body, nn.Sequential) and len(body) else None
-    if isinstance(first, SineKANLayer):  # on raw coordinates: sin(ω_g x_j + φ_jg), grid-major [G, in]
+    if isinstance(first, SineKANLayer) and isinstance(enc, (Identity, Projection)):
+        # sin(ω_g p_j + φ_jg) on p = x M (M = I on raw coordinates, B for projections), grid-major [G, in]
         g, d = first.grid_size, first.in_dim
+        M = np.eye(d) if isinstance(enc, Identity) else _f64(enc.B)  # [2, in]
         omega, ph = _f64(first.frequencies), _f64(first.phase)  # [G], [in, G]
-        P = np.zeros((g * d, d))
-        for k in range(g):
-            P[k * d:(k + 1) * d] = np.eye(d) * np.float64(np.float32(omega[k]))
+        P = np.concatenate([np.float64(np.float32(omega[k])) * M.T for k in range(g)])  # [G·in, 2]
         phase = ph.T.reshape(-1)
         return FirstStage(P, phase), SeparableBody(SineKANAfterSines(first), nn.Sequential(*list(body)[1:]))
     return None

@@ -6,9 +6,10 @@ with a fixed phase grid φ, learnable frequencies ω shared across the layer, an
 learnable amplitudes A. Initialisation follows the paper and its reference code.
 
 What the paper leaves open for low-dimensional inputs is an option of the stack: the first
-layer's grid size and a scale of its frequency grid, ω_k = scale·k (the paper's is 1). On 2D
-coordinates in [0, 1] the paper's ω_k ≤ G rad cannot reach an image's frequencies; the scale
-plays the part of SIREN's ω₀. The maths of the layer stays the same.
+layer's grid size and a scale of its frequency grid, ω_k = scale·k (the paper's is 1), and a scale
+of the later layers' grids, ω_k = scale·k/(G+1). On 2D coordinates in [0, 1] the paper's ω_k ≤ G
+rad cannot reach an image's frequencies; the first scale plays the part of SIREN's ω₀, the later
+one sets how much each layer bends its (unit-variance) input. The maths of the layer stays the same.
 """
 from __future__ import annotations
 
@@ -126,14 +127,15 @@ class SineKAN(nn.Sequential):
     """A stack of SineKAN layers [d0, d1, …, dL]; only the first is `is_first`.
 
     `first_grid` (default: `grid_size`) and `first_scale` set the first layer's grid size and
-    frequency scale; the other layers are the paper's. `init` is the amplitude initialisation.
+    frequency scale; `later_scale` scales the other layers' grids (the paper's: 1). `init` is the
+    amplitude initialisation.
     """
 
     def __init__(self, dims: list[int], grid_size: int = 8, first_grid: int | None = None,
-                 first_scale: float = 1.0, init: str = "paper"):
+                 first_scale: float = 1.0, init: str = "paper", later_scale: float = 1.0):
         super().__init__(*[
             SineKANLayer(a, b, grid_size=(first_grid or grid_size) if i == 0 else grid_size, is_first=(i == 0),
-                         frequency_scale=first_scale if i == 0 else 1.0, init=init)
+                         frequency_scale=first_scale if i == 0 else later_scale, init=init)
             for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
         ])
         self.out_dim = dims[-1]

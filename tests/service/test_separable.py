@@ -35,6 +35,8 @@ CASES = {
     "sinekan raw": ImageModelConfig(model="sinekan", width=16, depth=3, grid_size=6, encoding=EncodingConfig("none")),
     "sinekan on gaussian": ImageModelConfig(model="sinekan", width=16, depth=2, grid_size=4,
                                             encoding=EncodingConfig("gaussian", scale=10.0, features=16)),
+    "sinekan on projections": ImageModelConfig(model="sinekan", width=16, depth=3, grid_size=4, first_freq=1.0,
+                                               encoding=EncodingConfig("projection", scale=8.0, features=12)),
 }
 VIEWS = [  # (transform, supersample, viewport)
     ({}, 1, (0.0, 0.0, 1.0, 1.0)),

@@ -12,7 +12,7 @@ def enc(name, **kw):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("none", 2), ("basic", 4), ("positional", 2 * 2 * 6), ("gaussian", 2 * 40), ("sine", 40),
+    ("none", 2), ("basic", 4), ("positional", 2 * 2 * 6), ("gaussian", 2 * 40), ("sine", 40), ("projection", 40),
 ])
 def test_each_encoding_maps_n_by_2_to_n_by_out_dim(name, expected):
     e = enc(name, features=40, levels=6, max_freq=32, bandwidth=16)
@@ -86,5 +86,13 @@ def test_sin_cos_kernel_depends_only_on_the_difference(name):
     torch.testing.assert_close(k_a[0], expected)
 
 
-def test_registry_lists_all_five_encodings():
-    assert set(ENCODINGS) == {"none", "basic", "positional", "gaussian", "sine"}
+def test_projection_is_the_gaussian_matrix_without_the_sines():
+    v = torch.rand(6, 2)
+    p, g = enc("projection", scale=7.0, features=9, seed=3), enc("gaussian", scale=7.0, features=9, seed=3)
+    torch.testing.assert_close(p.B, g.B)
+    torch.testing.assert_close(p(v), v @ g.B)
+    torch.testing.assert_close(torch.sin(2 * math.pi * p(v)), g(v)[:, :9], atol=1e-5, rtol=0)
+
+
+def test_registry_lists_all_six_encodings():
+    assert set(ENCODINGS) == {"none", "basic", "positional", "gaussian", "sine", "projection"}

@@ -78,7 +78,9 @@ def test_exported_model_gives_back_the_training_pixels(exported):
 
 @pytest.mark.parametrize("model, extra", [("mlp", {}), ("mlp-bn", {}), ("sinekan", {}),
                                           ("sinekan", dict(first_grid=32, first_freq=16.0, sinekan_init="paper",
-                                                           encoding=EncodingConfig(name="none")))])
+                                                           encoding=EncodingConfig(name="none"))),
+                                          ("sinekan", dict(first_grid=8, first_freq=1.0, hidden_freq=2.0,
+                                                           encoding=EncodingConfig(name="projection", features=8)))])
 def test_every_network_exports_with_onnx_equal_to_torch(model, extra):
     torch.manual_seed(0)
     net = ImageINR(ImageModelConfig(**{"model": model, "width": 16, "depth": 3, "grid_size": 4,
@@ -118,6 +120,8 @@ def test_parity_check_refuses_a_model_that_differs_from_torch():
     (["--lr", "inf"], "--lr"),
     (["--model", "sinekan", "--first-grid", "0"], "--first-grid"),
     (["--model", "sinekan", "--first-freq", "-2"], "--first-freq"),
+    (["--model", "sinekan", "--hidden-freq", "0"], "--hidden-freq"),
+    (["--model", "sinekan", "--hidden-freq", "inf"], "--hidden-freq"),
     (["--model", "sinekan", "--sinekan-init", "xavier"], "invalid choice: 'xavier'"),
 ])
 def test_bad_fit_image_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
@@ -150,3 +154,36 @@ def test_sweep_scale_writes_a_table_and_a_plot(tmp_path):
 def test_model_directory_is_readable_by_other_users(exported):
     # mkdtemp creates 0700 folders; a container's non-root user must still read the model.
     assert exported.stat().st_mode & 0o005 == 0o005
+
+
+def parsed(*argv):
+    import argparse
+
+    from training.cli_image import add_image_options, fit_config
+    p = argparse.ArgumentParser()
+    add_image_options(p)
+    return fit_config(p.parse_args(list(argv))).model
+
+
+def test_model_sinekan_alone_gives_the_benchmarked_variant_and_explicit_options_win():
+    """`--model sinekan` with every other option left out is the best SineKAN of benchmarks §1;
+    an option given on the command line is kept, even when it equals fit-image's own default."""
+    from training.image_models import MODEL_DEFAULTS
+    m = parsed("--model", "sinekan")
+    d = MODEL_DEFAULTS["sinekan"]
+    assert (m.encoding.name, m.encoding.features, m.encoding.scale) == (d["encoding"], d["features"], d["scale"])
+    assert (m.width, m.grid_size, m.first_grid, m.first_freq, m.hidden_freq) == (
+        d["width"], d["grid"], d["first_grid"], d["first_freq"], d["hidden_freq"])
+    m = parsed("--model", "sinekan", "--encoding", "gaussian", "--width", "256", "--grid", "8", "--scale", "10",
+               "--first-freq", "0", "--hidden-freq", "1")
+    assert (m.encoding.name, m.width, m.grid_size, m.encoding.scale, m.first_freq, m.hidden_freq) == (
+        "gaussian", 256, 8, 10.0, 0.0, 1.0)
+    mlp = parsed("--model", "mlp")
+    assert (mlp.encoding.name, mlp.width, mlp.encoding.features, mlp.encoding.scale) == ("gaussian", 256, 256, 10.0)
+
+
+def test_hidden_freq_scales_the_later_grids_and_first_freq_0_is_the_papers():
+    net = ImageINR(parsed("--model", "sinekan", "--first-freq", "0", "--hidden-freq", "2.5")).body
+    assert torch.allclose(net[0].frequencies, torch.arange(1, net[0].grid_size + 1, dtype=torch.float32))
+    g = net[1].grid_size
+    assert torch.allclose(net[1].frequencies, 2.5 * torch.arange(1, g + 1, dtype=torch.float32) / (g + 1))
