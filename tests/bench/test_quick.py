@@ -27,8 +27,9 @@ def smoke(tmp_path_factory):
 def test_fourier_table_fits_every_encoding_on_every_image(smoke):
     out, results = smoke
     r = results["fourier_table"]
-    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {
-        (i, e) for i in ("astronaut", "text") for e in ("none", "basic", "positional", "gaussian", "sine", "sinekan")}
+    encodings = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
+    assert quick.fourier_table.ENCODINGS == encodings
+    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {(i, e) for i in ("astronaut", "text") for e in encodings}
     assert all(math.isfinite(x["test_psnr"]) and x["test_psnr"] > 0 for x in r["runs"])
     assert r["sigma"] in (2.0, 5.0) and len(r["sigma_sweep"]) == 2
     assert set(r["summary"]) == {"natural", "text"}
