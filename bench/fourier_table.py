@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from modelrepo.cliargs import OneLineParser
 from training.fit_image import evaluate, train
 from training.images import load_image
 
@@ -58,6 +59,8 @@ def fit_argv(image: str, encoding: str, a: argparse.Namespace, seed: int, scale:
     argv = ["--image", image, "--size", str(a.size), "--steps", str(a.steps), "--lr", "1e-3",
             "--schedule", "constant", "--batch-size", "0", "--depth", str(a.depth), "--protocol", "paper",
             "--seed", str(seed), "--device", a.device, "--no-progress"]
+    if encoding in a.variants:  # --variant NAME=OPTIONS: fit-image options on top of the protocol
+        return argv + ["--scale", f"{scale:g}", *a.variants[encoding]]
     if encoding in SINEKAN_VARIANTS:
         return argv + ["--model", "sinekan", "--scale", f"{scale:g}", *SINEKAN_VARIANTS[encoding]]
     return argv + ["--model", "mlp", "--encoding", encoding, "--width", str(a.width), "--scale", f"{scale:g}"]
@@ -147,7 +150,7 @@ def plot(result: dict, path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m bench.fourier_table", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m bench.fourier_table", description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--depth", type=int, default=4)
@@ -161,6 +164,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--render", action="store_true", help="also time each model's render under onnxruntime")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
+                   help="an extra row: fit-image OPTIONS (e.g. '--model sinekan --scale 3') on top of the "
+                        "protocol's; repeatable, each NAME is added to --encodings")
     p.add_argument("--name", default="fourier_table", help="result file bench/results/NAME.json")
     p.add_argument("--out-dir", default=None)
     p.add_argument("--plot", default=str(IMG / "bench-fourier-table.png"))
@@ -169,7 +175,13 @@ def main(argv: list[str] | None = None) -> dict:
     a.seeds = [int(s) for s in a.seeds.split(",")]
     a.sigmas = [float(s) for s in a.sigmas.split(",")]
     sets = {"natural": [i for i in a.photos.split(",") if i], "text": [i for i in a.texts.split(",") if i]}
-    encs = [e for e in a.encodings.split(",") if e]
+    a.variants = {}
+    for v in a.variant:
+        name, sep, options = v.partition("=")
+        if not (sep and name and options.split()):
+            p.error(f"--variant wants NAME=OPTIONS, got '{v}'")
+        a.variants[name] = options.split()
+    encs = [e for e in a.encodings.split(",") if e] + [n for n in a.variants if n not in a.encodings.split(",")]
     result = {"machine": machine(), "size": a.size, "steps": a.steps, "depth": a.depth, "width": a.width,
               "seeds": a.seeds, "encodings": encs, "images": sets, "runs": []}
     if len(a.sigmas) > 1:

@@ -16,7 +16,7 @@ from .repository import check_out_dir
 
 # fit-image's defaults for the options a built-in image or a model may set otherwise (None: derived).
 FIT_DEFAULTS = {"encoding": "gaussian", "scale": 10.0, "features": 256, "width": 256, "grid": 8, "first_grid": None,
-                "first_freq": None, "hidden_freq": 1.0, "steps": 500}
+                "first_freq": None, "hidden_freq": 1.0, "steps": 500, "lr": 5e-3}
 
 
 def default_help(key: str, sep: str = "") -> str:
@@ -69,7 +69,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     # Fast defaults, measured in docs/benchmarks.md §2; the paper's protocol is
     # --steps 2000 --lr 1e-3 --schedule constant --batch-size 0.
     p.add_argument("--steps", type=positive_int, help=default_help("steps"))
-    p.add_argument("--lr", type=positive_float, default=5e-3)
+    p.add_argument("--lr", type=positive_float, help="Adam learning rate" + default_help("lr", " "))
     p.add_argument("--schedule", default="cosine", choices=SCHEDULES,
                    help="learning rate: constant, or cosine decay to 0 over --steps (default)")
     p.add_argument("--batch-size", type=int, default=4096,

@@ -27,8 +27,9 @@ def smoke(tmp_path_factory):
 def test_fourier_table_fits_every_encoding_on_every_image(smoke):
     out, results = smoke
     r = results["fourier_table"]
-    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {
-        (i, e) for i in ("astronaut", "text") for e in ("none", "basic", "positional", "gaussian", "sine", "sinekan")}
+    encodings = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
+    assert quick.fourier_table.ENCODINGS == encodings
+    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {(i, e) for i in ("astronaut", "text") for e in encodings}
     assert all(math.isfinite(x["test_psnr"]) and x["test_psnr"] > 0 for x in r["runs"])
     assert r["sigma"] in (2.0, 5.0) and len(r["sigma_sweep"]) == 2
     assert set(r["summary"]) == {"natural", "text"}
@@ -77,3 +78,20 @@ def test_an_unknown_variant_is_one_line_error_with_the_valid_names():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     assert "unknown variant(s) ['warp-speed']" in p.stderr and "paper" in p.stderr
+
+
+def test_fourier_table_runs_an_extra_variant_row_with_its_own_options(tmp_path):
+    r = quick.fourier_table.main(["--size", "16", "--steps", "2", "--photos", "camera", "--texts", "", "--sigmas", "5",
+                                  "--encodings", "gaussian", "--variant", "tiny=--model sinekan --width 8 --scale 3",
+                                  "--threads", "1", "--out-dir", str(tmp_path), "--plot", ""])
+    assert r["encodings"] == ["gaussian", "tiny"]
+    tiny = next(x for x in r["runs"] if x["encoding"] == "tiny")
+    assert "--model sinekan --width 8 --scale 3" in tiny["argv"]
+    assert tiny["parameters"] < next(x for x in r["runs"] if x["encoding"] == "gaussian")["parameters"] / 10
+
+
+def test_a_malformed_variant_is_one_line_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bench.fourier_table", "--variant", "no-options", "--out-dir", str(tmp_path)],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 2 and "--variant wants NAME=OPTIONS" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
