@@ -138,7 +138,7 @@ def plot(result: dict, path) -> None:
         ax.bar(xs, means, w, yerr=stds, capsize=3, label=f"{s} (ours)")
         ax.plot(xs, [PAPER[s].get(e, np.nan) for e in encs], "k_", ms=14, mew=2,
                 label="paper" if i == 0 else None)
-    ax.set_xticks(np.arange(len(encs)), encs)
+    ax.set_xticks(np.arange(len(encs)), encs, rotation=15 if len(encs) > 4 else 0, ha="right" if len(encs) > 4 else "center")
     ax.set_ylabel("test PSNR (dB)")
     ax.set_ylim(10, None)
     ax.set_title(f"{result['size']}², {result['steps']} steps, train [::2, ::2], test held-out")

@@ -95,3 +95,15 @@ def test_a_malformed_variant_is_one_line_exit_2(tmp_path):
                        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 2 and "--variant wants NAME=OPTIONS" in r.stderr and len(r.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_render_cost_times_the_plain_graph_and_the_separable_body_of_each_model(tmp_path):
+    from bench import render_cost
+    r = render_cost.main(["--samples", "64", "--rounds", "1", "--out-dir", str(tmp_path),
+                          "--model", "mlp=--model mlp --width 16", "--model", "kan=--model sinekan --width 8 --features 8",
+                          "--model", "raw=--model mlp --encoding none --width 8"])
+    m = r["models"]
+    assert all(x["plain_us_per_sample"] > 0 for x in m.values())
+    assert m["kan"]["body_features"] == 8 * 8 and m["kan"]["body_us_per_sample"] > 0  # 8 projections × first grid 8
+    assert "body_us_per_sample" not in m["raw"]  # an MLP on raw coordinates has no sines to separate
+    assert (tmp_path / "render_cost.json").exists()
