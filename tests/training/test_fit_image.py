@@ -156,7 +156,7 @@ def test_model_directory_is_readable_by_other_users(exported):
     assert exported.stat().st_mode & 0o005 == 0o005
 
 
-def fit(*argv):
+def fit_config_of(*argv):
     import argparse
 
     from training.cli_image import add_image_options, fit_config
@@ -166,7 +166,7 @@ def fit(*argv):
 
 
 def parsed(*argv):
-    return fit(*argv).model
+    return fit_config_of(*argv).model
 
 
 def test_model_sinekan_alone_gives_the_benchmarked_variant_and_explicit_options_win():
@@ -179,8 +179,8 @@ def test_model_sinekan_alone_gives_the_benchmarked_variant_and_explicit_options_
     assert (m.width, m.grid_size, m.first_grid, m.first_freq, m.hidden_freq) == (
         d["width"], d["grid"], d["first_grid"], d["first_freq"], d["hidden_freq"])
     from training.cli_image import FIT_DEFAULTS
-    assert fit("--model", "sinekan").lr == d["lr"] and fit("--model", "mlp").lr == FIT_DEFAULTS["lr"]
-    assert fit("--model", "sinekan", "--lr", "5e-3").lr == 5e-3
+    assert fit_config_of("--model", "sinekan").lr == d["lr"] and fit_config_of("--model", "mlp").lr == FIT_DEFAULTS["lr"]
+    assert fit_config_of("--model", "sinekan", "--lr", "5e-3").lr == 5e-3
     m = parsed("--model", "sinekan", "--encoding", "gaussian", "--width", "256", "--grid", "8", "--scale", "10",
                "--first-freq", "0", "--hidden-freq", "1")
     assert (m.encoding.name, m.width, m.grid_size, m.encoding.scale, m.first_freq, m.hidden_freq) == (
