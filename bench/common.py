@@ -111,6 +111,18 @@ def fit_image_config(argv: list[str]):
     return cfg
 
 
+def named_options(values: list[str], parser, flag: str) -> dict[str, list[str]]:
+    """`NAME=OPTIONS` arguments (fit-image options of one row or model) as {NAME: [options…]};
+    a malformed one is the parser's one-line usage error."""
+    out = {}
+    for v in values:
+        name, sep, options = v.partition("=")
+        if not (sep and name and options.split()):
+            parser.error(f"{flag} wants NAME=OPTIONS, got '{v}'")
+        out[name] = options.split()
+    return out
+
+
 def finish(result: dict, plot_path: str | None, plot: Callable, table_md: Callable) -> dict:
     """Plot (when asked) and log the markdown table of a finished benchmark."""
     if plot_path:

@@ -23,8 +23,8 @@ from training.images import load_image
 
 from training.image_models import count_parameters
 
-from .common import (IMG, finish, fit_image_config, log, machine, mean_std, median, ort_session, pyplot,
-                     set_threads, setup_logging, time_calls, write_json)
+from .common import (IMG, finish, fit_image_config, log, machine, mean_std, median, named_options, ort_session,
+                     pyplot, set_threads, setup_logging, time_calls, write_json)
 
 PHOTOS = ("astronaut", "camera", "coffee", "chelsea", "rocket", "cat")
 TEXTS = ("text", "text-fourier", "text-sinekan")
@@ -175,12 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
     a.seeds = [int(s) for s in a.seeds.split(",")]
     a.sigmas = [float(s) for s in a.sigmas.split(",")]
     sets = {"natural": [i for i in a.photos.split(",") if i], "text": [i for i in a.texts.split(",") if i]}
-    a.variants = {}
-    for v in a.variant:
-        name, sep, options = v.partition("=")
-        if not (sep and name and options.split()):
-            p.error(f"--variant wants NAME=OPTIONS, got '{v}'")
-        a.variants[name] = options.split()
+    a.variants = named_options(a.variant, p, "--variant")
     encs = [e for e in a.encodings.split(",") if e] + [n for n in a.variants if n not in a.encodings.split(",")]
     result = {"machine": machine(), "size": a.size, "steps": a.steps, "depth": a.depth, "width": a.width,
               "seeds": a.seeds, "encodings": encs, "images": sets, "runs": []}

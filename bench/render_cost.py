@@ -15,7 +15,8 @@ import numpy as np
 
 from modelrepo.cliargs import OneLineParser
 
-from .common import fit_image_config, log, machine, median, ort_session, set_threads, setup_logging, time_calls, write_json
+from .common import (fit_image_config, log, machine, median, named_options, ort_session, set_threads, setup_logging,
+                     time_calls, write_json)
 
 DEFAULT_MODELS = ("gaussian-mlp=--model mlp --encoding gaussian --scale 5",
                   "sinekan=--model sinekan --scale 3")
@@ -55,12 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--name", default="render_cost")
     p.add_argument("--out-dir", default=None)
     a = p.parse_args(argv)
-    models = {}
-    for m in a.model or DEFAULT_MODELS:
-        name, sep, options = m.partition("=")
-        if not (sep and name and options.split()):
-            p.error(f"--model wants NAME=OPTIONS, got '{m}'")
-        models[name] = options.split()
+    models = named_options(a.model or list(DEFAULT_MODELS), p, "--model")
     if a.samples < 1 or a.rounds < 1:
         p.error("--samples and --rounds must be >= 1")
     set_threads(1)
