@@ -32,7 +32,7 @@ from .jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .render_cache import RenderCache
-from .render_core import RenderCore
+from .render_service import RenderService
 from .restricted import RestrictedApi
 from .routers import classify, health, models, query, render
 from .v2 import repository as v2_repository
@@ -80,6 +80,24 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+COMMON = {"503": "draining (SIGTERM), not ready, or busy: see Retry-After"}
+WITH_BODY = {"408": "the body paused longer than INR_BODY_TIMEOUT_S",
+             "413": "the body is larger than INR_MAX_BODY_BYTES"}
+
+
+def document_common_codes(schema: dict) -> dict:
+    """The codes any route can answer from the middleware (the drain's 503; for a route with a body,
+    the body limit's 413 and the body timeout's 408), on every operation of the OpenAPI document."""
+    for operations in schema.get("paths", {}).values():
+        for op in operations.values():
+            codes = {**COMMON, **(WITH_BODY if "requestBody" in op else {})}
+            responses = op.setdefault("responses", {})
+            for code, text in codes.items():
+                responses.setdefault(code, {"description": text, "content": ERROR_REF})
+    return schema
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
@@ -103,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.listeners.append(changed)
         await control.start()
         metrics.set_models(registry.models)
-        app.state.render_core = RenderCore.start(settings, metrics)
+        app.state.renderer.start()
         drain.install()  # SIGTERM: finish what runs, refuse what comes (service/drain.py)
         try:
             yield
@@ -111,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             drain.uninstall()
             await control.stop()
             await app.state.inference.close()
-            app.state.render_core.close()
+            app.state.renderer.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
@@ -122,6 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.control = control
     app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
     app.state.render_cache = RenderCache(settings.render_cache_bytes)
+    app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -133,7 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for r in (health, models, query, render, classify, v2, v2_repository, metrics_router, iiif):
         app.include_router(r.router)
     openapi = app.openapi
-    app.openapi = lambda: app.openapi_schema or add_body_schemas(openapi())  # bodies routes parse themselves
+    app.openapi = lambda: app.openapi_schema or document_common_codes(add_body_schemas(openapi()))
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
     return app

@@ -132,9 +132,9 @@ def _fill(rgb: np.ndarray, src: np.ndarray | None, background: Background, k: in
     return np.concatenate([np.clip(colour, 0.0, 1.0), alpha], axis=-1)
 
 
-def encode(pixels: np.ndarray, fmt: str, quality: int = 90) -> bytes:
-    """PNG, JPEG or WebP bytes of an [H, W, 3|4] uint8 array."""
-    img = Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
+def encode(pixels: np.ndarray | Image.Image, fmt: str, quality: int = 90) -> bytes:
+    """PNG, JPEG or WebP bytes of an [H, W, 3|4] uint8 array (or of an image in any mode the format takes)."""
+    img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
     buf = io.BytesIO()
     if fmt == "png":
         img.save(buf, "PNG", compress_level=3)

@@ -34,8 +34,9 @@ def model_identity(model) -> dict:
             "body_sha256": sep.sha256 if sep else None, "stage_sha256": sep.stage_sha256 if sep else None}
 
 
-def render_key(model, spec: RenderSpec, fmt: str, quality: int) -> str:
-    """sha256 hex of the model identity and the canonical render request."""
+def render_key(model, spec: RenderSpec, fmt: str, quality: int, finish: str = "") -> str:
+    """sha256 hex of the model identity and the canonical render request (`finish`: a pixel operation
+    after sampling, e.g. IIIF gray)."""
     canonical = {
         **model_identity(model),
         "width": spec.width, "height": spec.height, "supersample": spec.supersample,
@@ -43,6 +44,8 @@ def render_key(model, spec: RenderSpec, fmt: str, quality: int) -> str:
         "background": [spec.background.mode, list(spec.background.rgb)],
         "format": fmt, "quality": quality if fmt in ("jpeg", "webp") else None,
     }
+    if finish:
+        canonical["finish"] = finish
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
 

@@ -1,6 +1,6 @@
-"""The render core: a RenderRequest → checked RenderSpec → tiles on the shared scheduler → encoded bytes.
+"""The render core: a checked RenderSpec → tiles on the shared scheduler → pixels → encoded bytes.
 
-One path for every render (POST/GET /render and IIIF through routers/render.respond):
+One path for every render (POST/GET /render and IIIF through service/render_service.py):
   - a render slot (INR_RENDER_CONCURRENCY renders in flight; waiting longer than
     INR_QUEUE_TIMEOUT_S answers 503 with Retry-After);
   - its tiles on service/scheduler.py, taking turns with the other renders' tiles, through the
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 import anyio
+import numpy as np
 
-from .errors import BadInput, ClientGone, QueueTimeout, RenderTimeout, TooLarge
-from .imaging import Background, RenderSpec, check_render_coords, encode, new_image, plain_sampler, render_tile
+from .errors import ClientGone, QueueTimeout, RenderTimeout
+from .imaging import RenderSpec, new_image, plain_sampler, render_tile
 from .metrics import Metrics
 from .runtime import ModelRuntime
 from .scheduler import TileJob, TileScheduler
-from .schemas import RenderRequest, sampling_matrix
 from .separable import separable_sampler
 from .settings import Settings
 from .tiling import tiles
@@ -50,32 +50,14 @@ class RenderCore:
         self.scheduler.close()
 
 
-def render_spec(req: RenderRequest, settings: Settings) -> RenderSpec:
-    """The request checked against the limits, as a RenderSpec (BadInput names the setting)."""
-    samples = req.width * req.height * req.supersample ** 2
-    if req.supersample > settings.max_supersample:
-        raise TooLarge(f"supersample {req.supersample} is more than the limit of {settings.max_supersample} "
-                       "(INR_MAX_SUPERSAMPLE)")
-    if samples > settings.max_render_pixels:
-        raise TooLarge(f"width × height × supersample² = {samples} is more than the limit of "
-                       f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
-    spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
-                      viewport=req.viewport, supersample=req.supersample,
-                      background=Background.parse(req.background))
-    try:
-        check_render_coords(spec)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-    return spec
-
-
 def sampler_for(model: ModelRuntime, spec: RenderSpec):
     if model.separable is not None:
         return separable_sampler(model.separable, spec, model.predict_features)
     return plain_sampler(lambda x: model.predict(x)["rgb"], spec)
 
 
-async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec, fmt: str, quality: int,
+async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec,
+                         encode: Callable[[np.ndarray], bytes],
                          is_disconnected: Callable[[], Awaitable[bool]]) -> bytes:
     """Take a slot, render tile by tile on the scheduler, encode. Raises QueueTimeout, RenderTimeout,
     ClientGone or the model's error."""
@@ -87,7 +69,7 @@ async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec
                            f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
                            retry_after=max(1, round(settings.queue_timeout_s)))
     try:
-        return await _render_in_slot(core, model, spec, fmt, quality, is_disconnected, arrived)
+        return await _render_in_slot(core, model, spec, encode, is_disconnected, arrived)
     finally:
         core.slots.release()
 
@@ -112,7 +94,7 @@ async def _acquire(slots: asyncio.Semaphore, timeout: float) -> bool:
         return False
 
 
-async def _render_in_slot(core, model, spec, fmt, quality, is_disconnected, arrived) -> bytes:
+async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -> bytes:
     settings = core.settings
     out = new_image(spec)
     sample = sampler_for(model, spec)
@@ -146,5 +128,5 @@ async def _render_in_slot(core, model, spec, fmt, quality, is_disconnected, arri
         raise
     finally:
         watcher.cancel()
-    return await anyio.to_thread.run_sync(encode, out, fmt, quality)
+    return await anyio.to_thread.run_sync(encode, out)
 

@@ -1,4 +1,4 @@
-"""A IIIF image request as a render request: region → viewport, size → width/height, rotation and
+"""A IIIF image request as a typed render: region → viewport, size → width/height, rotation and
 mirroring → a transform matrix, non-90° corners → a transparent (png/webp) or white (jpg) background.
 
 The model's unit square is the full IIIF image: pixel (px, py) of a W×H image is the unit point
@@ -14,15 +14,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BadInput
-from ..schemas import RenderRequest
+from ..imaging import Background, RenderSpec
 from .params import FORMATS, Box, ImageRequest
 
 JPEG_QUALITY = 90
 
 
 @dataclass(frozen=True)
+class TileRender:
+    """What the render service samples for a IIIF image (typed; never the public RenderRequest)."""
+    width: int
+    height: int
+    viewport: tuple[float, float, float, float]
+    transform: np.ndarray | None               # 2×3 output → model coordinates; None for the identity
+    format: str                                # png | jpeg | webp
+    background: str                            # extrapolate | transparent | white
+    quality: int = JPEG_QUALITY
+
+    def spec(self) -> RenderSpec:
+        matrix = np.eye(3)[:2] if self.transform is None else self.transform
+        return RenderSpec(width=self.width, height=self.height, matrix=matrix, viewport=self.viewport,
+                          background=Background.parse(self.background))
+
+
+@dataclass(frozen=True)
 class Plan:
-    render: RenderRequest
+    render: TileRender
     box: Box                       # the region in image pixels
     size: tuple[int, int]          # the scaled region, before rotation
     out: tuple[int, int]           # the returned image, after rotation
@@ -84,15 +101,14 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
     corners = np.array([[sw / 2 - ow / 2, sh / 2 - oh / 2, 1.0], [sw / 2 + ow / 2, sh / 2 + oh / 2, 1.0]])
     (x0, y0, _), (x1, y1, _) = (np.linalg.inv(scaled) @ corners.T).T
     identity = np.allclose(matrix, np.eye(3), rtol=0.0, atol=1e-12)
-    transform = None if identity else {"matrix": matrix[:2].tolist()}
+    transform = None if identity else matrix[:2].copy()
     if identity:  # exactly the viewport a /render caller would write for this region
         matrix = np.eye(3)
         x0, y0, x1, y1 = box.x / width, box.y / height, (box.x + box.w) / width, (box.y + box.h) / height
     right = rot.right_angle
     fmt = FORMATS[req.format]
     background = "extrapolate" if right else ("transparent" if fmt in ("png", "webp") else "white")
-    render = RenderRequest(width=ow, height=oh, viewport=(x0, y0, x1, y1), transform=transform,
-                           format=fmt, quality=JPEG_QUALITY, background=background)
+    render = TileRender(ow, oh, (float(x0), float(y0), float(x1), float(y1)), transform, fmt, background)
     full = (box.x, box.y, box.w, box.h) == (0.0, 0.0, float(width), float(height))
     return Plan(render, box, (sw, sh), (ow, oh), matrix, mask_region=not right and not full,
                 quality=req.quality, format=req.format, size_kind=req.size.kind)

@@ -1,11 +1,8 @@
-"""After the render: quality (gray, bitonal) and the corners of a region rotated by a non-right angle.
-
-The render route computes every pixel; this only recolours them. A request that needs it is rendered
-losslessly (png) and encoded in the requested format here.
-"""
+"""After the samples, before the one encode: quality (gray, bitonal) and the corners of a region
+rotated by a non-right angle, as operations on the rendered pixel array (service/render_service.py)."""
 from __future__ import annotations
 
-import io
+from functools import partial
 
 import numpy as np
 from PIL import Image
@@ -13,19 +10,27 @@ from PIL import Image
 from .plan import Plan, region_mask
 
 BITONAL_THRESHOLD = 128
-PIL_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
 
 
 def needs_post(p: Plan) -> bool:
     return p.quality in ("gray", "bitonal") or p.mask_region
 
 
-def finish(png: bytes, p: Plan, width: int, height: int, jpeg_quality: int) -> bytes:
-    with Image.open(io.BytesIO(png)) as im:
-        img = im.convert("RGBA" if im.mode in ("RGBA", "LA") else "RGB")
+def key(p: Plan) -> str:
+    """What `finish` does to the pixels, for the render's cache key and ETag ('' when nothing)."""
+    return f"iiif:{p.quality}:{'mask' if p.mask_region else ''}:{p.format}" if needs_post(p) else ""
+
+
+def finisher(p: Plan, width: int, height: int):
+    return partial(finish, p=p, width=width, height=height) if needs_post(p) else None
+
+
+def finish(pixels: np.ndarray, p: Plan, width: int, height: int) -> Image.Image:
+    """[H, W, 3|4] uint8 → the image to encode, in the mode the IIIF quality and format call for."""
+    img = Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
     if p.mask_region:
         inside = region_mask(p, width, height)
-        arr = np.asarray(img).astype(np.float64)
+        arr = pixels.astype(np.float64)
         if arr.shape[-1] == 4:
             arr[..., 3] *= inside
         else:  # jpg has no alpha: the corners are white, as the render's background is
@@ -42,12 +47,4 @@ def finish(png: bytes, p: Plan, width: int, height: int, jpeg_quality: int) -> b
                 img = img.convert("RGBA")
         elif p.quality == "bitonal" and p.format == "png":
             img = img.convert("1")
-    buf = io.BytesIO()
-    fmt = PIL_FORMATS[p.format]
-    if fmt == "JPEG":
-        img.save(buf, fmt, quality=jpeg_quality)
-    elif fmt == "WEBP":
-        img.save(buf, fmt, quality=jpeg_quality)
-    else:
-        img.save(buf, fmt, compress_level=3)
-    return buf.getvalue()
+    return img

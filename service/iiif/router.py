@@ -1,7 +1,7 @@
 """IIIF Image API 3.0, level 2, at /iiif/3/{identifier}: every image model is a IIIF image service.
 
-Image requests are translated into the render route's request (service/iiif/plan.py) and answered by
-its shared entry point, so limits, metrics and the render concurrency apply as they do to /render.
+Image requests are planned as a typed render (service/iiif/plan.py) and answered by the render
+service, so limits, metrics, the ETag and the render concurrency are those of /render.
 Every response, errors included, carries CORS; OPTIONS answers the preflight.
 """
 from __future__ import annotations
@@ -18,14 +18,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..deps import RegistryDep, SettingsDep
 from ..errors import NotFound, ServiceError, error_response, validation_message
-from ..routers import render as render_route
+from ..schemas import ErrorBody
+from ..imaging import MEDIA_TYPES
+from ..render_cache import etag_matches
+from ..render_service import RenderJob, cache_control
 from . import post
 from .info import (INFO_MEDIA_TYPE, MAX_SIDE, PREFIX, PROFILE_URI, Identifier, image_id, image_size,
                    info_document, resolve)
 from .params import ImageRequest
 from .plan import JPEG_QUALITY, plan
 
-MEDIA_TYPES = {"jpg": "image/jpeg", "png": "image/png", "webp": "image/webp"}
 CORS = {"Access-Control-Allow-Origin": "*"}
 PREFLIGHT = {**CORS, "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS", "Access-Control-Max-Age": "86400"}
 EXPOSE = "ETag, Link, Content-Length"
@@ -53,8 +55,16 @@ class IIIFRoute(APIRoute):
         return handle
 
 
-router = APIRouter(prefix=PREFIX, tags=["IIIF Image API 3.0"], route_class=IIIFRoute)
 GET_HEAD = ["GET", "HEAD"]
+# Every code an IIIF route answers: a bad identifier or parameter (400), an unknown model (404), a
+# format it does not make (501), a model not ready or a render queue full (503); the image routes also
+# a region over maxArea (413) and 304.
+ERRORS = {400: {"model": ErrorBody, "description": "a bad identifier, region, size, rotation, quality or format"},
+          404: {"model": ErrorBody, "description": "no such model"},
+          501: {"model": ErrorBody, "description": "a format the service does not make"},
+          503: {"model": ErrorBody, "description": "the model is not ready, or the service is busy or draining"}}
+NOT_MODIFIED = {304: {"description": "not modified: If-None-Match names this response's ETag"}}
+router = APIRouter(prefix=PREFIX, tags=["IIIF Image API 3.0"], route_class=IIIFRoute, responses=ERRORS)
 
 
 def _caching(settings, etag: str) -> dict:
@@ -66,11 +76,6 @@ def _etag(model, key: str) -> str:
     return f'"{digest[:32]}"'
 
 
-def _not_modified(request: Request, etag: str) -> bool:
-    tags = request.headers.get("if-none-match", "")
-    return etag in [t.strip() for t in tags.split(",")] or tags.strip() == "*"
-
-
 @router.api_route("/{name}", methods=GET_HEAD, status_code=303, response_class=RedirectResponse)
 async def base(request: Request, name: str, registry: RegistryDep, settings: SettingsDep):
     """The base URI redirects (303) to the image information document."""
@@ -79,7 +84,7 @@ async def base(request: Request, name: str, registry: RegistryDep, settings: Set
     return RedirectResponse(f"{image_id(request, settings, ident)}/info.json", status_code=303)
 
 
-@router.api_route("/{name}/info.json", methods=GET_HEAD)
+@router.api_route("/{name}/info.json", methods=GET_HEAD, responses=NOT_MODIFIED)
 async def info(request: Request, name: str, registry: RegistryDep, settings: SettingsDep) -> Response:
     """Image information: size, tiles, sizes, maxArea, the qualities, formats and features."""
     ident = Identifier.parse(name)
@@ -91,14 +96,15 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     media = "application/json" if "application/json" in accept and "ld+json" not in accept else INFO_MEDIA_TYPE
     etag = _etag(model, f"{service_id}|{width}x{height}|{settings.max_render_pixels}")
     headers = {**_caching(settings, etag), "Link": f'<{PROFILE_URI}>;rel="profile"'}
-    if _not_modified(request, etag):
+    if etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
     return JSONResponse(doc, media_type=media, headers=headers)
 
 
 @router.api_route("/{name}/{region}/{size}/{rotation}/{quality_format}", methods=GET_HEAD,
                   response_class=Response,
-                  responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"}})
+                  responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
+                             **NOT_MODIFIED, 413: {"model": ErrorBody, "description": "over maxArea"}})
 async def image(request: Request, name: str, region: str, size: str, rotation: str, quality_format: str,
                 registry: RegistryDep, settings: SettingsDep) -> Response:
     """`{region}/{size}/{rotation}/{quality}.{format}`, rendered by the model at the requested coordinates."""
@@ -109,22 +115,13 @@ async def image(request: Request, name: str, region: str, size: str, rotation: s
     p = plan(req, width, height, settings.max_render_pixels, MAX_SIDE)
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
     service_id = image_id(request, settings, ident)
-    etag = _etag(model, f"{ident}|{width}x{height}|{canonical}")
-    headers = {**_caching(settings, etag),
-               "Link": f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'}
-    if _not_modified(request, etag):
-        return Response(status_code=304, headers=headers)
-    if post.needs_post(p):
-        rendered = await render_route.respond(request, model, p.render.model_copy(update={"format": "png"}),
-                                              settings)
-        return Response(post.finish(rendered.body, p, width, height, JPEG_QUALITY),
-                        media_type=MEDIA_TYPES[req.format], headers=headers)
-    rendered = await render_route.respond(request, model, p.render, settings, pinned=ident.version is not None)
-    # Where the render route has its own cache and ETag, a plain tile is its render: its validators win.
-    headers.update({k: v for k, v in rendered.headers.items() if k.lower() in ("etag", "cache-control")})
-    if rendered.status_code == 304:
-        return Response(status_code=304, headers=headers)
-    return Response(rendered.body, media_type=MEDIA_TYPES[req.format], headers=headers)
+    link = f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'
+    job = RenderJob(p.render.spec(), p.render.format, JPEG_QUALITY, post.finisher(p, width, height), post.key(p))
+    pinned = ident.version is not None
+    rendered = await request.app.state.renderer.render(
+        model, job, cache_control=cache_control(settings, pinned, settings.iiif_max_age),
+        if_none_match=request.headers.get("if-none-match"), is_disconnected=request.is_disconnected)
+    return rendered.response({"Link": link})
 
 
 @router.options("/{rest:path}", include_in_schema=False)

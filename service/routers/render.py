@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -14,11 +13,10 @@ from pydantic import ValidationError
 
 from ..deps import ImageModel, ModelName, RegistryDep, SettingsDep
 from ..errors import BadInput
-from ..imaging import MEDIA_TYPES
-from ..render_cache import CachedRender, etag_matches, etag_of, render_key
-from ..render_core import compute_render, render_spec
+from ..imaging import MEDIA_TYPES, Background, RenderSpec
+from ..render_service import RenderJob, cache_control
 from ..runtime import ModelRuntime
-from ..schemas import ErrorBody, RenderRequest
+from ..schemas import ErrorBody, RenderRequest, sampling_matrix
 from ..settings import Settings
 
 log = logging.getLogger(__name__)
@@ -28,39 +26,20 @@ RESPONSES = {200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "descriptio
              **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}}
 
 
-def cache_control(settings: Settings, pinned: bool) -> str:
-    """`immutable` when the URL names the model version (its files never change); otherwise a
-    max-age, after which HTTP caches revalidate with the ETag (a 304 costs no render)."""
-    if pinned:
-        return "public, max-age=31536000, immutable"
-    return f"public, max-age={settings.render_cache_max_age_s}"
+def job_of(req: RenderRequest) -> RenderJob:
+    """A public render request as the render service's typed job."""
+    spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
+                      viewport=req.viewport, supersample=req.supersample, background=Background.parse(req.background))
+    return RenderJob(spec, req.format, req.quality)
 
 
 async def respond(request: Request, model: ModelRuntime, req: RenderRequest, settings: Settings,
                   pinned: bool = False) -> Response:
-    """The one entry for every render (POST/GET /render, IIIF): a RenderRequest → the encoded image.
-
-    Answers If-None-Match with 304 and repeats from the render cache without computing; otherwise
-    renders on the shared tile scheduler (service/render_core.py) and caches the bytes. A caller
-    that disconnects (a viewer that zoomed again) cancels its render at the next tile.
-    """
-    start = time.perf_counter()
-    spec = render_spec(req, settings)
-    state = request.app.state
-    key = render_key(model, spec, req.format, req.quality)
-    headers = {"ETag": etag_of(key), "Cache-Control": cache_control(settings, pinned)}
-    media_type = MEDIA_TYPES[req.format]
-    if etag_matches(request.headers.get("if-none-match"), headers["ETag"]):
-        state.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
-        return Response(status_code=304, headers=headers)
-    cached = state.render_cache.get(key)
-    if cached is not None:
-        state.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
-        return Response(cached.data, media_type=cached.media_type, headers=headers)
-    data = await compute_render(state.render_core, model, spec, req.format, req.quality, request.is_disconnected)
-    state.render_cache.put(key, CachedRender(headers["ETag"], media_type, data))
-    state.metrics.cache(model.name, False, time.perf_counter() - start, model.version)
-    return Response(data, media_type=media_type, headers=headers)
+    """Decode → the render service → encode: 304, a cached or a fresh image, with one ETag."""
+    rendered = await request.app.state.renderer.render(
+        model, job_of(req), cache_control=cache_control(settings, pinned, settings.render_cache_max_age_s),
+        if_none_match=request.headers.get("if-none-match"), is_disconnected=request.is_disconnected)
+    return rendered.response()
 
 
 def _pair(text: str | None) -> list[str] | None:

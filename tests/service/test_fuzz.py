@@ -54,7 +54,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(fuzzed, tmp_
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
     run = subprocess.run([exe, "--config-file", str(config), "run", f"{fuzzed.url}/openapi.json",
-                          "--checks", "not_a_server_error,response_schema_conformance",
+                          "--checks", "not_a_server_error,response_schema_conformance,status_code_conformance",
                           "--phases", "examples,fuzzing", "--max-examples", "6", "--seed", "1",
                           "--request-timeout", "30", "--workers", "2", "--no-color"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)  # its cache goes there
