@@ -29,6 +29,11 @@ class BadInput(ServiceError):
     status = 400
 
 
+class NotANumber(BadInput):
+    """A boolean, a string or null where a number belongs (a coordinate, a pixel): 422, as pydantic's."""
+    status = 422
+
+
 class ModelNotFound(ServiceError):
     status = 404
 

@@ -41,6 +41,36 @@ def is_json(content_type: str | None) -> bool:
     return message.get_content_maintype() == "application" and (sub == "json" or sub.endswith("+json"))
 
 
+MAX_DEPTH = 1024  # orjson's limit, far deeper than any valid body
+
+
+class JSONError(ValueError):
+    """A body that is not JSON (or nests deeper than MAX_DEPTH); `pos` is the byte where it went wrong."""
+
+    def __init__(self, msg: str, pos: int, text: str | None = None):
+        super().__init__(text or msg)  # str(): the parser's whole message, as before
+        self.msg, self.pos = msg, pos
+
+
+def loads(body: bytes | str) -> Any:
+    """orjson; where orjson refuses what `json.loads` takes (NaN, Infinity, 1e400, huge integers), the
+    standard library, so that validation can name the value. Nesting beyond MAX_DEPTH is refused, never
+    handed to a recursive parser."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        if e.msg.startswith("depth limit") or e.msg.startswith("recursion"):
+            raise JSONError(f"nested deeper than {MAX_DEPTH} levels", e.pos) from None
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as e:
+        raise JSONError(e.msg, e.pos, str(e)) from None
+    except UnicodeDecodeError as e:
+        raise JSONError(str(e), e.start) from None
+    except RecursionError:
+        raise JSONError(f"nested deeper than {MAX_DEPTH} levels", 0) from None
+
+
 async def read_json(request: Request) -> Any:
     body = await request.body()
     if not body:
@@ -49,16 +79,10 @@ async def read_json(request: Request) -> Any:
         raise RequestValidationError([{"type": "model_attributes_type", "loc": ("body",), "input": body,
                                        "msg": "Input should be a valid dictionary or object to extract fields from"}])
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError as e:
-            raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
-                                           "input": {}, "ctx": {"error": e.msg}}]) from None
-        except UnicodeDecodeError as e:
-            raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.start), "input": {},
-                                           "msg": "JSON decode error", "ctx": {"error": str(e)}}]) from None
+        return loads(body)
+    except JSONError as e:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
+                                       "input": {}, "ctx": {"error": e.msg}}]) from None
 
 
 def validate(model: type[M], doc: Any) -> M:
@@ -86,6 +110,28 @@ def float_rows(rows: Any, width: int | None = None) -> np.ndarray | None:
     except OverflowError:  # an integer beyond float64
         return None
     return out if np.isfinite(out).all() else None
+
+
+def non_number(values: Any) -> tuple[list[int], Any] | None:
+    """The position and value of the first leaf of nested lists that is not a JSON number (a boolean,
+    a string, null, an object), or None when every leaf is one."""
+    if not isinstance(values, list):
+        return ([], values) if type(values) not in NUMBERS else None
+    if set(map(type, values)) <= NUMBERS:
+        return None
+    for i, v in enumerate(values):
+        found = non_number(v)
+        if found is not None:
+            return [i, *found[0]], found[1]
+    return None
+
+
+def describe(value: Any) -> str:
+    """A JSON value as the caller wrote it, shortened."""
+    try:
+        return orjson.dumps(value).decode()[:40]
+    except TypeError:
+        return repr(value)[:40]
 
 
 def pixel_images(images: list, side: int) -> np.ndarray | None:

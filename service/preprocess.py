@@ -16,7 +16,8 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import BadInput, TooLarge
+from .errors import BadInput, NotANumber, TooLarge
+from .jsonbody import describe, non_number
 
 SIDE, BOX = 28, 20
 INK_THRESHOLD = 0.2       # after stretching, pixels above this count as ink for the crop
@@ -35,6 +36,10 @@ def images_from_json(images: list, max_images: int) -> np.ndarray:
         raise TooLarge(f"{len(images)} images is more than the limit of {max_images} per request")
     out = np.empty((len(images), 1, SIDE, SIDE), np.float32)
     for n, img in enumerate(images):
+        found = non_number(img)
+        if found is not None:
+            where = "".join(f"[{i}]" for i in found[0])
+            raise NotANumber(f"images[{n}]{where} must be a number, got {describe(found[1])}")
         try:
             arr = np.asarray(img, dtype=np.float64)
         except (ValueError, TypeError):

@@ -1,10 +1,13 @@
 """Request and response bodies (pydantic), which are also the OpenAPI documentation."""
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 from . import transform as tf
 from .imaging import Background
@@ -19,6 +22,25 @@ def numbers(n: int, item: dict | None = None) -> WithJsonSchema:
 
 
 Pair = Annotated[tuple[FiniteFloat, FiniteFloat], numbers(2)]
+
+
+def _json_number(value: Any) -> Any:
+    """A coordinate is a JSON number: a boolean or a numeric string is refused rather than coerced (null
+    and other strings already are); "NaN" and "Infinity" as text keep their 'finite number' message."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("float_type", "Input should be a number, not a boolean")
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        if math.isfinite(number):
+            raise PydanticCustomError("float_type", "Input should be a number, not a string")
+    return value
+
+
+Coordinate = Annotated[float, BeforeValidator(_json_number), Field(allow_inf_nan=False)]
+Point = Annotated[tuple[Coordinate, Coordinate], numbers(2)]
 Row3 = Annotated[tuple[FiniteFloat, FiniteFloat, FiniteFloat], numbers(3)]
 BACKGROUND_DOC = ("what to show outside the unit square after the transform: 'extrapolate' (the network's own "
                   "values, default), 'transparent' (png/webp only) or a colour such as 'white' or '#ff8800'")
@@ -72,7 +94,7 @@ class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"coords": [[0.5, 0.5], [0.25, 0.75]], "transform": {"rotate": 90}}]})
 
-    coords: list[Pair] = Field(min_length=1, description="[[x, y], …] in the unit square, x right, y down")
+    coords: list[Point] = Field(min_length=1, description="[[x, y], …] in the unit square, x right, y down")
     transform: Transform | None = None
     background: str = Field("extrapolate", description="'extrapolate' or a colour; " + BACKGROUND_DOC)
 

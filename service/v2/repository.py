@@ -6,7 +6,6 @@ index `{"ready": bool}`, load `{"parameters": {...}}`, unload `{"parameters": {"
 """
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -15,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from ..control import ModelControl
 from ..deps import ModelName
 from ..errors import BadInput
+from ..jsonbody import JSONError, loads
 from ..schemas import ErrorBody
 
 router = APIRouter(prefix="/v2/repository", tags=["V2 model repository"])
@@ -35,8 +35,8 @@ async def json_body(request: Request) -> dict:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        body = loads(raw)
+    except JSONError as e:
         raise BadInput(f"body: invalid JSON ({e})") from None
     if not isinstance(body, dict):
         raise BadInput("body: expected a JSON object")

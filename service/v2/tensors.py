@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from ..errors import BadInput, TooLarge
+from ..jsonbody import JSONError, describe, loads, non_number
 
 DTYPES = {
     "BOOL": np.dtype(np.bool_), "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"),
@@ -91,13 +92,10 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
                            f"than the body ({len(body)} bytes)")
         n = int(header_length)
         body, binary = body[:n], body[n:]
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        try:  # NaN, Infinity, 1e400 and huge integers: parsed, then refused by name in the checks
-            doc = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadInput(f"request is not valid JSON ({e})") from None
+    try:  # NaN, Infinity, 1e400 and huge integers are parsed, then refused by name in the checks
+        doc = loads(body)
+    except JSONError as e:
+        raise BadInput(f"request is not valid JSON ({e})") from None
     doc = _obj(doc, "the request")
     params = _obj(doc.get("parameters") or {}, "parameters")
     rid = doc.get("id")
@@ -171,6 +169,10 @@ def decode(t: InputTensor) -> np.ndarray:
     if raw.size and raw.dtype.kind not in ("b" if t.datatype == "BOOL" else "iuf" if dtype.kind == "f" else "iu"):
         raise BadInput(f"{where}: data must hold {t.datatype} numbers, found {raw.dtype.kind!r} values "
                        "(strings, null or objects)")
+    found = non_number(t.data) if raw.dtype.kind != "b" else None
+    if found is not None:  # a boolean among numbers, which numpy would take as 0 or 1
+        raise BadInput(f"{where}: data{''.join(f'[{i}]' for i in found[0])} must be a {t.datatype} number, "
+                       f"got {describe(found[1])}")
     if raw.size != count:
         raise BadInput(f"{where}: data has {raw.size} values but shape {t.shape} needs {count}")
     arr = raw.astype(dtype).reshape(t.shape)
