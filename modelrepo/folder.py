@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +27,22 @@ from .spec import TASKS, ModelSpec, SpecError, Tensor, VersionRecord
 from .triton import apply_config, config_text, parse_config
 
 MODEL_FILE = "model.onnx"
+
+
+def portable(path: str | Path) -> str:
+    """A path as a model's metadata records it: relative paths as given, an absolute one by its name only,
+    so that no metadata names a folder of the machine the model was built on."""
+    return Path(path).name if Path(path).is_absolute() else str(path)
+
+
+def portable_command(args: list[str]) -> str:
+    """A command line whose absolute paths are reduced to their names (`portable`)."""
+    def one(arg: str) -> str:
+        option, eq, value = arg.partition("=")
+        if eq and option.startswith("-") and value.startswith("/"):
+            return f"{option}={portable(value)}"
+        return portable(arg) if arg.startswith("/") else arg
+    return " ".join(shlex.quote(one(a)) for a in args)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -176,26 +176,44 @@ class VersionInfo(BaseModel):
     serving: bool = Field(False, description="the version that /v1 and unversioned /v2 calls use")
 
 
+class TensorInfo(BaseModel):
+    name: str
+    datatype: str = Field(description="Triton datatype, e.g. FP32")
+    shape: list[int] = Field(description="-1 for a variable dimension")
+
+
 class ModelInfo(BaseModel):
+    """One model: each field once. The render internals (the separable stage) and the training
+    history stay in the model folder; `metadata` is the rest of the free-form training record."""
     name: str
     task: str | None = Field(description="image or digits")
-    version: int | None
+    version: int | None = Field(description="the version that /v1 and unversioned /v2 calls use")
     status: Literal["loading", "ready", "failed"]
     error: str | None = Field(description="why the model failed to load")
     provider: str | None = Field(description="onnxruntime execution provider, e.g. CPUExecutionProvider")
     description: str | None
-    inputs: list[dict] = []
-    outputs: list[dict] = []
+    inputs: list[TensorInfo] = []
+    outputs: list[TensorInfo] = []
     metrics: dict = Field(default_factory=dict, description="metrics from training")
-    metadata: dict = Field(default_factory=dict, description="the whole metadata.json")
+    metadata: dict = Field(default_factory=dict, description="provenance: how the model was made (architecture, encoding, "
+                                                              "source, training settings), free-form")
     preview_url: str | None = Field(None, description="the training preview image, when the model ships one")
     versions: list[VersionInfo] = Field(default_factory=list, description="the loaded versions and their states")
     version_policy: str | None = Field(None, description="config.pbtxt's version_policy, e.g. 'latest 1'")
     max_batch_size: int | None = Field(None, description="rows (coordinates or images) per request and per run")
 
 
+class ModelSummary(BaseModel):
+    name: str
+    task: str | None = Field(description="image or digits")
+    status: Literal["loading", "ready", "failed"]
+    error: str | None = Field(None, description="why the model failed to load")
+    versions: list[int] = Field(description="the ready versions")
+    url: str = Field(description="the model's detail, GET /v1/models/NAME")
+
+
 class ModelList(BaseModel):
-    models: list[ModelInfo]
+    models: list[ModelSummary]
 
 
 class Live(BaseModel):

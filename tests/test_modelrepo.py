@@ -110,3 +110,12 @@ def test_the_contract_imports_neither_torch_nor_the_service_nor_training():
             "bad = [m for m in ('torch', 'service', 'training', 'onnxruntime') if m in sys.modules]; "
             "sys.exit(f'imported {bad}' if bad else 0)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_metadata_records_no_absolute_path():
+    """Issue 20: exported metadata names files relative to the model folder, or by their names only."""
+    from modelrepo import portable, portable_command
+    assert portable("/work/runs/ckpt/a.pt") == "a.pt" and portable("build/a.pt") == "build/a.pt"
+    assert portable_command(["export-digits", "--data-dir", "/data/mnist-10k", "--checkpoint=/r/a.pt",
+                             "--out", "models/digits"]) == \
+        "export-digits --data-dir mnist-10k --checkpoint=a.pt --out models/digits"

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 
+from modelrepo import portable
+
 from .errors import UsageError
 
 SKIMAGE_PHOTOS = ("astronaut", "camera", "coffee", "chelsea", "rocket", "cat", "immunohistochemistry")
@@ -105,7 +107,7 @@ def load_image(image: str, size: int) -> tuple[np.ndarray, dict]:
                 arr = np.asarray(im.convert("RGB"))
         except (UnidentifiedImageError, OSError) as e:
             raise UsageError(f"cannot read image file '{image}': {e.__class__.__name__}") from None
-        source = {"kind": "file", "path": str(path)}
+        source = {"kind": "file", "path": portable(path)}
     source["original_size"] = [int(arr.shape[1]), int(arr.shape[0])]
     pil = Image.fromarray(_to_uint8(arr))
     pil = _center_square(pil).resize((size, size), resample)

@@ -13,13 +13,12 @@ half-written model behind and a serving process never sees half a version.
 from __future__ import annotations
 
 import datetime as dt
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from modelrepo import NAME_RE, ModelSpec, SpecError, Tensor, sha256_bytes, write_version
+from modelrepo import NAME_RE, ModelSpec, SpecError, Tensor, portable_command, sha256_bytes, write_version
 
 from .errors import UsageError
 
@@ -47,7 +46,7 @@ def check_out_dir(out: str | Path) -> Path:
 
 
 def command_line() -> str:
-    return "python -m training " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "python -m training " + portable_command(sys.argv[1:])
 
 
 def write_model_dir(out: Path, *, task: str, onnx_bytes: bytes, inputs: list[TensorSpec],

@@ -5,11 +5,12 @@ from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
+from pydantic import ValidationError
 
 from ..deps import ModelName, RegistryDep
 from ..errors import NoPreview
 from ..registry import ModelState
-from ..schemas import ErrorBody, ModelInfo, ModelList, VersionInfo
+from ..schemas import ErrorBody, ModelInfo, ModelList, ModelSummary, TensorInfo, VersionInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -35,6 +36,29 @@ def preview_path(m: ModelState) -> Path | None:
     return None
 
 
+SHOWN = {"name", "task", "description", "inputs", "outputs", "metrics", "version", "onnx_sha256", "preview"}
+INTERNAL = {"separable"}  # how the service renders, not what the model is
+
+
+def provenance(meta: dict) -> dict:
+    """The free-form training record without the fields shown on their own, the render internals and the
+    per-epoch history."""
+    out = {k: v for k, v in meta.items() if k not in SHOWN | INTERNAL}
+    if isinstance(out.get("training"), dict):
+        out["training"] = {k: v for k, v in out["training"].items() if k != "history"}
+    return out
+
+
+def tensors(meta: dict, key: str) -> list[TensorInfo]:
+    out = []
+    for t in _typed(meta, key, list, []):
+        try:
+            out.append(TensorInfo.model_validate(t))
+        except ValidationError:
+            continue  # a failed model's junk: shown as absent
+    return out
+
+
 def model_info(m: ModelState) -> ModelInfo:
     meta = m.metadata
     preview = f"/v1/models/{m.name}/preview" if preview_path(m) else None
@@ -46,15 +70,17 @@ def model_info(m: ModelState) -> ModelInfo:
                      version_policy=m.spec.version_policy.describe() if m.spec else None,
                      max_batch_size=m.spec.max_batch_size if m.spec else None,
                      description=_typed(meta, "description", str),
-                     inputs=[s for s in _typed(meta, "inputs", list, []) if isinstance(s, dict)],
-                     outputs=[s for s in _typed(meta, "outputs", list, []) if isinstance(s, dict)],
-                     metrics=_typed(meta, "metrics", dict, {}), metadata=meta,
+                     inputs=tensors(meta, "inputs"), outputs=tensors(meta, "outputs"),
+                     metrics=_typed(meta, "metrics", dict, {}), metadata=provenance(meta),
                      preview_url=preview)
 
 
 @router.get("", response_model=ModelList)
 def list_models(registry: RegistryDep) -> ModelList:
-    return ModelList(models=[model_info(m) for m in registry.models.values()])
+    """One small summary per model; GET /v1/models/NAME has the detail."""
+    return ModelList(models=[ModelSummary(name=m.name, task=m.task, status=m.status, error=m.reason,
+                                          versions=[v.version for v in m.versions if v.ready],
+                                          url=f"/v1/models/{m.name}") for m in registry.models.values()])
 
 
 @router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})

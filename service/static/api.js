@@ -18,10 +18,16 @@ async function checked(response) {
   throw new ApiError(response.status, message);
 }
 
+// GET /v1/models lists one summary per model; the detail of each comes from its own URL.
 export async function listModels(signal) {
   const r = await checked(await fetch("v1/models", { signal }));
   const body = await r.json();
-  return Array.isArray(body) ? body : body.models;
+  const summaries = Array.isArray(body) ? body : body.models;
+  return Promise.all(summaries.map(async (s) => {
+    if (!s.url) return s;
+    const d = await fetch(s.url.replace(/^\//, ""), { signal });
+    return d.ok ? d.json() : s;
+  }));
 }
 
 const enc = encodeURIComponent;

@@ -25,7 +25,7 @@ function architectureText(a) {
 const db = (v) => (v == null ? "–" : `${fmt(v, 2)} dB`);
 
 export function modelRows(model) {
-  const m = model.metadata || {};
+  const m = { ...(model.metadata || {}), metrics: model.metrics };
   const metrics = m.metrics || {};
   const size = m.source?.size;
   return [
@@ -53,7 +53,7 @@ export function showModel(panel, model) {
     list.append(dt, dd);
   }
   const description = panel.querySelector(".description");
-  description.textContent = model.metadata?.description || "";
+  description.textContent = model.description || "";
   const figure = panel.querySelector("figure");
   const preview = previewOf(model);
   figure.hidden = !preview;

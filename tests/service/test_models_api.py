@@ -71,3 +71,33 @@ def test_a_model_lists_its_versions_and_their_states(client):
     tampered = client.get("/v1/models/tampered").json()
     assert [(v["version"], v["status"], v["serving"]) for v in tampered["versions"]] == [(1, "failed", False)]
     assert "sha256" in tampered["versions"][0]["error"]
+
+
+def test_the_listing_is_a_small_summary_with_no_path_and_the_detail_no_render_internals(client):
+    """Issue 20: one summary per model (the detail is a link away); no absolute path; no separable arrays,
+    no per-epoch history."""
+    r = client.get("/v1/models")
+    m = {m["name"]: m for m in r.json()["models"]}["astronaut"]
+    assert set(m) == {"name", "task", "status", "error", "versions", "url"}
+    assert m["versions"] == [1] and m["url"] == "/v1/models/astronaut"
+    d = client.get(m["url"]).json()
+    assert "separable" not in d["metadata"] and "history" not in d["metadata"].get("training", {})
+    assert not {"name", "task", "description", "inputs", "outputs", "metrics", "version"} & set(d["metadata"])
+
+
+def test_the_bundled_models_listing_is_under_4_kb_and_names_no_absolute_path():
+    import json
+    from pathlib import Path
+    from fastapi.testclient import TestClient
+    from service.app import create_app
+    from service.settings import Settings
+    root = Path(__file__).resolve().parents[2]
+    with TestClient(create_app(Settings(models=root / "models"))) as c:
+        listing = c.get("/v1/models")
+        details = [c.get(m["url"]).text for m in listing.json()["models"]]
+    assert listing.status_code == 200 and len(listing.content) < 4096
+    assert len(listing.json()["models"]) == 2
+    for text in [listing.text, *details]:
+        assert '"/' not in text.replace('"/v1/', ""), "an absolute path in the public model API"
+    for meta in root.glob("models/*/*/metadata.json"):
+        assert '"/' not in json.dumps(json.loads(meta.read_text())), meta

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from modelrepo import portable
+
 from ..errors import UsageError
 from .compact import round_weights_fp16
 from .fit import FitConfig, checkpoint, evaluate, export_digit_model, rebuild
@@ -70,7 +72,7 @@ def ensemble(loaded: list, fp16_weights: bool) -> nn.Module:
 
 
 def members(paths: list[Path], loaded: list) -> list[dict]:
-    return [{"checkpoint": str(p), "seed": c.seed, "val_accuracy": None if c.refit else i["validation"]["accuracy"]}
+    return [{"checkpoint": portable(p), "seed": c.seed, "val_accuracy": None if c.refit else i["validation"]["accuracy"]}
             for p, (_, c, i) in zip(paths, loaded)]
 
 
@@ -114,7 +116,7 @@ def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weight
     metrics["val_accuracy"] = val_accuracy
     metrics["members"] = members(paths, loaded)
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
-    info, kw = {**info, "checkpoints": [str(p) for p in paths]}, {}
+    info, kw = {**info, "checkpoints": [portable(p) for p in paths]}, {}
     if chosen_with:
         kw["selection"] = CHOSEN.format(held=len(data.train.labels) - len(val.labels), all=len(data.train.labels))
         info["validation"] = {**info["validation"], "accuracy": val_accuracy,

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from modelrepo import portable
+
 from ..errors import UsageError, unknown
 
 log = logging.getLogger(__name__)
@@ -146,7 +148,7 @@ class DigitData:
     test: Split
 
     def describe(self) -> dict:
-        return {"name": self.name, "directory": self.directory,
+        return {"name": self.name, "directory": portable(self.directory),
                 "train_size": len(self.train.labels), "test_size": len(self.test.labels)}
 
 
