@@ -4,9 +4,13 @@
 it as `app.state.inference`, so v1 query, v1 classify and v2 infer all go through it.
 
 Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
-count). A worker takes the oldest request, waits until the queued rows reach `max_batch` or
-the model's queue delay (config.pbtxt `dynamic_batching`, or INR_MAX_QUEUE_DELAY_MS) has passed
-since that request arrived (Triton's rule), concatenates the inputs
+count). A worker takes the oldest request and, by the policy (INR_BATCH_POLICY):
+  - adaptive (the default): at once, with everything queued behind it, so an idle model adds no
+    wait and batches form only while the other instances compute;
+  - delay (Triton's rule; the default when INR_MAX_QUEUE_DELAY_MS is set): waits until the queued rows
+    reach `max_batch` or the model's queue delay (config.pbtxt `dynamic_batching`, or
+    INR_MAX_QUEUE_DELAY_MS) has passed since that request arrived;
+then concatenates the inputs
 along the first axis, runs them once in the thread pool and hands each request its own slice of
 every output, in order. While one batch runs the next one gathers, and with two instances it
 runs beside it on another core; under load batches grow by themselves.
@@ -57,6 +61,7 @@ class BatchConfig:
     enabled: bool = True
     max_batch: int | None = None    # rows per run; None = each model's max_batch_size
     max_queue_delay: float | None = None  # seconds; None = each model's config.pbtxt delay
+    policy: str = "auto"            # adaptive | delay | auto (delay when max_queue_delay is set)
     max_queue: int = 1024           # requests waiting per model
     instances: int = 2              # batches of one model running at once
     queue_timeout: float = 10.0     # seconds a request may wait for its batch
@@ -64,7 +69,7 @@ class BatchConfig:
     @classmethod
     def from_settings(cls, s: Settings) -> "BatchConfig":
         delay = None if s.max_queue_delay_ms is None else s.max_queue_delay_ms / 1000
-        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay,
+        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay, policy=s.batch_policy,
                    max_queue=s.max_queue, instances=s.batch_instances, queue_timeout=s.queue_timeout_s)
 
 
@@ -309,9 +314,17 @@ def queue_timeout(model: ModelRuntime, waited_for: str, limit: float, what: str)
                         f"({what}); the server is busy, try again later")
 
 
+def adaptive(config: BatchConfig) -> bool:
+    return config.policy == "adaptive" or (config.policy == "auto" and config.max_queue_delay is None)
+
+
 def queue_delay(model: ModelRuntime, config: BatchConfig) -> float:
-    """Seconds to wait for batch-mates: INR_MAX_QUEUE_DELAY_MS when set, else the model's
-    dynamic_batching max_queue_delay_microseconds, else DEFAULT_DELAY."""
+    """Seconds to wait for batch-mates. Adaptive: none. A free worker takes what is queued at once, so an
+    idle model runs a request at once, and while every worker computes, requests gather for the next batch.
+    Delay (Triton's): INR_MAX_QUEUE_DELAY_MS when set, else the model's dynamic_batching
+    max_queue_delay_microseconds, else DEFAULT_DELAY."""
+    if adaptive(config):
+        return 0.0
     if config.max_queue_delay is not None:
         return config.max_queue_delay
     us = model.spec.max_queue_delay_us

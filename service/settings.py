@@ -60,9 +60,14 @@ class Settings(BaseSettings):
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
     max_batch: int | None = Field(None, ge=1, description="rows (coordinates or images) per batched run; "
                                   "unset = each model's max_batch_size (config.pbtxt)")
-    max_queue_delay_ms: float | None = Field(None, ge=0, le=1000, description="longest wait for batch-mates "
-                                             "after the oldest queued request; unset = each model's "
-                                             "dynamic_batching max_queue_delay_microseconds (config.pbtxt)")
+    batch_policy: Literal["auto", "adaptive", "delay"] = Field(
+        "auto", description="adaptive: a free instance runs what is queued at once, and requests gather while "
+                            "the instances are busy (no wait without contention); delay: Triton's fixed wait for "
+                            "batch-mates (max_queue_delay); auto = delay when INR_MAX_QUEUE_DELAY_MS is set, "
+                            "else adaptive")
+    max_queue_delay_ms: float | None = Field(None, ge=0, le=1000, description="with the delay policy, the longest "
+                                             "wait for batch-mates after the oldest queued request; unset = each "
+                                             "model's dynamic_batching max_queue_delay_microseconds (config.pbtxt)")
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
     batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
                                                                "while another computes)")
