@@ -14,8 +14,9 @@ from conftest import Server
 
 @pytest.fixture(scope="module")
 def busy(model_repo):
-    # 100 µs is shorter than the 0.5 ms a batch waits for mates: every queued request times out
-    srv = Server(model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.0001"})
+    # 100 µs is shorter than the 0.5 ms a batch waits for mates under Triton's fixed-delay policy: every
+    # queued request times out (the adaptive policy would run it at once)
+    srv = Server(model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.0001", "INR_BATCH_POLICY": "delay"})
     srv.wait_ready()
     yield srv
     srv.stop()
