@@ -25,7 +25,7 @@ from .drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
 from . import iiif, v2
-from .batching import BatchConfig, BatchingInference
+from .dataplane import DataPlane
 from .control import ModelControl
 from .guards import BodyTimeout
 from .jsonbody import add_body_schemas
@@ -116,7 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def changed(reg: Registry, dropped: list) -> None:  # runs in the thread that loaded
             metrics.set_models(reg.models)
             if dropped:
-                loop.call_soon_threadsafe(app.state.inference.retire, dropped)
+                loop.call_soon_threadsafe(app.state.dataplane.retire, dropped)
 
         registry.listeners.append(changed)
         await control.start()
@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             drain.uninstall()
             await control.stop()
-            await app.state.inference.close()
+            await app.state.dataplane.close()
             app.state.renderer.close()
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
@@ -138,7 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.control = control
-    app.state.inference = BatchingInference(BatchConfig.from_settings(settings), metrics)
+    app.state.dataplane = DataPlane(settings, metrics)
     app.state.render_cache = RenderCache(settings.render_cache_bytes)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     metrics.cache_info = app.state.render_cache.info

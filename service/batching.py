@@ -1,7 +1,7 @@
 """Dynamic batching: concurrent requests to one model share one onnxruntime run.
 
-`BatchingInference` has the same `await inference(model, x)` as `DirectInference` and replaces
-it as `app.state.inference`, so v1 query, v1 classify and v2 infer all go through it.
+`BatchingInference` is `await inference(model, x)` → outputs by name; the dataplane
+(service/dataplane.py) runs v1 query, v1 classify and V2 infer through it.
 
 Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
 count). A worker takes the oldest request and, by the policy (INR_BATCH_POLICY):

@@ -1,11 +1,11 @@
-"""FastAPI dependencies as `Annotated` aliases: settings, registry, inference, and models by task."""
+"""FastAPI dependencies as `Annotated` aliases: settings, registry, the dataplane, and models by task."""
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from .inference import Inference
+from .dataplane import DataPlane
 from .registry import Registry
 from .tasks import DigitsRuntime, ImageRuntime
 from .settings import Settings
@@ -19,13 +19,13 @@ async def get_registry(request: Request) -> Registry:
     return request.app.state.registry
 
 
-async def get_inference(request: Request) -> Inference:
-    return request.app.state.inference
+async def get_dataplane(request: Request) -> DataPlane:
+    return request.app.state.dataplane
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
-InferenceDep = Annotated[Inference, Depends(get_inference)]
+DataPlaneDep = Annotated[DataPlane, Depends(get_dataplane)]
 ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=64)]
 
 

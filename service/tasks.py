@@ -1,7 +1,7 @@
 """Per-task runtimes, in the style of KServe's `Model`: preprocess → predict → postprocess.
 
 `predict` is `ModelRuntime.predict`, the one place every inference runs and is counted; the
-routes run it through `app.state.inference` (the batcher), renders call it per tile from
+dataplane (service/dataplane.py) runs it through the batcher, renders call it per tile from
 their worker threads. V2 infer needs no task-specific steps: its pre- and postprocessing
 (tensors in, tensors out) is the same for every task (service/v2/infer.py).
 """

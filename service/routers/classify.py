@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from ..deps import DigitsModel, InferenceDep, SettingsDep
+from ..dataplane import DataPlane
+from ..deps import DataPlaneDep, DigitsModel, SettingsDep
 from ..errors import BadInput, TooLarge, UnsupportedMedia
 from ..jsonbody import json_response, read_json, validate
-from ..limits import check_rows, row_limit
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
 from ..settings import Settings
 from ..tasks import DigitsRuntime
@@ -22,20 +22,15 @@ OPENAPI_BODY = {"requestBody": {"required": True, "content": {
         "description": "one or more PNG or JPEG files, any size and colours"}}}}}}}
 
 
-async def json_images(request: Request, model: DigitsRuntime, settings: Settings) -> np.ndarray:
-    """orjson, then pixels into numpy in one pass (service/jsonbody.py, `DigitsRuntime.preprocess`)."""
-    images = validate(ClassifyRequest, await read_json(request)).images
-    check_rows(model, len(images), settings)
-    return model.preprocess(images, row_limit(model, settings)[0])
-
-
-async def uploaded_images(request: Request, model: DigitsRuntime, settings: Settings) -> np.ndarray:
-    limit, _ = row_limit(model, settings)
+async def uploaded_images(request: Request, model: DigitsRuntime, settings: Settings,
+                          dataplane: DataPlane) -> np.ndarray:
+    """The uploaded files, decoded and made MNIST-like."""
+    limit = dataplane.row_limit(model)
     try:
         form = await request.form(max_files=limit, max_fields=16)
     except HTTPException as e:
         if "Too many files" in str(e.detail):
-            check_rows(model, limit + 1, settings)  # the form parser stops at limit + 1 files
+            dataplane.check_rows(model, limit + 1)  # the form parser stops at limit + 1 files
         raise
     try:
         files = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
@@ -57,18 +52,19 @@ async def uploaded_images(request: Request, model: DigitsRuntime, settings: Sett
 
 @router.post("/{name}/classify", response_model=ClassifyResponse, openapi_extra=OPENAPI_BODY,
              responses={c: {"model": ErrorBody} for c in (400, 404, 413, 415, 422, 503)})
-async def classify(request: Request, model: DigitsModel, settings: SettingsDep, inference: InferenceDep,
+async def classify(request: Request, model: DigitsModel, settings: SettingsDep, dataplane: DataPlaneDep,
                    include_input: bool = False):
     """Classify digits. JSON `{"images": [...]}` takes MNIST-style pixels as they are (28×28 or 784, white on
     black, [0,1]); uploads are made MNIST-like: greyscale, inverted if dark-on-light, cropped to the ink,
     longest side 20 px, centred by centre of mass in 28×28."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "application/json":
-        x = await json_images(request, model, settings)
+    if kind == "application/json":  # orjson, then pixels into numpy in one pass (service/jsonbody.py)
+        images = validate(ClassifyRequest, await read_json(request)).images
+        predictions = await dataplane.classify_json(model, images, include_input)
     elif kind == "multipart/form-data":
-        x = await uploaded_images(request, model, settings)
+        x = await uploaded_images(request, model, settings, dataplane)
+        predictions = await dataplane.classify(model, x, include_input)
     else:
         raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "
                                "{\"images\": [...]} or multipart/form-data with image files")
-    out = await inference(model, x)
-    return json_response({"predictions": model.postprocess(out, x, include_input)})
+    return json_response({"predictions": predictions})

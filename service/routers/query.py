@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Request
 
-from ..deps import ImageModel, InferenceDep, SettingsDep
+from ..deps import DataPlaneDep, ImageModel
 from ..imaging import Background
 from ..jsonbody import float_rows, json_response, openapi_body, read_json, validate
-from ..limits import check_rows
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
 router = APIRouter(prefix="/v1/models", tags=["image models"])
@@ -21,7 +20,7 @@ OPENAPI_BODY = openapi_body(QueryRequest)
 
 
 @router.post("/{name}/query", response_model=QueryResponse, responses=ERRORS, openapi_extra=OPENAPI_BODY)
-async def query(request: Request, model: ImageModel, settings: SettingsDep, inference: InferenceDep):
+async def query(request: Request, model: ImageModel, dataplane: DataPlaneDep):
     """The model's colour at each coordinate; with a transform, at the inverse-mapped coordinates."""
     doc = await read_json(request)
     coords = float_rows(doc.get("coords"), 2) if isinstance(doc, dict) else None
@@ -30,8 +29,5 @@ async def query(request: Request, model: ImageModel, settings: SettingsDep, infe
         coords = np.asarray(body.coords, dtype=np.float64)
     else:
         body = validate(QueryRequest, {**doc, "coords": PLACEHOLDER})
-    check_rows(model, len(coords), settings)
-    src = model.preprocess(coords, sampling_matrix(body.transform))
-    out = await inference(model, src.astype(np.float32))
-    rgb = model.postprocess(out, src, Background.parse(body.background))
+    rgb = await dataplane.query(model, coords, sampling_matrix(body.transform), Background.parse(body.background))
     return json_response({"rgb": np.round(rgb.astype(np.float64), 6)})

@@ -11,10 +11,9 @@ import numpy as np
 from modelrepo import config_json
 
 from ..errors import BadInput, ModelNotReady, NotFound
-from ..limits import check_rows
 from ..registry import Registry
 from ..runtime import ModelRuntime
-from ..settings import Settings
+from ..dataplane import DataPlane
 from .tensors import InferRequest, RequestedOutput, decode, encode_response
 
 
@@ -59,7 +58,7 @@ def _fits(shape: list[int], want: tuple[int, ...]) -> bool:
     return len(shape) == len(want) and all(w < 0 or s == w for s, w in zip(shape, want))
 
 
-def check_input(req: InferRequest, model: ModelRuntime, settings: Settings) -> np.ndarray:
+def check_input(req: InferRequest, model: ModelRuntime, dataplane: DataPlane) -> np.ndarray:
     """The request's one input as float32, checked against the model's spec and limits."""
     spec = model.spec.input
     names = [t.name for t in req.inputs]
@@ -77,7 +76,7 @@ def check_input(req: InferRequest, model: ModelRuntime, settings: Settings) -> n
         raise BadInput(f"unexpected shape for input '{t.name}' for model '{model.name}': expected "
                        f"{list(spec.shape)}, got {t.shape}")
     if t.shape:
-        check_rows(model, t.shape[0], settings)
+        dataplane.check_rows(model, t.shape[0])
     x = decode(t)
     if not np.all(np.isfinite(x)):
         raise BadInput(f"input '{t.name}' contains NaN or Inf")
@@ -106,12 +105,9 @@ def request_timeout(req: InferRequest) -> float | None:
     return us / 1e6 if us else None
 
 
-async def infer(req: InferRequest, model: ModelRuntime, settings: Settings, inference) -> tuple[bytes, dict]:
-    x = check_input(req, model, settings)
+async def infer(req: InferRequest, model: ModelRuntime, dataplane: DataPlane) -> tuple[bytes, dict]:
+    """Decode (the checks above) → the dataplane → encode."""
+    x = check_input(req, model, dataplane)
     wanted = requested_outputs(req, model)
-    timeout = request_timeout(req)
-    if len(x):
-        out = await inference(model, x, timeout)
-    else:  # an empty batch is valid and needs no run
-        out = {t.name: np.zeros([0, *[max(d, 0) for d in t.shape[1:]]], np.float32) for t in model.spec.outputs}
+    out = await dataplane.infer(model, x, request_timeout(req))
     return encode_response(model.name, model_version(model), req.id, [(o, out[o.name]) for o in wanted])
