@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = Registry(settings.models, options)
     control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
     drain = Drain(settings.graceful_shutdown_s)
+    metrics.in_flight.set_function(lambda: drain.inflight)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

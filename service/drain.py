@@ -103,7 +103,26 @@ class DrainGuard:
                                       headers={"connection": "close", "retry-after": "1"})
             return await response(scope, receive, send)
         drain.inflight += 1
+        started = False
+
+        async def watched(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            # uvicorn cancels what still runs when the grace period is over: answer that plainly
+            # instead of letting the cancellation surface as a 500 with a traceback
+            if not drain.draining:
+                raise
+            log.warning("%s %s cut: still running at the end of the %.0f s grace period (INR_GRACEFUL_SHUTDOWN_S)",
+                        scope["method"], scope["path"], drain.grace)
+            if not started:
+                response = error_response(503, "the server shut down before this request finished "
+                                          f"(INR_GRACEFUL_SHUTDOWN_S={drain.grace:g}); retry on another replica",
+                                          headers={"connection": "close", "retry-after": "1"})
+                await response(scope, receive, send)
         finally:
             drain.inflight -= 1

@@ -96,6 +96,8 @@ class Metrics:
                                   registry=self.registry)
         self.render_deadlines = Counter("inr_render_deadline_exceeded", "renders stopped at a tile past "
                                         "INR_RENDER_TIMEOUT_S", ["model"], registry=self.registry)
+        self.in_flight = Gauge("inr_requests_in_flight", "HTTP requests being answered now (a drain waits for "
+                               "them; set by the app from its Drain)", registry=self.registry)
         self.cache_info = None  # () -> RenderCache.info(), set by the app
 
     # -- recording -------------------------------------------------------------------------------

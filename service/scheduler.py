@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
@@ -88,11 +88,23 @@ class TileScheduler:
             t.join(timeout=5)
 
     # -- workers ---------------------------------------------------------------------------------
+    @staticmethod
+    def _settle(job: TileJob, error: Exception | None = None) -> None:
+        """Complete the job's future, unless its waiter has cancelled it (a client gone, or a request
+        cut at the end of the shutdown grace period): then there is nobody to tell."""
+        try:
+            if error is None:
+                job.future.set_result(None)
+            else:
+                job.future.set_exception(error)
+        except InvalidStateError:  # cancelled from the event loop's thread since we looked
+            pass
+
     def _fail(self, job: TileJob, error: Exception) -> None:
         """Under the lock: fail the job once and stop handing out its tiles."""
         if not job.failed:
             job.failed = True
-            job.future.set_exception(error)
+            self._settle(job, error)
         if job in self.jobs:
             self.jobs.remove(job)
 
@@ -105,7 +117,7 @@ class TileScheduler:
                 if job is None:
                     self.cond.wait()
                     continue
-                if job.cancelled.is_set():
+                if job.cancelled.is_set() or job.future.cancelled():
                     self._fail(job, job.on_cancel())
                     continue
                 if job.deadline is not None and time.monotonic() > job.deadline:
@@ -133,4 +145,4 @@ class TileScheduler:
                 if error is not None:
                     self._fail(job, error)
                 elif job.done == job.total and not job.failed:
-                    job.future.set_result(None)
+                    self._settle(job)

@@ -81,3 +81,35 @@ def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
         raise AssertionError("still answering after it exited")
     except httpx.ConnectError:
         pass
+
+
+def test_a_render_cut_by_the_grace_period_ends_cleanly(model_repo):
+    """A render that outlives INR_GRACEFUL_SHUTDOWN_S: the client gets an error status or a closed
+    connection, the process exits, and no exception escapes in any thread (the tile workers used to
+    raise InvalidStateError on the future that the cut request had cancelled)."""
+    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": "1",
+                                                          "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv.wait_ready()
+    outcome = []
+
+    def render():
+        try:
+            r = httpx.post(f"{srv.url}/v1/models/astronaut/render",
+                           json={"width": 2048, "height": 2048, "supersample": 2}, timeout=GRACE)
+            outcome.append(r.status_code)
+        except httpx.TransportError as e:
+            outcome.append(type(e).__name__)
+
+    thread = threading.Thread(target=render)
+    thread.start()
+    time.sleep(1.0)
+    assert not outcome, "the render finished before the signal"
+    srv.proc.send_signal(signal.SIGTERM)
+    thread.join(GRACE)
+    srv.proc.wait(GRACE)
+    time.sleep(0.5)  # tiles still running finish after the response is gone
+    log = srv.proc.stdout.read()
+    assert outcome and outcome[0] != 200, outcome
+    assert outcome[0] in ("RemoteProtocolError", "ReadError", "ConnectError") or 500 <= outcome[0] < 600
+    assert "Traceback" not in log and "InvalidStateError" not in log, log[-3000:]
+    assert srv.proc.returncode in (0, -signal.SIGTERM), log[-3000:]

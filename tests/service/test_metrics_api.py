@@ -85,3 +85,25 @@ def test_a_render_counts_its_samples_as_inference(client):
     assert rise("nv_inference_exec_count") >= 1  # one run per tile
     assert rise("nv_inference_compute_infer_duration_us") > 0
     assert rise("nv_inference_request_success") == 1
+
+
+def test_requests_in_flight_counts_the_scrape_itself_and_a_running_render(server):
+    """inr_requests_in_flight: what a drain would wait for (the /metrics request is one of them)."""
+    import threading
+
+    import httpx
+
+    assert value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight") == 1
+    done = threading.Event()
+
+    def render():
+        httpx.post(f"{server.url}/v1/models/astronaut/render", json={"width": 1000, "height": 1000, "supersample": 2},
+                   timeout=60)
+        done.set()
+
+    threading.Thread(target=render).start()
+    seen = 0.0
+    while not done.is_set() and seen < 2:
+        seen = max(seen, value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight"))
+    assert seen == 2, "the running render was not counted"
+    done.wait(60)

@@ -109,3 +109,44 @@ def test_a_cancelled_render_stops_and_an_error_fails_only_its_render(sched):
         fbroken.result(5)
     assert ffine.result(5) is None
     assert cancelled.done < 50
+
+
+@pytest.fixture
+def thread_errors(monkeypatch):
+    """Exceptions that escaped any thread during the test."""
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+    return seen
+
+
+@pytest.mark.parametrize("ending", ["shutdown", "last tile", "error", "deadline"])
+def test_a_render_whose_waiter_cancelled_its_future_ends_without_an_escaped_exception(ending, thread_errors):
+    """A request cut at the end of the shutdown grace period cancels the future it awaits; the tiles
+    still running then end the job, which must not raise InvalidStateError in a worker thread."""
+    sched = TileScheduler(workers=1, head_start=4)
+    gate = Gate()
+
+    def run_tile(t):
+        gate.tile(t)
+        if ending == "error":
+            raise ValueError("model failed")
+
+    job = TileJob([0] if ending != "deadline" else [0, 1], run_tile,
+                  deadline=time.monotonic() + 0.2 if ending == "deadline" else None)
+    future = sched.submit(job)
+    gate.first.wait(5)
+    assert future.cancel() is False or future.cancelled()  # a plain Future is cancellable until settled
+    if ending == "shutdown":
+        closer = threading.Thread(target=sched.close)
+        closer.start()
+        time.sleep(0.1)
+    if ending == "deadline":
+        time.sleep(0.3)
+    gate.open.set()
+    if ending == "shutdown":
+        closer.join(10)
+    else:
+        time.sleep(0.2)
+        sched.close()
+    assert future.cancelled()
+    assert thread_errors == []
