@@ -2,7 +2,7 @@
 
 With two 4096² renders in flight, a 256² render through the real service (bundled model, render
 cache off) is timed against its idle latency, in the same run:
-  - `tiles`: this service (renders take turns by tiles, service/scheduler.py);
+  - `tiles`: this service (renders take turns by tiles, service/render/scheduler.py);
   - `whole`: the old behaviour, emulated with INR_RENDER_CONCURRENCY=2: each render holds one of two
     slots for its whole length, so the small one waits for a big one to finish (capped by --cap-s).
 Target: the small render ≤ 3× its idle latency with `tiles`.

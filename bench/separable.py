@@ -62,13 +62,13 @@ def make_repo(tmp: Path) -> Path:
 def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> dict:
     """Seconds per SIZE² render (no HTTP, no PNG) per variant, and the separable render's parts."""
     import torch
-    from service.imaging import Background, RenderSpec, plain_sampler, render
+    from service.render.imaging import Background, RenderSpec, plain_sampler, render
     from modelrepo import read_spec
-    from service.runtime import RuntimeOptions
-    from service.tasks import runtime_for
-    from service.schemas import RenderRequest, sampling_matrix
-    from service.separable import GridFeatures, grid_axes, separable_sampler
-    from service.tiling import tiles
+    from service.engine.runtime import RuntimeOptions
+    from service.engine.tasks import runtime_for
+    from service.api.schemas import RenderRequest, sampling_matrix
+    from service.render.separable import GridFeatures, grid_axes, separable_sampler
+    from service.render.tiling import tiles
 
     torch.set_num_threads(threads)
     models = {}
@@ -132,10 +132,10 @@ VIEWS = (("identity", {}, 1), ("rotate 33 scale 0.7 k=2", {"rotate": 33, "scale"
 def _parity(sep, plain_model, exact, sp, tile: int) -> dict:
     """Max abs differences of the separable render, the plain graph and the float64 torch network."""
     import torch
-    from service.imaging import plain_sampler
-    from service.separable import separable_sampler
-    from service.tiling import sample_coords, tiles
-    from service.transform import apply
+    from service.render.imaging import plain_sampler
+    from service.render.separable import separable_sampler
+    from service.render.tiling import sample_coords, tiles
+    from service.render.transform import apply
     a = _rgb(separable_sampler(sep, sp), sp, tile)
     b = _rgb(plain_sampler(lambda x: plain_model.predict(x)["rgb"], sp), sp, tile)
     ref = []
@@ -149,7 +149,7 @@ def _parity(sep, plain_model, exact, sp, tile: int) -> dict:
 
 
 def _rgb(sample, spec, tile: int) -> np.ndarray:
-    from service.tiling import tiles
+    from service.render.tiling import tiles
     return np.concatenate([sample(t).reshape(-1) for t in tiles(spec.height, spec.width, spec.supersample, tile)])
 
 
@@ -157,11 +157,11 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
     """Max abs difference, separable vs the plain graph and vs float64 torch, for a random-weight
     Gaussian model of σ `sigma` (the fit-image architecture of models/astronaut) at SIZE² renders."""
     import torch
-    from service.imaging import Background, RenderSpec
+    from service.render.imaging import Background, RenderSpec
     from modelrepo import read_spec
-    from service.runtime import RuntimeOptions
-    from service.tasks import runtime_for
-    from service.schemas import RenderRequest, sampling_matrix
+    from service.engine.runtime import RuntimeOptions
+    from service.engine.tasks import runtime_for
+    from service.api.schemas import RenderRequest, sampling_matrix
     from training.encodings import EncodingConfig
     from training.fit_image import FitConfig, export_image_model
     from training.image_models import ImageINR, ImageModelConfig

@@ -76,8 +76,8 @@ def probe_cuda(models: Path) -> bool:
     Raises DeviceError when the session does not really run on CUDA (session.get_providers())."""
     from modelrepo import SpecError, read_spec, version_numbers
 
-    from .registry import Registry
-    from .runtime import ModelRuntime, RuntimeOptions
+    from .engine.registry import Registry
+    from .engine.runtime import ModelRuntime, RuntimeOptions
     for path in Registry(models, RuntimeOptions()).discover():
         try:
             spec = read_spec(path)
@@ -94,7 +94,7 @@ def resolve_device(settings: Settings) -> Settings:
     auto: CUDA when that works, else CPU; say which."""
     import onnxruntime as ort
 
-    from .runtime import CUDA, check_device_available
+    from .engine.runtime import CUDA, check_device_available
     log = logging.getLogger("service")
     if settings.device == "cuda":
         check_device_available("cuda")
@@ -124,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
     # Worker processes build their own app from the environment, so pass the settings that way.
     os.environ.update(settings.environment())
-    # The app drains on SIGTERM for up to INR_GRACEFUL_SHUTDOWN_S (service/drain.py) before uvicorn's
+    # The app drains on SIGTERM for up to INR_GRACEFUL_SHUTDOWN_S (service/server/drain.py) before uvicorn's
     # own shutdown starts, which then gives what still runs one more second.
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
                 workers=settings.workers, log_level=settings.log_level, log_config=log_config(settings.log_level),
                 timeout_keep_alive=settings.timeout_keep_alive, timeout_graceful_shutdown=1,
-                http="service.guards:HeaderTimeoutProtocol")
+                http="service.server.guards:HeaderTimeoutProtocol")
     return 0
 
 

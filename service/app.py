@@ -4,10 +4,10 @@
     uvicorn --factory service.app:create_app     (settings from INR_* variables)
 
 Only `python -m service` sets uvicorn's server options from the settings: INR_TIMEOUT_KEEP_ALIVE,
-INR_HEADER_TIMEOUT_S (service.guards.HeaderTimeoutProtocol) and the one second uvicorn's shutdown
+INR_HEADER_TIMEOUT_S (service.server.guards.HeaderTimeoutProtocol) and the one second uvicorn's shutdown
 adds after the drain. Plain `uvicorn --factory` uses uvicorn's own defaults (5 s keep-alive, no
 header timeout) unless given `--timeout-keep-alive 90 --timeout-graceful-shutdown 1
---http service.guards:HeaderTimeoutProtocol`. The app-level parts work either way: the drain on
+--http service.server.guards:HeaderTimeoutProtocol`. The app-level parts work either way: the drain on
 SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts.
 """
 from __future__ import annotations
@@ -21,22 +21,22 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .drain import Drain, DrainGuard
+from .server.drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
-from . import iiif, v2
-from .dataplane import DataPlane
-from .control import ModelControl
-from .guards import BodyTimeout
-from .jsonbody import add_body_schemas
+from .api import iiif, v2
+from .engine.dataplane import DataPlane
+from .engine.control import ModelControl
+from .server.guards import BodyTimeout
+from .api.jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
-from .registry import Registry
-from .render_cache import RenderCache
-from .render_service import RenderService
-from .restricted import RestrictedApi
-from .routers import classify, health, models, query, render
-from .v2 import repository as v2_repository
-from .runtime import RuntimeOptions, default_threads
+from .engine.registry import Registry
+from .render.cache import RenderCache
+from .render.service import RenderService
+from .server.restricted import RestrictedApi
+from .api.v1 import classify, health, models, query, render
+from .api.v2 import repository as v2_repository
+from .engine.runtime import RuntimeOptions, default_threads
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await control.start()
         metrics.set_models(registry.models)
         app.state.renderer.start()
-        drain.install()  # SIGTERM: finish what runs, refuse what comes (service/drain.py)
+        drain.install()  # SIGTERM: finish what runs, refuse what comes (service/server/drain.py)
         try:
             yield
         finally:

@@ -61,7 +61,7 @@ class ModelStats:
     last_inference_ms: int = 0
     pending: int = 0
     batches: dict[int, Duration] = field(default_factory=lambda: defaultdict(Duration))
-    cache_hit: Duration = field(default_factory=Duration)    # render cache lookups (service/render_cache.py)
+    cache_hit: Duration = field(default_factory=Duration)    # render cache lookups (service/render/cache.py)
     cache_miss: Duration = field(default_factory=Duration)
 
 
@@ -132,7 +132,7 @@ class Metrics:
 
     def queue_timeout(self, model: str, queue: str) -> None:
         """A request gave up waiting: `queue` is "batch" (for a batch), "alone" (for a pool thread, a request
-        run alone; both service/batching.py) or "render" (a render slot)."""
+        run alone; both service/engine/batching.py) or "render" (a render slot)."""
         self.queue_timeouts.labels(model, queue).inc()
 
     def pending(self, model: str, delta: int, version: int | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .restricted import RestrictedGroup, check_groups
+from .server.restricted import RestrictedGroup, check_groups
 
 MiB = 1024 * 1024
 
@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     # 8192 keeps a tile's [N, features] intermediates in L2: 1.2-1.6x the coordinates/s of 65 536
     # (docs/benchmarks.md §3).
     render_tile_samples: int = Field(8_192, ge=256, description="model samples per render tile (memory bound)")
-    # Render core (service/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
+    # Render core (service/render/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
     render_workers: int = Field(2, ge=1, le=64, description="threads computing render tiles; the tiles of "
                                                             "the renders in flight take turns on them")
     render_timeout_s: float = Field(60.0, gt=0, description="a render still running after this many seconds "
@@ -56,7 +56,7 @@ class Settings(BaseSettings):
                                                               "not pin a model version: how long browsers and "
                                                               "nginx may show it after the model changes")
 
-    # Dynamic batching (service/batching.py): concurrent requests to one model share one onnxruntime run.
+    # Dynamic batching (service/engine/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
     max_batch: int | None = Field(None, ge=1, description="rows (coordinates or images) per batched run; "
                                   "unset = each model's max_batch_size (config.pbtxt)")
@@ -94,7 +94,7 @@ class Settings(BaseSettings):
                                                         "request and its X-Forwarded-Proto/Host/Port/Prefix")
     iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
 
-    # Model control (service/control.py), with Triton's names and meanings.
+    # Model control (service/engine/control.py), with Triton's names and meanings.
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
         "none", description="none: load every model at start, ignore changes; poll: also rescan the repository "
                             "every repository_poll_secs; explicit: load only load_model at start, then only on "

@@ -4,7 +4,7 @@ import subprocess
 import httpx
 import onnxruntime as ort
 import pytest
-from conftest import PY, ROOT, Server
+from tests.servers import PY, ROOT, Server
 
 
 def run_cli(*args, env=None):

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import Server
+from tests.servers import Server
 
 TIMEOUT_S = 1
 

@@ -1,7 +1,7 @@
 """The service runs on onnxruntime, numpy, FastAPI and Pillow: importing and serving never imports torch."""
 import subprocess
 
-from conftest import PY, ROOT
+from tests.servers import PY, ROOT
 
 SCRIPT = """
 import asyncio, sys

@@ -1,0 +1,45 @@
+"""FastAPI dependencies as `Annotated` aliases: settings, registry, the dataplane, and models by task."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+
+from ..engine.dataplane import DataPlane
+from ..engine.registry import Registry
+from ..engine.tasks import DigitsRuntime, ImageRuntime
+from ..settings import Settings
+
+
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def get_registry(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+async def get_dataplane(request: Request) -> DataPlane:
+    return request.app.state.dataplane
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[Registry, Depends(get_registry)]
+DataPlaneDep = Annotated[DataPlane, Depends(get_dataplane)]
+ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=64)]
+
+
+def _endpoint(request: Request) -> str:
+    return "/" + request.url.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+async def image_model(name: ModelName, registry: RegistryDep, request: Request) -> ImageRuntime:
+    return registry.ready_model(name, "image", _endpoint(request))
+
+
+async def digits_model(name: ModelName, registry: RegistryDep, request: Request) -> DigitsRuntime:
+    return registry.ready_model(name, "digits", _endpoint(request))
+
+
+ImageModel = Annotated[ImageRuntime, Depends(image_model)]
+DigitsModel = Annotated[DigitsRuntime, Depends(digits_model)]

@@ -1,0 +1,23 @@
+"""Liveness (the process answers) and readiness (the models have loaded)."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ..deps import RegistryDep
+from ...errors import NotLoaded
+from ..schemas import ErrorBody, Live, Ready
+
+router = APIRouter(prefix="/health", tags=["health"])
+
+
+@router.get("/live", response_model=Live)
+def live() -> Live:
+    return Live()
+
+
+@router.get("/ready", response_model=Ready, responses={503: {"model": ErrorBody, "description": "still loading"}})
+def ready(registry: RegistryDep) -> Ready:
+    if not registry.loaded:
+        raise NotLoaded("models are still loading")
+    n_ready = sum(m.ready for m in registry.models.values())
+    return Ready(models_ready=n_ready, models_failed=len(registry.models) - n_ready)

@@ -1,0 +1,99 @@
+"""The model list and one model's metadata, status, provider and training metrics."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+from pydantic import ValidationError
+
+from ..deps import ModelName, RegistryDep
+from ...errors import NoPreview
+from ...engine.registry import ModelState
+from ..schemas import ErrorBody, ModelInfo, ModelList, ModelSummary, TensorInfo, VersionInfo
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+def _typed(meta: dict, key: str, kind: type, default=None):
+    """A metadata value of the expected type, else the default: a failed model's metadata may be junk."""
+    value = meta.get(key)
+    return value if isinstance(value, kind) and not isinstance(value, bool) else default
+
+
+def preview_path(m: ModelState) -> Path | None:
+    """metadata's `preview` file, only when it is a plain file inside the serving version's folder
+    (or, for older layouts, the model folder)."""
+    name = _typed(m.metadata, "preview", str)
+    if not name:
+        return None
+    current = m.serving
+    for root in ([current.version_dir] if current else []) + [m.path]:
+        root = root.resolve()
+        path = (root / name).resolve()
+        if path.parent == root and path.is_file():
+            return path
+    return None
+
+
+SHOWN = {"name", "task", "description", "inputs", "outputs", "metrics", "version", "onnx_sha256", "preview"}
+INTERNAL = {"separable"}  # how the service renders, not what the model is
+
+
+def provenance(meta: dict) -> dict:
+    """The free-form training record without the fields shown on their own, the render internals and the
+    per-epoch history."""
+    out = {k: v for k, v in meta.items() if k not in SHOWN | INTERNAL}
+    if isinstance(out.get("training"), dict):
+        out["training"] = {k: v for k, v in out["training"].items() if k != "history"}
+    return out
+
+
+def tensors(meta: dict, key: str) -> list[TensorInfo]:
+    out = []
+    for t in _typed(meta, key, list, []):
+        try:
+            out.append(TensorInfo.model_validate(t))
+        except ValidationError:
+            continue  # a failed model's junk: shown as absent
+    return out
+
+
+def model_info(m: ModelState) -> ModelInfo:
+    meta = m.metadata
+    preview = f"/v1/models/{m.name}/preview" if preview_path(m) else None
+    serving = m.serving
+    versions = [VersionInfo(version=v.version, status=v.status, error=v.error, serving=v is serving,
+                            onnx_sha256=v.record.onnx_sha256 if v.record else None) for v in m.versions]
+    return ModelInfo(name=m.name, task=m.task, version=serving.version if serving else None,
+                     status=m.status, error=m.reason, provider=m.provider, versions=versions,
+                     version_policy=m.spec.version_policy.describe() if m.spec else None,
+                     max_batch_size=m.spec.max_batch_size if m.spec else None,
+                     description=_typed(meta, "description", str),
+                     inputs=tensors(meta, "inputs"), outputs=tensors(meta, "outputs"),
+                     metrics=_typed(meta, "metrics", dict, {}), metadata=provenance(meta),
+                     preview_url=preview)
+
+
+@router.get("", response_model=ModelList)
+def list_models(registry: RegistryDep) -> ModelList:
+    """One small summary per model; GET /v1/models/NAME has the detail."""
+    return ModelList(models=[ModelSummary(name=m.name, task=m.task, status=m.status, error=m.reason,
+                                          versions=[v.version for v in m.versions if v.ready],
+                                          url=f"/v1/models/{m.name}") for m in registry.models.values()])
+
+
+@router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
+def get_model(name: ModelName, registry: RegistryDep) -> ModelInfo:
+    return model_info(registry.get(name))
+
+
+@router.get("/{name}/preview", response_class=FileResponse,
+            responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorBody}})
+def get_preview(name: ModelName, registry: RegistryDep) -> FileResponse:
+    """The preview image written at training time (the fitted network at training resolution)."""
+    model = registry.get(name)
+    path = preview_path(model)
+    if path is None:
+        raise NoPreview(model.name)
+    return FileResponse(path, media_type="image/png")

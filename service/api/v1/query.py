@@ -1,0 +1,34 @@
+"""POST /v1/models/{name}/query: RGB at coordinates, through an optional transform.
+
+The body is parsed with orjson and the coordinates go straight into numpy (service/api/jsonbody.py);
+`QueryRequest` documents the body and validates everything but well-formed coordinates, and all of
+the body when the coordinates are not well-formed, so that its messages name the bad value."""
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Request
+
+from ..deps import DataPlaneDep, ImageModel
+from ...render.imaging import Background
+from ...engine.numbers import float_rows
+from ..jsonbody import json_response, openapi_body, read_json, validate
+from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
+
+router = APIRouter(prefix="/v1/models", tags=["image models"])
+ERRORS = {c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}
+PLACEHOLDER = [[0.0, 0.0]]
+OPENAPI_BODY = openapi_body(QueryRequest)
+
+
+@router.post("/{name}/query", response_model=QueryResponse, responses=ERRORS, openapi_extra=OPENAPI_BODY)
+async def query(request: Request, model: ImageModel, dataplane: DataPlaneDep):
+    """The model's colour at each coordinate; with a transform, at the inverse-mapped coordinates."""
+    doc = await read_json(request)
+    coords = float_rows(doc.get("coords"), 2) if isinstance(doc, dict) else None
+    if coords is None:  # the slow path, for its messages
+        body = validate(QueryRequest, doc)
+        coords = np.asarray(body.coords, dtype=np.float64)
+    else:
+        body = validate(QueryRequest, {**doc, "coords": PLACEHOLDER})
+    rgb = await dataplane.query(model, coords, sampling_matrix(body.transform), Background.parse(body.background))
+    return json_response({"rgb": np.round(rgb.astype(np.float64), 6)})

@@ -1,0 +1,84 @@
+"""Triton's model repository extension: `POST /v2/repository/index`, `.../models/{name}/load`, `/unload`.
+
+The index answers in every mode; load and unload only in `--model-control-mode explicit`
+(400 otherwise, as in Triton). Bodies are optional, as tritonclient sends them:
+index `{"ready": bool}`, load `{"parameters": {...}}`, unload `{"parameters": {"unload_dependents": bool}}`.
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from ...engine.control import ModelControl
+from ..deps import ModelName
+from ...errors import BadInput
+from ..jsonbody import JSONError, loads
+from ..schemas import ErrorBody
+
+router = APIRouter(prefix="/v2/repository", tags=["V2 model repository"])
+ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404)}
+BODY = {"requestBody": {"required": False, "content": {"application/json": {"schema": {"type": "object"}}}}}
+
+
+async def get_control(request: Request) -> ModelControl:
+    return request.app.state.control
+
+
+ControlDep = Annotated[ModelControl, Depends(get_control)]
+
+
+async def json_body(request: Request) -> dict:
+    """The optional JSON object body; empty means {}."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = loads(raw)
+    except JSONError as e:
+        raise BadInput(f"body: invalid JSON ({e})") from None
+    if not isinstance(body, dict):
+        raise BadInput("body: expected a JSON object")
+    return body
+
+
+Body = Annotated[dict, Depends(json_body)]
+
+
+def parameters(body: dict, allowed: set[str]) -> dict:
+    params = body.get("parameters", {})
+    if not isinstance(params, dict):
+        raise BadInput("parameters: expected a JSON object")
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise BadInput(f"parameters: {', '.join(unknown)} not supported (a model is loaded from its folder in "
+                       "the repository; 'config' and 'file:' overrides are not)")
+    return params
+
+
+@router.post("/index", responses=ERRORS, openapi_extra=BODY)
+async def repository_index(control: ControlDep, body: Body) -> list[dict]:
+    """Every model in the repository (loaded or not) with its versions, states and reasons."""
+    ready = body.get("ready", False)
+    if not isinstance(ready, bool):
+        raise BadInput(f"ready: expected true or false, got {ready!r}")
+    return await run_in_threadpool(control.index, ready)
+
+
+@router.post("/models/{name}/load", responses=ERRORS, openapi_extra=BODY)
+async def load_model(name: ModelName, control: ControlDep, body: Body) -> list[dict]:
+    """Load the model, or reload it: new versions are loaded beside the serving ones and swapped in
+    once ready. Answers the model's index rows."""
+    parameters(body, set())
+    await control.load(name)
+    return [r for r in await run_in_threadpool(control.index) if r["name"] == name]
+
+
+@router.post("/models/{name}/unload", responses=ERRORS, openapi_extra=BODY)
+async def unload_model(name: ModelName, control: ControlDep, body: Body) -> dict:
+    """Stop serving the model; requests already running on it finish."""
+    if parameters(body, {"unload_dependents"}).get("unload_dependents") not in (None, False, True):
+        raise BadInput("parameters.unload_dependents: expected true or false")
+    await control.unload(name)
+    return {}

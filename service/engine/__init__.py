@@ -1,0 +1,1 @@
+"""Models and inference: the repository, runtimes, control, batching, the dataplane."""

@@ -1,0 +1,336 @@
+"""Dynamic batching: concurrent requests to one model share one onnxruntime run.
+
+`BatchingInference` is `await inference(model, x)` → outputs by name; the dataplane
+(service/engine/dataplane.py) runs v1 query, v1 classify and V2 infer through it.
+
+Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
+count). A worker takes the oldest request and, by the policy (INR_BATCH_POLICY):
+  - adaptive (the default): at once, with everything queued behind it, so an idle model adds no
+    wait and batches form only while the other instances compute;
+  - delay (Triton's rule; the default when INR_MAX_QUEUE_DELAY_MS is set): waits until the queued rows
+    reach `max_batch` or the model's queue delay (config.pbtxt `dynamic_batching`, or
+    INR_MAX_QUEUE_DELAY_MS) has passed since that request arrived;
+then concatenates the inputs
+along the first axis, runs them once in the thread pool and hands each request its own slice of
+every output, in order. While one batch runs the next one gathers, and with two instances it
+runs beside it on another core; under load batches grow by themselves.
+
+* Rows per run: the model's `max_batch_size` (its spec), lowered by `max_batch` when set.
+  A request with more rows than that runs alone, never split.
+* A runtime the registry has swapped out (`retired`) gets no new queue: its queued requests
+  finish on it, later ones run alone on it, and its workers stop once its queue is empty.
+* A failed batched run is retried request by request, so one bad request fails alone.
+* The queue is bounded (`max_queue` requests): beyond it requests get 503 at once.
+* A request still queued after `queue_timeout` seconds (INR_QUEUE_TIMEOUT_S, or a shorter
+  per-request `timeout`, V2's parameter) leaves the queue with 503 and Retry-After at that moment;
+  once its batch runs, it finishes. A request that runs alone (more rows than the limit, or
+  batching off) has the same deadline for its wait for a pool thread: Triton applies the queue
+  timeout to every request not yet executing, and a caller's `timeout` means the same whichever
+  path its request takes. Once its run has started, it finishes.
+* A request cancelled while queued (client gone) is dropped before the run.
+* `enabled=False` runs every request on its own, still timed for the metrics.
+
+Requests are validated before they are queued, so inputs in one batch have the same trailing
+shape and dtype. onnxruntime sessions are safe to run from several threads, so /render (which
+calls the model from the thread pool directly) can run beside a batch.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import Overloaded, QueueTimeout
+from ..metrics import Metrics
+from .runtime import ModelRuntime
+from ..settings import Settings
+
+log = logging.getLogger(__name__)
+Outputs = dict[str, np.ndarray]
+DEFAULT_DELAY = 0.0005  # seconds, for a model whose config.pbtxt has no dynamic_batching block
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    enabled: bool = True
+    max_batch: int | None = None    # rows per run; None = each model's max_batch_size
+    max_queue_delay: float | None = None  # seconds; None = each model's config.pbtxt delay
+    policy: str = "auto"            # adaptive | delay | auto (delay when max_queue_delay is set)
+    max_queue: int = 1024           # requests waiting per model
+    instances: int = 2              # batches of one model running at once
+    queue_timeout: float = 10.0     # seconds a request may wait for its batch
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> "BatchConfig":
+        delay = None if s.max_queue_delay_ms is None else s.max_queue_delay_ms / 1000
+        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay, policy=s.batch_policy,
+                   max_queue=s.max_queue, instances=s.batch_instances, queue_timeout=s.queue_timeout_s)
+
+
+class Pending:
+    __slots__ = ("x", "rows", "future", "arrived", "timer")
+
+    def __init__(self, x: np.ndarray, future: asyncio.Future):
+        self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
+        self.timer: asyncio.TimerHandle | None = None
+
+
+def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
+    """Run the inputs as one batch (in a pool thread); per-input outputs or errors. `model.predict`
+    counts the run. If the merged run fails, each input runs alone so that only the bad one gets the error."""
+    try:
+        merged = model.predict(xs[0] if len(xs) == 1 else np.concatenate(xs), requests=len(xs))
+    except Exception as e:  # noqa: BLE001 - handed to the request(s) that caused it
+        if len(xs) == 1:
+            return [e]
+        log.warning("model %s: batched run of %d requests failed (%s); running them one by one",
+                    model.name, len(xs), e)
+        results: list[Outputs | BaseException] = []
+        for x in xs:
+            try:
+                results.append(model.predict(x))
+            except Exception as one:  # noqa: BLE001
+                results.append(one)
+        return results
+    bounds = np.cumsum([0] + [len(x) for x in xs])
+    return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class ModelQueue:
+    """The queue and worker task of one model."""
+
+    def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None):
+        self.model, self.config, self.metrics = model, config, metrics
+        self.max_rows = max_rows(model, config)
+        self.delay = queue_delay(model, config)
+        self.items: deque[Pending] = deque()
+        self.rows = 0  # rows queued
+        self.running = 0  # batches taken from the queue and not yet answered
+        self.wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}")
+                      for i in range(config.instances)]
+
+    async def submit(self, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        if len(self.items) >= self.config.max_queue:
+            raise Overloaded(f"model '{self.model.name}' has {len(self.items)} requests waiting, the limit "
+                             "(INR_MAX_QUEUE); try again later")
+        loop = asyncio.get_running_loop()
+        item = Pending(x, loop.create_future())
+        limit, what = deadline(self.config, timeout)
+        item.timer = loop.call_later(limit, self._timed_out, item, limit, what)
+        self.items.append(item)
+        self.rows += item.rows
+        self._pending(+1)
+        self.wake.set()
+        return await item.future
+
+    def _timed_out(self, item: Pending, limit: float, what: str) -> None:
+        """Still queued at its deadline: out of the queue, 503 to the caller."""
+        try:
+            self.items.remove(item)
+        except ValueError:  # already taken into a batch
+            return
+        self.rows -= item.rows
+        self._pending(-1)
+        if self.metrics:
+            self.metrics.queue_timeout(self.model.name, "batch")
+        if not item.future.done():
+            item.future.set_exception(queue_timeout(self.model, "a batch", limit, what))
+
+    def _pending(self, delta: int) -> None:
+        if self.metrics:
+            self.metrics.pending(self.model.name, delta, self.model.version)
+
+    async def gather(self) -> list[Pending]:
+        """Wait for the oldest request, then for batch-mates until max_batch rows or the delay is up.
+        Several workers may gather at once: each re-checks the queue after every wake-up."""
+        loop = asyncio.get_running_loop()
+        while True:
+            timer, expired = None, []
+            if self.items:
+                left = self.items[0].arrived + self.delay - time.perf_counter()
+                if self.rows >= self.max_rows or left <= 0:
+                    break
+                timer = loop.call_later(left, self._expire, expired)
+            self.wake.clear()
+            try:
+                await self.wake.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            # Trust the timer rather than the clock: an event loop with millisecond timers may fire
+            # early, and re-arming for the few microseconds left would spin.
+            if expired and self.items:
+                break
+        batch = [self.items.popleft()]
+        rows = batch[0].rows
+        while self.items and rows + self.items[0].rows <= self.max_rows:
+            rows += self.items[0].rows
+            batch.append(self.items.popleft())
+        self.rows -= rows
+        self._pending(-len(batch))
+        for p in batch:
+            p.timer.cancel()
+        return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
+
+    def _expire(self, expired: list) -> None:
+        expired.append(True)
+        self.wake.set()
+
+    async def worker(self) -> None:
+        while True:
+            batch = await self.gather()
+            if not batch:
+                continue
+            started = time.perf_counter()
+            if self.metrics:
+                self.metrics.queued(self.model.name, [started - p.arrived for p in batch], self.model.version)
+            self.running += 1
+            try:
+                results = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
+            except BaseException as e:  # cancelled while running: fail the batch, then stop
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(e if isinstance(e, Exception) else RuntimeError("shutting down"))
+                raise
+            finally:
+                self.running -= 1
+            for p, result in zip(batch, results):
+                if p.future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    p.future.set_exception(result)
+                else:
+                    p.future.set_result(result)
+
+    async def drain_and_close(self) -> None:
+        """Close once the queued requests have been taken (a retired runtime)."""
+        while self.items or self.running:  # a batch taken but not answered must finish, not be cancelled
+            await asyncio.sleep(self.delay + 0.001)
+        await asyncio.sleep(0)
+        await self.close()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for p in self.items:
+            p.timer.cancel()
+            if not p.future.done():
+                p.future.set_exception(Overloaded("the server is shutting down"))
+        self.items.clear()
+        self.rows = 0
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class BatchingInference:
+    """`await inference(model, x)` → outputs by name, batched per model (or not, when disabled)."""
+
+    def __init__(self, config: BatchConfig, metrics: Metrics | None = None):
+        self.config, self.metrics = config, metrics
+        self.queues: dict[int, ModelQueue] = {}  # by id() of the runtime (one per loaded model version)
+        self.closing: set[asyncio.Task] = set()
+
+    async def __call__(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        if not self.config.enabled or len(x) > max_rows(model, self.config):
+            return await self.alone(model, x, timeout)
+        queue = self.queues.get(id(model))
+        if queue is None or queue.model is not model:
+            if model.retired:
+                return await self.alone(model, x, timeout)
+            queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics)
+        return await queue.submit(x, timeout)
+
+    def retire(self, models: list[ModelRuntime]) -> None:
+        """The registry stopped serving `models` (call on the event loop): their queues drain, then close."""
+        for model in models:
+            queue = self.queues.get(id(model))
+            if queue is not None and queue.model is model:
+                del self.queues[id(model)]
+                task = asyncio.get_running_loop().create_task(queue.drain_and_close())
+                self.closing.add(task)
+                task.add_done_callback(self.closing.discard)
+
+    async def alone(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        """Run `x` by itself in the thread pool; 503 if no pool thread took it within its deadline."""
+        arrived = time.perf_counter()
+        started: float | None = None
+        lock = threading.Lock()
+        limit, what = deadline(self.config, timeout)
+
+        def timed() -> list | None:
+            nonlocal started
+            with lock:
+                if started is not None:  # the deadline passed first: the caller has its 503
+                    return None
+                started = time.perf_counter()
+            return run_batch(model, [x])
+
+        run = asyncio.ensure_future(run_in_threadpool(timed))
+        try:
+            done, _ = await asyncio.wait({run}, timeout=limit)
+        except asyncio.CancelledError:  # the client went away: a run not yet in a thread never starts
+            run.cancel()
+            raise
+        if not done:
+            with lock:
+                gave_up = started is None
+                if gave_up:
+                    started = -1.0
+            if gave_up:
+                run.cancel()  # still waiting for a thread: give the slot back
+                if self.metrics:
+                    self.metrics.queue_timeout(model.name, "alone")
+                raise queue_timeout(model, "a pool thread", limit, what)
+        [result] = await run
+        if self.metrics:
+            self.metrics.queued(model.name, [started - arrived], model.version)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def close(self) -> None:
+        for queue in self.queues.values():
+            await queue.close()
+        self.queues.clear()
+        await asyncio.gather(*self.closing, return_exceptions=True)
+
+
+def deadline(config: BatchConfig, timeout: float | None) -> tuple[float, str]:
+    """Seconds a request may wait to start, and the setting that set it (for the error)."""
+    if timeout is None or timeout >= config.queue_timeout:
+        return config.queue_timeout, "INR_QUEUE_TIMEOUT_S"
+    return timeout, "the request's timeout parameter"
+
+
+def queue_timeout(model: ModelRuntime, waited_for: str, limit: float, what: str) -> QueueTimeout:
+    return QueueTimeout(f"model '{model.name}': waited {limit:g} s in the queue for {waited_for}, the limit "
+                        f"({what}); the server is busy, try again later")
+
+
+def adaptive(config: BatchConfig) -> bool:
+    return config.policy == "adaptive" or (config.policy == "auto" and config.max_queue_delay is None)
+
+
+def queue_delay(model: ModelRuntime, config: BatchConfig) -> float:
+    """Seconds to wait for batch-mates. Adaptive: none. A free worker takes what is queued at once, so an
+    idle model runs a request at once, and while every worker computes, requests gather for the next batch.
+    Delay (Triton's): INR_MAX_QUEUE_DELAY_MS when set, else the model's dynamic_batching
+    max_queue_delay_microseconds, else DEFAULT_DELAY."""
+    if adaptive(config):
+        return 0.0
+    if config.max_queue_delay is not None:
+        return config.max_queue_delay
+    us = model.spec.max_queue_delay_us
+    return DEFAULT_DELAY if us is None else us / 1e6
+
+
+def max_rows(model: ModelRuntime, config: BatchConfig) -> int:
+    """Rows per batched run of `model`: its max_batch_size, lowered by INR_MAX_BATCH when set."""
+    return min(model.max_batch_size, config.max_batch or model.max_batch_size)

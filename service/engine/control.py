@@ -1,0 +1,187 @@
+"""Model control, with Triton's modes and meanings (`--model-control-mode`).
+
+* `none`: every model folder is loaded at start; later changes to the repository are ignored, and
+  load / unload requests are refused (400).
+* `poll`: the same start, then a background task scans the repository every
+  `--repository-poll-secs` and loads new models and versions, reloads changed ones and unloads
+  removed ones. Load / unload requests are refused (400), as in Triton.
+* `explicit`: only the `--load-model` names are loaded at start (`*` = all); afterwards models are
+  loaded, reloaded and unloaded by `POST /v2/repository/models/NAME/load|unload`.
+
+Loads run in worker threads, never on the event loop. A reload goes through `Registry.load`,
+which builds the new versions beside the serving ones and swaps only once they are ready; a
+broken new version leaves the old one serving, and the failure shows in the index
+(`POST /v2/repository/index`). Requests already running on an old version finish on it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import BadInput
+from .registry import ModelState, Registry
+
+log = logging.getLogger(__name__)
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def fingerprint(folder: Path) -> Fingerprint:
+    """What a model folder holds now: (relative path, size, mtime) of each file, hidden entries
+    (a writer's temporary folders) skipped. Any change to a file changes it."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            if f.startswith("."):
+                continue
+            path = Path(root) / f
+            try:
+                st = path.stat()
+            except OSError:  # removed while we looked: the next scan sees the rest
+                continue
+            found.append((str(path.relative_to(folder)), st.st_size, st.st_mtime_ns))
+    return tuple(found)
+
+
+def failures(state: ModelState) -> str:
+    """What failed in a model's last load: each failed version's reason, then the model's own."""
+    parts = [f"version {v.version}: {v.error}" for v in state.versions if not v.ready]
+    return "; ".join(parts + ([state.error] if state.error else []))
+
+
+def index_entries(name: str, state: ModelState | None, loading: bool) -> list[dict]:
+    """A model's rows in Triton's repository index: one per loaded version, else one for the model."""
+    if loading:
+        return [{"name": name, "state": "LOADING", "reason": ""}]
+    if state is None:
+        return [{"name": name, "state": "UNAVAILABLE", "reason": "unloaded"}]
+    if not state.versions:
+        return [{"name": name, "state": "UNAVAILABLE", "reason": state.reason or "not loaded"}]
+    rows = [{"name": name, "version": str(v.version), "state": "READY" if v.ready else "UNAVAILABLE",
+             "reason": "" if v.ready else (v.error or "")} for v in state.versions]
+    if state.error:  # e.g. a new spec that does not parse, while older versions keep serving
+        rows.append({"name": name, "state": "UNAVAILABLE", "reason": state.error})
+    return rows
+
+
+class ModelControl:
+    """Starts the models for the mode, runs the poll task, and answers the repository API."""
+
+    def __init__(self, registry: Registry, mode: str, poll_secs: float = 15.0, startup: list[str] | None = None):
+        self.registry, self.mode, self.poll_secs = registry, mode, poll_secs
+        self.startup = list(startup or [])
+        self.seen: dict[str, Fingerprint] = {}  # what each folder held at its last load (or attempt)
+        self.loading: set[str] = set()      # names with a load under way (shown as LOADING)
+        self.task: asyncio.Task | None = None
+
+    # -- start and stop ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the start-up models (blocking start-up, as Triton does), then start polling."""
+        names = None
+        if self.mode == "explicit":
+            names = list(self.registry.scan()) if self.startup == ["*"] else self.startup
+        await run_in_threadpool(self._load_startup, names)
+        if self.mode == "poll":
+            self.task = asyncio.get_running_loop().create_task(self._poll_forever(), name="repository-poll")
+
+    def _load_startup(self, names: list[str] | None) -> None:
+        folders = self.registry.scan()
+        for name in [n for n in (names or []) if n not in folders]:
+            log.error("--load-model %s: no such model folder in %s", name, self.registry.root)
+        wanted = list(folders) if names is None else [n for n in names if n in folders]
+        before = {n: fingerprint(folders[n]) for n in wanted}  # taken first: a change during the load shows
+        self.registry.load_all(wanted)
+        self.seen.update({n: f for n, f in before.items() if n in self.registry.models})
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
+
+    # -- poll mode --------------------------------------------------------------------------------
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_secs)
+            try:
+                await run_in_threadpool(self.poll_once)
+            except Exception:  # noqa: BLE001 - one bad scan must not end polling
+                log.exception("repository poll failed; trying again in %.3g s", self.poll_secs)
+
+    def poll_once(self) -> list[str]:
+        """One scan (blocking): load new or changed folders, unload removed ones; the names changed."""
+        if not self.registry.root.is_dir():  # unmounted for a moment? unloading everything would be worse
+            log.warning("repository %s is not a directory; nothing changed", self.registry.root)
+            return []
+        folders = self.registry.scan()
+        changed = []
+        for name in [n for n in self.registry.models if n not in folders]:
+            log.info("model %s: folder removed from the repository; unloading", name)
+            self._unload(name)
+            changed.append(name)
+        for name, path in folders.items():
+            now = fingerprint(path)
+            if self.seen.get(name) == now and name in self.registry.models:
+                continue
+            log.info("model %s: %s in the repository; loading", name,
+                     "changed" if name in self.registry.models else "new")
+            try:
+                self._load(name, now)
+            except Exception:  # noqa: BLE001 - e.g. removed between scan and load; the next scan sees it
+                log.exception("model %s: load failed", name)
+            changed.append(name)
+        return changed
+
+    # -- the repository API -----------------------------------------------------------------------
+    def _explicit_only(self, action: str) -> None:
+        if self.mode != "explicit":
+            raise BadInput(f"{action} requests are refused in model control mode '{self.mode}': start the "
+                           "server with --model-control-mode explicit (INR_MODEL_CONTROL_MODE)")
+
+    async def load(self, name: str) -> ModelState:
+        """Load or reload `name` (explicit mode). 404 for no such folder; 400 when nothing of it is ready."""
+        self._explicit_only("load")
+        state = await run_in_threadpool(self._load, name, None)
+        if not state.ready:
+            raise BadInput(f"failed to load '{name}': {failures(state)}")
+        if failures(state):  # ready, but a version failed: e.g. a broken new one beside the old
+            raise BadInput(f"model '{name}' loaded with failures ({failures(state)}); serving version "
+                           f"{state.serving.version}")
+        return state
+
+    async def unload(self, name: str) -> None:
+        """Stop serving `name` (explicit mode); requests already running on it finish. 404 if not loaded."""
+        self._explicit_only("unload")
+        await run_in_threadpool(self._unload, name)
+
+    def index(self, ready_only: bool = False) -> list[dict]:
+        """Triton's repository index: every model in the repository or loaded, with its state.
+        Blocking (it lists the repository): call it from a worker thread."""
+        names = sorted(set(self.registry.scan()) | set(self.registry.models) | self.loading)
+        models = self.registry.models
+        rows = [r for n in names for r in index_entries(n, models.get(n), n in self.loading)]
+        return [r for r in rows if r["state"] == "READY"] if ready_only else rows
+
+    # -- blocking helpers (worker threads) --------------------------------------------------------
+    def _load(self, name: str, now: Fingerprint | None) -> ModelState:
+        self.loading.add(name)
+        try:
+            path = self.registry.root / name
+            now = now if now is not None else fingerprint(path)
+            state = self.registry.load(name)
+            self.seen[name] = now
+            if failures(state):
+                log.warning("model %s: %s", name, failures(state))
+            return state
+        finally:
+            self.loading.discard(name)
+
+    def _unload(self, name: str) -> None:
+        if name not in self.registry.models and name in self.registry.scan():
+            return  # a model folder that is not loaded: already unloaded, as Triton answers
+        self.registry.unload(name)
+        self.seen.pop(name, None)

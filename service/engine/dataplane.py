@@ -1,0 +1,71 @@
+"""The dataplane: the one place that runs inference, for every protocol.
+
+In the manner of KServe's `DataPlane` and `Model.__call__`, a route decodes its protocol, calls
+the dataplane, and encodes the answer; it holds no inference logic. The dataplane owns, once:
+
+  - the row limits (service/engine/limits.py), checked before any work;
+  - the per-task steps (service/engine/tasks.py: preprocess → predict → postprocess);
+  - batching (service/engine/batching.py), and with it the queue deadlines and the inference metrics;
+  - an empty batch, which is valid and needs no run.
+
+Errors are the domain errors of service/errors.py, mapped to HTTP in one place.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .batching import BatchConfig, BatchingInference, Outputs
+from ..render.imaging import Background
+from .limits import check_rows, row_limit
+from ..metrics import Metrics
+from .runtime import ModelRuntime
+from ..settings import Settings
+from .tasks import DigitsRuntime, ImageRuntime
+
+
+class DataPlane:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None):
+        self.settings = settings
+        self.batcher = BatchingInference(BatchConfig.from_settings(settings), metrics)
+
+    # -- limits ------------------------------------------------------------------------------------
+    def row_limit(self, model: ModelRuntime) -> int:
+        return row_limit(model, self.settings)[0]
+
+    def check_rows(self, model: ModelRuntime, rows: int) -> None:
+        """413 naming the limit, for a request of `rows` rows (coordinates, images, tensor rows)."""
+        check_rows(model, rows, self.settings)
+
+    # -- inference ---------------------------------------------------------------------------------
+    async def infer(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        """Tensors in, tensors out (V2): batched with every other request to `model`."""
+        self.check_rows(model, len(x))
+        if not len(x):
+            return {t.name: np.zeros([0, *[max(d, 0) for d in t.shape[1:]]], np.float32) for t in model.spec.outputs}
+        return await self.batcher(model, x, timeout)
+
+    async def query(self, model: ImageRuntime, coords: np.ndarray, matrix: np.ndarray,
+                    background: Background) -> np.ndarray:
+        """RGB at the coordinates, sampled at their inverse-mapped model coordinates."""
+        self.check_rows(model, len(coords))
+        src = model.preprocess(coords, matrix)
+        out = await self.batcher(model, src.astype(np.float32))
+        return model.postprocess(out, src, background)
+
+    async def classify_json(self, model: DigitsRuntime, images: list, include_input: bool = False) -> list[dict]:
+        """MNIST-style pixel arrays, as they are."""
+        self.check_rows(model, len(images))
+        return await self.classify(model, model.preprocess(images, self.row_limit(model)), include_input)
+
+    async def classify(self, model: DigitsRuntime, x: np.ndarray, include_input: bool = False) -> list[dict]:
+        """Prepared [N, 1, 28, 28] images (uploads made MNIST-like by the decoder)."""
+        self.check_rows(model, len(x))
+        out = await self.batcher(model, x)
+        return model.postprocess(out, x, include_input)
+
+    # -- life cycle --------------------------------------------------------------------------------
+    def retire(self, models: list[ModelRuntime]) -> None:
+        self.batcher.retire(models)
+
+    async def close(self) -> None:
+        await self.batcher.close()

@@ -1,0 +1,232 @@
+"""The served models: per model folder, the versions its version_policy selects, each a `ModelRuntime`.
+
+A broken folder or version is listed as failed with its reason and never stops the others.
+Hidden folders (a writer's `.NAME.tmp-*` while it writes) are skipped.
+
+Thread and async safety: `load`, `unload` and `load_all` block (they build onnxruntime
+sessions) and are meant for a worker thread (`run_in_threadpool`). Loads of one name are
+serialized by a per-name lock; loads of different names run in parallel. The table of models
+is an immutable mapping of immutable `ModelState`s, replaced in one assignment, so readers
+(`get`, `ready_model`, `models`) never lock and never see half a swap.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from modelrepo import NAME_RE, ModelSpec, SpecError, read_spec, version_numbers
+
+from ..errors import ModelNotFound, ModelNotReady, NotFound, NotLoaded, WrongTask
+from .runtime import ModelRuntime, RuntimeOptions
+from .tasks import runtime_for
+
+log = logging.getLogger(__name__)
+Listener = Callable[["Registry", list[ModelRuntime]], None]
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """One model as served now: its spec and its loaded versions (ready or failed), ascending.
+
+    `error` is a model-level failure (unreadable spec, no version folder); when a reload fails,
+    the versions that served before stay in `versions`, still ready, and `error` says why."""
+    name: str
+    path: Path
+    spec: ModelSpec | None
+    versions: tuple[ModelRuntime, ...] = ()
+    error: str | None = None
+
+    @property
+    def serving(self) -> ModelRuntime | None:
+        """The highest ready version (what /v1 and unversioned /v2 use)."""
+        return next((v for v in reversed(self.versions) if v.ready), None)
+
+    def version(self, n: int) -> ModelRuntime | None:
+        return next((v for v in self.versions if v.version == n), None)
+
+    @property
+    def ready(self) -> bool:
+        return self.serving is not None
+
+    @property
+    def status(self) -> str:
+        return "ready" if self.ready else "failed"
+
+    @property
+    def reason(self) -> str | None:
+        """Why the model (or its newest version) is not what is on disk; None when all is well."""
+        if self.error:
+            return self.error
+        failed = [v for v in self.versions if not v.ready]
+        return f"version {failed[-1].version}: {failed[-1].error}" if failed else None
+
+    @property
+    def task(self) -> str | None:
+        return self.spec.task if self.spec else None
+
+    @property
+    def provider(self) -> str | None:
+        return self.serving.provider if self.serving else None
+
+    @property
+    def metadata(self) -> dict:
+        current = self.serving or (self.versions[-1] if self.versions else None)
+        return current.metadata if current else (self.spec.to_json() if self.spec else {})
+
+
+class Registry:
+    """The model repository as served. See the module docstring for the concurrency rules."""
+
+    def __init__(self, root: Path, options: RuntimeOptions):
+        self.root = Path(root)
+        self.options = options
+        self._models: Mapping[str, ModelState] = {}
+        self._swap = threading.Lock()              # guards the table's replacement
+        self._name_locks: dict[str, threading.Lock] = {}
+        self.listeners: list[Listener] = []       # called after every change, with the runtimes dropped
+        self.loaded = False
+
+    # -- reading (lock-free) ----------------------------------------------------------------------
+    @property
+    def models(self) -> Mapping[str, ModelState]:
+        """The current table, name → ModelState (a snapshot: it never changes under the caller)."""
+        return self._models
+
+    def scan(self) -> dict[str, Path]:
+        """The model folders in the repository now, name → path (served or not)."""
+        if not self.root.is_dir():
+            return {}
+        return {p.name: p for p in sorted(self.root.iterdir()) if p.is_dir() and NAME_RE.match(p.name)}
+
+    def discover(self) -> list[Path]:
+        return list(self.scan().values())
+
+    def get(self, name: str) -> ModelState:
+        if not self.loaded:
+            raise NotLoaded("models are still loading")
+        try:
+            return self._models[name]
+        except KeyError:
+            raise ModelNotFound(name, list(self._models)) from None
+
+    def runtime(self, name: str, version: int | None = None) -> ModelRuntime:
+        """Version `version` of the model, or its highest ready version; ready, else 503 / 404."""
+        state = self.get(name)
+        if version is None:
+            if state.serving is None:
+                raise ModelNotReady(name, state.status, state.reason)
+            return state.serving
+        model = state.version(version)
+        if model is None:
+            have = ", ".join(str(v.version) for v in state.versions) or "none"
+            raise NotFound(f"unknown version {version} of model '{name}'; versions: {have}")
+        if not model.ready:
+            raise ModelNotReady(name, f"{model.status} in version {version}", model.error)
+        return model
+
+    def ready_model(self, name: str, task: str, action: str, version: int | None = None) -> ModelRuntime:
+        """The named model's serving (or given) version, ready and of `task`; `action` names the endpoint."""
+        state = self.get(name)
+        if state.task is not None and state.task != task:
+            raise WrongTask(name, state.task, task, action)
+        model = self.runtime(name, version)
+        if model.task != task:
+            raise WrongTask(name, model.task, task, action)
+        return model
+
+    # -- changing (blocking: call from a worker thread) ---------------------------------------------
+    def load_all(self, names: Iterable[str] | None = None) -> None:
+        """Load every model folder (or the given names). DeviceError propagates (start-up must fail)."""
+        for name in (self.scan() if names is None else names):
+            self.load(name)
+        self.loaded = True
+        ready = sum(m.ready for m in self._models.values())
+        log.info("models: %d ready, %d failed, from %s", ready, len(self._models) - ready, self.root)
+
+    def load(self, name: str) -> ModelState:
+        """(Re)load model `name` from its folder and return its new state.
+
+        New versions are built beside the serving ones and the table is swapped only once they
+        are loaded: a version whose files (N/model.onnx, N/metadata.json) are unchanged since it was
+        built is kept as it is, ready or failed (so a poll does not retry a broken one); versions no
+        longer selected by version_policy (or whose folder is gone) are dropped; if no selected
+        version becomes ready, the versions that served before and whose folders still exist keep
+        serving and the failure is visible in `versions` / `error`. Requests already holding a
+        runtime finish on it. Raises ModelNotFound when there is no such folder. Two loads of one
+        name run one after the other.
+        """
+        if not NAME_RE.match(name):
+            raise ModelNotFound(name, list(self.scan()))
+        with self._lock(name):
+            path = self.root / name
+            old = self._models.get(name)
+            if not path.is_dir():
+                raise ModelNotFound(name, list(self.scan()))
+            state = self._build(name, path, old)
+            self._set(name, state, old)
+            return state
+
+    def unload(self, name: str) -> None:
+        """Stop serving `name`. Requests already running on it finish; new ones get 404.
+        Raises ModelNotFound when it is not loaded."""
+        with self._lock(name):
+            old = self._models.get(name)
+            if old is None:
+                raise ModelNotFound(name, list(self._models))
+            self._set(name, None, old)
+
+    # -- internals --------------------------------------------------------------------------------
+    def _lock(self, name: str) -> threading.Lock:
+        with self._swap:
+            return self._name_locks.setdefault(name, threading.Lock())
+
+    def _build(self, name: str, path: Path, old: ModelState | None) -> ModelState:
+        previous = [v for v in (old.versions if old else ()) if v.ready and v.version_dir.is_dir()]
+        try:
+            spec = read_spec(path)
+        except SpecError as e:
+            log.warning("model %s: failed: %s", name, e)
+            return ModelState(name, path, old.spec if previous else None, tuple(previous), str(e))
+        wanted = spec.version_policy.select(version_numbers(path))
+        if not wanted:
+            error = (f"no version folder N/model.onnx that version_policy {spec.version_policy.describe()} selects"
+                     if version_numbers(path) else "no version folder (N/model.onnx)")
+            return ModelState(name, path, spec if not previous else old.spec, tuple(previous), error)
+        versions = [self._version(path, spec, n, old) for n in wanted]
+        if not any(v.ready for v in versions) and previous:
+            kept = {v.version for v in versions}
+            versions = sorted([*versions, *(v for v in previous if v.version not in kept)],
+                              key=lambda v: v.version)
+            return ModelState(name, path, old.spec, tuple(versions),
+                              "no new version became ready; the previous ones keep serving")
+        return ModelState(name, path, spec, tuple(versions))
+
+    def _version(self, path: Path, spec: ModelSpec, n: int, old: ModelState | None) -> ModelRuntime:
+        current = old.version(n) if old else None
+        if current is not None and current.spec == spec and current.stamp == current.files_stamp():
+            return current  # nothing changed on disk: keep it, ready or failed (a poll never re-tries a broken one)
+        runtime = runtime_for(path, spec, n, self.options)
+        runtime.load()
+        return runtime
+
+    def _set(self, name: str, state: ModelState | None, old: ModelState | None) -> None:
+        with self._swap:
+            table = dict(self._models)
+            if state is None:
+                table.pop(name, None)
+            else:
+                table[name] = state
+            self._models = table
+        keep = {id(v) for v in (state.versions if state else ())}
+        dropped = [v for v in (old.versions if old else ()) if id(v) not in keep]
+        for v in dropped:
+            v.retired = True
+        for listener in list(self.listeners):
+            try:
+                listener(self, dropped)
+            except Exception:  # noqa: BLE001 - a listener must not break a swap
+                log.exception("registry listener failed")
+

@@ -1,0 +1,69 @@
+"""Per-task runtimes, in the style of KServe's `Model`: preprocess → predict → postprocess.
+
+`predict` is `ModelRuntime.predict`, the one place every inference runs and is counted; the
+dataplane (service/engine/dataplane.py) runs it through the batcher, renders call it per tile from
+their worker threads. V2 infer needs no task-specific steps: its pre- and postprocessing
+(tensors in, tensors out) is the same for every task (service/api/v2/infer.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from modelrepo import ModelSpec
+
+from ..errors import BadInput
+from ..render.imaging import Background, fill_points, model_coords
+from .numbers import pixel_images
+from .preprocess import SIDE, decode, images_from_json, mnist_like
+from .runtime import ModelRuntime, RuntimeOptions
+
+
+class ImageRuntime(ModelRuntime):
+    """coords [N, 2] → rgb [N, 3]."""
+
+    def preprocess(self, coords, matrix: np.ndarray) -> np.ndarray:
+        """The model coordinates [N, 2] of the query points under the 2×3 sampling matrix."""
+        try:
+            return model_coords(matrix, np.asarray(coords, dtype=np.float64))
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+
+    def postprocess(self, outputs: dict[str, np.ndarray], src: np.ndarray, background: Background) -> np.ndarray:
+        """RGB in [0,1] per point, the background painted where `src` is outside the unit square."""
+        return fill_points(outputs["rgb"], src, background)
+
+
+class DigitsRuntime(ModelRuntime):
+    """images [N, 1, 28, 28] → logits, probabilities [N, 10]."""
+
+    def preprocess(self, images: list, limit: int) -> np.ndarray:
+        """MNIST-style pixels from JSON (28×28 nested or 784 flat lists in [0,1]), as they are: well-formed
+        ones into numpy in one pass, anything else through the checks that name the bad image."""
+        x = pixel_images(images, SIDE) if len(images) <= limit else None
+        if x is None or x.min() < 0.0 or x.max() > 1.0:
+            return images_from_json(images, limit)
+        return x.astype(np.float32)
+
+    def preprocess_files(self, files: list[tuple[bytes, str]], max_pixels: int) -> np.ndarray:
+        """Uploaded PNG/JPEG files made MNIST-like (see service/engine/preprocess.py)."""
+        return np.stack([mnist_like(decode(data, name, max_pixels), name) for data, name in files])[:, None]
+
+    def postprocess(self, outputs: dict[str, np.ndarray], x: np.ndarray, include_input: bool = False) -> list[dict]:
+        """One prediction per image: the label and the rounded probabilities (and the input, if asked), as
+        numpy arrays for `jsonbody.json_response` (orjson writes them without a Python list)."""
+        probs = np.round(outputs["probabilities"].astype(np.float64), 6)
+        preds = [{"label": label, "probabilities": p} for label, p in zip(np.argmax(probs, axis=1).tolist(), probs)]
+        if include_input:
+            for pred, img in zip(preds, np.round(x[:, 0].astype(np.float64), 4)):
+                pred["input"] = img
+        return preds
+
+
+RUNTIMES: dict[str, type[ModelRuntime]] = {"image": ImageRuntime, "digits": DigitsRuntime}
+
+
+def runtime_for(path: Path, spec: ModelSpec, version: int, options: RuntimeOptions) -> ModelRuntime:
+    """The runtime class of the spec's task for version `version` (not loaded yet)."""
+    return RUNTIMES[spec.task](path, spec, version, options)

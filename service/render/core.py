@@ -1,0 +1,132 @@
+"""The render core: a checked RenderSpec → tiles on the shared scheduler → pixels → encoded bytes.
+
+One path for every render (POST/GET /render and IIIF through service/render/service.py):
+  - a render slot (INR_RENDER_CONCURRENCY renders in flight; waiting longer than
+    INR_QUEUE_TIMEOUT_S answers 503 with Retry-After);
+  - its tiles on service/render/scheduler.py, taking turns with the other renders' tiles, through the
+    separable body (service/render/separable.py) when the model ships one, else the whole graph;
+  - a deadline, INR_RENDER_TIMEOUT_S from arrival, checked before every tile (503), and the
+    client's disconnect, polled, which stops it the same way;
+  - encoding in a worker thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import anyio
+import numpy as np
+
+from ..errors import ClientGone, QueueTimeout, RenderTimeout
+from .imaging import RenderSpec, new_image, plain_sampler, render_tile
+from ..metrics import Metrics
+from ..engine.runtime import ModelRuntime
+from .scheduler import TileJob, TileScheduler
+from .separable import separable_sampler
+from ..settings import Settings
+from .tiling import tiles
+
+log = logging.getLogger(__name__)
+DISCONNECT_POLL_S = 0.1
+
+
+@dataclass
+class RenderCore:
+    """The app's render machinery, made in the lifespan: slots, the tile scheduler and metrics."""
+    settings: Settings
+    scheduler: TileScheduler
+    slots: asyncio.Semaphore
+    metrics: Metrics
+
+    @classmethod
+    def start(cls, settings: Settings, metrics: Metrics) -> "RenderCore":
+        return cls(settings, TileScheduler(settings.render_workers), asyncio.Semaphore(settings.render_concurrency),
+                   metrics)
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+def sampler_for(model: ModelRuntime, spec: RenderSpec):
+    if model.separable is not None:
+        return separable_sampler(model.separable, spec, model.predict_features)
+    return plain_sampler(lambda x: model.predict(x)["rgb"], spec)
+
+
+async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec,
+                         encode: Callable[[np.ndarray], bytes],
+                         is_disconnected: Callable[[], Awaitable[bool]]) -> bytes:
+    """Take a slot, render tile by tile on the scheduler, encode. Raises QueueTimeout, RenderTimeout,
+    ClientGone or the model's error."""
+    settings = core.settings
+    arrived = time.monotonic()
+    if not await _acquire(core.slots, settings.queue_timeout_s):
+        core.metrics.queue_timeout(model.name, "render")
+        raise QueueTimeout(f"no render slot within {settings.queue_timeout_s:g} s (INR_QUEUE_TIMEOUT_S): "
+                           f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
+                           retry_after=max(1, round(settings.queue_timeout_s)))
+    try:
+        return await _render_in_slot(core, model, spec, encode, is_disconnected, arrived)
+    finally:
+        core.slots.release()
+
+
+async def _acquire(slots: asyncio.Semaphore, timeout: float) -> bool:
+    """Take a slot within `timeout` seconds. (Not wait_for: before Python 3.12 it can drop an acquire
+    that completes as the timeout fires, and the slot would leak.)"""
+    task = asyncio.ensure_future(slots.acquire())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        if task.done() and not task.cancelled():
+            slots.release()
+        raise
+    if done:
+        return True
+    task.cancel()
+    try:
+        return await task  # acquired just as the timeout fired: keep it
+    except asyncio.CancelledError:
+        return False
+
+
+async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -> bytes:
+    settings = core.settings
+    out = new_image(spec)
+    sample = sampler_for(model, spec)
+    job: TileJob | None = None
+
+    def deadline_error() -> Exception:
+        core.metrics.render_deadlines.labels(model.name).inc()
+        return RenderTimeout(f"the render of {spec.width}×{spec.height} ran past its deadline of "
+                             f"{settings.render_timeout_s:g} s (INR_RENDER_TIMEOUT_S); stopped after "
+                             f"{job.done} of {job.total} tiles")
+
+    job = TileJob(tiles(spec.height, spec.width, spec.supersample, settings.render_tile_samples),
+                  lambda t: render_tile(spec, t, sample(t), out),
+                  deadline=arrived + settings.render_timeout_s, on_deadline=deadline_error,
+                  on_cancel=lambda: ClientGone("the client disconnected; render abandoned"))
+    future = asyncio.wrap_future(core.scheduler.submit(job))
+
+    async def watch() -> None:
+        while not await is_disconnected():
+            await asyncio.sleep(DISCONNECT_POLL_S)
+        job.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await future
+    except ClientGone:
+        log.info("render of %s %dx%d abandoned: the client disconnected", model.name, spec.width, spec.height)
+        raise
+    except asyncio.CancelledError:
+        job.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    return await anyio.to_thread.run_sync(encode, out)
+

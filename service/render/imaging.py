@@ -1,0 +1,147 @@
+"""Sampling an image model: query points and tiled renders, with the fill outside the unit square.
+
+`background` says what the service shows where a sample falls outside [0,1]²
+(after the transform):
+  - `extrapolate` (default): whatever the network computes there;
+  - `transparent`: alpha 0 (png and webp only), partial alpha along the edge;
+  - a colour: `white`, `#808080`, `#f00`, … (any CSS colour Pillow knows), blended along the edge.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from PIL import Image, ImageColor
+
+from .tiling import Tile, block_mean, sample_coords, tiles
+from .transform import apply
+
+Predict = Callable[[np.ndarray], np.ndarray]  # [N, 2] float32 → [N, 3]
+MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+
+
+@dataclass(frozen=True)
+class Background:
+    mode: str                                   # extrapolate | transparent | colour
+    rgb: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @classmethod
+    def parse(cls, text: str) -> "Background":
+        text = text.strip()
+        if text.lower() in ("extrapolate", "transparent"):
+            return cls(text.lower())
+        try:
+            rgb = ImageColor.getrgb(text)[:3]
+        except ValueError:
+            raise ValueError(f"background must be 'extrapolate', 'transparent' or a colour such as 'white' "
+                             f"or '#ff8800', got '{text}'") from None
+        return cls("colour", tuple(c / 255.0 for c in rgb))
+
+
+@dataclass(frozen=True)
+class RenderSpec:
+    width: int
+    height: int
+    matrix: np.ndarray                          # 2×3, output → model coordinates
+    viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
+    supersample: int = 1
+    background: Background = Background("extrapolate")
+
+    @property
+    def channels(self) -> int:
+        return 4 if self.background.mode == "transparent" else 3
+
+
+FLOAT32_LIMIT = 1e30  # beyond this the network's float32 arithmetic overflows to Inf/NaN
+
+
+def model_coords(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Map output points through the 2×3 matrix, refusing results the float32 model cannot take."""
+    src = apply(matrix, points)
+    if not np.all(np.abs(src) < FLOAT32_LIMIT):
+        raise ValueError(f"coordinates after the transform reach {np.abs(src).max():.3g}; they must stay "
+                         f"below {FLOAT32_LIMIT:g} in magnitude")
+    return src
+
+
+def check_render_coords(spec: "RenderSpec") -> None:
+    """An affine map takes its extremes at the viewport's corners: check those before rendering."""
+    x0, y0, x1, y1 = spec.viewport
+    model_coords(spec.matrix, np.array([[x0, y0], [x1, y0], [x0, y1], [x1, y1]], dtype=np.float64))
+
+
+def inside_unit_square(points: np.ndarray) -> np.ndarray:
+    return np.all((points >= 0.0) & (points <= 1.0), axis=-1)
+
+
+def fill_points(rgb: np.ndarray, src: np.ndarray, background: Background) -> np.ndarray:
+    """Clip model output [N, 3] to [0,1] and paint a background colour where `src` is outside [0,1]²."""
+    rgb = np.clip(np.nan_to_num(rgb, nan=0.0), 0.0, 1.0)
+    if background.mode == "colour":
+        rgb[~inside_unit_square(src)] = background.rgb
+    return rgb
+
+
+Sampler = Callable[[Tile], np.ndarray]  # a tile → its samples' rgb, [rows·k·cols·k, 3]
+
+
+def plain_sampler(predict: Predict, spec: RenderSpec) -> Sampler:
+    """Samples of a tile through the whole coords → rgb model."""
+    def sample(t: Tile) -> np.ndarray:
+        src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, spec.supersample, spec.viewport))
+        return predict(src.reshape(-1, 2).astype(np.float32))
+    return sample
+
+
+def render_tile(spec: RenderSpec, t: Tile, rgb: np.ndarray, out: np.ndarray) -> None:
+    """Clip a tile's sampled rgb, paint the background, average the supersamples, write into `out`."""
+    k = spec.supersample
+    rgb = np.clip(np.nan_to_num(rgb, nan=0.0), 0.0, 1.0).reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
+    src = None
+    if spec.background.mode != "extrapolate":
+        src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, k, spec.viewport))
+    pixels = _fill(rgb, src, spec.background, k)
+    out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels * 255.0).astype(np.uint8)
+
+
+def new_image(spec: RenderSpec) -> np.ndarray:
+    return np.empty((spec.height, spec.width, spec.channels), np.uint8)
+
+
+def render(predict: Predict, spec: RenderSpec, tile_samples: int, sampler: Sampler | None = None) -> np.ndarray:
+    """[H, W, 3 or 4] uint8, computed tile by tile in this thread: at most `tile_samples` model
+    samples in memory. (The service renders through service/render/scheduler.py, same tiles.)"""
+    sample = sampler or plain_sampler(predict, spec)
+    out = new_image(spec)
+    for t in tiles(spec.height, spec.width, spec.supersample, tile_samples):
+        render_tile(spec, t, sample(t), out)
+    return out
+
+
+def _fill(rgb: np.ndarray, src: np.ndarray | None, background: Background, k: int) -> np.ndarray:
+    """Apply the background to samples outside the unit square, then average k×k blocks."""
+    if background.mode == "extrapolate":
+        return block_mean(rgb, k)
+    inside = inside_unit_square(src)[..., None].astype(np.float64)
+    if background.mode == "colour":
+        return block_mean(rgb * inside + np.asarray(background.rgb) * (1.0 - inside), k)
+    alpha = block_mean(inside, k)
+    colour = block_mean(rgb * inside, k) / np.maximum(alpha, 1e-12)   # un-premultiplied: no dark fringe
+    return np.concatenate([np.clip(colour, 0.0, 1.0), alpha], axis=-1)
+
+
+def encode(pixels: np.ndarray | Image.Image, fmt: str, quality: int = 90) -> bytes:
+    """PNG, JPEG or WebP bytes of an [H, W, 3|4] uint8 array (or of an image in any mode the format takes)."""
+    img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
+    buf = io.BytesIO()
+    if fmt == "png":
+        img.save(buf, "PNG", compress_level=3)
+    elif fmt == "jpeg":
+        img.save(buf, "JPEG", quality=quality)
+    elif fmt == "webp":
+        img.save(buf, "WEBP", quality=quality, lossless=quality >= 100)
+    else:
+        raise ValueError(f"unknown format '{fmt}'; valid: {', '.join(MEDIA_TYPES)}")
+    return buf.getvalue()

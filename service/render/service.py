@@ -1,0 +1,127 @@
+"""The render service: one `render(model, job)` for every image the service answers.
+
+`/v1/models/NAME/render` and IIIF both describe what they want as a typed `RenderJob` (a
+`RenderSpec` of samples, the encoding, and any pixel operation IIIF needs: gray, bitonal, the
+corners of a rotated region) and call `RenderService.render`, which owns:
+
+  - the limits (INR_MAX_SUPERSAMPLE, INR_MAX_RENDER_PIXELS, coordinates the float32 model can take);
+  - the ETag, one per response: the sha256 of the model's files and the canonical job
+    (service/render/cache.py), so If-None-Match is compared against the ETag of the very response
+    it would produce, and a 304 is never decoded;
+  - the render cache of encoded bytes, and its hit/miss metrics;
+  - the render itself on the shared tile scheduler (service/render/core.py), the pixel operation on
+    the array, and one encode.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import numpy as np
+from fastapi.responses import Response
+
+from ..errors import BadInput, TooLarge
+from .imaging import MEDIA_TYPES, RenderSpec, check_render_coords, encode
+from ..metrics import Metrics
+from .cache import CachedRender, RenderCache, etag_matches, etag_of, render_key
+from .core import RenderCore, compute_render
+from ..engine.runtime import ModelRuntime
+from ..settings import Settings
+
+Finish = Callable[[np.ndarray], object]  # [H, W, C] uint8 → the array or PIL image to encode
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    spec: RenderSpec
+    format: str = "png"                  # png | jpeg | webp
+    quality: int = 90                    # jpeg / webp
+    finish: Finish | None = None         # a pixel operation before the one encode (IIIF quality, region mask)
+    finish_key: str = ""                 # what `finish` does, in the cache key and so in the ETag
+
+    def encode(self, pixels: np.ndarray) -> bytes:
+        return encode(self.finish(pixels) if self.finish else pixels, self.format, self.quality)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    status: int                          # 200, or 304 when If-None-Match named this ETag
+    body: bytes
+    media_type: str
+    headers: dict = field(default_factory=dict)   # exactly one ETag and one Cache-Control
+
+    @property
+    def etag(self) -> str:
+        return self.headers["ETag"]
+
+    def response(self, extra: dict | None = None) -> Response:
+        headers = {**(extra or {}), **self.headers}
+        if self.status == 304:
+            return Response(status_code=304, headers=headers)
+        return Response(self.body, media_type=self.media_type, headers=headers)
+
+
+def cache_control(settings: Settings, pinned: bool, max_age: int) -> str:
+    """`immutable` when the URL names the model version (its files never change); otherwise a
+    max-age, after which HTTP caches revalidate with the ETag (a 304 costs no render)."""
+    if pinned:
+        return "public, max-age=31536000, immutable"
+    return f"public, max-age={max_age}"
+
+
+def check_limits(spec: RenderSpec, settings: Settings) -> RenderSpec:
+    """The spec checked against the limits (TooLarge, BadInput naming the setting or the value)."""
+    samples = spec.width * spec.height * spec.supersample ** 2
+    if spec.supersample > settings.max_supersample:
+        raise TooLarge(f"supersample {spec.supersample} is more than the limit of {settings.max_supersample} "
+                       "(INR_MAX_SUPERSAMPLE)")
+    if samples > settings.max_render_pixels:
+        raise TooLarge(f"width × height × supersample² = {samples} is more than the limit of "
+                       f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
+    try:
+        check_render_coords(spec)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    return spec
+
+
+class RenderService:
+    """Made in the app's lifespan; `render` is the one entry for every render."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, cache: RenderCache):
+        self.settings, self.metrics, self.cache = settings, metrics, cache
+        self.core: RenderCore | None = None
+
+    def start(self) -> None:
+        self.core = RenderCore.start(self.settings, self.metrics)
+
+    def close(self) -> None:
+        if self.core is not None:
+            self.core.close()
+
+    async def render(self, model: ModelRuntime, job: RenderJob, *, cache_control: str,
+                     if_none_match: str | None = None,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Rendered:
+        """The encoded image, or 304 when `if_none_match` names its ETag; from the cache when it can be.
+        A caller that disconnects (a viewer that zoomed again) cancels the render at its next tile."""
+        start = time.perf_counter()
+        check_limits(job.spec, self.settings)
+        key = render_key(model, job.spec, job.format, job.quality, job.finish_key)
+        headers = {"ETag": etag_of(key), "Cache-Control": cache_control}
+        media_type = MEDIA_TYPES[job.format]
+        if etag_matches(if_none_match, headers["ETag"]):
+            self.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
+            return Rendered(304, b"", media_type, headers)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
+            return Rendered(200, cached.data, cached.media_type, headers)
+        data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected or _connected)
+        self.cache.put(key, CachedRender(headers["ETag"], media_type, data))
+        self.metrics.cache(model.name, False, time.perf_counter() - start, model.version)
+        return Rendered(200, data, media_type, headers)
+
+
+async def _connected() -> bool:
+    return False

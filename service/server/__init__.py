@@ -1,0 +1,1 @@
+"""The HTTP server's guards: the drain, timeouts, the restricted API."""

@@ -1,0 +1,138 @@
+"""Restricted API groups: `--http-restricted-api API[,API...]:KEY=VALUE`, in Triton's form.
+
+A request to an API of a restricted group must carry the header `KEY: VALUE`; without it (or with
+another value) it gets 403 `{"error": ...}` before any route runs or its body is read. The value
+is compared in constant time (`hmac.compare_digest`) and never appears in logs, settings dumps,
+`repr` or error text: it is a `SecretStr`.
+
+The groups are Triton's names. Each route falls into one group by its path template
+(`group_of`); the viewer's static files, `/docs` and `/openapi.json` are in none.
+An API may be in one group only, as in Triton.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+
+from pydantic import BaseModel, ConfigDict, SecretStr
+from fastapi.routing import iter_route_contexts
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import Forbidden, error_response
+
+GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository",
+          "statistics", "trace", "logging")
+HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+
+
+class RestrictedGroup(BaseModel):
+    """APIs that need the header `key` with `value`."""
+    model_config = ConfigDict(frozen=True)
+    apis: tuple[str, ...]
+    key: str
+    value: SecretStr
+
+    @classmethod
+    def parse(cls, spec: str) -> "RestrictedGroup":
+        """`model-repository,statistics:admin-key=s3cret`. Errors never quote the value."""
+        apis, sep, header = spec.partition(":")
+        key, eq, value = header.partition("=")
+        if not sep or not eq:
+            raise ValueError("expected API[,API...]:KEY=VALUE, e.g. model-repository:admin-key=VALUE")
+        names = tuple(a.strip() for a in apis.split(","))
+        unknown = [a for a in names if a not in GROUPS]
+        if unknown:
+            raise ValueError(f"unknown API {unknown[0]!r}; valid: {', '.join(GROUPS)}")
+        key = key.strip()
+        if not HEADER_RE.match(key):
+            raise ValueError("KEY must be an HTTP header name (letters, digits, '-', ...)")
+        if not value:
+            raise ValueError(f"the value for header '{key}' is empty")
+        return cls(apis=names, key=key.lower(), value=SecretStr(value))
+
+    def spec(self) -> str:
+        """The Triton form, value included: only for handing the setting to worker processes."""
+        return f"{','.join(self.apis)}:{self.key}={self.value.get_secret_value()}"
+
+
+def check_groups(groups: list[RestrictedGroup]) -> None:
+    seen: set[str] = set()
+    for g in groups:
+        for api in g.apis:
+            if api in seen:
+                raise ValueError(f"API '{api}' is in more than one restricted group")
+            seen.add(api)
+
+
+V1_METADATA = re.compile(r"^/v1/models(/\{name\}(/preview|/versions/\{version\})?)?$")
+
+
+def group_of(template: str) -> str | None:
+    """The API group of a route, from its path template (e.g. `/v2/models/{name}/infer`)."""
+    if template.startswith("/v2/repository"):
+        return "model-repository"
+    if template.startswith(("/health", "/v2/health")) or template.endswith("/ready"):
+        return "health"
+    if template.endswith("/config"):
+        return "model-config"
+    if template.endswith("/stats") or template == "/metrics":
+        return "statistics"
+    if template == "/v2" or template.startswith("/v2/models/{name}") and not template.endswith("/infer"):
+        return "metadata"
+    if V1_METADATA.match(template):
+        return "metadata"
+    if template.startswith(("/v1/models/", "/v2/models/", "/iiif")):
+        return "inference"
+    return None
+
+
+def route_table(routes) -> list[tuple[re.Pattern, set[str] | None, str | None]]:
+    """(path regex, methods, group) of every route, included routers flattened, in routing order."""
+    table = []
+    for ctx in iter_route_contexts(routes):
+        regex = getattr(ctx, "path_regex", None)
+        if regex is not None:
+            table.append((regex, ctx.methods, group_of(ctx.path_format or "")))
+    return table
+
+
+class RestrictedApi:
+    """ASGI middleware: 403 for a request to a restricted group without its header."""
+
+    def __init__(self, app: ASGIApp, groups: list[RestrictedGroup]):
+        self.app = app
+        self.by_api = {api: g for g in groups for api in g.apis}
+        self.table: list[tuple[re.Pattern, set[str] | None, str | None]] | None = None
+
+    def group(self, scope: Scope) -> str | None:
+        """The group of the route that will answer: the first whose path and method match, else the
+        first whose path matches (a 405), else None."""
+        if self.table is None:
+            self.table = route_table(scope["app"].routes)
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):]
+        partial = None
+        for regex, methods, group in self.table:
+            if regex.match(path):
+                if methods is None or scope["method"] in methods:
+                    return group
+                partial = partial or group
+        return partial
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            api = self.group(scope)
+            restriction = self.by_api.get(api) if api else None
+            if restriction is not None and not self.allowed(scope, restriction):
+                denied = Forbidden(api, restriction.key)
+                return await error_response(denied.status, str(denied))(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def allowed(scope: Scope, restriction: RestrictedGroup) -> bool:
+        key = restriction.key.encode("latin-1")
+        sent = [v for k, v in scope["headers"] if k.lower() == key]
+        expected = restriction.value.get_secret_value().encode()
+        # compare_digest takes time independent of where the bytes differ; one header, exactly
+        return len(sent) == 1 and hmac.compare_digest(sent[0], expected)

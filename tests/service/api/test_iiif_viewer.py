@@ -1,0 +1,95 @@
+"""/iiif.html: the image model in the vendored OpenSeadragon, in headless Chromium (Debian's /usr/bin/chromium
+via Playwright) against the real server; tiles come over IIIF and must be the render route's own pixels."""
+import io
+import re
+
+import httpx
+import pytest
+from PIL import Image
+
+# Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
+from test_viewer import browser  # noqa: F401
+
+TIMEOUT_MS = 120_000
+TILE = re.compile(r"/iiif/3/astronaut/(full|\d+,\d+,\d+,\d+)/(\d*),(\d*)/0/default\.jpg$")
+STATIC = ROOT / "service" / "static"
+
+
+def fully_loaded(page):
+    page.wait_for_function("window.iiifViewer && iiifViewer.world.getItemCount() === 1 && "
+                           "iiifViewer.world.getItemAt(0).getFullyLoaded()")
+
+
+def canvas_stats(page) -> dict:
+    return page.evaluate("""(() => {
+        const c = iiifViewer.drawer.canvas, d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0, s = 0, s2 = 0;
+        for (let i = 0; i < d.length; i += 4) { const v = d[i] + d[i + 1] + d[i + 2]; n++; s += v; s2 += v * v; }
+        return {n, mean: s / n, std: Math.sqrt(s2 / n - (s / n) ** 2)};
+    })()""")
+
+
+def test_openseadragon_is_vendored_with_its_licence():
+    vendor = STATIC / "vendor" / "openseadragon"
+    assert (vendor / "openseadragon.min.js").read_text().startswith("//! openseadragon 6.1.1")
+    assert "Redistribution and use in source and binary forms" in (vendor / "LICENSE.txt").read_text()
+    html = (STATIC / "iiif.html").read_text()
+    assert 'src="vendor/openseadragon/openseadragon.min.js"' in html and "//" not in html.split("<script")[1][:60]
+    assert 'id="iiif-link"' in (STATIC / "index.html").read_text()
+
+
+def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_routes_pixels(browser, iiif_server):
+    context = browser.new_context(viewport={"width": 800, "height": 600})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors, tiles, infos = [], [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", lambda r: (tiles if TILE.search(r.url) else infos if r.url.endswith("/info.json") else [])
+            .append(r))
+    page.goto(f"{iiif_server.url}/iiif.html?id=astronaut")
+    page.wait_for_function("document.querySelector('#osd').dataset.state === 'open'")
+    fully_loaded(page)
+    assert [r.status for r in infos] == [200]
+    stats = canvas_stats(page)
+    assert stats["std"] > 10, f"the canvas looks blank: {stats}"
+
+    info = httpx.get(f"{iiif_server.url}/iiif/3/astronaut/info.json").json()
+    W, H = info["width"], info["height"]
+
+    def region(r):
+        text = TILE.search(r.url).group(1)
+        return (0, 0, W, H) if text == "full" else tuple(int(v) for v in text.split(","))
+
+    def levels(responses):  # scale factors: region size / tile size
+        out = set()
+        for r in responses:
+            (x, y, w, h), (sw, sh) = region(r), TILE.search(r.url).groups()[1:]
+            out.add(round(w / int(sw)) if sw else round(h / int(sh)))
+        return out
+
+    first = levels(tiles)
+    assert len(first) >= 2, f"tiles came from levels {first} only"
+    seen = len(tiles)
+    # Zoom to 1 screen pixel per IIIF pixel: 64 per training pixel for this server (INR_IIIF_ZOOM=64).
+    page.evaluate("(() => { const v = iiifViewer.viewport, t = iiifViewer.world.getItemAt(0);"
+                  "v.zoomTo(t.imageToViewportZoom(1.0), null, true); v.applyConstraints(true); })()")
+    for _ in range(600):  # OpenSeadragon asks for the new level on a later animation frame
+        if len(tiles) > seen:
+            break
+        page.wait_for_timeout(100)
+    fully_loaded(page)
+    deeper = tiles[seen:]
+    assert deeper and min(levels(deeper)) < min(first), f"zooming fetched {levels(deeper)} after {first}"
+    assert float(page.locator("#osd").get_attribute("data-training-zoom")) == pytest.approx(64, rel=0.05)
+    assert canvas_stats(page)["std"] > 1
+    # A deep tile is exactly what /v1/models/astronaut/render gives for the same region.
+    for r in [t for t in deeper if t.status == 200][:2]:
+        body = r.body()
+        tw, th = Image.open(io.BytesIO(body)).size
+        x, y, w, h = region(r)
+        ref = httpx.get(f"{iiif_server.url}/v1/models/astronaut/render", timeout=60, params={
+            "width": tw, "height": th, "format": "jpeg",
+            "viewport": f"{x / W!r},{y / H!r},{(x + w) / W!r},{(y + h) / H!r}"})
+        assert ref.status_code == 200 and ref.content == body, r.url
+    assert errors == []
+    context.close()

@@ -1,0 +1,65 @@
+"""The batching policies (issue 20): adaptive runs a request on an idle model at once and gathers
+the requests that arrive while a batch runs; Triton's fixed delay stays available."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from service.engine.batching import BatchConfig, BatchingInference, queue_delay
+from service.metrics import Metrics
+from test_batching import counted, images
+
+
+def timed_single(model_repo, config: BatchConfig) -> float:
+    metrics = Metrics()
+    model = counted(model_repo, metrics)
+
+    async def main():
+        inference = BatchingInference(config, metrics)
+        try:
+            await inference(model, images(1, 0))  # warm the pool thread
+            start = time.perf_counter()
+            await inference(model, images(1, 1))
+            return time.perf_counter() - start
+        finally:
+            await inference.close()
+
+    return asyncio.run(main())
+
+
+def test_an_idle_model_runs_a_request_at_once_under_the_adaptive_policy(model_repo):
+    assert timed_single(model_repo, BatchConfig(policy="adaptive", max_queue_delay=0.5)) < 0.25
+    assert timed_single(model_repo, BatchConfig(policy="delay", max_queue_delay=0.3)) >= 0.3
+
+
+@pytest.mark.parametrize("settings_delay,policy,adaptive", [(None, "auto", True), (0.002, "auto", False),
+                                                             (None, "delay", False), (0.002, "adaptive", True)])
+def test_the_policy_from_the_settings(model_repo, settings_delay, policy, adaptive):
+    model = counted(model_repo)
+    delay = queue_delay(model, BatchConfig(max_queue_delay=settings_delay, policy=policy))
+    assert (delay == 0.0) == adaptive
+
+
+def test_requests_that_arrive_while_a_batch_runs_share_the_next_run(model_repo):
+    metrics = Metrics()
+    model = counted(model_repo, metrics)
+    xs = [images(1, seed) for seed in range(8)]
+
+    async def main():
+        inference = BatchingInference(BatchConfig(policy="adaptive", instances=1), metrics)
+        try:
+            first = asyncio.ensure_future(inference(model, images(64, 99)))
+            await asyncio.sleep(0.001)  # the first run has been taken
+            rest = await asyncio.gather(*(inference(model, x) for x in xs))
+            return await first, rest
+        finally:
+            await inference.close()
+
+    _, rest = asyncio.run(main())
+    stats = metrics.models[model.name, str(model.version)]
+    assert stats.execution_count == 2 and stats.inference_count == 72
+    for x, out in zip(xs, rest):
+        np.testing.assert_allclose(out["probabilities"], model.predict(x)["probabilities"], atol=1e-6)

@@ -1,0 +1,115 @@
+"""SIGTERM with renders and classifies in flight, against the real server: the running requests
+finish, readiness and new requests get 503 at once, and the process exits within the grace period
+with the re-raised SIGTERM (uvicorn's way)."""
+from __future__ import annotations
+
+import io
+import re
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+from PIL import Image
+
+from tests.servers import Server
+
+GRACE = 60
+
+
+def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
+    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": str(GRACE),
+                                                          "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv.wait_ready()
+    renders, classifies, errors = [], [], []
+    started = threading.Barrier(5)
+
+    def render():
+        with httpx.Client(base_url=srv.url, timeout=GRACE) as c:
+            started.wait()
+            r = c.post("/v1/models/astronaut/render", json={"width": 1200, "height": 1200, "supersample": 2})
+            renders.append((r.status_code, r.content))
+
+    def classify(seed: int):
+        images = np.random.default_rng(seed).random((4, 784)).round(3).tolist()
+        with httpx.Client(base_url=srv.url, timeout=GRACE) as c:  # keep-alive connection
+            started.wait()
+            while True:
+                try:
+                    r = c.post("/v1/models/digits/classify", json={"images": images})
+                except httpx.ConnectError:  # the listener is closed: refused, never half-answered
+                    classifies.append("refused")
+                    return
+                except httpx.TransportError as e:
+                    errors.append(repr(e))
+                    return
+                classifies.append(r.status_code)
+                if r.status_code == 503:
+                    assert r.headers["connection"] == "close" and "shutting down" in r.json()["error"]
+                    return
+
+    threads = [threading.Thread(target=render) for _ in range(2)] + \
+              [threading.Thread(target=classify, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # the renders are running, the classifies looping
+    assert not renders, "the renders finished too soon to be in flight"
+    srv.proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    ready = httpx.get(f"{srv.url}/health/ready", timeout=10)
+    assert ready.status_code == 503 and "shutting down" in ready.json()["error"]
+    assert httpx.get(f"{srv.url}/health/live", timeout=10).status_code == 200
+    late = httpx.post(f"{srv.url}/v1/models/digits/classify", json={"images": [[0.0] * 784]}, timeout=10)
+    assert late.status_code == 503 and late.headers["retry-after"]
+    for t in threads:
+        t.join(GRACE)
+    srv.proc.wait(GRACE + 5)
+    exited_after = time.monotonic() - t0
+    log = srv.proc.stdout.read()
+
+    assert errors == [], f"connections dropped mid-request: {errors}"
+    assert [code for code, _ in renders] == [200, 200], log[-3000:]
+    for _, png in renders:
+        assert Image.open(io.BytesIO(png)).size == (1200, 1200)
+    assert classifies.count(200) >= 3 and set(classifies) <= {200, 503, "refused"}, classifies
+    assert srv.proc.returncode in (0, -signal.SIGTERM), log[-3000:]
+    assert exited_after < GRACE
+    assert re.search(r"SIGTERM: draining [2-5] running request", log), log[-3000:]
+    try:
+        httpx.get(f"{srv.url}/health/live", timeout=2)
+        raise AssertionError("still answering after it exited")
+    except httpx.ConnectError:
+        pass
+
+
+def test_a_render_cut_by_the_grace_period_ends_cleanly(model_repo):
+    """A render that outlives INR_GRACEFUL_SHUTDOWN_S: the client gets an error status or a closed
+    connection, the process exits, and no exception escapes in any thread (the tile workers used to
+    raise InvalidStateError on the future that the cut request had cancelled)."""
+    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": "1",
+                                                          "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv.wait_ready()
+    outcome = []
+
+    def render():
+        try:
+            r = httpx.post(f"{srv.url}/v1/models/astronaut/render",
+                           json={"width": 2048, "height": 2048, "supersample": 2}, timeout=GRACE)
+            outcome.append(r.status_code)
+        except httpx.TransportError as e:
+            outcome.append(type(e).__name__)
+
+    thread = threading.Thread(target=render)
+    thread.start()
+    time.sleep(1.0)
+    assert not outcome, "the render finished before the signal"
+    srv.proc.send_signal(signal.SIGTERM)
+    thread.join(GRACE)
+    srv.proc.wait(GRACE)
+    time.sleep(0.5)  # tiles still running finish after the response is gone
+    log = srv.proc.stdout.read()
+    assert outcome and outcome[0] != 200, outcome
+    assert outcome[0] in ("RemoteProtocolError", "ReadError", "ConnectError") or 500 <= outcome[0] < 600
+    assert "Traceback" not in log and "InvalidStateError" not in log, log[-3000:]
+    assert srv.proc.returncode in (0, -signal.SIGTERM), log[-3000:]
