@@ -18,16 +18,15 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .common import ROOT, fit_image_config, log, ort_session, machine, median, setup_logging, time_calls, write_json
+from .serving import Server
+from .common import fit_image_config, log, ort_session, machine, median, setup_logging, time_calls, write_json
 
 MODEL_ARGV = ["--image", "astronaut", "--size", "32", "--steps", "3", "--device", "cpu", "--no-progress"]
 
@@ -133,31 +132,9 @@ def profile_ort(onnx_path: Path, batch: int, threads: int, runs: int = 10) -> di
             "share": {k: v / total for k, v in sorted(per_node.items(), key=lambda kv: -kv[1])}}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_service(repo: Path, threads: int) -> tuple[subprocess.Popen, str]:
-    import httpx
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "service", "--models", str(repo), "--port", str(port),
-                             "--threads", str(threads), "--log-level", "warning"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise RuntimeError("service did not become ready in 90 s")
+    srv = Server(repo, "roofline", args=("--threads", str(threads)), log_level="warning", capture=True).wait(90)
+    return srv.proc, srv.url
 
 
 def measure_render(repo: Path, onnx_path: Path, size: int, threads: int, repeats: int, name: str) -> dict:

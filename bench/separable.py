@@ -67,7 +67,8 @@ def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> d
     from service.engine.runtime import RuntimeOptions
     from service.engine.tasks import runtime_for
     from service.api.schemas import RenderRequest, sampling_matrix
-    from service.render.separable import GridFeatures, grid_axes, separable_sampler
+    from service.render.separable import GridFeatures, separable_sampler
+    from service.render.tiling import grid_axes
     from service.render.tiling import tiles
 
     torch.set_num_threads(threads)

@@ -58,26 +58,36 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, models: Path, name: str, env: dict, workers: int = 1):
+    """`python -m service` in a subprocess on a free port: the one helper of the benchmarks and the tests
+    (tests/servers.py). `args` are more command-line options; with `capture`, the server's output is kept
+    for the error when it exits early."""
+
+    def __init__(self, models: Path, name: str = "service", env: dict | None = None, workers: int = 1, *,
+                 args: tuple[str, ...] = (), log_level: str = "error", capture: bool = False):
         self.name, self.port = name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port),
-             "--workers", str(workers), "--log-level", "error"],
-            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port),
+               "--log-level", log_level, *(["--workers", str(workers)] if workers != 1 else []), *args]
+        out = subprocess.PIPE if capture else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
+                                     stderr=subprocess.STDOUT if capture else subprocess.DEVNULL, text=True)
 
     def wait(self, timeout: float = 120) -> "Server":
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server {self.name} exited with {self.proc.returncode}")
+                said = f": {self.proc.stdout.read()}" if self.proc.stdout else ""
+                raise RuntimeError(f"server {self.name} exited with {self.proc.returncode}{said}")
             try:
                 if httpx.get(f"{self.url}/health/ready", timeout=1).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.1)
+        self.stop()
         raise RuntimeError(f"server {self.name} did not become ready")
+
+    wait_ready = wait
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) of the server and its worker processes so far."""
@@ -101,11 +111,13 @@ class Server:
         return total
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class Load:

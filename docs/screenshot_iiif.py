@@ -6,23 +6,15 @@
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(ROOT))
+from bench.serving import Server  # noqa: E402  (the one server helper; run from anywhere)
 
 
 def main() -> int:
@@ -33,18 +25,9 @@ def main() -> int:
     ap.add_argument("--centre", default="0.62,0.30", help="the point to zoom at, in unit coordinates")
     ap.add_argument("--out", default="docs/img/iiif-deep-zoom.png")
     args = ap.parse_args()
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "service", "--models", args.models, "--port", str(port),
-                               "--log-level", "warning"], cwd=ROOT, env=os.environ.copy())
-    url = f"http://127.0.0.1:{port}"
+    server = Server(Path(args.models), "screenshot", log_level="warning").wait(60)
+    url = server.url
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
         meta = httpx.get(f"{url}/v1/models/{args.model}").json()["metadata"]
         training = meta["source"]["size"][0]
         cx, cy = (float(v) for v in args.centre.split(","))
@@ -67,8 +50,7 @@ def main() -> int:
             sys.stdout.write(f"{args.out}: {page.locator('#readout').text_content()}\n")
             browser.close()
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()
     return 0
 
 

@@ -14,18 +14,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from modelrepo.cliargs import OneLineParser
+
 from .errors import DeviceError
 from .settings import Settings
 
 OPTIONS = ("models", "host", "port", "device", "workers", "threads", "log_level",
            "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
 SECRET = {"http_restricted_api"}  # never echoed in an error
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D401 - argparse API
-        sys.stderr.write(f"error: {self.prog}: {message}\n")
-        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
+
+from bench import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -146,45 +147,12 @@ def model_repo(tmp_path_factory) -> Path:
     return repo
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`python -m service` in a subprocess; stopped by `stop()`."""
+class Server(serving.Server):
+    """`python -m service` in a subprocess (bench/serving.py's helper): command-line options after the
+    models, warnings logged, the output kept for the error if it exits early; stopped by `stop()`."""
 
     def __init__(self, models: Path, *args: str, env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([PY, "-m", "service", "--models", str(models), "--port", str(self.port),
-                                      "--log-level", "warning", *args], cwd=ROOT,
-                                     env={**os.environ, **(env or {})},
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def wait_ready(self, timeout: float = 60.0) -> "Server":
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.proc.stdout.read()}")
-            try:
-                if httpx.get(f"{self.url}/health/ready", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("server did not become ready")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(models, "test server", env, args=args, log_level="warning", capture=True)
 
 
 @pytest.fixture(scope="session")

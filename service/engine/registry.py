@@ -47,6 +47,14 @@ class ModelState:
     def version(self, n: int) -> ModelRuntime | None:
         return next((v for v in self.versions if v.version == n), None)
 
+    def known_version(self, n: int) -> ModelRuntime:
+        """Version `n`, loaded or not; 404 naming the versions there are."""
+        model = self.version(n)
+        if model is None:
+            have = ", ".join(str(v.version) for v in self.versions) or "none"
+            raise NotFound(f"unknown version {n} of model '{self.name}'; versions: {have}")
+        return model
+
     @property
     def ready(self) -> bool:
         return self.serving is not None
@@ -119,10 +127,7 @@ class Registry:
             if state.serving is None:
                 raise ModelNotReady(name, state.status, state.reason)
             return state.serving
-        model = state.version(version)
-        if model is None:
-            have = ", ".join(str(v.version) for v in state.versions) or "none"
-            raise NotFound(f"unknown version {version} of model '{name}'; versions: {have}")
+        model = state.known_version(version)
         if not model.ready:
             raise ModelNotReady(name, f"{model.status} in version {version}", model.error)
         return model

@@ -25,7 +25,7 @@ import numpy as np
 from modelrepo import sha256_file
 
 from ..errors import ModelLoadError
-from .tiling import Tile
+from .tiling import Tile, grid_axes
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.onnx$")
 
@@ -55,14 +55,6 @@ class FirstStage:
     @property
     def features(self) -> int:
         return self.P.shape[0]
-
-
-def grid_axes(tile: Tile, width: int, height: int, k: int, viewport) -> tuple[np.ndarray, np.ndarray]:
-    """The tile's sample columns x_n and rows y_m (the axes of tiling.sample_coords), float64."""
-    vx0, vy0, vx1, vy1 = viewport
-    xs = vx0 + (np.arange(tile.x0 * k, tile.x1 * k) + 0.5) / (width * k) * (vx1 - vx0)
-    ys = vy0 + (np.arange(tile.y0 * k, tile.y1 * k) + 0.5) / (height * k) * (vy1 - vy0)
-    return xs, ys
 
 
 def _pairs(stage: FirstStage) -> bool:

@@ -36,9 +36,9 @@ def tiles(height: int, width: int, supersample: int, max_samples: int) -> Iterat
             yield Tile(y0, min(y0 + rows, height), x0, min(x0 + cols, width))
 
 
-def sample_coords(tile: Tile, width: int, height: int, supersample: int,
-                  viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)) -> np.ndarray:
-    """[rows·k, cols·k, 2] float64 sample points (x, y) of a tile.
+def grid_axes(tile: Tile, width: int, height: int, supersample: int,
+              viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+    """The pixel-centre sample grid, the one definition of it: a tile's sample columns x and rows y, float64.
 
     Sample (a, b) of pixel (i, j) sits at ((j + (b+½)/k)/W, (i + (a+½)/k)/H) within the
     viewport; with k = 1 these are the pixel centres ((j+½)/W, (i+½)/H).
@@ -47,7 +47,13 @@ def sample_coords(tile: Tile, width: int, height: int, supersample: int,
     vx0, vy0, vx1, vy1 = viewport
     xs = vx0 + (np.arange(tile.x0 * k, tile.x1 * k) + 0.5) / (width * k) * (vx1 - vx0)
     ys = vy0 + (np.arange(tile.y0 * k, tile.y1 * k) + 0.5) / (height * k) * (vy1 - vy0)
-    gx, gy = np.meshgrid(xs, ys)
+    return xs, ys
+
+
+def sample_coords(tile: Tile, width: int, height: int, supersample: int,
+                  viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)) -> np.ndarray:
+    """[rows·k, cols·k, 2] float64 sample points (x, y) of a tile (`grid_axes`, meshed)."""
+    gx, gy = np.meshgrid(*grid_axes(tile, width, height, supersample, viewport))
     return np.stack([gx, gy], axis=-1)
 
 

@@ -8,13 +8,14 @@ mirrored, scaled coordinates: nothing is resampled from pixels.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import BadInput
 from ...render.imaging import Background, RenderSpec
+from ...render.tiling import Tile, grid_axes
+from ...render.transform import rotation
 from .params import FORMATS, Box, ImageRequest
 
 JPEG_QUALITY = 90
@@ -65,10 +66,8 @@ class Plan:
 
 
 def _rot_cw(degrees: float) -> np.ndarray:
-    """Clockwise on screen with y down, exact at multiples of 90°."""
-    t = math.radians(degrees)
-    c, s = round(math.cos(t), 15), round(math.sin(t), 15)
-    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    """Clockwise on screen with y down (IIIF's sense): the transform's counter-clockwise rotation, negated."""
+    return rotation(-degrees)
 
 
 def _affine(a: float, b: float, tx: float, c: float, d: float, ty: float) -> np.ndarray:
@@ -117,10 +116,7 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
 def region_mask(p: Plan, width: int, height: int) -> np.ndarray:
     """[oh, ow] float alpha: 1 where the output pixel's centre falls inside the region (non-90° rotations)."""
     ow, oh = p.out
-    x0, y0, x1, y1 = p.render.viewport
-    xs = x0 + (np.arange(ow) + 0.5) / ow * (x1 - x0)
-    ys = y0 + (np.arange(oh) + 0.5) / oh * (y1 - y0)
-    gx, gy = np.meshgrid(xs, ys)
+    gx, gy = np.meshgrid(*grid_axes(Tile(0, oh, 0, ow), ow, oh, 1, p.render.viewport))
     m = p.matrix
     mx = (m[0, 0] * gx + m[0, 1] * gy + m[0, 2]) * width
     my = (m[1, 0] * gx + m[1, 1] * gy + m[1, 2]) * height

@@ -10,7 +10,7 @@ import numpy as np
 
 from modelrepo import config_json
 
-from ...errors import BadInput, ModelNotReady, NotFound
+from ...errors import BadInput, ModelNotReady
 from ...engine.registry import Registry
 from ...engine.runtime import ModelRuntime
 from ...engine.dataplane import DataPlane
@@ -28,10 +28,7 @@ def resolve(registry: Registry, name: str, version: str | None, ready: bool = Fa
     if version:
         if not version.isdigit():
             raise BadInput(f"model version '{version}' is not a non-negative integer")
-        model = state.version(int(version))
-        if model is None:
-            have = ", ".join(str(v.version) for v in state.versions) or "none"
-            raise NotFound(f"unknown version {version} of model '{name}'; versions: {have}")
+        model = state.known_version(int(version))
     else:
         model = state.serving or (state.versions[-1] if state.versions else None)
         if model is None:

@@ -18,7 +18,8 @@ from service.render.imaging import Background, RenderSpec, plain_sampler
 from modelrepo import read_spec
 from service.engine.runtime import ModelRuntime, RuntimeOptions
 from service.api.schemas import RenderRequest, sampling_matrix
-from service.render.separable import FirstStage, GridFeatures, grid_axes, separable_sampler
+from service.render.separable import FirstStage, GridFeatures, separable_sampler
+from service.render.tiling import grid_axes
 from service.engine.tasks import runtime_for
 from service.render.tiling import Tile, sample_coords, tiles
 from service.render.transform import apply
