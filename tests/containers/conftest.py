@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def engine() -> Engine:
     found.cleanup()
 
 
-def _bases(engine: Engine) -> None:
+def _bases(engine: Engine, report: dict) -> None:
     """The base images, pulled, or built locally when they cannot be (INR_OFFLINE_BASES=1 skips the pull)."""
     wanted = [PYTHON_BASE, "nginx:1.29-alpine"]
     missing = [b for b in wanted if not engine.image_exists(b)]
@@ -63,12 +64,14 @@ def _bases(engine: Engine) -> None:
             engine("pull", base, check=False, timeout=300)
         missing = [b for b in wanted if not engine.image_exists(b)]
     if missing:
+        t0 = time.monotonic()
         engine.offline_bases()
+        report["offline_bases_s"] = round(time.monotonic() - t0, 1)
 
 
 @pytest.fixture(scope="session")
 def images(engine: Engine, report: dict) -> Engine:
-    _bases(engine)
+    _bases(engine, report)
     for target, tag in (("runtime", RUNTIME_IMAGE), ("train", TRAIN_IMAGE)):
         try:
             report[f"build_{target}_s"] = round(engine.build(target, tag), 1)

@@ -79,6 +79,11 @@ class Engine:
         ours = [n for n in names if n.startswith(PREFIX)]
         if ours:
             self("rm", "-f", "-t", "0", *ours, check=False)
+        if self.cli == "podman":  # podman-compose and `kube play` make pods as well
+            pods = self("pod", "ls", "--format", "{{.Name}}", check=False).stdout.split()
+            gone = [p for p in pods if p.startswith((PREFIX, f"pod_{PREFIX}"))]
+            if gone:
+                self("pod", "rm", "-f", *gone, check=False)
         for kind in ("network", "volume"):
             listed = self(kind, "ls", "--format", "{{.Name}}", check=False).stdout.split()
             gone = [n for n in listed if n.startswith(PREFIX)]

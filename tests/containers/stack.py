@@ -62,6 +62,8 @@ class Stack:
         left = self.containers(None, all_states=True)
         if left:
             self.engine("rm", "-f", "-t", "0", *left, check=False)
+        if self.engine.cli == "podman":
+            self.engine("pod", "rm", "-f", f"pod_{self.project}", check=False)
 
     # -- containers ----------------------------------------------------------------------------
     def containers(self, service: str | None = "api", all_states: bool = False) -> list[str]:

@@ -148,3 +148,6 @@ def test_compose_down_with_requests_in_flight_leaves_nothing_behind(stack, repor
     assert stack.containers(None, all_states=True) == []
     networks = stack.engine("network", "ls", "--format", "{{.Name}}").stdout.split()
     assert not [n for n in networks if n.startswith(stack.project)], networks
+    if stack.engine.cli == "podman":
+        pods = stack.engine("pod", "ls", "--format", "{{.Name}}").stdout.split()
+        assert f"pod_{stack.project}" not in pods, pods
