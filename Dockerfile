@@ -24,6 +24,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY modelrepo ./modelrepo
 COPY service ./service
+COPY inr_client ./inr_client
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[serve]'
 
@@ -73,6 +74,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY modelrepo ./modelrepo
 COPY service ./service
+COPY inr_client ./inr_client
 RUN python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[serve]' \
  && /opt/venv/bin/pip uninstall -y onnxruntime \
