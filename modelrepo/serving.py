@@ -2,6 +2,10 @@
 provenance, read here so that the service never walks the raw dict for them."""
 from __future__ import annotations
 
+import hashlib
+import math
+import re
+import struct
 from dataclasses import dataclass
 
 MAX_SIDE = 65_536  # the largest width or height the service renders
@@ -27,3 +31,75 @@ class ImageSource:
         if not isinstance(source, dict):
             return cls()
         return cls(_size(source.get("size")), _size(source.get("native_size")))
+
+
+# -- the separable stage ---------------------------------------------------------------------------
+SEPARABLE_BODY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.onnx$")  # a file name beside model.onnx
+
+
+class ContractError(ValueError):
+    """A serving field of metadata.json that breaks the contract; the message names it."""
+
+
+def _stage_digest(P, phase) -> str:
+    """sha256 of the first stage as little-endian float64 bytes, P row by row, then phase."""
+    flat = [v for row in P for v in row] + list(phase)
+    return hashlib.sha256(struct.pack(f"<{len(flat)}d", *flat)).hexdigest()
+
+
+def _numbers(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+
+
+@dataclass(frozen=True)
+class SeparableStage:
+    """metadata `separable`: the image model's first stage, feature k = sin(P[k]·x + phase[k]) for a
+    coordinate x, and the body graph (features → rgb) stored beside model.onnx. training/separable.py
+    writes it with `to_metadata`, the service reads it with `from_metadata` (docs/model-repository.md)."""
+    P: tuple[tuple[float, float], ...]
+    phase: tuple[float, ...]
+    body: str = "body.onnx"
+    body_sha256: str = ""
+    input: str = "features"
+
+    @property
+    def features(self) -> int:
+        return len(self.P)
+
+    @property
+    def stage_sha256(self) -> str:
+        return _stage_digest(self.P, self.phase)
+
+    def to_metadata(self, **extra) -> dict:
+        return {"body": self.body, "body_sha256": self.body_sha256, "input": self.input, "features": self.features,
+                "P": [list(row) for row in self.P], "phase": list(self.phase), **extra,
+                "stage_sha256": self.stage_sha256}
+
+    @classmethod
+    def first_stage(cls, entry: dict) -> tuple[tuple[tuple[float, float], ...], tuple[float, ...]]:
+        """P and phase of an entry, checked: number arrays, finite, [F, 2] and [F], matching stage_sha256."""
+        P, phase = entry.get("P"), entry.get("phase")
+        if not (isinstance(P, list) and all(_numbers(row) for row in P) and _numbers(phase)):
+            raise ContractError("metadata.json separable: P and phase must be number arrays")
+        shape_p = [len(P), *({len(row) for row in P} or {2})]
+        if (not P or len(shape_p) != 2 or shape_p[1] != 2 or len(phase) != len(P)
+                or not all(math.isfinite(v) for row in P for v in row) or not all(math.isfinite(v) for v in phase)):
+            raise ContractError(f"metadata.json separable: P must be finite [F, 2] and phase [F], got "
+                                f"{shape_p} and {[len(phase)]}")
+        digest = _stage_digest(P, phase)
+        if digest != entry.get("stage_sha256"):
+            raise ContractError(f"metadata.json separable: sha256 of P and phase ({digest[:12]}…) does not match "
+                                f"stage_sha256 ({str(entry.get('stage_sha256'))[:12]}…)")
+        return tuple(tuple(map(float, row)) for row in P), tuple(map(float, phase))
+
+    @classmethod
+    def from_metadata(cls, entry) -> "SeparableStage":
+        if not isinstance(entry, dict):
+            raise ContractError("metadata.json separable: expected an object")
+        P, phase = cls.first_stage(entry)
+        body, digest, name = entry.get("body"), entry.get("body_sha256"), entry.get("input", "features")
+        if not isinstance(body, str) or not SEPARABLE_BODY.match(body):
+            raise ContractError(f"metadata.json separable: body must be a file name such as body.onnx, got {body!r}")
+        if not isinstance(digest, str) or not isinstance(name, str):
+            raise ContractError("metadata.json separable: body_sha256 and input must be strings")
+        return cls(P, phase, body, digest, name)

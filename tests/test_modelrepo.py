@@ -128,3 +128,42 @@ def test_the_image_source_is_read_typed_and_junk_is_absent():
         ImageSource((128, 96), (1000, 1000))
     for junk in ({}, {"source": "x"}, {"source": {"size": [True, 2]}}, {"source": {"size": [0, 5]}}, []):
         assert ImageSource.from_metadata(junk) == ImageSource()
+
+
+def test_the_separable_stage_round_trips_and_matches_numpys_float64_digest():
+    import hashlib
+
+    import numpy as np
+
+    from modelrepo import SeparableStage
+
+    rng = np.random.default_rng(0)
+    P, phase = rng.normal(size=(6, 2)), rng.normal(size=6)
+    stage = SeparableStage(tuple(map(tuple, P.tolist())), tuple(phase.tolist()), "body.onnx", "ab" * 32)
+    assert stage.stage_sha256 == hashlib.sha256(P.tobytes() + phase.tobytes()).hexdigest()
+    entry = stage.to_metadata(parity={"pipeline_vs_torch": 1e-6})
+    assert entry["features"] == 6 and entry["parity"] == {"pipeline_vs_torch": 1e-6}
+    assert SeparableStage.from_metadata(json.loads(json.dumps(entry))) == stage
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda e: e.update(P=[[1.0, 2.0, 3.0]] * 6), "P must be finite"),
+    (lambda e: e.update(phase=e["phase"][:-1]), "P must be finite"),
+    (lambda e: e.update(P=[[True, 1.0]] * 6), "number arrays"),
+    (lambda e: e.update(phase=["0.5"] * 6), "number arrays"),
+    (lambda e: e.update(P=[[float("nan"), 1.0]] * 6), "P must be finite"),
+    (lambda e: e.update(P=[], phase=[]), "P must be finite"),
+    (lambda e: e["P"].__setitem__(0, [9.0, 9.0]), "stage_sha256"),
+    (lambda e: e.update(body="../model.onnx"), "body must be a file name"),
+    (lambda e: e.update(body_sha256=None), "body_sha256"),
+])
+def test_a_broken_separable_entry_is_refused_naming_the_field(change, message):
+    from modelrepo import ContractError, SeparableStage
+
+    stage = SeparableStage(tuple((float(i), 1.0) for i in range(6)), tuple(0.1 * i for i in range(6)), "body.onnx", "0" * 64)
+    entry = json.loads(json.dumps(stage.to_metadata()))
+    change(entry)
+    with pytest.raises(ContractError, match=message):
+        SeparableStage.from_metadata(entry)
+    with pytest.raises(ContractError, match="expected an object"):
+        SeparableStage.from_metadata([entry])

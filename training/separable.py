@@ -26,6 +26,8 @@ from torch import nn
 from .encodings import Identity, Projection, SinCos, SineFeatures, TWO_PI
 from .export import check_parity, export_onnx, ort_session
 from .image_models import ImageINR
+from modelrepo import SeparableStage
+
 from .repository import sha256_bytes
 from .sinekan import SineKANLayer
 
@@ -45,9 +47,6 @@ class FirstStage:
     def features(self, coords: np.ndarray) -> np.ndarray:
         """sin(x Pᵀ + φ) of [N, 2] coordinates, in float64."""
         return np.sin(np.asarray(coords, np.float64) @ self.P.T + self.phase)
-
-    def to_dict(self) -> dict:
-        return {"P": self.P.tolist(), "phase": self.phase.tolist()}
 
 
 class SeparableBody(nn.Module):
@@ -158,23 +157,9 @@ def export_separable(model: ImageINR, probe: np.ndarray) -> tuple[bytes, dict] |
         from .export import ExportParityError
         raise ExportParityError(f"separable render differs from the model by {pipeline:.3g} > 1e-4")
     log.info("separable export: body parity %s, pipeline %.3g", body_parity, pipeline)
-    entry = {
-        "body": BODY_FILE,
-        "body_sha256": sha256_bytes(onnx_bytes),
-        "input": BODY_INPUT,
-        "features": int(stage.P.shape[0]),
-        **stage.to_dict(),
-        "parity": {"body_vs_torch": body_parity["rgb"], "pipeline_vs_torch": pipeline},
-    }
-    entry["stage_sha256"] = stage_sha256(entry)
-    return onnx_bytes, entry
-
-
-def stage_sha256(entry: dict) -> str:
-    """sha256 of the first stage's parameters, as float64 bytes (P then phase)."""
-    P = np.asarray(entry["P"], np.float64)
-    phase = np.asarray(entry["phase"], np.float64)
-    return sha256_bytes(P.tobytes() + phase.tobytes())
+    contract = SeparableStage(tuple(map(tuple, stage.P.tolist())), tuple(stage.phase.tolist()), BODY_FILE,
+                              sha256_bytes(onnx_bytes), BODY_INPUT)
+    return onnx_bytes, contract.to_metadata(parity={"body_vs_torch": body_parity["rgb"], "pipeline_vs_torch": pipeline})
 
 
 def write_separable(model: ImageINR, probe: np.ndarray, meta: dict):

@@ -14,20 +14,16 @@ two multiplies and an add per feature and sample, runs in float32 (error ≤ ~2.
 """
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from modelrepo import sha256_file
+from modelrepo import ContractError, SeparableStage, sha256_file
 
 from ..errors import ModelLoadError
 from .tiling import Tile, grid_axes
-
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.onnx$")
 
 
 @dataclass(frozen=True)
@@ -37,20 +33,12 @@ class FirstStage:
 
     @classmethod
     def from_metadata(cls, entry: dict) -> "FirstStage":
+        """The stage of a metadata `separable` entry, checked by the contract (modelrepo.SeparableStage)."""
         try:
-            P = np.asarray(entry["P"], np.float64)
-            phase = np.asarray(entry["phase"], np.float64)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ModelLoadError(f"metadata.json separable: P and phase must be number arrays ({e})") from None
-        if P.ndim != 2 or P.shape[1] != 2 or phase.shape != (P.shape[0],) or not np.all(np.isfinite(P)) \
-                or not np.all(np.isfinite(phase)):
-            raise ModelLoadError(f"metadata.json separable: P must be finite [F, 2] and phase [F], got "
-                                 f"{list(P.shape)} and {list(phase.shape)}")
-        digest = hashlib.sha256(P.tobytes() + phase.tobytes()).hexdigest()
-        if digest != entry.get("stage_sha256"):
-            raise ModelLoadError(f"metadata.json separable: sha256 of P and phase ({digest[:12]}…) does not "
-                                 f"match stage_sha256 ({str(entry.get('stage_sha256'))[:12]}…)")
-        return cls(P, phase)
+            P, phase = SeparableStage.first_stage(entry)
+        except ContractError as e:
+            raise ModelLoadError(str(e)) from None
+        return cls(np.array(P, np.float64), np.array(phase, np.float64))
 
     @property
     def features(self) -> int:
@@ -121,27 +109,27 @@ def load_separable(entry, version_dir: Path, make_session: Callable[[Path], obje
     """The `separable` entry of metadata.json, checked and loaded; None when the model has none."""
     if entry is None:
         return None
-    if not isinstance(entry, dict):
-        raise ModelLoadError("metadata.json separable: expected an object")
-    stage = FirstStage.from_metadata(entry)
-    name = entry.get("body")
-    if not isinstance(name, str) or not SAFE_NAME.match(name):
-        raise ModelLoadError(f"metadata.json separable: body must be a file name such as body.onnx, got {name!r}")
+    try:
+        contract = SeparableStage.from_metadata(entry)
+    except ContractError as e:
+        raise ModelLoadError(str(e)) from None
+    stage = FirstStage(np.array(contract.P, np.float64), np.array(contract.phase, np.float64))
+    name = contract.body
     path = version_dir / name
     if not path.is_file():
         raise ModelLoadError(f"missing {version_dir.name}/{name} (metadata.json separable)")
     digest = sha256_file(path)
-    if digest != entry.get("body_sha256"):
+    if digest != contract.body_sha256:
         raise ModelLoadError(f"sha256 of {version_dir.name}/{name} ({digest[:12]}…) does not match metadata.json "
                              f"separable.body_sha256: tampered or stale")
     session = make_session(path)
     inputs, outputs = session.get_inputs(), {o.name for o in session.get_outputs()}
-    want = entry.get("input", "features")
+    want = contract.input
     if (len(inputs) != 1 or inputs[0].name != want or inputs[0].type != "tensor(float)"
             or inputs[0].shape[-1] != stage.features or "rgb" not in outputs):
         raise ModelLoadError(f"{version_dir.name}/{name}: expected one float input '{want}' of shape "
                              f"[N, {stage.features}] and an output 'rgb'")
-    return SeparableBody(stage, session, want, digest, entry["stage_sha256"])
+    return SeparableBody(stage, session, want, digest, contract.stage_sha256)
 
 
 def separable_sampler(body: SeparableBody, spec, run: Callable[[np.ndarray], np.ndarray] | None = None
