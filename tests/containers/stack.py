@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -17,16 +16,12 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.serving import free_port
+
 from .engine import PREFIX, ROOT, Engine, EngineError, run
 
 METRICS = ("python -c \"import urllib.request; "
            "print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=5).read().decode())\"")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:

@@ -15,8 +15,9 @@ import urllib.request
 import pytest
 import yaml
 
+from bench.serving import free_port
+
 from .engine import PREFIX, ROOT, RUNTIME_IMAGE
-from .stack import free_port
 
 
 @pytest.fixture(scope="module")

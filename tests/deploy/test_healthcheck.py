@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -12,15 +11,11 @@ import time
 import httpx
 import pytest
 
+from bench.serving import free_port
+
 from .conftest import ROOT
 
 HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_check(port: int) -> subprocess.CompletedProcess:
