@@ -30,9 +30,9 @@ class Stack:
         shutil.copy2(ROOT / "docker-compose.yml", folder / "docker-compose.yml")
         shutil.copytree(ROOT / "deploy" / "nginx", folder / "deploy" / "nginx")
         shutil.copytree(ROOT / "models", folder / "models")
-        self.port = free_port()
+        self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "INR_HTTP_PORT": str(self.port),
+        self.env = {**os.environ, "INR_HTTP_PORT": str(self.port), "INR_GRPC_HOST_PORT": str(self.grpc_port),
                     "HOST_UID": str(os.getuid()), "HOST_GID": str(os.getgid())}
 
     @property

@@ -54,7 +54,7 @@ def test_the_schema_catches_typos_and_wrong_types(schema, compose, mutate, expec
 def test_api_is_cpu_read_only_healthchecked_limited_and_scalable(compose, dockerfile):
     api = compose["services"]["api"]
     assert api["build"]["target"] == "runtime" and "profiles" not in api
-    assert "ports" not in api and api["expose"] == ["8000"], "a fixed host port would break --scale api=N"
+    assert "ports" not in api and api["expose"] == ["8000", "8001"], "a fixed host port would break --scale api=N"
     mount = api["volumes"][0]
     assert (mount["source"], mount["target"], mount["read_only"]) == ("./models", "/app/models", True)
     assert api["restart"] == "unless-stopped"
@@ -108,7 +108,12 @@ def test_nginx_fronts_the_api_and_resolves_with_the_containers_own_dns(compose):
     assert (ROOT / resolver_script["source"]).stat().st_mode & 0o111, "the image only sources executable .envsh"
     conf = (ROOT / template["source"]).read_text()
     listen = re.search(r"listen\s+(\d+);", conf).group(1)
-    assert nginx["ports"] == [f"${{INR_HTTP_PORT:-8000}}:{listen}"]
+    grpc_listen = re.search(r"listen\s+(\d+)\s+http2;", conf).group(1)
+    assert nginx["ports"] == [f"${{INR_HTTP_PORT:-8000}}:{listen}", f"${{INR_GRPC_HOST_PORT:-8001}}:{grpc_listen}"]
+    grpc_backend = re.search(r"set\s+\$(\w+)\s+grpc://api:(\d+);", conf)
+    assert grpc_backend and f"grpc_pass ${grpc_backend.group(1)};" in conf
+    api = compose["services"]["api"]
+    assert grpc_backend.group(2) == api["environment"]["INR_GRPC_PORT"] and grpc_backend.group(2) in api["expose"]
     assert re.search(r"resolver\s+\$\{NGINX_RESOLVER\}\s", conf), "no hard-coded resolver address"
     # only NGINX_* variables are substituted; every other ${...} would be emptied by envsubst
     assert set(re.findall(r"\$\{(\w+)\}", conf)) == {"NGINX_RESOLVER"}
@@ -116,7 +121,7 @@ def test_nginx_fronts_the_api_and_resolves_with_the_containers_own_dns(compose):
     # proxy_pass through a variable: resolved per request, so new replicas are found
     backend = re.search(r"set\s+\$(\w+)\s+http://api:(\d+);", conf)
     assert backend and f"proxy_pass ${backend.group(1)};" in conf
-    assert backend.group(2) == compose["services"]["api"]["expose"][0]
+    assert backend.group(2) == api["expose"][0]
     assert nginx["depends_on"]["api"]["condition"] == "service_healthy"
     assert conf.count("{") == conf.count("}")
 

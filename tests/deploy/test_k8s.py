@@ -89,6 +89,22 @@ def test_kserve_custom_predictor_uses_the_same_image_settings(dockerfile):
     check_container(container, runtime_env(dockerfile))
 
 
+def test_grpc_is_exposed_where_the_service_listens(k8s):
+    """The Deployment names its gRPC port, the Service routes to it as h2c, and the KServe gRPC
+    predictor declares it as KServe expects: one port, named h2c."""
+    (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["grpc"] == int(env["INR_GRPC_PORT"]) == 8001
+    (grpc,) = [p for p in k8s["Service"]["spec"]["ports"] if p["name"] == "grpc"]
+    assert grpc["targetPort"] == "grpc" and grpc["appProtocol"] == "kubernetes.io/h2c"
+    (isvc,) = docs(ROOT / "deploy" / "kserve" / "inferenceservice-grpc.yaml")
+    (predictor,) = isvc["spec"]["predictor"]["containers"]
+    env = {e["name"]: e["value"] for e in predictor["env"]}
+    assert predictor["ports"] == [{"name": "h2c", "containerPort": int(env["INR_GRPC_PORT"]), "protocol": "TCP"}]
+    assert predictor["readinessProbe"]["httpGet"]["port"] == int(env["INR_PORT"])
+
+
 def test_kserve_triton_example_serves_the_model_repository():
     (isvc,) = docs(ROOT / "deploy" / "kserve" / "inferenceservice-triton.yaml")
     model_spec = isvc["spec"]["predictor"]["model"]
