@@ -19,7 +19,7 @@ from modelrepo.cliargs import OneLineParser
 from .errors import DeviceError
 from .settings import Settings
 
-OPTIONS = ("models", "host", "port", "device", "workers", "threads", "log_level",
+OPTIONS = ("models", "host", "port", "grpc_port", "device", "workers", "threads", "log_level",
            "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
 SECRET = {"http_restricted_api"}  # never echoed in an error
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", help="model repository folder (INR_MODELS, default: models)")
     p.add_argument("--host", help="bind address (INR_HOST, default: 127.0.0.1)")
     p.add_argument("--port", help="port (INR_PORT, default: 8000)")
+    p.add_argument("--grpc-port", help="KServe V2 gRPC port, 0 = off (INR_GRPC_PORT, default: 8001)")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), help="onnxruntime device (INR_DEVICE, default: cpu)")
     p.add_argument("--workers", help="uvicorn worker processes (INR_WORKERS, default: 1)")
     p.add_argument("--threads", help="onnxruntime threads per model, 0 = from the CPUs this process may use")

@@ -25,6 +25,7 @@ from .server.drain import Drain, DrainGuard
 from .errors import BodyTooLarge, error_response, install_error_handlers
 from . import metrics as metrics_router
 from .api import iiif, v2
+from .api.grpc import GrpcServer
 from .engine.dataplane import DataPlane
 from .engine.control import ModelControl
 from .server.guards import BodyTimeout
@@ -123,11 +124,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await control.start()
         metrics.set_models(registry.models)
         app.state.renderer.start()
+        grpc_server = GrpcServer(app.state) if settings.grpc_port else None
+        if grpc_server is not None:  # same loop, same dataplane (service/api/grpc)
+            await grpc_server.start()
+            drain.listeners.append(lambda: loop.create_task(grpc_server.draining()))
         drain.install()  # SIGTERM: finish what runs, refuse what comes (service/server/drain.py)
         try:
             yield
         finally:
             drain.uninstall()
+            if grpc_server is not None:
+                await grpc_server.stop()
             await control.stop()
             await app.state.dataplane.close()
             app.state.renderer.close()
@@ -135,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
     app.state.settings = settings
+    app.state.version = app.version
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.drain = drain

@@ -22,6 +22,7 @@ class Settings(BaseSettings):
     models: Path = Field(Path("models"), description="model repository: one folder per model")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int = Field(8001, ge=0, le=65535, description="KServe V2 gRPC port (Triton's 8001); 0 turns gRPC off")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
     threads: int = Field(0, ge=0, le=256, description="onnxruntime intra-op threads per model; 0 = CPUs this "
