@@ -147,8 +147,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.control = control
-    app.state.dataplane = DataPlane(settings, metrics)
-    app.state.render_cache = RenderCache(settings.render_cache_bytes)
+    app.state.render_cache = RenderCache(settings.cache_bytes)  # renders and inference responses, one budget
+    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
