@@ -7,7 +7,8 @@ JSON, 20,000 coordinates over V2 binary) and 1, 8 and 32 clients, wrk loads in t
     (INR_BATCH_POLICY=delay: the model's max_queue_delay_microseconds, 2 ms for digits);
   - the floor: the same uvicorn answering a constant body of the same size (bench/floor_app.py);
 
-and the model alone runs in this process (onnxruntime, one thread, the same input). Each server's
+and the model alone runs in this process (onnxruntime, one thread, the same input), in every round
+just before that workload's servers, so that the ratios come from one moment of a shared machine. Each server's
 CPU per request (user + system, /proc) is split as model + floor + ours. All runs use one
 onnxruntime thread per model, as §10 does; rounds interleave the servers.
 
@@ -104,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             answers[path] = (r.headers["content-type"], extra, base64.b64encode(r.content).decode())
         (tmp / "answers.json").write_text(json.dumps(answers))
         servers["floor"] = FloorServer(tmp / "answers.json").wait()
-        model = {w.label: model_cpu_ms(w.bare) for w in loads}
+        model: dict[str, list[tuple[float, float]]] = {}
         for rnd in range(args.rounds):
             for w in loads:
+                model.setdefault(w.label, []).append(model_cpu_ms(w.bare))  # this round, beside its servers
                 for c in args.concurrency:
                     order = list(servers)[rnd % 3:] + list(servers)[:rnd % 3]
                     for name in order:
@@ -119,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                               f"(load {os.getloadavg()[0]:.1f})", flush=True)
         for (label, c, name), rs in results.items():
             rows.append({"load": label, "clients": c, "server": name, **summary(rs),
-                         "model_cpu_ms": model[label][0], "model_wall_ms": model[label][1]})
+                         "model_cpu_ms": median([m[0] for m in model[label]]),
+                         "model_wall_ms": median([m[1] for m in model[label]]),
+                         "model_cpu_ms_rounds": [round(m[0], 3) for m in model[label]]})
     finally:
         for s in servers.values():
             s.stop()

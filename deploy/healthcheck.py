@@ -1,7 +1,7 @@
 """Container health check: exit 0 when the service answers 200 on /health/ready.
 
-Slim images have no curl, so Docker's HEALTHCHECK, Kubernetes exec probes and
-deploy/check_image_commands.py all run this file with the image's Python.
+Slim images have no curl, so Docker's HEALTHCHECK and Kubernetes exec probes run this
+file with the image's Python (tests/containers runs it in the real image).
 The port comes from INR_PORT (the same variable the service reads), default 8000.
 Standard library only: it must work before and without the service's packages.
 """

@@ -17,9 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from .conftest import ROOT, load_deploy_module
-
-model = load_deploy_module("dockerfile_model")
+from .conftest import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +58,7 @@ def test_api_is_cpu_read_only_healthchecked_limited_and_scalable(compose, docker
     mount = api["volumes"][0]
     assert (mount["source"], mount["target"], mount["read_only"]) == ("./models", "/app/models", True)
     assert api["restart"] == "unless-stopped"
-    image_hc = model.parse_healthcheck(dockerfile.stage("runtime").last("HEALTHCHECK"))
-    assert api["healthcheck"]["test"] == ["CMD"] + image_hc.command
+    assert api["healthcheck"]["test"] == ["CMD"] + dockerfile.stage("runtime").healthcheck()
     cpus = float(api["deploy"]["resources"]["limits"]["cpus"])
     assert int(api["environment"]["INR_THREADS"]) == int(api["environment"]["OMP_NUM_THREADS"]) == cpus
 
@@ -96,13 +93,26 @@ def test_api_polls_the_folder_train_writes_into(compose):
     assert api["volumes"][0]["target"] == env["INR_MODELS"]
 
 
-def test_nginx_fronts_the_api_and_re_resolves_docker_dns(compose):
+def rendered_nginx_conf(resolver: str = "127.0.0.11") -> str:
+    """deploy/nginx/nginx.conf.template as the image's entrypoint renders it (NGINX_* only)."""
+    template = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
+    return template.replace("${NGINX_RESOLVER}", resolver)
+
+
+def test_nginx_fronts_the_api_and_resolves_with_the_containers_own_dns(compose):
     nginx = compose["services"]["nginx"]
-    conf_mount = nginx["volumes"][0]
-    conf = (ROOT / conf_mount["source"]).read_text()
+    mounts = {m["target"]: m for m in nginx["volumes"]}
+    template = mounts["/etc/nginx/templates/nginx.conf.template"]
+    assert template["read_only"] and nginx["environment"]["NGINX_ENVSUBST_OUTPUT_DIR"] == "/etc/nginx"
+    resolver_script = mounts["/docker-entrypoint.d/15-container-resolver.envsh"]
+    assert (ROOT / resolver_script["source"]).stat().st_mode & 0o111, "the image only sources executable .envsh"
+    conf = (ROOT / template["source"]).read_text()
     listen = re.search(r"listen\s+(\d+);", conf).group(1)
     assert nginx["ports"] == [f"${{INR_HTTP_PORT:-8000}}:{listen}"]
-    assert re.search(r"resolver\s+127\.0\.0\.11\b", conf)
+    assert re.search(r"resolver\s+\$\{NGINX_RESOLVER\}\s", conf), "no hard-coded resolver address"
+    # only NGINX_* variables are substituted; every other ${...} would be emptied by envsubst
+    assert set(re.findall(r"\$\{(\w+)\}", conf)) == {"NGINX_RESOLVER"}
+    assert re.fullmatch(nginx["environment"]["NGINX_ENVSUBST_FILTER"].strip("^") + r"\w*", "NGINX_RESOLVER")
     # proxy_pass through a variable: resolved per request, so new replicas are found
     backend = re.search(r"set\s+\$(\w+)\s+http://api:(\d+);", conf)
     assert backend and f"proxy_pass ${backend.group(1)};" in conf
@@ -111,8 +121,22 @@ def test_nginx_fronts_the_api_and_re_resolves_docker_dns(compose):
     assert conf.count("{") == conf.count("}")
 
 
+def test_the_resolver_script_takes_the_first_nameserver(tmp_path):
+    script = (ROOT / "deploy" / "nginx" / "15-container-resolver.envsh").read_text()
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search dns.podman\nnameserver 10.89.0.1\nnameserver 10.255.255.53\n")
+    out = subprocess.run(["sh", "-c", script.replace("/etc/resolv.conf", str(resolv)) + 'echo "$NGINX_RESOLVER"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "10.89.0.1"
+    resolv.write_text("nameserver fd00::1\n")
+    out = subprocess.run(["sh", "-c", script.replace("/etc/resolv.conf", str(resolv)) + 'echo "$NGINX_RESOLVER"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[fd00::1]"
+
+
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)")
-def test_nginx_accepts_the_config():
-    result = subprocess.run(["nginx", "-t", "-c", str(ROOT / "deploy" / "nginx" / "nginx.conf")],
-                            capture_output=True, text=True)
+def test_nginx_accepts_the_rendered_config(tmp_path):
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(rendered_nginx_conf())
+    result = subprocess.run(["nginx", "-t", "-c", str(conf)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -1,15 +1,20 @@
-"""Kubernetes and KServe manifests: valid YAML, the same image settings, probes on the
-service's health endpoints, and an HPA that targets the Deployment."""
+"""Kubernetes and KServe manifests: valid against the Kubernetes API schemas (kubernetes-validate) and
+KServe's InferenceService CRD (tests/deploy/schemas), the same image settings, probes on the
+service's health endpoints, and an HPA that targets the Deployment. tests/containers/test_kube.py
+runs the Deployment and the KServe predictor's container with the real image."""
 from __future__ import annotations
 
+import copy
+import gzip
+import json
 from pathlib import Path
 
+import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
 
-from .conftest import ROOT, load_deploy_module
-
-model = load_deploy_module("dockerfile_model")
+from .conftest import ROOT
 MANIFESTS = sorted((ROOT / "deploy" / "k8s").glob("*.yaml")) + sorted((ROOT / "deploy" / "kserve").glob("*.yaml"))
 
 
@@ -51,7 +56,7 @@ def check_container(container: dict, runtime_env: dict[str, str]) -> None:
 
 
 def runtime_env(dockerfile) -> dict[str, str]:
-    return {k: v for i in dockerfile.stage("runtime").all("ENV") for k, v in model.parse_env(i)}
+    return dockerfile.stage("runtime").env()
 
 
 def test_deployment_runs_the_image_non_root_with_probes(k8s, dockerfile):
@@ -89,3 +94,70 @@ def test_kserve_triton_example_serves_the_model_repository():
     model_spec = isvc["spec"]["predictor"]["model"]
     assert model_spec["modelFormat"]["name"] == "triton"
     assert model_spec["storageUri"]
+
+
+# -- against the real schemas -----------------------------------------------------------------
+K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]  # the oldest still-supported minor we target, newest
+KSERVE_SCHEMA = next((ROOT / "tests" / "deploy" / "schemas").glob("kserve-*-inferenceservice-v1beta1.json.gz"))
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("path", sorted(set((ROOT / "deploy" / "k8s").glob("*.yaml")) - {ROOT / "deploy" / "k8s" / "kustomization.yaml"}),
+                         ids=lambda p: p.name)
+def test_k8s_manifest_validates_strictly_against_the_kubernetes_api(path: Path, version: str):
+    for doc in docs(path):
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(containerPort="http"), "http"),
+    (lambda d: d["spec"]["template"]["spec"].update(terminationGracePeriod=30), "terminationGracePeriod"),
+    (lambda d: d["spec"].update(replicas="two"), "two"),
+])
+def test_the_kubernetes_schemas_catch_typos_and_wrong_types(k8s, mutate, expected):
+    doc = copy.deepcopy(k8s["Deployment"])
+    mutate(doc)
+    with pytest.raises(kubernetes_validate.ValidationError, match=expected):
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def strict(schema: dict) -> dict:
+    """The CRD's schema with unknown fields rejected, as `kubectl apply --validate=strict` does
+    (structural schemas otherwise prune them silently), except where the CRD preserves them."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema.setdefault("additionalProperties", False)
+    elif isinstance(schema, list):
+        schema = [strict(v) for v in schema]
+    return schema
+
+
+@pytest.fixture(scope="module")
+def isvc_validator() -> jsonschema.Validator:
+    schema = strict(json.loads(gzip.decompress(KSERVE_SCHEMA.read_bytes())))
+    schema["properties"]["apiVersion"]["enum"] = ["serving.kserve.io/v1beta1"]
+    schema["properties"]["kind"]["enum"] = ["InferenceService"]
+    return jsonschema.Draft7Validator(schema)
+
+
+def isvc_errors(validator, doc: dict) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "deploy" / "kserve").glob("*.yaml")), ids=lambda p: p.name)
+def test_kserve_manifest_validates_against_the_inferenceservice_crd(path: Path, isvc_validator):
+    """Against KServe's own CRD schema; its version is in the file's name (tests/deploy/schemas/README.md)."""
+    for doc in docs(path):
+        assert isvc_errors(isvc_validator, doc) == []
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["spec"]["predictor"].update(minReplica=1), "minReplica"),
+    (lambda d: d["spec"]["predictor"].update(scaleMetric="gpu"), "gpu"),
+    (lambda d: d["spec"]["predictor"]["containers"][0]["ports"][0].update(containerPort="8000"), "8000"),
+])
+def test_the_crd_schema_catches_typos_and_wrong_types(isvc_validator, mutate, expected):
+    (doc,) = docs(ROOT / "deploy" / "kserve" / "inferenceservice.yaml")
+    mutate(doc)
+    assert any(expected in e for e in isvc_errors(isvc_validator, doc))

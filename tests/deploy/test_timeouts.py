@@ -10,9 +10,7 @@ import yaml
 
 from service.settings import Settings
 
-from .conftest import ROOT, load_deploy_module
-
-model = load_deploy_module("dockerfile_model")
+from .conftest import ROOT
 NGINX_KEEPALIVE_S = 75  # nginx's default keepalive_timeout, the longest common proxy idle timeout
 KEYS = ("INR_TIMEOUT_KEEP_ALIVE", "INR_GRACEFUL_SHUTDOWN_S")
 
@@ -41,7 +39,7 @@ def test_settings_defaults_outlive_proxies():
 @pytest.mark.parametrize("target", ["runtime", "gpu"])
 def test_image_sets_them_and_stops_with_sigterm(dockerfile, target):
     stage = dockerfile.stage(target)
-    env = {k: v for i in stage.all("ENV") for k, v in model.parse_env(i)}
+    env = stage.env()
     assert stage.last("STOPSIGNAL").value == "SIGTERM"
     check(env, kill_after=30, where=f"Dockerfile {target} (with `docker stop -t 30`)")
 

@@ -7,6 +7,8 @@ import httpx
 import pytest
 from PIL import Image
 
+from tests.servers import ROOT
+
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Local stand-ins for the base images that the Dockerfile and docker-compose.yml name, for machines
+# that cannot pull from a registry (CI here). Each is built from Debian bookworm packages, and only
+# when the real image is absent, then tagged with the real name, so that the Dockerfile and the
+# compose file build and run unchanged. A user with a registry never runs this.
+#
+#   deploy/offline-bases/build.sh            # podman, or ENGINE=docker
+#
+# How they differ from the real images: docs/deployment.md, "Offline base images".
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+engine=${ENGINE:-podman}
+suite=${DEBIAN_SUITE:-bookworm}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+rootfs_image=localhost/inr-offline/debian:$suite-minbase
+# the names the Dockerfile (ARG PYTHON_IMAGE) and docker-compose.yml (service nginx) use
+python_image=docker.io/library/python:3.11-slim-bookworm
+nginx_image=docker.io/library/nginx:1.29-alpine
+
+say() { echo "[offline-bases] $*" >&2; }
+have() { "$engine" image inspect "$1" >/dev/null 2>&1; }
+
+rootfs() {
+  have "$rootfs_image" && return
+  command -v debootstrap >/dev/null || { say "debootstrap is missing (apt-get install debootstrap)"; exit 2; }
+  local dir
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' RETURN
+  say "debootstrap --variant=minbase $suite (about a minute)"
+  debootstrap --variant=minbase "$suite" "$dir" "$mirror" >/dev/null
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  tar -C "$dir" -c . | "$engine" import --quiet --change 'CMD ["bash"]' - "$rootfs_image" >/dev/null
+}
+
+standin() {  # NAME CONTAINERFILE: build the stand-in unless NAME is already there
+  local name=$1 file=$2 ctx
+  if have "$name"; then say "$name is present: kept"; return; fi
+  rootfs
+  ctx=$(mktemp -d)
+  trap 'rm -rf "$ctx"' RETURN
+  cp "$here/nginx-entrypoint.sh" "$ctx"/
+  # pip inside the builds checks TLS against this machine's CA bundle (which may hold a proxy's CA)
+  cp "${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" "$ctx/host-ca-bundle.crt"
+  say "building the stand-in $name"
+  "$engine" build --format docker --build-arg "BASE=$rootfs_image" -f "$here/$file" -t "$name" "$ctx" >/dev/null
+}
+
+standin "$python_image" python.Containerfile
+standin "$nginx_image" nginx.Containerfile
+say "done: $("$engine" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'python:3.11-slim|nginx:1.29' | tr '\n' ' ')"

@@ -1,0 +1,97 @@
+"""The container suite: real images from the unmodified Dockerfile, docker-compose.yml brought up by a
+real engine, every request through nginx. Marked `containers` (`pytest -m containers` selects it,
+`-m "not containers"` skips it). Without a working engine it skips, unless INR_REQUIRE_CONTAINERS=1
+(.ci/run sets it), which turns the skip into a failure.
+
+Measurements (build times, sizes, time to healthy, failover and drain counts) are collected in
+`report` and written to build/containers/report.json at the end; docs/deployment.md quotes them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from .engine import PYTHON_BASE, ROOT, RUNTIME_IMAGE, TRAIN_IMAGE, Engine, EngineError
+from .stack import Stack
+
+HERE = Path(__file__).resolve().parent
+REPORT: dict = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.containers)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORT:
+        out = ROOT / "build" / "containers" / "report.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(REPORT, indent=2, sort_keys=True) + "\n")
+        terminalreporter.write_sep("-", f"container measurements ({out.relative_to(ROOT)})")
+        for key, value in sorted(REPORT.items()):
+            terminalreporter.write_line(f"{key}: {value}")
+
+
+@pytest.fixture(scope="session")
+def report() -> dict:
+    return REPORT
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    found = Engine.find()
+    if found is None:
+        if os.environ.get("INR_REQUIRE_CONTAINERS") == "1":
+            pytest.fail("INR_REQUIRE_CONTAINERS=1 but neither podman nor docker answers `info`")
+        pytest.skip("no container engine (podman or docker) answers `info`")
+    found.cleanup()  # leftovers of an interrupted earlier run
+    yield found
+    found.cleanup()
+
+
+def _bases(engine: Engine, report: dict) -> None:
+    """The base images, pulled, or built locally when they cannot be (INR_OFFLINE_BASES=1 skips the pull)."""
+    wanted = [PYTHON_BASE, "nginx:1.29-alpine"]
+    missing = [b for b in wanted if not engine.image_exists(b)]
+    if missing and os.environ.get("INR_OFFLINE_BASES") != "1":
+        for base in missing:
+            engine("pull", base, check=False, timeout=300)
+        missing = [b for b in wanted if not engine.image_exists(b)]
+    if missing:
+        t0 = time.monotonic()
+        engine.offline_bases()
+        report["offline_bases_s"] = round(time.monotonic() - t0, 1)
+
+
+@pytest.fixture(scope="session")
+def images(engine: Engine, report: dict) -> Engine:
+    _bases(engine, report)
+    for target, tag in (("runtime", RUNTIME_IMAGE), ("train", TRAIN_IMAGE)):
+        try:
+            report[f"build_{target}_s"] = round(engine.build(target, tag), 1)
+        except EngineError as e:
+            pytest.fail(f"building the {target} target failed: {e}")
+        report[f"image_{target}_mb"] = round(engine.image_size(tag) / 1e6)
+    report["image_base_mb"] = round(engine.image_size(PYTHON_BASE) / 1e6)
+    return engine
+
+
+@pytest.fixture(scope="module")
+def make_stack(images: Engine, tmp_path_factory):
+    """Stacks made by a test module; each is taken down, and its leftovers removed, at the end."""
+    made: list[Stack] = []
+
+    def make(name: str) -> Stack:
+        stack = Stack(images, tmp_path_factory.mktemp(name), name)
+        made.append(stack)
+        return stack
+
+    yield make
+    for stack in made:
+        stack.down()

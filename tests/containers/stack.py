@@ -1,0 +1,115 @@
+"""docker-compose.yml as written, brought up by the engine's compose tool in a scratch project folder.
+
+The folder holds a byte-for-byte copy of the compose file, the nginx files it mounts and the bundled
+models (the `train` profile writes new versions there; the repository stays clean). Every request
+of the suite goes to nginx's published port, as a user's would; the replicas are reached only
+through the engine (`exec`), to read their own counters.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .engine import PREFIX, ROOT, Engine, EngineError, run
+
+METRICS = ("python -c \"import urllib.request; "
+           "print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=5).read().decode())\"")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self, engine: Engine, folder: Path, name: str):
+        self.engine, self.dir, self.project = engine, folder, f"{PREFIX}{name}"
+        shutil.copy2(ROOT / "docker-compose.yml", folder / "docker-compose.yml")
+        shutil.copytree(ROOT / "deploy" / "nginx", folder / "deploy" / "nginx")
+        shutil.copytree(ROOT / "models", folder / "models")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "INR_HTTP_PORT": str(self.port),
+                    "HOST_UID": str(os.getuid()), "HOST_GID": str(os.getgid())}
+
+    @property
+    def models(self) -> Path:
+        return self.dir / "models"
+
+    def compose(self, *args: str, timeout: float = 600, check: bool = True):
+        return run([*self.engine.compose, "-p", self.project, *args], cwd=self.dir, env=self.env,
+                   timeout=timeout, check=check)
+
+    def up(self, replicas: int = 1) -> float:
+        """Start the default services (`--no-build`: the suite built the images); seconds until
+        every replica is healthy and nginx answers ready."""
+        t0 = time.monotonic()
+        self.compose("up", "-d", "--no-build", "--scale", f"api={replicas}")
+        self.wait_healthy(replicas)
+        return time.monotonic() - t0
+
+    def down(self) -> None:
+        self.compose("down", "-v", "-t", "5", check=False)
+        # replicas added by --scale are not always known to `down` (podman-compose): remove by label
+        left = self.containers(None, all_states=True)
+        if left:
+            self.engine("rm", "-f", "-t", "0", *left, check=False)
+        if self.engine.cli == "podman":
+            self.engine("pod", "rm", "-f", f"pod_{self.project}", check=False)
+
+    # -- containers ----------------------------------------------------------------------------
+    def containers(self, service: str | None = "api", all_states: bool = False) -> list[str]:
+        args = ["ps", "--filter", f"label=com.docker.compose.project={self.project}", "--format", "{{.Names}}"]
+        if service:
+            args[1:1] = ["--filter", f"label=com.docker.compose.service={service}"]
+        if all_states:
+            args.insert(1, "-a")
+        return sorted(self.engine(*args).stdout.split())
+
+    def health(self, container: str) -> str:
+        """Run the image's HEALTHCHECK now (Podman 4.3 schedules it with systemd timers, which these
+        machines lack; Docker runs it itself) and return the container's health status."""
+        if self.engine.cli == "podman":
+            self.engine("healthcheck", "run", container, check=False)
+        state = self.engine.inspect(container)["State"]
+        return (state.get("Health") or state.get("Healthcheck") or {}).get("Status", "none")
+
+    def wait_healthy(self, replicas: int, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            names = self.containers()
+            if len(names) >= replicas and all(self.health(n) == "healthy" for n in names):
+                if self.status("/health/ready") == 200:
+                    return
+            time.sleep(1)
+        logs = "\n".join(self.engine("logs", "--tail", "30", n, check=False).stderr for n in self.containers(None))
+        raise EngineError(f"{replicas} healthy replica(s) behind nginx not reached in {timeout} s\n{logs}")
+
+    def replica_metrics(self, container: str) -> dict[tuple, float]:
+        """The replica's own /metrics, read inside its container (not through nginx)."""
+        text = self.engine("exec", container, "sh", "-c", METRICS).stdout
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    # -- through nginx -------------------------------------------------------------------------
+    def status(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return 0
+
+
+def metric(samples: dict, name: str, **labels) -> float:
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n in (name, f"{name}_total") and want <= set(ls))

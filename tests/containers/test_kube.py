@@ -1,0 +1,98 @@
+"""The Kubernetes Deployment and the KServe predictor's container, run as written by `podman kube
+play` with the image the compose stack ran: its securityContext (read-only root, uid 10001, no
+capabilities), its limits and env, and its probes answering on the declared port. No cluster runs
+here; tests/deploy/test_k8s.py validates the same files against the Kubernetes and KServe schemas.
+
+Two things differ from the files, both about placement, not about the container: one replica, and a
+hostPort (free on this machine) so the probes can be reached from the test.
+"""
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from .engine import PREFIX, ROOT, RUNTIME_IMAGE
+from .stack import free_port
+
+
+@pytest.fixture(scope="module")
+def podman(images):
+    if images.cli != "podman":
+        pytest.skip("`kube play` is Podman's")
+    return images
+
+
+def get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def play(podman, tmp_path, doc: dict, container: dict, name: str) -> tuple[int, str]:
+    """Run `doc` (whose pod template holds `container`) with a free hostPort; (port, container name)."""
+    port = free_port()
+    container["ports"][0]["hostPort"] = port
+    doc["metadata"]["name"] = f"{PREFIX}{name}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    podman("kube", "play", str(path), timeout=300)
+    pod = podman("pod", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}{name}").stdout.split()[0]
+    return port, f"{pod}-{container['name']}"
+
+
+def wait_ready(port: int, path: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while get(f"http://127.0.0.1:{port}{path}") != 200:
+        assert time.monotonic() < deadline, f"{path} not 200 within {timeout} s"
+        time.sleep(0.5)
+
+
+def test_the_deployment_runs_as_written(podman, tmp_path):
+    doc = yaml.safe_load((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text())
+    doc["spec"]["replicas"] = 1
+    pod_spec = doc["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    assert container["image"] == RUNTIME_IMAGE
+    port, name = play(podman, tmp_path, doc, container, "kube")
+    try:
+        wait_ready(port, container["startupProbe"]["httpGet"]["path"])
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            assert get(f"http://127.0.0.1:{port}{container[probe]['httpGet']['path']}") == 200, probe
+        info = podman.inspect(name)
+        host = info["HostConfig"]
+        assert host["ReadonlyRootfs"] is True
+        assert info["Config"]["User"].split(":")[0] == str(pod_spec["securityContext"]["runAsUser"])
+        assert host["Memory"] == 1 << 30  # limits.memory 1Gi
+        assert "no-new-privileges" in host["SecurityOpt"]
+        assert {"CAP_CHOWN", "CAP_SETUID", "CAP_NET_RAW"} <= set(host["CapDrop"])
+        env = dict(e.split("=", 1) for e in info["Config"]["Env"])
+        assert {e["name"]: e["value"] for e in container["env"]}.items() <= env.items()
+        # it serves from a read-only root with /tmp an emptyDir
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models/astronaut/query", method="POST",
+                                     data=b'{"coords": [[0.5, 0.5]]}', headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200
+    finally:
+        podman("kube", "down", str(tmp_path / "kube.yaml"), check=False)
+
+
+def test_the_kserve_predictor_container_runs_as_written(podman, tmp_path):
+    isvc = yaml.safe_load((ROOT / "deploy" / "kserve" / "inferenceservice.yaml").read_text())
+    (container,) = isvc["spec"]["predictor"]["containers"]
+    assert container["image"] == RUNTIME_IMAGE
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": ""}, "spec": {"containers": [container]}}
+    port, _ = play(podman, tmp_path, pod, container, "kserve")
+    try:
+        wait_ready(port, container["readinessProbe"]["httpGet"]["path"])
+        assert get(f"http://127.0.0.1:{port}{container['livenessProbe']['httpGet']['path']}") == 200
+        assert get(f"http://127.0.0.1:{port}/v2/models/digits/ready") == 200  # KServe's V2 readiness
+    finally:
+        podman("kube", "down", str(tmp_path / "kserve.yaml"), check=False)
