@@ -5,6 +5,7 @@ See docs/model-repository.md for the layout and the rules.
 """
 from .folder import (MODEL_FILE, Written, check_version, portable, portable_command, read_spec, read_version, sha256_bytes, sha256_file,
                      version_numbers, write_version)
+from .serving import ImageSource
 from .spec import (IMAGE_COORDINATES, NAME_RE, ONNX_TO_V2, TASKS, ModelSpec, SpecError, Task, Tensor,
                    VersionPolicy, VersionRecord)
 from .triton import config_json, config_text, parse_config
@@ -12,4 +13,4 @@ from .triton import config_json, config_text, parse_config
 __all__ = ["MODEL_FILE", "Written", "check_version", "portable", "portable_command", "read_spec", "read_version", "sha256_bytes", "sha256_file",
            "version_numbers", "write_version", "IMAGE_COORDINATES", "NAME_RE", "ONNX_TO_V2", "TASKS", "ModelSpec",
            "SpecError", "Task", "Tensor", "VersionPolicy", "VersionRecord", "config_json", "config_text",
-           "parse_config"]
+           "parse_config", "ImageSource"]

@@ -19,16 +19,15 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .server.drain import Drain, DrainGuard
-from .errors import BodyTooLarge, error_response, install_error_handlers
+from .errors import install_error_handlers
 from . import metrics as metrics_router
 from .api import iiif, v2
 from .api.grpc import GrpcServer
 from .engine.dataplane import DataPlane
 from .engine.control import ModelControl
-from .server.guards import BodyTimeout
+from .server.guards import BodyLimit, BodyTimeout
 from .api.jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .engine.registry import Registry
@@ -54,31 +53,6 @@ classification over an ONNX model repository.
 * Outside the unit square, `background` decides: `extrapolate` (default, the network's own
   values), `transparent` (png/webp) or a colour (`white`, `#ff8800`).
 * Every error is `{"error": "..."}`."""
-
-
-class BodyLimit:
-    """413 for bodies over `limit` bytes: at once from Content-Length, or while a chunked body streams in."""
-
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            return await error_response(413, BodyTooLarge(self.limit).detail)(scope, receive, send)
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise BodyTooLarge(self.limit)
-            return message
-
-        await self.app(scope, counted, send)
 
 
 ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}

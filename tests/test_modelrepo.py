@@ -119,3 +119,12 @@ def test_metadata_records_no_absolute_path():
     assert portable_command(["export-digits", "--data-dir", "/data/mnist-10k", "--checkpoint=/r/a.pt",
                              "--out", "models/digits"]) == \
         "export-digits --data-dir mnist-10k --checkpoint=a.pt --out models/digits"
+
+
+def test_the_image_source_is_read_typed_and_junk_is_absent():
+    """Issue 20: the service reads the training and native sizes through modelrepo, never the raw dict."""
+    from modelrepo import ImageSource
+    assert ImageSource.from_metadata({"source": {"size": [128, 96], "native_size": [1000, 1000]}}) == \
+        ImageSource((128, 96), (1000, 1000))
+    for junk in ({}, {"source": "x"}, {"source": {"size": [True, 2]}}, {"source": {"size": [0, 5]}}, []):
+        assert ImageSource.from_metadata(junk) == ImageSource()

@@ -97,6 +97,7 @@ class ModelRuntime:
         self.version = version
         self.options = options
         self.record: VersionRecord | None = None
+        self._metadata: tuple | None = None
         self.status = "loading"
         self.error: str | None = None
         self.provider: str | None = None
@@ -131,9 +132,14 @@ class ModelRuntime:
 
     @property
     def metadata(self) -> dict:
-        """The model's metadata.json with this version's metadata over it (what /v1/models shows)."""
-        record = self.record.to_json() if self.record else {"version": self.version}
-        return {**self.spec.to_json(), **record, "version": self.version}
+        """The model's metadata.json with this version's metadata over it (what /v1/models shows); built
+        once per (spec, record), not on every access."""
+        cached = self._metadata
+        if cached is None or cached[0] is not self.spec or cached[1] is not self.record:
+            record = self.record.to_json() if self.record else {"version": self.version}
+            merged = {**self.spec.to_json(), **record, "version": self.version}
+            cached = self._metadata = (self.spec, self.record, merged)
+        return cached[2]
 
     @property
     def version_dir(self) -> Path:

@@ -44,8 +44,9 @@ class CachedOutputs:
 def model_identity(model) -> dict:
     """What identifies a loaded model's function: its name, version and file digests."""
     sep = getattr(model, "separable", None)
-    return {"model": model.name, "version": str(model.metadata.get("version", 1)),
-            "onnx_sha256": model.metadata.get("onnx_sha256"),
+    record = getattr(model, "record", None)
+    return {"model": model.name, "version": str(model.version),
+            "onnx_sha256": record.onnx_sha256 if record else None,
             "body_sha256": sep.sha256 if sep else None, "stage_sha256": sep.stage_sha256 if sep else None}
 
 

@@ -1,1 +1,1 @@
-"""The HTTP server's guards: the drain, timeouts, the restricted API."""
+"""The HTTP server's guards: the drain, the body limit and timeouts, the restricted API."""

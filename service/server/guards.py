@@ -6,6 +6,8 @@ uvicorn times out only idle keep-alive connections. Two gaps are closed here:
   must deliver its request line and headers within `INR_HEADER_TIMEOUT_S` of its first byte (or
   of connecting); otherwise it gets 408 and is closed. It is passed to uvicorn as
   `http="service.server.guards:HeaderTimeoutProtocol"`, a name, so that worker processes import it too.
+* `BodyLimit` (ASGI middleware): 413 for a body over INR_MAX_BODY_BYTES, at once from
+  Content-Length, or while a chunked body streams in.
 * `BodyTimeout` (ASGI middleware): while a request body is incomplete, each read may wait at most
   `INR_BODY_TIMEOUT_S`; a client that sends headers and then nothing gets 408 and the request's
   task ends, freeing whatever it held.
@@ -20,10 +22,37 @@ import h11
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import BodyTooLarge, error_response
+
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
 except ImportError:  # pragma: no cover - uvicorn without httptools
     from uvicorn.protocols.http.h11_impl import H11Protocol as _Base
+
+
+class BodyLimit:
+    """413 for bodies over `limit` bytes: at once from Content-Length, or while a chunked body streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await error_response(413, BodyTooLarge(self.limit).detail)(scope, receive, send)
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, counted, send)
 
 
 class BodyTimedOut(HTTPException):

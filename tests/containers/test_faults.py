@@ -116,7 +116,7 @@ def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
     x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32).round(3)
     v2 = {"inputs": [{"name": "images", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": x.ravel().tolist()}]}
     done = []
-    killed = threading.Event()
+    killed, kill_lock = threading.Event(), threading.Lock()
 
     def one(i: int):
         kind = "post_infer" if i % 2 else "get_render"
@@ -131,9 +131,10 @@ def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
                 done.append((kind, r.status_code))
             except httpx.HTTPError as e:
                 done.append((kind, type(e).__name__))
-        if len(done) == 60 and not killed.is_set():
-            killed.set()
-            crash(stack, victim)
+        with kill_lock:
+            if len(done) >= 60 and not killed.is_set():
+                killed.set()
+                crash(stack, victim)
 
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(one, range(240)))

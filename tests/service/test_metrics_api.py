@@ -96,14 +96,19 @@ def test_requests_in_flight_counts_the_scrape_itself_and_a_running_render(server
     assert value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight") == 1
     done = threading.Event()
 
-    def render():
-        httpx.post(f"{server.url}/v1/models/astronaut/render", json={"width": 1000, "height": 1000, "supersample": 2},
-                   timeout=60)
+    offset = np.random.default_rng().random() / 10  # a render no other test made: not in the render cache
+    status = []
+
+    def render():  # as large as the fixture's INR_MAX_RENDER_PIXELS allows: it runs for a while
+        r = httpx.post(f"{server.url}/v1/models/astronaut/render", timeout=60,
+                       json={"width": 1000, "height": 1000, "viewport": [offset, 0, 1, 1]})
+        status.append(r.status_code)
         done.set()
 
     threading.Thread(target=render).start()
     seen = 0.0
     while not done.is_set() and seen < 2:
         seen = max(seen, value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight"))
-    assert seen == 2, "the running render was not counted"
     done.wait(60)
+    assert status == [200]
+    assert seen == 2, "the running render was not counted"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi import Request
-from modelrepo import NAME_RE
+from modelrepo import NAME_RE, ImageSource
 
 from ...errors import BadInput, NotFound
 from ...engine.registry import Registry
@@ -59,21 +59,13 @@ def resolve(registry: Registry, ident: Identifier) -> ModelRuntime:
     return registry.ready_model(ident.name, "image", "IIIF", ident.version)
 
 
-def _pair(value) -> tuple[int, int] | None:
-    if (isinstance(value, list) and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in value)):
-        return value[0], value[1]
-    return None
-
-
 def image_size(metadata: dict, zoom: int) -> tuple[int, int]:
     """The IIIF width and height: `source.native_size` when the training image has one (the iiif-test
     image is defined at 1000×1000 and is served at exactly that), else `source.size` × zoom."""
-    source = metadata.get("source") if isinstance(metadata.get("source"), dict) else {}
-    native = _pair(source.get("native_size"))
-    if native:
-        return native
-    w, h = _pair(source.get("size")) or (DEFAULT_TRAINING_SIZE, DEFAULT_TRAINING_SIZE)
+    source = ImageSource.from_metadata(metadata)
+    if source.native_size:
+        return source.native_size
+    w, h = source.size or (DEFAULT_TRAINING_SIZE, DEFAULT_TRAINING_SIZE)
     return min(w * zoom, MAX_SIDE), min(h * zoom, MAX_SIDE)
 
 

@@ -74,7 +74,8 @@ def _caching(settings, etag: str) -> dict:
 
 
 def _etag(model, key: str) -> str:
-    digest = hashlib.sha256(f"{model.metadata.get('onnx_sha256', '')}|{key}".encode()).hexdigest()
+    sha = model.record.onnx_sha256 if model.record else ""
+    digest = hashlib.sha256(f"{sha}|{key}".encode()).hexdigest()
     return f'"{digest[:32]}"'
 
 

@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from service.engine.batching import BatchConfig, BatchingInference, queue_delay
+from service.engine.batching import BatchConfig, BatchingInference
+from service.engine.policy import queue_delay
 from service.metrics import Metrics
 from test_batching import counted, images
 
