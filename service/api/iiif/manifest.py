@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from fastapi import APIRouter, Request
+from modelrepo.serving import ImageSource
 from fastapi.responses import Response
 from iiif_prezi3 import (Annotation, AnnotationBody, AnnotationPage, Canvas, Collection, KeyValueString, Manifest,
                          ManifestRef, ServiceV3, config)
@@ -32,14 +33,15 @@ def _number(value) -> float | None:
 
 
 def training_metadata(meta: dict) -> list[KeyValueString]:
-    """What a person wants to read about a fit: the source image, its size, PSNR, SSIM, the model's size."""
+    """What a person wants to read about a fit: the source image, its size, PSNR, SSIM, the model's size (the
+    free-form provenance of the version's metadata.json, shown as it is; the size typed through the contract)."""
     rows = []
     source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
     if source.get("name") or source.get("image"):
         kind = f" ({source['kind']})" if isinstance(source.get("kind"), str) else ""
         rows.append(("Source", f"{source.get('name') or source.get('image')}{kind}"))
-    size = source.get("size")
-    if isinstance(size, list) and len(size) == 2:
+    size = ImageSource.from_metadata(meta).size
+    if size:
         rows.append(("Training size", f"{size[0]} × {size[1]} pixels"))
     metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
     psnr = _number(metrics.get("full_psnr", metrics.get("train_psnr")))
