@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import threading
 import time
 
@@ -15,7 +16,7 @@ import pytest
 import tritonclient.grpc as tg
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
-from tests.servers import Server
+from tests.servers import PY, ROOT, Server
 
 from service.api.grpc.servicer import SERVICE
 
@@ -180,3 +181,17 @@ def test_draining_refuses_new_calls_and_health_says_not_serving(model_repo):
     srv.proc.wait(timeout=30)
     assert render and render[0].status_code == 200
     c.close()
+
+
+def test_grpc_port_0_turns_grpc_off_and_a_bad_port_is_one_line(model_repo):
+    srv = Server(model_repo, "--grpc-port", "0").wait_ready()  # the last --grpc-port wins over the helper's
+    try:
+        assert httpx.get(f"{srv.url}/v2/health/ready").status_code == 200
+        with grpc.insecure_channel(srv.grpc_url) as ch:
+            with pytest.raises(grpc.FutureTimeoutError):
+                grpc.channel_ready_future(ch).result(timeout=2)
+    finally:
+        srv.stop()
+    r = subprocess.run([PY, "-m", "service", "--models", str(model_repo), "--grpc-port", "70000"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --grpc-port: "), r.stderr
