@@ -64,9 +64,11 @@ class Server:
 
     def __init__(self, models: Path, name: str = "service", env: dict | None = None, workers: int = 1, *,
                  args: tuple[str, ...] = (), log_level: str = "error", capture: bool = False):
-        self.name, self.port = name, free_port()
+        self.name, self.port, self.grpc_port = name, free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         cmd = [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port),
+               "--grpc-port", str(self.grpc_port),
                "--log-level", log_level, *(["--workers", str(workers)] if workers != 1 else []), *args]
         out = subprocess.PIPE if capture else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,

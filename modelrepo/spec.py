@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
+from .warmup import TASK_WARMUPS
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 V2_TO_TRITON = {"FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "FP16": "TYPE_FP16", "INT64": "TYPE_INT64",
@@ -111,6 +113,8 @@ class ModelSpec:
     max_queue_delay_us: int | None = None
     coordinates: str | None = None
     version_policy: VersionPolicy = VersionPolicy()
+    warmups: tuple = ()              # modelrepo.warmup.Warmup entries (config.pbtxt model_warmup)
+    response_cache: bool = False     # config.pbtxt response_cache { enable: true }
     metadata: dict = field(default_factory=dict, compare=False)  # free-form: description, ...
 
     @classmethod
@@ -124,7 +128,7 @@ class ModelSpec:
         spec = cls(name=name, task=task, inputs=tuple(inputs or (t.input,)), outputs=tuple(outputs or t.outputs),
                    max_batch_size=t.max_batch_size if max_batch_size is None else max_batch_size,
                    max_queue_delay_us=t.max_queue_delay_us if max_queue_delay_us is None else max_queue_delay_us,
-                   coordinates=t.coordinates, metadata=dict(metadata or {}))
+                   coordinates=t.coordinates, warmups=TASK_WARMUPS.get(task, ()), metadata=dict(metadata or {}))
         spec.validate()
         return spec
 

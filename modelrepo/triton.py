@@ -12,6 +12,7 @@ from pathlib import Path
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool, json_format, message_factory, text_format
 
 from .spec import TRITON_TO_V2, V2_TO_TRITON, ModelSpec, SpecError, Tensor, VersionPolicy
+from .warmup import Warmup, WarmupInput
 
 DESCRIPTOR_FILE = Path(__file__).resolve().parent / "model_config.pb"
 PLATFORM = "onnxruntime_onnx"
@@ -42,6 +43,9 @@ def config_of(spec: ModelSpec):
             getattr(cfg, kind).add(name=t.name, data_type=V2_TO_TRITON[t.datatype], dims=list(t.shape[1:]))
     if spec.max_queue_delay_us is not None:
         cfg.dynamic_batching.max_queue_delay_microseconds = spec.max_queue_delay_us
+    write_warmups(cfg, spec.warmups)
+    if spec.response_cache:
+        cfg.response_cache.enable = True
     p = spec.version_policy
     if p.kind == "latest":
         cfg.version_policy.latest.num_versions = p.num_versions
@@ -80,7 +84,8 @@ def apply_config(spec: ModelSpec, cfg) -> ModelSpec:
         n = cfg.version_policy.latest.num_versions if which == "latest" else 1
         policy = VersionPolicy("latest", num_versions=n)
     delay = (cfg.dynamic_batching.max_queue_delay_microseconds if cfg.HasField("dynamic_batching") else None)
-    return spec.with_(max_batch_size=cfg.max_batch_size, max_queue_delay_us=delay, version_policy=policy)
+    return spec.with_(max_batch_size=cfg.max_batch_size, max_queue_delay_us=delay, version_policy=policy,
+                      warmups=read_warmups(cfg), response_cache=cfg.response_cache.enable)
 
 
 def _enum_name(msg, fieldname: str) -> str:
@@ -115,3 +120,37 @@ def _int64_as_numbers(msg, d: dict) -> dict:
         elif f.type in INT64:
             d[f.name] = [int(x) for x in d[f.name]] if f.is_repeated else int(d[f.name])
     return d
+
+
+def read_warmups(cfg) -> tuple[Warmup, ...]:
+    """The `model_warmup` entries of a parsed ModelConfig."""
+    out = []
+    for w in cfg.model_warmup:
+        if not w.inputs:
+            raise SpecError(f"config.pbtxt: model_warmup '{w.name}' has no inputs")
+        inputs = []
+        for name, i in sorted(w.inputs.items()):
+            kind = i.WhichOneof("input_data_type")
+            if kind is None:
+                raise SpecError(f"config.pbtxt: model_warmup '{w.name}' input '{name}' needs zero_data, random_data "
+                                "or input_data_file")
+            dtype = i.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[i.data_type].name
+            inputs.append(WarmupInput(name, TRITON_TO_V2.get(dtype, dtype), tuple(i.dims), kind,
+                                      i.input_data_file if kind == "input_data_file" else ""))
+        out.append(Warmup(w.name, w.batch_size, w.count, tuple(inputs)))
+    return tuple(out)
+
+
+def write_warmups(cfg, warmups: tuple[Warmup, ...]) -> None:
+    """Add `warmups` to a ModelConfig message."""
+    for w in warmups:
+        entry = cfg.model_warmup.add(name=w.name, batch_size=w.batch_size, count=w.count)
+        for i in w.inputs:
+            value = entry.inputs[i.name]
+            value.data_type = value.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_name[
+                V2_TO_TRITON[i.datatype]].number
+            value.dims.extend(i.dims)
+            if i.kind == "input_data_file":
+                value.input_data_file = i.file
+            else:
+                setattr(value, i.kind, True)

@@ -19,8 +19,8 @@ from modelrepo.cliargs import OneLineParser
 from .errors import DeviceError
 from .settings import Settings
 
-OPTIONS = ("models", "host", "port", "device", "workers", "threads", "log_level",
-           "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
+OPTIONS = ("models", "host", "port", "grpc_port", "device", "workers", "threads", "log_level",
+           "cache_config", "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
 SECRET = {"http_restricted_api"}  # never echoed in an error
 
 
@@ -29,10 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", help="model repository folder (INR_MODELS, default: models)")
     p.add_argument("--host", help="bind address (INR_HOST, default: 127.0.0.1)")
     p.add_argument("--port", help="port (INR_PORT, default: 8000)")
+    p.add_argument("--grpc-port", help="KServe V2 gRPC port, 0 = off (INR_GRPC_PORT, default: 8001)")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), help="onnxruntime device (INR_DEVICE, default: cpu)")
     p.add_argument("--workers", help="uvicorn worker processes (INR_WORKERS, default: 1)")
     p.add_argument("--threads", help="onnxruntime threads per model, 0 = from the CPUs this process may use")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--cache-config", metavar="local,size=BYTES",
+                   help="the byte budget of the cache store that renders and response caches share, in Triton's "
+                        "form (INR_CACHE_CONFIG; default: INR_RENDER_CACHE_BYTES, 64 MiB)")
     control = p.add_argument_group("model control (Triton's options)")
     control.add_argument("--model-control-mode", choices=("none", "poll", "explicit"),
                          help="none: load all at start; poll: also rescan the repository and load, reload and "

@@ -24,6 +24,7 @@ from .server.drain import Drain, DrainGuard
 from .errors import install_error_handlers
 from . import metrics as metrics_router
 from .api import iiif, v2
+from .api.grpc import GrpcServer
 from .engine.dataplane import DataPlane
 from .engine.control import ModelControl
 from .server.guards import BodyLimit, BodyTimeout
@@ -97,11 +98,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await control.start()
         metrics.set_models(registry.models)
         app.state.renderer.start()
+        grpc_server = GrpcServer(app.state) if settings.grpc_port else None
+        if grpc_server is not None:  # same loop, same dataplane (service/api/grpc)
+            await grpc_server.start()
+            drain.listeners.append(lambda: loop.create_task(grpc_server.draining()))
         drain.install()  # SIGTERM: finish what runs, refuse what comes (service/server/drain.py)
         try:
             yield
         finally:
             drain.uninstall()
+            if grpc_server is not None:
+                await grpc_server.stop()
             await control.stop()
             await app.state.dataplane.close()
             app.state.renderer.close()
@@ -109,12 +116,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
     app.state.settings = settings
+    app.state.version = app.version
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.control = control
-    app.state.dataplane = DataPlane(settings, metrics)
-    app.state.render_cache = RenderCache(settings.render_cache_bytes)
+    app.state.render_cache = RenderCache(settings.cache_bytes)  # renders and inference responses, one budget
+    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)

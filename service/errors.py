@@ -1,4 +1,4 @@
-"""Domain errors and their HTTP status codes, in one place.
+"""Domain errors and their HTTP status codes (and the gRPC code of each), in one place.
 
 Routes and library code raise the domain errors below; `install_error_handlers`
 maps them, FastAPI's validation errors, unknown routes (404), wrong methods (405),
@@ -81,6 +81,11 @@ class QueueTimeout(ServiceError):
         self.headers = {"retry-after": str(retry_after)}
 
 
+class DeadlineExceeded(ServiceError):
+    """The caller's own deadline (gRPC's) passed before the request could run: gRPC DEADLINE_EXCEEDED."""
+    status = 408
+
+
 class RenderTimeout(ServiceError):
     """A render ran past INR_RENDER_TIMEOUT_S and was stopped at its next tile."""
     status = 503
@@ -134,6 +139,16 @@ class BodyTooLarge(StarletteHTTPException):
 
     def __init__(self, limit: int):
         super().__init__(413, f"request body is larger than the limit of {limit} bytes (INR_MAX_BODY_BYTES)")
+
+
+# The gRPC status of each HTTP status, as Triton maps its errors (grpc.StatusCode names; service/api/grpc).
+GRPC_CODES = {400: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED",
+              404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+              501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
+
+
+def grpc_code(status: int) -> str:
+    return GRPC_CODES.get(status, "INTERNAL")
 
 
 def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:

@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer")
+INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
 LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 
@@ -200,9 +200,9 @@ class Metrics:
                 "Cumulative compute inference duration in microseconds", lambda s: [({}, s.compute_infer.ns // 1000)])
             fam("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting "
                 "execution per-model", lambda s: [({}, s.pending)])
-            fam("nv_cache_num_hits_per_model", "counter", "Number of cache hits per model (renders)",
+            fam("nv_cache_num_hits_per_model", "counter", "Number of cache hits per model (renders and inference responses)",
                 lambda s: [({}, s.cache_hit.count)])
-            fam("nv_cache_num_misses_per_model", "counter", "Number of cache misses per model (renders)",
+            fam("nv_cache_num_misses_per_model", "counter", "Number of cache misses per model (renders and inference responses)",
                 lambda s: [({}, s.cache_miss.count)])
             fam("nv_cache_hit_duration_per_model", "counter", "Total cache hit duration per model, in microseconds",
                 lambda s: [({}, s.cache_hit.ns // 1000)])
@@ -211,9 +211,9 @@ class Metrics:
         info = self.cache_info() if self.cache_info else None
         if info is not None:
             util = info["bytes"] / info["max_bytes"] if info["max_bytes"] else 0.0
-            for name, kind, doc, v in (("nv_cache_num_entries", "gauge", "Number of responses stored in the render cache", info["entries"]),
-                                       ("nv_cache_num_evictions", "counter", "Number of render cache evictions", info["evictions"]),
-                                       ("nv_cache_util", "gauge", "Render cache utilization [0.0 - 1.0]", util)):
+            for name, kind, doc, v in (("nv_cache_num_entries", "gauge", "Number of renders and responses stored in the cache", info["entries"]),
+                                       ("nv_cache_num_evictions", "counter", "Number of cache evictions", info["evictions"]),
+                                       ("nv_cache_util", "gauge", "Cache utilization [0.0 - 1.0]", util)):
                 families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n{name} {v}\n")
         return "".join(families)
 

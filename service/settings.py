@@ -13,6 +13,17 @@ from .server.restricted import RestrictedGroup, check_groups
 MiB = 1024 * 1024
 
 
+def cache_size(spec: str) -> int:
+    """Bytes from Triton's `local,size=BYTES` (the only cache implementation here is the local one)."""
+    kind, _, rest = spec.partition(",")
+    key, eq, size = rest.partition("=")
+    if kind.strip() != "local" or key.strip() != "size" or not eq:
+        raise ValueError("expected local,size=BYTES (Triton's form), e.g. local,size=67108864")
+    if not size.strip().isdigit():
+        raise ValueError(f"size must be a whole number of bytes, got {size.strip()!r}")
+    return int(size)
+
+
 class Settings(BaseSettings):
     """Every field can be set as INR_<FIELD>, e.g. INR_MODELS=models INR_DEVICE=auto."""
 
@@ -22,6 +33,7 @@ class Settings(BaseSettings):
     models: Path = Field(Path("models"), description="model repository: one folder per model")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int = Field(8001, ge=0, le=65535, description="KServe V2 gRPC port (Triton's 8001); 0 turns gRPC off")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
     threads: int = Field(0, ge=0, le=256, description="onnxruntime intra-op threads per model; 0 = CPUs this "
@@ -52,6 +64,9 @@ class Settings(BaseSettings):
                                                             "stops at its next tile and answers 503")
     render_cache_bytes: int = Field(64 * MiB, ge=0, description="bytes of encoded renders kept in memory "
                                                                 "(LRU); 0 turns the cache off")
+    cache_config: str = Field("", description="Triton's --cache-config local,size=BYTES: the byte budget of the "
+                                              "one cache store that renders and inference responses (models with "
+                                              "response_cache enabled) share; empty = render_cache_bytes")
     render_cache_max_age_s: int = Field(60, ge=0, description="Cache-Control max-age of a render whose URL does "
                                                               "not pin a model version: how long browsers and "
                                                               "nginx may show it after the model changes")
@@ -116,6 +131,18 @@ class Settings(BaseSettings):
         if info.field_name == "http_restricted_api":
             value = [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value] if info.field_name == "load_model" else value
+
+    @field_validator("cache_config")
+    @classmethod
+    def _cache_config(cls, value: str) -> str:
+        if value:
+            cache_size(value)
+        return value
+
+    @property
+    def cache_bytes(self) -> int:
+        """The shared cache store's budget: --cache-config's size, else INR_RENDER_CACHE_BYTES."""
+        return cache_size(self.cache_config) if self.cache_config else self.render_cache_bytes
 
     @model_validator(mode="after")
     def _control(self) -> "Settings":

@@ -1,2 +1,8 @@
 """The shared fixtures (tests/servers.py): a real model repository and the real server."""
-from tests.servers import *  # noqa: F401,F403  (fixtures are found by name)
+import os
+
+# Apps built in-process (TestClient) and servers started without the helper's free ports must not all reach
+# for Triton's default gRPC port 8001; bench.serving.Server gives each server its own free gRPC port.
+os.environ.setdefault("INR_GRPC_PORT", "0")
+
+from tests.servers import *  # noqa: E402,F401,F403  (fixtures are found by name)

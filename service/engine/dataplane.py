@@ -6,17 +6,22 @@ the dataplane, and encodes the answer; it holds no inference logic. The dataplan
   - the row limits (service/engine/limits.py), checked before any work;
   - the per-task steps (service/engine/tasks.py: preprocess → predict → postprocess);
   - batching (service/engine/batching.py), and with it the queue deadlines and the inference metrics;
-  - an empty batch, which is valid and needs no run.
+  - an empty batch, which is valid and needs no run;
+  - the response cache of V2 inference, for models that enable it (service/engine/response_cache.py).
 
 Errors are the domain errors of service/errors.py, mapped to HTTP in one place.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from .batching import BatchConfig, BatchingInference, Outputs
 from ..render.imaging import Background
 from .limits import check_rows, row_limit
+from ..render.cache import RenderCache
+from .response_cache import lookup, response_key, store
 from ..metrics import Metrics
 from .runtime import ModelRuntime
 from ..settings import Settings
@@ -24,8 +29,8 @@ from .tasks import DigitsRuntime, ImageRuntime
 
 
 class DataPlane:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None):
-        self.settings = settings
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, cache: RenderCache | None = None):
+        self.settings, self.metrics, self.cache = settings, metrics, cache
         self.batcher = BatchingInference(BatchConfig.from_settings(settings), metrics)
 
     # -- limits ------------------------------------------------------------------------------------
@@ -42,7 +47,18 @@ class DataPlane:
         self.check_rows(model, len(x))
         if not len(x):
             return {t.name: np.zeros([0, *[max(d, 0) for d in t.shape[1:]]], np.float32) for t in model.spec.outputs}
-        return await self.batcher(model, x, timeout)
+        if not (model.spec.response_cache and self.cache is not None and self.cache.max_bytes):
+            return await self.batcher(model, x, timeout)
+        start = time.perf_counter()  # the response cache (service/engine/response_cache.py)
+        key = response_key(model, x)
+        out = lookup(self.cache, key)
+        hit = out is not None
+        if not hit:
+            out = await self.batcher(model, x, timeout)
+            store(self.cache, key, out)
+        if self.metrics is not None:
+            self.metrics.cache(model.name, hit, time.perf_counter() - start, model.version)
+        return out
 
     async def query(self, model: ImageRuntime, coords: np.ndarray, matrix: np.ndarray,
                     background: Background) -> np.ndarray:

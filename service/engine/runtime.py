@@ -24,6 +24,7 @@ from modelrepo import ONNX_TO_V2, ModelSpec, SpecError, VersionRecord, check_ver
 from ..errors import DeviceError, ModelLoadError
 from ..metrics import Metrics
 from ..render.separable import SeparableBody, load_separable
+from .warmup import run_warmups
 
 log = logging.getLogger(__name__)
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -165,6 +166,8 @@ class ModelRuntime:
         self._check_signature()
         # the body graph for separable renders (service/render/separable.py); None = render the plain way
         self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, self._session)
+        # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)
+        self.warmup_seconds = run_warmups(self.session, self.spec, self.path, self.version)
 
     def _session_options(self) -> ort.SessionOptions:
         opts = ort.SessionOptions()

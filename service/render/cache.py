@@ -1,4 +1,5 @@
-"""The render cache: encoded renders in memory (LRU, bounded in bytes), and their HTTP validators.
+"""The cache store: encoded renders (and inference responses) in memory (LRU, bounded in bytes), and the
+renders' HTTP validators.
 
 A render is a pure function of the model's files and the canonical request, so its key is the
 sha256 of both: the ONNX graph's (and the separable body's and first stage's) sha256 from the
@@ -24,6 +25,20 @@ class CachedRender:
     etag: str
     media_type: str
     data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class CachedOutputs:
+    """A response cache entry (service/engine/response_cache.py): a model's output tensors for one input."""
+    outputs: dict
+
+    @property
+    def size(self) -> int:
+        return sum(a.nbytes for a in self.outputs.values())
 
 
 def model_identity(model) -> dict:
@@ -65,7 +80,8 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
 
 
 class RenderCache:
-    """LRU of encoded renders bounded by `max_bytes` (sum of the encoded sizes). Thread-safe."""
+    """LRU bounded by `max_bytes` (the sum of the entries' sizes), thread-safe: the one store of the service's
+    caches, encoded renders and (keys prefixed `infer:`) inference responses, in one budget."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
@@ -81,19 +97,19 @@ class RenderCache:
                 self.entries.move_to_end(key)
             return entry
 
-    def put(self, key: str, entry: CachedRender) -> None:
-        size = len(entry.data)
+    def put(self, key: str, entry: CachedRender | CachedOutputs) -> None:
+        size = entry.size
         if size > self.max_bytes:
             return  # larger than the whole cache (or the cache is off)
         with self.lock:
             old = self.entries.pop(key, None)
             if old is not None:
-                self.bytes -= len(old.data)
+                self.bytes -= old.size
             self.entries[key] = entry
             self.bytes += size
             while self.bytes > self.max_bytes:
                 _, evicted = self.entries.popitem(last=False)
-                self.bytes -= len(evicted.data)
+                self.bytes -= evicted.size
                 self.evictions += 1
 
     def info(self) -> dict:

@@ -41,6 +41,7 @@ class Drain:
         self.previous: dict[int, object] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task | None = None  # the wait, referenced so that it is not collected
+        self.listeners: list = []  # called on the loop when draining begins (the gRPC health service)
 
     @property
     def draining(self) -> bool:
@@ -70,6 +71,8 @@ class Drain:
         self.loop.call_soon_threadsafe(self._start_waiting, sig)
 
     def _start_waiting(self, sig: int) -> None:
+        for listener in self.listeners:
+            listener()
         self.task = self.loop.create_task(self._wait_then_forward(sig))
 
     async def _wait_then_forward(self, sig: int) -> None:

@@ -132,7 +132,11 @@ class RestrictedApi:
     @staticmethod
     def allowed(scope: Scope, restriction: RestrictedGroup) -> bool:
         key = restriction.key.encode("latin-1")
-        sent = [v for k, v in scope["headers"] if k.lower() == key]
-        expected = restriction.value.get_secret_value().encode()
-        # compare_digest takes time independent of where the bytes differ; one header, exactly
-        return len(sent) == 1 and hmac.compare_digest(sent[0], expected)
+        return carries_key([v for k, v in scope["headers"] if k.lower() == key], restriction)
+
+
+def carries_key(sent: list[bytes], restriction: RestrictedGroup) -> bool:
+    """The values sent under the group's key (HTTP headers, gRPC metadata) are exactly its one value."""
+    expected = restriction.value.get_secret_value().encode()
+    # compare_digest takes time independent of where the bytes differ; one header, exactly
+    return len(sent) == 1 and hmac.compare_digest(sent[0], expected)

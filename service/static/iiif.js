@@ -24,6 +24,7 @@ function readout() {
 function show(name, models) {
   const info = `iiif/3/${encodeURIComponent(name)}/info.json`;
   $("#info").href = info;
+  $("#mirador").href = `mirador.html?id=${encodeURIComponent(name)}`;  // its manifest.json in Mirador
   const meta = models.find((m) => m.name === name);
   const size = meta && meta.metadata && meta.metadata.source && meta.metadata.source.size;
   trainingWidth = Array.isArray(size) ? size[0] : null;

@@ -62,8 +62,10 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
         [helper.make_tensor_value_info("rgb", TensorProto.FLOAT, ["n", 3])],
         [numpy_helper.from_array(np.array(0, np.int64), "zero"),
          numpy_helper.from_array(np.array(1000, np.float32), "thousand"), numpy_helper.from_array(table, "table")])
-    copy_astronaut("faulty", onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                                    ir_version=8).SerializeToString())
+    faulty = copy_astronaut("faulty", onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                             ir_version=8).SerializeToString())
+    cfg = faulty / "config.pbtxt"  # its warmup must pass for the model to serve: zeros, not random coordinates
+    cfg.write_text(cfg.read_text().replace("random_data: true", "zero_data: true"))
     return repo
 
 

@@ -1,4 +1,5 @@
-"""IIIF Image API 3.0, level 2, at /iiif/3/{identifier}: every image model is a IIIF image service.
+"""IIIF Image API 3.0, level 2, at /iiif/3/{identifier}: every image model is a IIIF image service (and, with
+service/api/iiif/manifest.py, a Presentation 3.0 Manifest).
 
 Image requests are planned as a typed render (service/api/iiif/plan.py) and answered by the render
 service, so limits, metrics, the ETag and the render concurrency are those of /render.
@@ -22,7 +23,7 @@ from ..schemas import ErrorBody
 from ...render.imaging import MEDIA_TYPES
 from ...render.cache import etag_matches
 from ...render.service import RenderJob, cache_control
-from . import post
+from . import manifest, post
 from .info import (INFO_MEDIA_TYPE, MAX_SIDE, PREFIX, PROFILE_URI, Identifier, image_id, image_size,
                    info_document, resolve)
 from .params import ImageRequest
@@ -65,6 +66,7 @@ ERRORS = {400: {"model": ErrorBody, "description": "a bad identifier, region, si
           503: {"model": ErrorBody, "description": "the model is not ready, or the service is busy or draining"}}
 NOT_MODIFIED = {304: {"description": "not modified: If-None-Match names this response's ETag"}}
 router = APIRouter(prefix=PREFIX, tags=["IIIF Image API 3.0"], route_class=IIIFRoute, responses=ERRORS)
+manifest.add_routes(router, GET_HEAD)  # Presentation 3: /collection.json and /{name}/manifest.json, first
 
 
 def _caching(settings, etag: str) -> dict:

@@ -102,9 +102,19 @@ def request_timeout(req: InferRequest) -> float | None:
     return us / 1e6 if us else None
 
 
-async def infer(req: InferRequest, model: ModelRuntime, dataplane: DataPlane) -> tuple[bytes, dict]:
-    """Decode (the checks above) → the dataplane → encode."""
+async def run(req: InferRequest, model: ModelRuntime, dataplane: DataPlane, deadline: float | None = None
+              ) -> list[tuple[RequestedOutput, np.ndarray]]:
+    """The checks above → the dataplane: the requested outputs, for HTTP and gRPC alike. `deadline`: seconds the
+    caller still waits (gRPC's deadline); the shorter of it and the request's `timeout` parameter applies."""
     x = check_input(req, model, dataplane)
     wanted = requested_outputs(req, model)
-    out = await dataplane.infer(model, x, request_timeout(req))
-    return encode_response(model.name, model_version(model), req.id, [(o, out[o.name]) for o in wanted])
+    timeout = request_timeout(req)
+    if deadline is not None:
+        timeout = deadline if timeout is None else min(timeout, deadline)
+    out = await dataplane.infer(model, x, timeout)
+    return [(o, out[o.name]) for o in wanted]
+
+
+async def infer(req: InferRequest, model: ModelRuntime, dataplane: DataPlane) -> tuple[bytes, dict]:
+    """Decode → `run` → encode (HTTP)."""
+    return encode_response(model.name, model_version(model), req.id, await run(req, model, dataplane))

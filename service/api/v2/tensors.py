@@ -197,17 +197,27 @@ def _bytes_tensor(arr: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
+def output_tensor(req: RequestedOutput, arr: np.ndarray) -> tuple[str, np.ndarray]:
+    """An output as its V2 datatype and array; top-k classes (BYTES) when the request asks for classification."""
+    if req.classification:
+        arr = _classes(arr, req.classification)
+    return ("BYTES" if arr.dtype == object else next(k for k, v in DTYPES.items() if v == arr.dtype)), arr
+
+
+def raw_bytes(datatype: str, arr: np.ndarray) -> bytes:
+    """The tensor's raw bytes as the binary extension and gRPC's raw_output_contents carry them."""
+    return _bytes_tensor(arr) if datatype == "BYTES" else np.ascontiguousarray(arr, DTYPES[datatype]).tobytes()
+
+
 def encode_response(model: str, version: str, rid: str | None, outputs: list[tuple[RequestedOutput, np.ndarray]]
                     ) -> tuple[bytes, dict[str, str]]:
     """The response body and its headers: JSON, then the binary outputs in order."""
     tensors, chunks = [], []
     for req, arr in outputs:
-        if req.classification:
-            arr = _classes(arr, req.classification)
-        datatype = "BYTES" if arr.dtype == object else next(k for k, v in DTYPES.items() if v == arr.dtype)
+        datatype, arr = output_tensor(req, arr)
         tensor = {"name": req.name, "datatype": datatype, "shape": list(arr.shape)}
         if req.binary:
-            data = _bytes_tensor(arr) if datatype == "BYTES" else np.ascontiguousarray(arr, DTYPES[datatype]).tobytes()
+            data = raw_bytes(datatype, arr)
             tensor["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:  # numbers go from numpy to JSON in orjson; FP16/FP32 widened as tolist() (and Triton) write them

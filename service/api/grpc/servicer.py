@@ -1,0 +1,221 @@
+"""`inference.GRPCInferenceService`: the KServe V2 / Triton RPCs, on the dataplane the HTTP routes use.
+
+Each RPC is one method here; `rpc` wraps it once with what every call shares with HTTP: the drain (new calls
+are UNAVAILABLE while the process drains), the restricted API groups (the key travels as metadata), the
+domain errors of service/errors.py mapped to gRPC codes as Triton maps them, the count of calls in flight
+that a drain waits for, and the request metrics. Inference goes through `service.api.v2.infer.run`, the same
+checks, limits, batching and deadlines as `POST /v2/models/NAME/infer`; the gRPC deadline is the timeout.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import grpc
+from starlette.concurrency import run_in_threadpool
+from tritonclient.grpc import service_pb2 as pb
+
+from ...errors import BadInput, DeadlineExceeded, Forbidden, NotLoaded, QueueTimeout, ServiceError, grpc_code
+from ...server.restricted import carries_key
+from ..v2.infer import config_of, metadata_of, model_version, resolve, run
+from ..v2.routes import EXTENSIONS
+from .convert import from_json, infer_request, infer_response, model_config, parameter
+
+log = logging.getLogger(__name__)
+SERVICE = "inference.GRPCInferenceService"
+
+
+class Malformed:
+    """A request whose bytes are not the RPC's protobuf message (the deserializer's answer, not an exception,
+    so that the caller gets INVALID_ARGUMENT naming the message rather than grpc's generic INTERNAL)."""
+
+    def __init__(self, message: str, error: Exception):
+        self.text = f"the request is not a valid {message} protobuf ({error})"
+
+
+def reader(cls):
+    def read(data: bytes):
+        try:
+            return cls.FromString(data)
+        except Exception as e:  # google.protobuf.message.DecodeError, or a RuntimeError from the upb parser
+            return Malformed(cls.__name__, e)
+    return read
+
+
+def rpc(group: str, infer: bool = False):
+    """Wrap an RPC method: drain, restricted group, errors → gRPC codes, in-flight count, metrics."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        async def handler(self: "InferenceService", request, context: grpc.aio.ServicerContext):
+            start, status = time.perf_counter(), 200
+            self.drain.inflight += 1
+            try:
+                self.admit(fn.__name__, group, context)
+                if isinstance(request, Malformed):
+                    raise BadInput(request.text)
+                return await fn(self, request, context)
+            except ServiceError as e:
+                status = e.status
+                await context.abort(getattr(grpc.StatusCode, grpc_code(e.status)), str(e))
+            except (grpc.aio.AbortError, grpc.aio.UsageError):
+                raise
+            except Exception as e:
+                status = 500
+                log.exception("unexpected error in gRPC %s", fn.__name__)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error ({e.__class__.__name__}); see the "
+                                    "server log")
+            finally:
+                self.drain.inflight -= 1
+                if infer:
+                    name = getattr(request, "model_name", "")
+                    self.metrics.request(name if name in self.registry.models else "", f"/{SERVICE}/{fn.__name__}",
+                                         "GRPC", status, time.perf_counter() - start, getattr(request, "model_version", ""))
+        return handler
+    return wrap
+
+
+class InferenceService:
+    def __init__(self, state):
+        self.registry, self.dataplane, self.control = state.registry, state.dataplane, state.control
+        self.metrics, self.drain, self.version = state.metrics, state.drain, state.version
+        self.by_api = {api: g for g in state.settings.http_restricted_api for api in g.apis}
+
+    def admit(self, method: str, group: str, context: grpc.aio.ServicerContext) -> None:
+        if self.drain.draining and method != "ServerLive":
+            raise NotLoaded("the server is shutting down; send the request to another replica")
+        restriction = self.by_api.get(group)
+        if restriction is not None:
+            sent = [v.encode() if isinstance(v, str) else v for k, v in context.invocation_metadata() or ()
+                    if k.lower() == restriction.key]
+            if not carries_key(sent, restriction):
+                raise Forbidden(group, restriction.key)
+
+    # -- health and metadata ---------------------------------------------------------------------
+    @rpc("health")
+    async def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=True)
+
+    @rpc("health")
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self.registry.loaded)
+
+    @rpc("health")
+    async def ModelReady(self, request, context):
+        try:
+            model = resolve(self.registry, request.name, request.version)
+        except ServiceError as e:
+            if isinstance(e, BadInput):
+                raise
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=model.ready)
+
+    @rpc("metadata")
+    async def ServerMetadata(self, request, context):
+        return pb.ServerMetadataResponse(name="inr-serve", version=self.version, extensions=EXTENSIONS)
+
+    @rpc("metadata")
+    async def ModelMetadata(self, request, context):
+        model = resolve(self.registry, request.name, request.version, ready=True)
+        return from_json(metadata_of(model, self.registry), pb.ModelMetadataResponse())
+
+    @rpc("model-config")
+    async def ModelConfig(self, request, context):
+        return model_config(config_of(resolve(self.registry, request.name, request.version, ready=True)))
+
+    @rpc("statistics")
+    async def ModelStatistics(self, request, context):
+        if not self.registry.loaded:
+            raise NotLoaded("models are still loading")
+        if request.name:
+            model = resolve(self.registry, request.name, request.version, ready=True)
+            stats = [self.metrics.stats_json(model.name, model_version(model))]
+        else:
+            stats = [self.metrics.stats_json(m.name, model_version(m.serving)) for m in self.registry.models.values()
+                     if m.ready]
+        return from_json({"model_stats": stats}, pb.ModelStatisticsResponse())
+
+    # -- inference -------------------------------------------------------------------------------
+    async def _infer(self, msg: pb.ModelInferRequest, deadline: float | None) -> pb.ModelInferResponse:
+        """`deadline`: the seconds left of the call's gRPC deadline; it bounds the wait for a batch."""
+        model = resolve(self.registry, msg.model_name, msg.model_version, ready=True)
+        request = infer_request(msg)
+        if deadline is not None and deadline <= 0:
+            raise DeadlineExceeded("the call's deadline had passed when it reached the server")
+        try:
+            outputs = await run(request, model, self.dataplane, deadline)
+        except QueueTimeout as e:
+            if deadline is None:
+                raise
+            raise DeadlineExceeded(f"the call's deadline passed while it waited ({e})") from None
+        return infer_response(model.name, model_version(model), msg.id, outputs)
+
+    @rpc("inference", infer=True)
+    async def ModelInfer(self, request, context):
+        return await self._infer(request, context.time_remaining())
+
+    async def ModelStreamInfer(self, requests, context):
+        """Bidirectional: each request's answer (or its error, as `error_message`) in order, on one stream."""
+        try:
+            self.admit("ModelStreamInfer", "inference", context)
+        except ServiceError as e:
+            await context.abort(getattr(grpc.StatusCode, grpc_code(e.status)), str(e))
+        async for request in requests:
+            start, status = time.perf_counter(), 200
+            self.drain.inflight += 1
+            try:
+                if isinstance(request, Malformed):
+                    raise BadInput(request.text)
+                yield pb.ModelStreamInferResponse(infer_response=await self._infer(request, context.time_remaining()))
+            except ServiceError as e:
+                status = e.status
+                yield pb.ModelStreamInferResponse(error_message=str(e), infer_response=pb.ModelInferResponse(
+                    model_name=getattr(request, "model_name", ""), id=getattr(request, "id", "")))
+            finally:
+                self.drain.inflight -= 1
+                name = getattr(request, "model_name", "")
+                self.metrics.request(name if name in self.registry.models else "", f"/{SERVICE}/ModelStreamInfer",
+                                     "GRPC", status, time.perf_counter() - start)
+
+    # -- model repository ------------------------------------------------------------------------
+    @rpc("model-repository")
+    async def RepositoryIndex(self, request, context):
+        rows = await run_in_threadpool(self.control.index, request.ready)
+        return from_json({"models": rows}, pb.RepositoryIndexResponse())
+
+    @rpc("model-repository")
+    async def RepositoryModelLoad(self, request, context):
+        if request.parameters:
+            raise BadInput(f"parameters: {', '.join(sorted(request.parameters))} not supported (a model is loaded "
+                           "from its folder in the repository; 'config' and 'file:' overrides are not)")
+        await self.control.load(request.model_name)
+        return pb.RepositoryModelLoadResponse()
+
+    @rpc("model-repository")
+    async def RepositoryModelUnload(self, request, context):
+        unknown = sorted(set(request.parameters) - {"unload_dependents"})
+        if unknown:
+            raise BadInput(f"parameters: {', '.join(unknown)} not supported")
+        if "unload_dependents" in request.parameters and \
+                not isinstance(parameter(request.parameters["unload_dependents"]), bool):
+            raise BadInput("parameters.unload_dependents: expected bool_param")
+        await self.control.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+
+UNARY = {"ServerLive": pb.ServerLiveRequest, "ServerReady": pb.ServerReadyRequest, "ModelReady": pb.ModelReadyRequest,
+         "ServerMetadata": pb.ServerMetadataRequest, "ModelMetadata": pb.ModelMetadataRequest,
+         "ModelInfer": pb.ModelInferRequest, "ModelConfig": pb.ModelConfigRequest,
+         "ModelStatistics": pb.ModelStatisticsRequest, "RepositoryIndex": pb.RepositoryIndexRequest,
+         "RepositoryModelLoad": pb.RepositoryModelLoadRequest, "RepositoryModelUnload": pb.RepositoryModelUnloadRequest}
+
+
+def handlers(service: InferenceService) -> grpc.GenericRpcHandler:
+    """The service's method handlers, with the stubs' messages and a deserializer that reports bad bytes."""
+    methods = {name: grpc.unary_unary_rpc_method_handler(getattr(service, name), request_deserializer=reader(cls),
+                                                         response_serializer=lambda m: m.SerializeToString())
+               for name, cls in UNARY.items()}
+    methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        service.ModelStreamInfer, request_deserializer=reader(pb.ModelInferRequest),
+        response_serializer=lambda m: m.SerializeToString())
+    return grpc.method_handlers_generic_handler(SERVICE, methods)

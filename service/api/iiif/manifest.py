@@ -1,0 +1,120 @@
+"""IIIF Presentation API 3.0 over the image models, for viewers that open manifests (Mirador, the Universal Viewer).
+
+* `GET /iiif/3/{identifier}/manifest.json`: a Manifest with one Canvas per ready version of the image model
+  (`NAME@VERSION`: that version's Canvas only). Each Canvas has the model's IIIF size, a painting Annotation
+  whose Image body carries the version's Image API 3.0 service (`/iiif/3/NAME@VERSION`), a label, a summary,
+  the training metadata a person reads (source, training size, PSNR, SSIM, parameters) and a thumbnail.
+* `GET /iiif/3/collection.json`: a Collection of every ready image model's Manifest.
+
+The JSON is built with `iiif-prezi3` (the IIIF community's Presentation 3 library, its models generated from
+the presentation validator's schema), never by hand. CORS as on info.json (service/api/iiif/router.py).
+"""
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from modelrepo.serving import ImageSource
+from fastapi.responses import Response
+from iiif_prezi3 import (Annotation, AnnotationBody, AnnotationPage, Canvas, Collection, KeyValueString, Manifest,
+                         ManifestRef, ServiceV3, config)
+
+from ..deps import RegistryDep, SettingsDep
+from ...engine.runtime import ModelRuntime
+from .info import Identifier, base_url, image_id, image_size, resolve
+
+config.configs["helpers.auto_fields.AutoLang"].auto_lang = "en"  # plain strings become {"en": [...]}
+MEDIA_TYPE = 'application/ld+json;profile="http://iiif.io/api/presentation/3/context.json"'
+THUMBNAIL = 256
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def training_metadata(meta: dict) -> list[KeyValueString]:
+    """What a person wants to read about a fit: the source image, its size, PSNR, SSIM, the model's size (the
+    free-form provenance of the version's metadata.json, shown as it is; the size typed through the contract)."""
+    rows = []
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    if source.get("name") or source.get("image"):
+        kind = f" ({source['kind']})" if isinstance(source.get("kind"), str) else ""
+        rows.append(("Source", f"{source.get('name') or source.get('image')}{kind}"))
+    size = ImageSource.from_metadata(meta).size
+    if size:
+        rows.append(("Training size", f"{size[0]} × {size[1]} pixels"))
+    metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
+    psnr = _number(metrics.get("full_psnr", metrics.get("train_psnr")))
+    if psnr is not None:
+        rows.append(("PSNR", f"{psnr:.2f} dB"))
+    if _number(metrics.get("ssim")) is not None:
+        rows.append(("SSIM", f"{metrics['ssim']:.4f}"))
+    arch = meta.get("architecture") if isinstance(meta.get("architecture"), dict) else {}
+    if isinstance(arch.get("parameters"), int):
+        rows.append(("Parameters", f"{arch['parameters']:,}"))
+    if isinstance(arch.get("model"), str):
+        rows.append(("Model", arch["model"]))
+    rows.append(("Version", str(meta.get("version", ""))))
+    return [KeyValueString(label=k, value=v) for k, v in rows]
+
+
+def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str) -> Canvas:
+    ident = Identifier(model.name, model.version)
+    service_id = image_id(request, settings, ident)
+    width, height = image_size(model.metadata, settings.iiif_zoom)
+    service = [ServiceV3(id=service_id, type="ImageService3", profile="level2")]
+    canvas_id = f"{manifest_id.removesuffix('/manifest.json')}/canvas/{model.version}"
+    body = AnnotationBody(id=f"{service_id}/full/max/0/default.jpg", type="Image", format="image/jpeg",
+                          width=width, height=height, service=service)
+    painting = Annotation(id=f"{canvas_id}/annotation/1", motivation="painting", body=body, target=canvas_id)
+    thumbnail = AnnotationBody(id=f"{service_id}/full/!{THUMBNAIL},{THUMBNAIL}/0/default.jpg", type="Image",
+                               format="image/jpeg", service=service)
+    description = model.metadata.get("description")
+    return Canvas(id=canvas_id, width=width, height=height, label=f"{model.name}, version {model.version}",
+                  summary=description if isinstance(description, str) and description else
+                  f"the image model {model.name}, version {model.version}",
+                  metadata=training_metadata(model.metadata), thumbnail=[thumbnail],
+                  items=[AnnotationPage(id=f"{canvas_id}/page/1", items=[painting])])
+
+
+def manifest_of(request: Request, settings, registry, ident: Identifier) -> Manifest:
+    """404 for an unknown model or version, 400 for a model that is not an image model (resolve)."""
+    serving = resolve(registry, ident)
+    state = registry.get(ident.name)
+    versions = [serving] if ident.version is not None else [v for v in state.versions if v.ready]
+    manifest_id = f"{image_id(request, settings, ident)}/manifest.json"
+    description = serving.metadata.get("description")
+    canvases = [canvas_of(request, settings, v, manifest_id) for v in versions]
+    return Manifest(id=manifest_id, label=str(ident), summary=description if isinstance(description, str) and
+                    description else f"the image model {ident}", metadata=training_metadata(serving.metadata),
+                    thumbnail=canvases[-1].thumbnail, items=canvases)
+
+
+def ld_json(resource, settings, pinned: bool) -> Response:
+    age = settings.iiif_max_age if pinned else settings.render_cache_max_age_s  # a version may appear any time
+    return Response(json.dumps(json.loads(resource.jsonld()), ensure_ascii=False), media_type=MEDIA_TYPE,
+                    headers={"Cache-Control": f"public, max-age={age}"})
+
+
+def add_routes(router: APIRouter, get_head: list[str]) -> None:
+    """Registered on the IIIF router (its CORS and error bodies), before its catch-all route."""
+
+    @router.api_route("/collection.json", methods=get_head, response_class=Response,
+                      responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Collection"}})
+    async def collection(request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
+        """A IIIF Presentation 3.0 Collection of every ready image model's Manifest."""
+        refs = []
+        for name, state in sorted(registry.models.items()):
+            model = state.serving
+            if model is not None and model.task == "image":
+                refs.append(ManifestRef(id=f"{image_id(request, settings, Identifier(name))}/manifest.json",
+                                        type="Manifest", label=name))
+        return ld_json(Collection(id=f"{base_url(request, settings)}/collection.json",
+                                  label="INR image models", items=refs), settings, False)
+
+    @router.api_route("/{name}/manifest.json", methods=get_head, response_class=Response,
+                      responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Manifest"}})
+    async def manifest(request: Request, name: str, registry: RegistryDep, settings: SettingsDep) -> Response:
+        """A IIIF Presentation 3.0 Manifest: one Canvas per ready version of the image model."""
+        ident = Identifier.parse(name)
+        return ld_json(manifest_of(request, settings, registry, ident), settings, ident.version is not None)
