@@ -41,6 +41,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     INR_MODELS=/app/models \
     INR_HOST=0.0.0.0 \
     INR_PORT=8000 \
+    INR_GRPC_PORT=8001 \
     INR_DEVICE=cpu \
     INR_THREADS=2 \
     OMP_NUM_THREADS=2 \
@@ -53,7 +54,7 @@ WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
 USER 10001:10001
-EXPOSE 8000
+EXPOSE 8000 8001
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["python", "/app/healthcheck.py"]
 CMD ["python", "-m", "service"]
@@ -96,6 +97,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     INR_MODELS=/app/models \
     INR_HOST=0.0.0.0 \
     INR_PORT=8000 \
+    INR_GRPC_PORT=8001 \
     INR_DEVICE=cuda \
     INR_THREADS=2 \
     OMP_NUM_THREADS=2 \
@@ -106,7 +108,7 @@ WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
 USER 10001:10001
-EXPOSE 8000
+EXPOSE 8000 8001
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 CMD ["python", "/app/healthcheck.py"]
 CMD ["python", "-m", "service"]

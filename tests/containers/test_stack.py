@@ -80,6 +80,23 @@ def test_v2_infer_with_tritonclient_through_nginx(stack):
         tc.close()
 
 
+def test_v2_over_grpc_with_tritonclient_through_nginx(stack):
+    """gRPC on nginx's published gRPC port, proxied over HTTP/2 to the replica's INR_GRPC_PORT."""
+    import tritonclient.grpc as grpcclient
+
+    tc = grpcclient.InferenceServerClient(f"127.0.0.1:{stack.grpc_port}")
+    try:
+        assert tc.is_server_live() and tc.is_server_ready() and tc.is_model_ready("digits")
+        assert tc.get_model_metadata("astronaut").inputs[0].name == "coords"
+        x = np.random.default_rng(1).random((2, 1, 28, 28), dtype=np.float32)
+        inp = grpcclient.InferInput("images", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        probs = tc.infer("digits", [inp]).as_numpy("probabilities")
+        assert probs.shape == (2, 10) and np.allclose(probs.sum(axis=1), 1, atol=1e-4)
+    finally:
+        tc.close()
+
+
 def test_iiif_info_and_a_tile_through_nginx(http):
     info = http.get("/iiif/3/astronaut/info.json")
     assert info.status_code == 200 and info.json()["type"] == "ImageService3"

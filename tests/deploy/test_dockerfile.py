@@ -49,7 +49,7 @@ def test_runtime_target_has_no_torch_no_compilers_and_runs_as_non_root(dockerfil
 def test_serving_targets_expose_the_port_and_check_health_in_python(dockerfile, target):
     stage = dockerfile.stage(target)
     env = stage.env()
-    assert stage.last("EXPOSE").value == env["INR_PORT"] == "8000"
+    assert stage.last("EXPOSE").value.split() == [env["INR_PORT"], env["INR_GRPC_PORT"]] == ["8000", "8001"]
     assert stage.healthcheck() == ["python", "/app/healthcheck.py"]
     assert (None, ["deploy/healthcheck.py"], "./healthcheck.py") in stage.copies()
     assert stage.last("CMD").exec_form() == ["python", "-m", "service"]
