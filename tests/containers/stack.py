@@ -94,6 +94,24 @@ class Stack:
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
+    def diagnose(self, path: str) -> str:
+        """What a failed check needs: the answer through nginx, each container's state and log tail."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                answer = f"{r.status} {r.read(300)!r}"
+        except urllib.error.HTTPError as e:
+            answer = f"{e.code} {e.read(300)!r}"
+        except OSError as e:
+            answer = repr(e)
+        lines = [f"GET {path} -> {answer}"]
+        for name in self.containers(None, all_states=True):
+            state = self.engine.inspect(name)["State"]
+            ip = self.engine("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+                             name, check=False).stdout.strip()
+            logs = self.engine("logs", "--tail", "15", name, check=False)
+            lines += [f"--- {name}: {state.get('Status')} ip={ip}", logs.stdout[-2000:], logs.stderr[-2000:]]
+        return "\n".join(lines)
+
     # -- through nginx -------------------------------------------------------------------------
     def status(self, path: str) -> int:
         try:

@@ -140,7 +140,7 @@ def test_nginx_answers_json_503_while_no_replica_runs_then_serves_without_a_rest
     deadline = time.monotonic() + 120
     while stack.status("/v1/models/astronaut") != 200 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert stack.status("/v1/models/astronaut") == 200
+    assert stack.status("/v1/models/astronaut") == 200, stack.diagnose("/v1/models/astronaut")
     assert stack.engine.inspect(nginx)["State"]["StartedAt"] == started, "nginx was restarted"
 
 
