@@ -53,6 +53,16 @@ COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
+# The fits job store's folder (docs/fits.md; compose mounts the named volume `fits` here). A fresh
+# named volume takes this folder's owner and mode, so uid 10001 (the api) and group 10001 (the
+# trainer runs with it as a supplementary group) can write it; setgid keeps new files in group 10001.
+# jobs.sqlite is created here, group-writable, because SQLite creates its database 0644 and gives its
+# -wal and -shm files the database's mode: created by either process, it would lock the other out.
+RUN mkdir -p /app/fits \
+ && touch /app/fits/jobs.sqlite \
+ && chown -R 10001:10001 /app/fits \
+ && chmod 2775 /app/fits \
+ && chmod 664 /app/fits/jobs.sqlite
 USER 10001:10001
 EXPOSE 8000 8001
 STOPSIGNAL SIGTERM
@@ -107,6 +117,12 @@ COPY --from=gpu-builder /opt/venv /opt/venv
 WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
+# the fits job store's folder, as in the runtime stage
+RUN mkdir -p /app/fits \
+ && touch /app/fits/jobs.sqlite \
+ && chown -R 10001:10001 /app/fits \
+ && chmod 2775 /app/fits \
+ && chmod 664 /app/fits/jobs.sqlite
 USER 10001:10001
 EXPOSE 8000 8001
 STOPSIGNAL SIGTERM
@@ -135,6 +151,12 @@ RUN python -m venv /opt/venv \
  && groupadd --system --gid 10001 inr \
  && useradd --system --uid 10001 --gid inr --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin inr
 WORKDIR /app
+# the fits job store's folder, as in the runtime stage (whichever image first mounts the volume seeds it)
+RUN mkdir -p /app/fits \
+ && touch /app/fits/jobs.sqlite \
+ && chown -R 10001:10001 /app/fits \
+ && chmod 2775 /app/fits \
+ && chmod 664 /app/fits/jobs.sqlite
 USER 10001:10001
 ENTRYPOINT ["python", "-m", "training"]
 CMD ["--help"]
