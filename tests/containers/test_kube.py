@@ -3,8 +3,11 @@ play` with the image the compose stack ran: its securityContext (read-only root,
 capabilities), its limits and env, and its probes answering on the declared port. No cluster runs
 here; tests/deploy/test_k8s.py validates the same files against the Kubernetes and KServe schemas.
 
-Two things differ from the files, both about placement, not about the container: one replica, and a
-hostPort (free on this machine) so the probes can be reached from the test.
+Things differ from the files only where the cluster would supply them: one replica, a hostPort (free on
+this machine) so the probes can be reached from the test, the models volume (a Podman named volume with
+the suite's prefix for the ReadWriteMany claim, which the init container seeds with the bundled models),
+and the fits ConfigMap given to `kube play --configmap` with a SQLite store in the pod's /tmp (no Redis
+runs here; test_fits_k8s.py checks the Redis wiring statically).
 """
 from __future__ import annotations
 
@@ -37,14 +40,14 @@ def get(url: str) -> int:
         return 0
 
 
-def play(podman, tmp_path, doc: dict, container: dict, name: str) -> tuple[int, str]:
+def play(podman, tmp_path, doc: dict, container: dict, name: str, *options: str) -> tuple[int, str]:
     """Run `doc` (whose pod template holds `container`) with a free hostPort; (port, container name)."""
     port = free_port()
     container["ports"][0]["hostPort"] = port
     doc["metadata"]["name"] = f"{PREFIX}{name}"
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
-    podman("kube", "play", str(path), timeout=300)
+    podman("kube", "play", *options, str(path), timeout=300)
     pod = podman("pod", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}{name}").stdout.split()[0]
     return port, f"{pod}-{container['name']}"
 
@@ -62,7 +65,15 @@ def test_the_deployment_runs_as_written(podman, tmp_path):
     pod_spec = doc["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
     assert container["image"] == RUNTIME_IMAGE
-    port, name = play(podman, tmp_path, doc, container, "kube")
+    volume = f"{PREFIX}kube-models"
+    for v in pod_spec["volumes"]:
+        if "persistentVolumeClaim" in v:
+            v["persistentVolumeClaim"]["claimName"] = volume
+    (fits,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "fits-store.yaml").read_text())
+               if d["kind"] == "ConfigMap"]
+    fits["data"]["INR_FIT_STORE"] = "sqlite:////tmp/fits.sqlite"
+    (tmp_path / "fits-configmap.yaml").write_text(yaml.safe_dump(fits))
+    port, name = play(podman, tmp_path, doc, container, "kube", "--configmap", str(tmp_path / "fits-configmap.yaml"))
     try:
         wait_ready(port, container["startupProbe"]["httpGet"]["path"])
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -81,8 +92,14 @@ def test_the_deployment_runs_as_written(podman, tmp_path):
                                      data=b'{"coords": [[0.5, 0.5]]}', headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.status == 200
+        # the models come from the volume the init container seeded, mounted read-only
+        models = podman("exec", name, "ls", "/app/models").stdout.split()
+        assert {"astronaut", "digits"} <= set(models) and not [m for m in models if m.startswith(".")]
+        touch = podman("exec", name, "touch", "/app/models/x", check=False)
+        assert touch.returncode != 0 and "Read-only file system" in touch.stderr
     finally:
         podman("kube", "down", str(tmp_path / "kube.yaml"), check=False)
+        podman("volume", "rm", "-f", volume, check=False)
 
 
 def test_the_kserve_predictor_container_runs_as_written(podman, tmp_path):
