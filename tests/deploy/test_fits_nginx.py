@@ -1,0 +1,108 @@
+"""The nginx template run by the local nginx in front of a stand-in backend (no container): Server-Sent
+Events on /v1/fits/ID/events reach the client as the backend sends them, even from a backend that does
+not ask for it with `X-Accel-Buffering: no`; a 20 MiB upload passes /v1/fits while other routes keep
+16m. tests/containers/test_fits.py runs the same through nginx in the compose stack with the real API."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from bench.serving import free_port
+
+from .conftest import ROOT
+
+GAP_S = 1.5
+
+
+class Backend(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    bodies: list[tuple[str, int]] = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")  # no X-Accel-Buffering: nginx's config decides
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for seq in (1, 2):
+            self.wfile.write(f"id: {seq}\nevent: progress\ndata: {{\"sent\": {time.time()}}}\n\n".encode())
+            self.wfile.flush()
+            if seq == 1:
+                time.sleep(GAP_S)
+
+    def do_POST(self):
+        length = int(self.headers["Content-Length"])
+        remaining = length
+        while remaining:
+            remaining -= len(self.rfile.read(min(remaining, 1 << 20)))
+        Backend.bodies.append((self.path, length))
+        body = b'{"ok": true}'
+        self.send_response(202)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory):
+    if shutil.which("nginx") is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    folder = tmp_path_factory.mktemp("nginx")
+    port = free_port()
+    conf = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
+    conf = (conf.replace("${NGINX_RESOLVER}", "127.0.0.1")
+            .replace("http://api:8000", f"http://127.0.0.1:{backend.server_port}")
+            .replace("listen 8080;", f"listen 127.0.0.1:{port};")
+            .replace("listen 8081 http2;", f"listen 127.0.0.1:{free_port()} http2;")
+            .replace("/tmp/", f"{folder}/"))
+    # as root, nginx's workers would run as nobody and could not use temp folders under pytest's own
+    conf = "daemon off;\n" + ("user root;\n" if os.geteuid() == 0 else "") + conf
+    (folder / "nginx.conf").write_text(conf)
+    proc = subprocess.Popen(["nginx", "-c", str(folder / "nginx.conf"), "-e", str(folder / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            httpx.get(url + "/nginx-health", timeout=1)
+            break
+        except httpx.TransportError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+    backend.shutdown()
+
+
+def test_events_reach_the_client_as_they_are_sent(nginx):
+    arrivals = []
+    with httpx.stream("GET", nginx + "/v1/fits/f3a9c2e1d0b4/events", timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("id:"):
+                arrivals.append(time.monotonic())
+    assert len(arrivals) == 2
+    assert arrivals[1] - arrivals[0] > GAP_S * 0.7, "the first event was held back until the second"
+
+
+def test_a_20_mib_upload_passes_to_v1_fits_and_not_elsewhere(nginx):
+    body = b"x" * (20 * (1 << 20) + 50_000)  # the largest upload plus some multipart envelope
+    Backend.bodies.clear()
+    r = httpx.post(nginx + "/v1/fits", content=body, headers={"Content-Type": "multipart/form-data; boundary=b"},
+                   timeout=60)
+    assert r.status_code == 202 and Backend.bodies == [("/v1/fits", len(body))]
+    r = httpx.post(nginx + "/v1/models/astronaut/render", content=body, timeout=60)
+    assert r.status_code == 413 and len(Backend.bodies) == 1, "only the upload route takes more than 16m"
