@@ -135,7 +135,8 @@ def test_a_fit_posted_through_nginx_streams_its_progress_and_is_served(stack, ht
                            "events": len(events), "progress_events": len(steps),
                            "stream_to_succeeded_s": round(streamed, 1),
                            "served_after_succeeded_s": round(served_after, 1),
-                           "upload_to_served_s": round(total, 1), "psnr": events[-1][3].get("psnr")}
+                           "upload_to_served_s": round(total, 1), "psnr_last_step": events[-2][3].get("psnr"),
+                           "metrics": events[-1][3].get("metrics")}
 
 
 def test_without_a_worker_a_fit_queues_and_says_so_then_the_trainer_fits_it(stack, http, report):
