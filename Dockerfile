@@ -46,14 +46,16 @@ ENV PATH=/opt/venv/bin:$PATH \
     INR_THREADS=2 \
     OMP_NUM_THREADS=2 \
     INR_TIMEOUT_KEEP_ALIVE=90 \
-    INR_GRACEFUL_SHUTDOWN_S=20
+    INR_GRACEFUL_SHUTDOWN_S=20 \
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite
 RUN groupadd --system --gid 10001 inr \
  && useradd --system --uid 10001 --gid inr --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin inr
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
 COPY models ./models
-# The fits job store's folder (docs/fits.md; compose mounts the named volume `fits` here). A fresh
+# The fits job store's folder (docs/fits.md), INR_FIT_STORE above: a plain `docker run` keeps its jobs
+# here; compose mounts the named volume `fits` here, shared with the trainer. A fresh
 # named volume takes this folder's owner and mode, so uid 10001 (the api) and group 10001 (the
 # trainer runs with it as a supplementary group) can write it; setgid keeps new files in group 10001.
 # jobs.sqlite is created here, group-writable, because SQLite creates its database 0644 and gives its
@@ -112,7 +114,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     INR_THREADS=2 \
     OMP_NUM_THREADS=2 \
     INR_TIMEOUT_KEEP_ALIVE=90 \
-    INR_GRACEFUL_SHUTDOWN_S=20
+    INR_GRACEFUL_SHUTDOWN_S=20 \
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite
 COPY --from=gpu-builder /opt/venv /opt/venv
 WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
@@ -151,6 +154,9 @@ RUN python -m venv /opt/venv \
  && groupadd --system --gid 10001 inr \
  && useradd --system --uid 10001 --gid inr --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin inr
 WORKDIR /app
+# `python -m training worker` reads these: the same store and models folder as the serving image's
+ENV INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite \
+    INR_MODELS=/app/models
 # the fits job store's folder, as in the runtime stage (whichever image first mounts the volume seeds it)
 RUN mkdir -p /app/fits \
  && touch /app/fits/jobs.sqlite \

@@ -100,8 +100,9 @@ def test_the_images_make_the_store_folder_writable_by_both(dockerfile, services,
     """A fresh named volume copies the image's folder (owner, mode, contents). The api runs as 10001; the
     trainer as HOST_UID with group 10001 added; SQLite gives -wal/-shm the mode of the database file,
     so that file exists already, group-writable, in a setgid folder."""
-    folder = store_path(services["trainer"]["environment"]["INR_FIT_STORE"])
-    folder, db = folder.rsplit("/", 1)
+    path = store_path(services["trainer"]["environment"]["INR_FIT_STORE"])
+    assert dockerfile.stage(target).env()["INR_FIT_STORE"] == f"sqlite:///{path}", "the image's default is compose's"
+    folder, db = path.rsplit("/", 1)
     run = "\n".join(i.value for i in dockerfile.stage(target).all("RUN"))
     assert f"mkdir -p {folder}" in run and f"touch {folder}/{db}" in run
     assert f"chown -R 10001:10001 {folder}" in run
