@@ -1,6 +1,8 @@
-// Wires the page together: model list → viewer, model panel and digit pad.
+// Wires the page together: model list → viewer, model panel and digit pad; the fit panel adds
+// models to the list.
 import { listModels } from "./api.js";
 import { DigitPad } from "./digits.js";
+import { FitPanel } from "./fit.js";
 import { showModel } from "./panel.js";
 import { Viewer } from "./viewer.js";
 
@@ -47,21 +49,7 @@ async function start() {
   $("#zoom-out").addEventListener("click", () => viewer.zoomBy(0.5));
   $("#reset").addEventListener("click", () => viewer.reset());
 
-  let models;
-  try {
-    models = await listModels();
-  } catch (e) {
-    say("#view-message", `cannot list models: ${e.message}`);
-    return;
-  }
-  const ready = models.filter((m) => (m.status || "ready") === "ready");
-  const images = ready.filter((m) => m.task === "image");
-  const digits = ready.filter((m) => m.task === "digits");
-  fillSelect($("#model"), images);
-  fillSelect($("#digit-model"), digits);
-  const failed = models.filter((m) => !ready.includes(m));
-  if (failed.length) say("#models-message", `not loaded: ${failed.map((m) => m.name).join(", ")}`);
-
+  let images = [], digits = [];
   const pickImage = () => {
     const m = images.find((x) => x.name === $("#model").value) || null;
     showModel($("#panel"), m);
@@ -76,6 +64,37 @@ async function start() {
   };
   $("#model").addEventListener("change", pickImage);
   $("#digit-model").addEventListener("change", pickDigits);
+
+  // (Re)list the models; keep each picker's choice where it is still listed, or take `image`.
+  const refresh = async (image = null) => {
+    const models = await listModels();
+    const keep = [image || $("#model").value, $("#digit-model").value];
+    const ready = models.filter((m) => (m.status || "ready") === "ready");
+    images = ready.filter((m) => m.task === "image");
+    digits = ready.filter((m) => m.task === "digits");
+    fillSelect($("#model"), images);
+    fillSelect($("#digit-model"), digits);
+    if (images.some((m) => m.name === keep[0])) $("#model").value = keep[0];
+    if (digits.some((m) => m.name === keep[1])) $("#digit-model").value = keep[1];
+    const failed = models.filter((m) => !ready.includes(m));
+    say("#models-message", failed.length ? `not loaded: ${failed.map((m) => m.name).join(", ")}` : "");
+  };
+
+  // A finished fit: its model (served by now) goes into the picker and the viewer.
+  new FitPanel($("#fit"), {
+    onModel: async (name) => {
+      await refresh(name);
+      if ($("#model").value !== name) throw new Error(`${name} is not among the served image models`);
+      pickImage();
+    },
+  });
+
+  try {
+    await refresh();
+  } catch (e) {
+    say("#view-message", `cannot list models: ${e.message}`);
+    return;
+  }
   pickImage();
   pickDigits();
 }
