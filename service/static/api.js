@@ -84,18 +84,18 @@ export async function fitRecord(url, method = "GET", signal) {
   return r.json();
 }
 
-// GET /v1/models/{name} until the model is ready at `version` or later (a new model appears once
-// the service's repository poll picks it up). Throws when it failed to load or time runs out.
+// Wait until the service serves `name` at `version` or later: a new model appears once the service's
+// repository poll picks it up. GET /v1/models (no 404s for the console while it is not there yet),
+// then GET /v1/models/{name} for its version. Throws when it failed to load or time runs out.
 export async function modelWhenReady(name, version, { signal, timeoutMs = 120_000, everyMs = 500 } = {}) {
   const until = performance.now() + timeoutMs;
   for (;;) {
-    const r = await fetch(`v1/models/${enc(name)}`, { signal });
-    if (r.ok) {
-      const m = await r.json();
-      if (m.status === "failed") throw new ApiError(500, `the model ${name} failed to load: ${m.error}`);
+    const body = await (await checked(await fetch("v1/models", { signal }))).json();
+    const s = (Array.isArray(body) ? body : body.models).find((x) => x.name === name);
+    if (s?.status === "failed") throw new ApiError(500, `the model ${name} failed to load: ${s.error}`);
+    if (s?.status === "ready") {
+      const m = await (await checked(await fetch(`v1/models/${enc(name)}`, { signal }))).json();
       if (m.status === "ready" && (version == null || (m.version ?? 0) >= version)) return m;
-    } else if (r.status !== 404) {
-      await checked(r);
     }
     if (performance.now() > until) {
       throw new ApiError(504, `${name} was not served within ${Math.round(timeoutMs / 1000)} s: is the service ` +

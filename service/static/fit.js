@@ -41,6 +41,7 @@ export class FitPanel {
     this.stepText = $(".fit-step");
     this.eta = $(".fit-eta");
     this.preview = $(".fit-preview img");
+    this.previewCaption = $(".fit-preview figcaption");
     this.plot = new PsnrPlot($(".fit-plot"));
     this.cancelButton = $(".fit-cancel");
     this.zoomLink = $(".fit-zoom");
@@ -86,7 +87,7 @@ export class FitPanel {
 
   showFile() {
     const f = this.file.files[0];
-    this.fileName.textContent = f ? `${f.name} (${Math.max(1, Math.round(f.size / 1024))} KB)` : "no file chosen";
+    this.fileName.textContent = f ? `${f.name} (${Math.max(1, Math.round(f.size / 1024))} KB)` : "";
   }
 
   setBusy(busy) {
@@ -130,6 +131,7 @@ export class FitPanel {
     delete this.preview.dataset.loaded;
     this.preview.removeAttribute("src");
     this.preview.hidden = true;
+    this.previewCaption.textContent = "";
     this.plot.clear(record.steps || record.options?.steps || null);
     this.progress(record);
     this.setState(record.state === "running" ? "running" : "queued");
@@ -178,6 +180,7 @@ export class FitPanel {
       if (data.preview) {
         this.preview.hidden = false;
         this.preview.src = relative(data.preview);
+        this.previewCaption.textContent = `preview, step ${data.step}`;
       }
       this.say(`step ${data.step} of ${data.steps} · PSNR ${db(data.psnr)}`);
     } else if (type === "retrying") {

@@ -3,7 +3,7 @@
 // SVG as data-points (how many) for the tests, and summarised in its aria-label.
 const NS = "http://www.w3.org/2000/svg";
 const W = 300, H = 110;                       // viewBox units
-const L = 34, R = 8, T = 8, B = 18;           // margins: axis labels left and below
+const L = 30, R = 8, T = 10, B = 20;           // margins: axis labels left and below
 
 function el(name, attrs = {}, text = null) {
   const e = document.createElementNS(NS, name);

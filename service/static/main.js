@@ -7,6 +7,7 @@ import { showModel } from "./panel.js";
 import { Viewer } from "./viewer.js";
 
 const $ = (sel) => document.querySelector(sel);
+const params = new URLSearchParams(location.search);
 
 function readout(v) {
   const detail = v.detail();
@@ -50,19 +51,23 @@ async function start() {
   $("#reset").addEventListener("click", () => viewer.reset());
 
   let images = [], digits = [];
-  const pickImage = () => {
+  const pickImage = (remember = false) => {
     const m = images.find((x) => x.name === $("#model").value) || null;
     showModel($("#panel"), m);
     say("#view-message", m ? "" : "no image model is loaded");
     if (m) viewer.setModel(m);
     $("#iiif-link").href = m ? `iiif.html?id=${encodeURIComponent(m.name)}` : "iiif.html";
+    if (m && remember) {             // /?model=NAME (also a finished fit's "viewer" link) opens it again
+      params.set("model", m.name);
+      history.replaceState(null, "", `?${params}`);
+    }
   };
   const pickDigits = () => {
     const m = digits.find((x) => x.name === $("#digit-model").value) || null;
     say("#pad-message", m ? "draw a digit" : "no digit model is loaded");
     pad.setModel(m);
   };
-  $("#model").addEventListener("change", pickImage);
+  $("#model").addEventListener("change", () => pickImage(true));
   $("#digit-model").addEventListener("change", pickDigits);
 
   // (Re)list the models; keep each picker's choice where it is still listed, or take `image`.
@@ -85,12 +90,12 @@ async function start() {
     onModel: async (name) => {
       await refresh(name);
       if ($("#model").value !== name) throw new Error(`${name} is not among the served image models`);
-      pickImage();
+      pickImage(true);
     },
   });
 
   try {
-    await refresh();
+    await refresh(params.get("model"));
   } catch (e) {
     say("#view-message", `cannot list models: ${e.message}`);
     return;

@@ -1,0 +1,315 @@
+"""The viewer's "Fit your own image" panel (issue 22 item 5) in headless Chromium (Debian's /usr/bin/chromium
+via Playwright).
+
+End to end: the real server (poll mode) and a real `python -m training worker` subprocess on a temp store and
+a temp copy of the models: upload a PNG through the file input, watch the progress bar, previews and PSNR plot
+follow the job's Server-Sent Events, and see the new model selected and rendered in the viewer, with a
+deep-zoom link. A text file gets the API's own error text in the panel.
+
+The panel's handling of what the API can answer (a job's whole event history, Cancel, 429 with Retry-After,
+403 for the restricted `fit` group) is also checked against the session's plain server with the fits routes
+answered by Playwright, so those cases need no worker and no restricted-API configuration.
+"""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import httpx
+import pytest
+from PIL import Image, ImageDraw
+
+from tests.servers import ROOT, Server
+# Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
+from test_viewer import browser  # noqa: F401
+
+TIMEOUT_MS = 60_000
+FIT_TIMEOUT_MS = 240_000   # upload → fit → the poll loads it → the viewer renders it, on 2 shared cores
+
+
+def photo_png(size=48) -> bytes:
+    """A small picture with edges and colour, so the fitted model is clearly not blank."""
+    img = Image.new("RGB", (size, size), (240, 200, 80))
+    d = ImageDraw.Draw(img)
+    d.ellipse((6, 6, size - 14, size - 14), fill=(30, 90, 200))
+    d.rectangle((size // 2, size // 3, size - 4, size - 6), fill=(200, 40, 60))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def fit_stack(model_repo, tmp_path_factory):
+    """The real server in poll mode and one `python -m training worker` on a temp SQLite store and a temp
+    copy of the models (the image and digits models, without the broken folders)."""
+    root = tmp_path_factory.mktemp("fit-stack")
+    models = root / "models"
+    for name in ("astronaut", "digits"):
+        shutil.copytree(model_repo / name, models / name)
+    store = f"sqlite:///{root / 'fits.sqlite'}"
+    env = {"INR_FIT_STORE": store, "OMP_NUM_THREADS": "1"}
+    srv = Server(models, "--model-control-mode", "poll", "--repository-poll-secs", "1", env=env)
+    srv.wait_ready()
+    worker = None
+    try:
+        if httpx.get(f"{srv.url}/v1/fits", timeout=30).status_code == 404:
+            pytest.skip("this server has no /v1/fits yet (issue 22's API)")
+        worker = subprocess.Popen([sys.executable, "-m", "training", "worker", "--store", store, "--models", str(models)],
+                                  cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            worker.wait(timeout=3)
+            pytest.skip(f"`python -m training worker` exited with {worker.returncode}: {worker.stderr.read()[-500:]}")
+        except subprocess.TimeoutExpired:
+            pass
+        yield srv
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.terminate()
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        srv.stop()
+
+
+class FitPage:
+    def __init__(self, browser, url):  # noqa: F811
+        self.context = browser.new_context(viewport={"width": 1100, "height": 900})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(TIMEOUT_MS)
+        self.errors, self.renders = [], []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("request", lambda r: self.renders.append(r.url)
+                     if r.method == "POST" and r.url.endswith("/render") else None)
+        self.page.goto(url)
+        self.page.wait_for_selector("#model option", state="attached")
+        # Every value the progress bar takes, as the panel sets it.
+        self.page.evaluate("""(() => {
+            const bar = document.querySelector('#fit-progress');
+            window.barValues = [];
+            new MutationObserver(() => barValues.push([bar.value, bar.max]))
+                .observe(bar, {attributes: true, attributeFilter: ['value', 'max']});
+        })()""")
+
+    def state(self):
+        return self.page.locator("#fit").get_attribute("data-state")
+
+    def wait_state(self, *states, timeout=TIMEOUT_MS):
+        self.page.wait_for_function(f"{json.dumps(states)}.includes(document.querySelector('#fit').dataset.state)",
+                                    timeout=timeout)
+
+    def message(self):
+        return self.page.locator(".fit-message").inner_text()
+
+    def upload(self, name, data, mime="image/png", **options):
+        self.page.set_input_files("#fit-file", files=[{"name": name, "mimeType": mime, "buffer": data}])
+        for key, value in options.items():
+            if key == "preset":
+                self.page.select_option("#fit-preset", value)
+            else:
+                self.page.fill(f"#fit-{key}", str(value))
+        self.page.click("#fit-start")
+
+    def canvas_std(self):
+        return self.page.evaluate("""(() => {
+            const c = document.querySelector('#view'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0, s = 0, s2 = 0;
+            for (let i = 0; i < d.length; i += 4) if (d[i + 3] === 255) { n++; s += d[i]; s2 += d[i] * d[i]; }
+            return n ? Math.sqrt(s2 / n - (s / n) ** 2) : 0;
+        })()""")
+
+    def close(self):
+        self.context.close()
+
+
+# ---- end to end: the real API and a real worker ---------------------------------------------------------------
+
+def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(browser, fit_stack):  # noqa: F811
+    p = FitPage(browser, fit_stack.url + "/")
+    try:
+        p.upload("my photo.png", photo_png(), preset="fourier-small", size=32, steps=60, name="panel-photo")
+        p.wait_state("queued", "running")
+        p.page.wait_for_function("document.querySelector('#fit-progress').value > 0", timeout=FIT_TIMEOUT_MS)
+        p.wait_state("ready", "failed", "error", "cancelled", timeout=FIT_TIMEOUT_MS)
+        assert p.state() == "ready", p.message()
+
+        values = p.page.evaluate("barValues")
+        steps = [v for v, m in values if m == 60]
+        assert steps == sorted(steps) and steps[-1] == 60, values
+        assert any(0 < v < 60 for v in steps), f"the bar went straight to the end: {values}"
+        assert int(p.page.locator(".fit-plot").get_attribute("data-points")) >= 2
+        assert p.page.locator(".fit-plot polyline").count() == 1
+        assert int(p.page.locator(".fit-preview img").get_attribute("data-loaded") or 0) >= 1
+        assert p.page.evaluate("document.querySelector('.fit-preview img').naturalWidth") > 0
+        assert "panel-photo version 1 is in the viewer" in p.message()
+
+        # The new model is the viewer's: picked, described, rendered sharp through its own render route.
+        assert p.page.locator("#model").input_value() == "panel-photo"
+        assert "panel-photo" in p.page.locator("#model option").all_text_contents()
+        p.page.wait_for_function("document.querySelector('#view').dataset.state === 'sharp'", timeout=FIT_TIMEOUT_MS)
+        assert any("/v1/models/panel-photo/render" in u for u in p.renders)
+        assert p.canvas_std() > 5
+        assert "panel-photo" in p.page.locator("#panel").inner_text()
+
+        for link in (p.page.locator(".fit-zoom"), p.page.locator("#iiif-link")):
+            assert link.is_visible() and link.get_attribute("href") == "iiif.html?id=panel-photo"
+        info = httpx.get(f"{fit_stack.url}/iiif/3/panel-photo/info.json", timeout=30)
+        assert info.status_code == 200
+        assert p.errors == []
+
+        # The job's record links to the viewer with the model picked (the page's URL says the same now).
+        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()
+        job = (job.get("fits", job.get("jobs")) if isinstance(job, dict) else job)[0]
+        assert job["state"] == "succeeded" and job["name"] == "panel-photo"
+        assert p.page.url.endswith(job["links"]["viewer"].lstrip("/"))
+        p.page.goto(fit_stack.url + job["links"]["viewer"])
+        p.page.wait_for_selector("#panel dd")
+        assert p.page.locator("#model").input_value() == "panel-photo"
+        p.page.goto(f"{fit_stack.url}/iiif.html?id=panel-photo")
+        p.page.wait_for_function("['open', 'failed'].includes(document.querySelector('#osd').dataset.state)",
+                                 timeout=FIT_TIMEOUT_MS)
+        assert p.page.locator("#osd").get_attribute("data-state") == "open", p.page.locator("#message").inner_text()
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_a_text_file_gets_the_apis_error_in_the_panel_and_nothing_is_queued(browser, fit_stack):  # noqa: F811
+    body = b"these are my notes, not an image\n"
+    expected = httpx.post(f"{fit_stack.url}/v1/fits", files={"file": ("notes.txt", body, "text/plain")}, timeout=30)
+    assert expected.status_code == 400
+    p = FitPage(browser, fit_stack.url + "/")
+    try:
+        p.upload("notes.txt", body, mime="text/plain", preset="fourier-small")
+        p.wait_state("error")
+        assert expected.json()["error"] in p.message()
+        assert "error" in p.page.locator(".fit-message").get_attribute("class")
+        assert p.page.locator(".fit-job").is_hidden()
+        assert p.page.locator("#fit-start").is_enabled()      # the form is usable again
+        jobs = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()
+        jobs = jobs.get("fits", jobs.get("jobs", [])) if isinstance(jobs, dict) else jobs
+        assert all(j.get("source", {}).get("filename") != "notes.txt" for j in jobs)
+    finally:
+        p.close()
+    # The console error above would be Chromium's "Failed to load resource: 400"; only page errors count here.
+    assert not [e for e in p.errors if "Failed to load resource" not in e]
+
+
+# ---- the panel against every answer the API can give, from Playwright routes ----------------------------------
+
+JOB = "f00d00000001"
+LINKS = {"self": f"/v1/fits/{JOB}", "events": f"/v1/fits/{JOB}/events"}
+
+
+def record(state, **more):
+    return {"id": JOB, "state": state, "name": "astronaut", "version": None, "steps": 40, "step": 0,
+            "options": {"preset": "fourier-small", "size": 32, "steps": 40, "protocol": "paper", "seed": 0},
+            "links": LINKS, "workers": 1, **more}
+
+
+def sse(*events, retry_ms=60_000):
+    out = [f"retry: {retry_ms}\n\n"]
+    for seq, (kind, data) in enumerate(events, 1):
+        out.append(f"id: {seq}\nevent: {kind}\ndata: {json.dumps(data)}\n\n")
+    return "".join(out)
+
+
+def progress(step, psnr, preview=False):
+    d = {"step": step, "steps": 40, "loss": 0.01, "psnr": psnr, "elapsed_s": step / 10, "eta_s": (40 - step) / 10}
+    if preview:
+        d["preview"] = f"/v1/fits/{JOB}/previews/{step}.png"
+    return ("progress", d)
+
+
+def mock_fits(page, post, events, final, deletes=None):
+    """Route the fits API: POST answers `post` (status, headers, body), the events URL answers `events`,
+    GET of the job answers `final`, DELETE appends to `deletes` and answers the cancelled record."""
+    png = io.BytesIO()
+    Image.new("RGB", (64, 64), (90, 140, 220)).save(png, "PNG")
+
+    def handle(route):
+        r = route.request
+        if r.url.endswith("/v1/fits") and r.method == "POST":
+            status, headers, body = post
+            route.fulfill(status=status, headers=headers, content_type="application/json", body=json.dumps(body))
+        elif r.url.endswith("/events"):
+            route.fulfill(status=200, content_type="text/event-stream", body=events)
+        elif "/previews/" in r.url:
+            route.fulfill(status=200, content_type="image/png", body=png.getvalue())
+        elif r.method == "DELETE":
+            deletes.append(r.url)
+            route.fulfill(status=200, content_type="application/json", body=json.dumps(record("cancelled")))
+        else:
+            route.fulfill(status=200, content_type="application/json", body=json.dumps(final))
+
+    page.route("**/v1/fits**", handle)
+
+
+def test_the_panel_plots_each_progress_event_and_opens_the_finished_model(browser, server):  # noqa: F811
+    p = FitPage(browser, server.url + "/")
+    try:
+        events = sse(("queued", {}), ("started", {}), progress(10, 14.5), progress(20, 19.25, True),
+                     progress(30, 22.0), progress(40, 24.5, True), ("succeeded", {}))
+        done = record("succeeded", version=1, step=40, psnr=24.5, metrics={"test_psnr": 24.5},
+                      links={**LINKS, "iiif": "/iiif/3/astronaut/info.json", "viewer": "/?model=astronaut"})
+        mock_fits(p.page, (202, {}, record("queued")), events, done)
+        p.upload("cat.png", photo_png(), preset="fourier-small", steps=40)
+        p.wait_state("ready", "error")
+        assert p.state() == "ready", p.message()
+        assert p.page.locator(".fit-plot").get_attribute("data-points") == "4"
+        assert p.page.locator(".fit-plot circle").count() == 4
+        assert "24.50 dB at step 40 of 40" in p.page.locator(".fit-plot").get_attribute("aria-label")
+        values = [v for v, m in p.page.evaluate("barValues") if m == 40]
+        assert values == sorted(values) and sorted(set(values) - {0}) == [10, 20, 30, 40]
+        assert p.page.locator(".fit-preview img").get_attribute("src").endswith("/previews/40.png")
+        p.page.wait_for_function("document.querySelector('.fit-preview img').dataset.loaded >= 1")
+        assert p.page.locator(".fit-zoom").get_attribute("href") == "iiif.html?id=astronaut"
+        assert p.page.locator("#model").input_value() == "astronaut"
+        assert p.page.url.endswith("/?model=astronaut")
+        assert "astronaut version 1 is in the viewer" in p.message() and "24.50 dB" in p.message()
+        assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_cancel_deletes_the_job_and_the_panel_says_nothing_was_written(browser, server):  # noqa: F811
+    p = FitPage(browser, server.url + "/")
+    deletes = []
+    try:
+        mock_fits(p.page, (202, {}, record("queued")), sse(("started", {}), progress(5, 12.0)),
+                  record("cancelled"), deletes)
+        p.upload("cat.png", photo_png())
+        p.page.wait_for_function("document.querySelector('.fit-plot').dataset.points === '1'")
+        assert p.page.locator("#fit-start").is_disabled()
+        p.page.locator(".fit-cancel").focus()
+        p.page.keyboard.press("Enter")             # the button works from the keyboard
+        p.wait_state("cancelled")
+        assert deletes == [f"{server.url}/v1/fits/{JOB}"]
+        assert "nothing was written" in p.message()
+        assert p.page.locator("#fit-start").is_enabled()
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("status, headers, error, shown", [
+    (429, {"Retry-After": "7"}, "too many fits: 4 queued or running", "(try again in 7 s)"),
+    (403, {}, "This API is restricted, expecting header 'fit-key'", "this page does not have"),
+    (413, {}, "the upload is 30000000 bytes, over INR_FIT_MAX_UPLOAD_BYTES (20971520)", ""),
+])
+def test_an_api_refusal_is_shown_in_the_panel(browser, server, status, headers, error, shown):  # noqa: F811
+    p = FitPage(browser, server.url + "/")
+    try:
+        mock_fits(p.page, (status, headers, {"error": error}), "", {})
+        p.upload("cat.png", photo_png())
+        p.wait_state("error")
+        assert error in p.message() and shown in p.message()
+        assert p.page.locator(".fit-job").is_hidden() and p.page.locator("#fit-start").is_enabled()
+        assert not [e for e in p.errors if "Failed to load resource" not in e]
+    finally:
+        p.close()
