@@ -10,6 +10,7 @@ import { PsnrPlot } from "./fitplot.js";
 const FINAL = ["succeeded", "failed", "cancelled"];
 const TYPES = ["queued", "started", "progress", "retrying", ...FINAL];
 const enc = encodeURIComponent;
+const KEY = "inr-fit-job";   // sessionStorage: the running job's URL, so a reload follows it again
 
 function errorText(err) {
   let text = err.message || String(err);
@@ -51,6 +52,20 @@ export class FitPanel {
     this.previews = 0;
     this.bind();
     this.setState("idle");
+    this.resume();
+  }
+
+  // After a reload: the job this tab started, if it is still going (its finished state is shown too).
+  async resume() {
+    const url = sessionStorage.getItem(KEY);
+    if (!url) return;
+    try {
+      const record = await fitRecord(url);
+      if (FINAL.includes(record.state)) sessionStorage.removeItem(KEY);
+      else this.follow(record);
+    } catch (_) {
+      sessionStorage.removeItem(KEY);   // gone (a new store, an unknown id): nothing to follow
+    }
   }
 
   bind() {
@@ -125,6 +140,7 @@ export class FitPanel {
   // connection, sending Last-Event-ID, and the service resumes the stream after it.
   follow(record) {
     this.record = record;
+    sessionStorage.setItem(KEY, record.links.self);
     this.setBusy(true);
     this.job.hidden = false;
     this.previews = 0;
@@ -194,6 +210,7 @@ export class FitPanel {
   // A final event (or a stream that closed for good): the record says how the job ended.
   async finish(type, data = {}) {
     this.stop();
+    sessionStorage.removeItem(KEY);
     this.cancelButton.disabled = true;
     let record = this.record;
     try {

@@ -225,9 +225,10 @@ def progress(step, psnr, preview=False):
     return ("progress", d)
 
 
-def mock_fits(page, post, events, final, deletes=None):
-    """Route the fits API: POST answers `post` (status, headers, body), the events URL answers `events`,
-    GET of the job answers `final`, DELETE appends to `deletes` and answers the cancelled record."""
+def mock_fits(page, post, events, final, deletes=None, posts=None):
+    """Route the fits API: POST answers `post` (status, headers, body) and appends its body to `posts`, the
+    events URL answers `events`, GET of the job answers `final`, DELETE appends to `deletes` and answers the
+    cancelled record."""
     png = io.BytesIO()
     Image.new("RGB", (64, 64), (90, 140, 220)).save(png, "PNG")
 
@@ -235,6 +236,8 @@ def mock_fits(page, post, events, final, deletes=None):
         r = route.request
         if r.url.endswith("/v1/fits") and r.method == "POST":
             status, headers, body = post
+            if posts is not None:
+                posts.append(r.post_data_buffer)
             route.fulfill(status=status, headers=headers, content_type="application/json", body=json.dumps(body))
         elif r.url.endswith("/events"):
             route.fulfill(status=200, content_type="text/event-stream", body=events)
@@ -311,5 +314,51 @@ def test_an_api_refusal_is_shown_in_the_panel(browser, server, status, headers, 
         assert error in p.message() and shown in p.message()
         assert p.page.locator(".fit-job").is_hidden() and p.page.locator("#fit-start").is_enabled()
         assert not [e for e in p.errors if "Failed to load resource" not in e]
+    finally:
+        p.close()
+
+
+def test_a_dropped_file_is_uploaded_with_the_chosen_options(browser, server):  # noqa: F811
+    p = FitPage(browser, server.url + "/")
+    posts = []
+    try:
+        mock_fits(p.page, (202, {}, record("queued")), sse(("queued", {"note": "no worker is connected"})),
+                  record("queued"), posts=posts)
+        dt = p.page.evaluate_handle("""bytes => {
+            const dt = new DataTransfer();
+            dt.items.add(new File([new Uint8Array(bytes)], 'dropped.png', {type: 'image/png'}));
+            return dt;
+        }""", list(photo_png()))
+        p.page.dispatch_event("#fit .drop", "dragenter", {"dataTransfer": dt})
+        assert "dragover" in p.page.locator("#fit").get_attribute("class")
+        p.page.dispatch_event("#fit .drop", "drop", {"dataTransfer": dt})
+        assert "dragover" not in p.page.locator("#fit").get_attribute("class")
+        assert "dropped.png" in p.page.locator(".drop-name").inner_text()
+        p.page.select_option("#fit-preset", "sinekan")
+        p.page.fill("#fit-name", "my-drop")
+        p.page.locator("#fit-start").focus()
+        p.page.keyboard.press("Enter")
+        p.page.wait_for_function("document.querySelector('.fit-message').textContent.includes('no worker')")
+        body = posts[0]
+        assert b'filename="dropped.png"' in body and photo_png() in body
+        assert b'name="preset"\r\n\r\nsinekan' in body and b'name="name"\r\n\r\nmy-drop' in body
+        assert b'name="steps"' not in body and b'name="size"' not in body   # empty: the API's defaults
+        assert p.state() == "queued" and p.page.locator(".fit-cancel").is_visible()
+    finally:
+        p.close()
+
+
+def test_a_reload_follows_the_running_job_again(browser, server):  # noqa: F811
+    p = FitPage(browser, server.url + "/")
+    try:
+        mock_fits(p.page, (202, {}, record("queued")), sse(("started", {}), progress(5, 12.0), progress(10, 15.0)),
+                  record("running", step=10))
+        p.upload("cat.png", photo_png())
+        p.page.wait_for_function("document.querySelector('.fit-plot').dataset.points === '2'")
+        p.page.reload()
+        p.page.wait_for_function("document.querySelector('.fit-plot').dataset.points === '2'")
+        assert p.state() == "running" and p.page.locator(".fit-cancel").is_visible()
+        assert p.page.locator("#fit-progress").evaluate("b => [b.value, b.max]") == [10, 40]
+        assert p.errors == []
     finally:
         p.close()
