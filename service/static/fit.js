@@ -14,7 +14,9 @@ const KEY = "inr-fit-job";   // sessionStorage: the running job's URL, so a relo
 
 function errorText(err) {
   let text = err.message || String(err);
-  if (err.status === 429 && err.retryAfter != null) text += ` (try again in ${Math.ceil(err.retryAfter)} s)`;
+  if (err.status === 429 && err.retryAfter != null && !/retry|try again/i.test(text)) {
+    text += ` (try again in ${Math.ceil(err.retryAfter)} s)`;
+  }
   if (err.status === 403) text += " — this service keeps fits to clients with its key, which this page does not have";
   return text;
 }
@@ -185,7 +187,8 @@ export class FitPanel {
   onEvent(type, data) {
     if (type === "queued") {
       this.setState("queued");
-      this.say(data.note ? `queued: ${data.note}` : "queued, waiting for a worker");
+      const note = data.note || this.record?.note;
+      this.say(note ? `queued: ${note}` : "queued, waiting for a worker");
     } else if (type === "started") {
       this.setState("running");
       this.say("fitting…");

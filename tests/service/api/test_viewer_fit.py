@@ -12,16 +12,14 @@ answered by Playwright, so those cases need no worker and no restricted-API conf
 """
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import httpx
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from tests.servers import ROOT, Server
+from tests.fits import Worker, png
+from tests.servers import Server
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
 
@@ -29,49 +27,32 @@ TIMEOUT_MS = 60_000
 FIT_TIMEOUT_MS = 240_000   # upload → fit → the poll loads it → the viewer renders it, on 2 shared cores
 
 
-def photo_png(size=48) -> bytes:
-    """A small picture with edges and colour, so the fitted model is clearly not blank."""
-    img = Image.new("RGB", (size, size), (240, 200, 80))
-    d = ImageDraw.Draw(img)
-    d.ellipse((6, 6, size - 14, size - 14), fill=(30, 90, 200))
-    d.rectangle((size // 2, size // 3, size - 4, size - 6), fill=(200, 40, 60))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return buf.getvalue()
+def photo_png() -> bytes:
+    """A small photo-like PNG (tests/fits.py's: gradients and discs, 48×40)."""
+    return png()
 
 
 @pytest.fixture(scope="module")
 def fit_stack(model_repo, tmp_path_factory):
-    """The real server in poll mode and one `python -m training worker` on a temp SQLite store and a temp
-    copy of the models (the image and digits models, without the broken folders)."""
+    """The real server in poll mode (1 s) and a real `python -m training worker` (tests/fits.py) on a temp
+    SQLite store and a temp copy of the models (the image and digits models, without the broken folders)."""
     root = tmp_path_factory.mktemp("fit-stack")
     models = root / "models"
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, models / name)
     store = f"sqlite:///{root / 'fits.sqlite'}"
-    env = {"INR_FIT_STORE": store, "OMP_NUM_THREADS": "1"}
-    srv = Server(models, "--model-control-mode", "poll", "--repository-poll-secs", "1", env=env)
+    srv = Server(models, "--model-control-mode", "poll", "--repository-poll-secs", "1",
+                 env={"INR_FIT_STORE": store, "INR_FIT_MAX_RUNNING": "1"})
     srv.wait_ready()
     worker = None
     try:
         if httpx.get(f"{srv.url}/v1/fits", timeout=30).status_code == 404:
-            pytest.skip("this server has no /v1/fits yet (issue 22's API)")
-        worker = subprocess.Popen([sys.executable, "-m", "training", "worker", "--store", store, "--models", str(models)],
-                                  cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
-        try:
-            worker.wait(timeout=3)
-            pytest.skip(f"`python -m training worker` exited with {worker.returncode}: {worker.stderr.read()[-500:]}")
-        except subprocess.TimeoutExpired:
-            pass
+            pytest.skip("this server has no /v1/fits yet (issue 22's API, branch fits-api)")
+        worker = Worker(store, models, root / "worker.log")
         yield srv
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        if worker is not None:
+            worker.stop()
         srv.stop()
 
 
