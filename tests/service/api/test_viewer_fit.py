@@ -86,8 +86,8 @@ class FitPage:
     def message(self):
         return self.page.locator(".fit-message").inner_text()
 
-    def upload(self, name, data, mime="image/png", **options):
-        self.page.set_input_files("#fit-file", files=[{"name": name, "mimeType": mime, "buffer": data}])
+    def upload(self, filename, data, mime="image/png", **options):
+        self.page.set_input_files("#fit-file", files=[{"name": filename, "mimeType": mime, "buffer": data}])
         for key, value in options.items():
             if key == "preset":
                 self.page.select_option("#fit-preset", value)
