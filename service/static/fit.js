@@ -201,7 +201,7 @@ export class FitPanel {
         this.preview.src = relative(data.preview);
         this.previewCaption.textContent = `preview, step ${data.step}`;
       }
-      this.say(`step ${data.step} of ${data.steps} · PSNR ${db(data.psnr)}`);
+      this.say(`step ${data.step} of ${data.steps} · train PSNR ${db(data.psnr)}`);
     } else if (type === "retrying") {
       this.setState("queued");
       this.say(`retrying: ${data.reason || data.error || "the worker stopped"}`);
@@ -260,9 +260,10 @@ export class FitPanel {
     this.zoomLink.href = `iiif.html?id=${enc(record.name)}`;
     this.zoomLink.hidden = false;
     const m = record.metrics || {};
-    const psnr = m.test_psnr ?? m.train_psnr ?? record.psnr;
+    const psnr = [`train PSNR ${db(m.train_psnr ?? record.psnr)}`];
+    if (m.test_psnr != null) psnr.push(`test PSNR ${db(m.test_psnr)} (the pixels it did not train on)`);
     this.setState("ready");
-    this.say(`${record.name} version ${record.version} is in the viewer · PSNR ${db(psnr)}`);
+    this.say(`${record.name} version ${record.version} is in the viewer · ${psnr.join(" · ")}`);
   }
 
   async cancel() {

@@ -1,5 +1,6 @@
 // The live PSNR-by-step plot of the fit panel: an inline SVG drawn here (no chart library).
-// x: step 0 … steps; y: PSNR in dB over the range seen so far. The points are mirrored on the
+// x: step 0 … steps; y: PSNR in dB over the range seen so far. The progress events' PSNR is the
+// training loss's (on the pixels the fit trains on), so the plot says "train PSNR". The points are mirrored on the
 // SVG as data-points (how many) for the tests, and summarised in its aria-label.
 const NS = "http://www.w3.org/2000/svg";
 const W = 300, H = 110;                       // viewBox units
@@ -47,7 +48,7 @@ export class PsnrPlot {
       el("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis" }),
       el("text", { x: L - 4, y: T + 4, "text-anchor": "end", class: "tick" }, `${hi}`),
       el("text", { x: L - 4, y: H - B, "text-anchor": "end", class: "tick" }, `${lo}`),
-      el("text", { x: L - 4, y: (T + H - B) / 2 + 4, "text-anchor": "end", class: "tick" }, "dB"),
+      el("text", { x: L + 4, y: T + 4, class: "tick" }, "train PSNR, dB"),
       el("text", { x: L, y: H - 4, class: "tick" }, "0"),
       el("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", class: "tick" }, "step"),
       el("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "tick" }, `${steps}`),
@@ -61,7 +62,7 @@ export class PsnrPlot {
     this.svg.dataset.points = String(pts.length);
     const last = pts[pts.length - 1];
     this.svg.setAttribute("aria-label", last
-      ? `PSNR by step: ${last[1].toFixed(2)} dB at step ${last[0]} of ${steps}`
-      : "PSNR by step: no points yet");
+      ? `train PSNR by step: ${last[1].toFixed(2)} dB at step ${last[0]} of ${steps}`
+      : "train PSNR by step: no points yet");
   }
 }

@@ -238,7 +238,7 @@ def test_the_panel_plots_each_progress_event_and_opens_the_finished_model(browse
     try:
         events = sse(("queued", {}), ("started", {}), progress(10, 14.5), progress(20, 19.25, True),
                      progress(30, 22.0), progress(40, 24.5, True), ("succeeded", {}))
-        done = record("succeeded", version=1, step=40, psnr=24.5, metrics={"test_psnr": 24.5},
+        done = record("succeeded", version=1, step=40, psnr=24.5, metrics={"train_psnr": 24.5, "test_psnr": 21.25},
                       links={**LINKS, "iiif": "/iiif/3/astronaut/info.json", "viewer": "/?model=astronaut"})
         mock_fits(p.page, (202, {}, record("queued")), events, done)
         p.upload("cat.png", photo_png(), preset="fourier-small", steps=40)
@@ -254,7 +254,8 @@ def test_the_panel_plots_each_progress_event_and_opens_the_finished_model(browse
         assert p.page.locator(".fit-zoom").get_attribute("href") == "iiif.html?id=astronaut"
         assert p.page.locator("#model").input_value() == "astronaut"
         assert p.page.url.endswith("/?model=astronaut")
-        assert "astronaut version 1 is in the viewer" in p.message() and "24.50 dB" in p.message()
+        assert "astronaut version 1 is in the viewer" in p.message()
+        assert "train PSNR 24.50 dB" in p.message() and "test PSNR 21.25 dB" in p.message()
         assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
         assert p.errors == []
     finally:
