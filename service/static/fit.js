@@ -202,8 +202,10 @@ export class FitPanel {
         this.previewCaption.textContent = `preview, step ${data.step}`;
       }
       this.say(`step ${data.step} of ${data.steps} · train PSNR ${db(data.psnr)}`);
-    } else if (type === "retrying") {
+    } else if (type === "retrying") {   // the fit starts again from step 0
       this.setState("queued");
+      this.plot.clear(this.plot.steps);
+      this.progress({ steps: this.bar.max });
       this.say(`retrying: ${data.reason || data.error || "the worker stopped"}`);
     } else {
       this.finish(type, data);

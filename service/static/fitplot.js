@@ -29,8 +29,8 @@ export class PsnrPlot {
   add(step, psnr, steps) {
     if (typeof step !== "number" || typeof psnr !== "number" || !Number.isFinite(psnr)) return;
     if (steps) this.steps = steps;
-    const last = this.points[this.points.length - 1];
-    if (last && last[0] === step) this.points.pop();   // a resumed stream may repeat an event
+    // Steps only go up: a resumed stream may repeat an event, a retried fit starts again.
+    while (this.points.length && this.points[this.points.length - 1][0] >= step) this.points.pop();
     this.points.push([step, psnr]);
     this.draw();
   }

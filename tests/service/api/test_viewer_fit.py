@@ -282,6 +282,26 @@ def test_cancel_deletes_the_job_and_the_panel_says_nothing_was_written(browser, 
         p.close()
 
 
+def test_a_failed_fit_shows_the_records_reason(browser, server):  # noqa: F811
+    p = FitPage(browser, server.url + "/")
+    reason = "the fit ran past its deadline of 900 s (INR_FIT_DEADLINE_S)"
+    try:
+        mock_fits(p.page, (202, {}, record("queued")),
+                  sse(("started", {}), progress(5, 12.0), progress(10, 14.0),
+                      ("retrying", {"reason": "worker host:12:ab stopped"}),
+                      ("started", {}), progress(5, 12.5), ("failed", {"error": reason})),
+                  record("failed", error=reason))
+        p.upload("cat.png", photo_png())
+        p.wait_state("failed")
+        assert reason in p.message() and "error" in p.page.locator(".fit-message").get_attribute("class")
+        assert p.page.locator(".fit-plot").get_attribute("data-points") == "1"   # the retry started a new curve
+        assert "12.50 dB at step 5" in p.page.locator(".fit-plot").get_attribute("aria-label")
+        assert p.page.locator(".fit-zoom").is_hidden() and p.page.locator("#fit-start").is_enabled()
+        assert p.errors == []
+    finally:
+        p.close()
+
+
 @pytest.mark.parametrize("status, headers, error, shown", [
     (429, {"Retry-After": "7"}, "too many fits: 4 queued or running", "(try again in 7 s)"),
     (403, {}, "This API is restricted, expecting header 'fit-key'", "this page does not have"),
