@@ -23,8 +23,8 @@ function errorText(err) {
 
 function etaText(s) {
   if (typeof s !== "number" || !Number.isFinite(s) || s <= 0) return "";
-  if (s < 60) return `about ${Math.ceil(s)} s left`;
-  return `about ${Math.floor(s / 60)} min ${Math.round(s % 60)} s left`;
+  const t = Math.ceil(s);
+  return t < 60 ? `about ${t} s left` : `about ${Math.floor(t / 60)} min ${t % 60} s left`;
 }
 
 const db = (v) => (typeof v === "number" ? `${v.toFixed(2)} dB` : "–");
@@ -181,7 +181,9 @@ export class FitPanel {
     this.bar.value = Math.min(step, steps || step);
     this.bar.setAttribute("aria-valuetext", steps ? `step ${step} of ${steps}` : "waiting");
     this.stepText.textContent = steps ? `${step} / ${steps}` : "";
-    this.eta.textContent = etaText(d.eta_s);
+    // Not in the live region: a screen reader would read out every step.
+    this.eta.textContent = [typeof d.psnr === "number" ? `train PSNR ${db(d.psnr)}` : "", etaText(d.eta_s)]
+      .filter(Boolean).join(" · ");
   }
 
   onEvent(type, data) {
@@ -201,7 +203,7 @@ export class FitPanel {
         this.preview.src = relative(data.preview);
         this.previewCaption.textContent = `preview, step ${data.step}`;
       }
-      this.say(`step ${data.step} of ${data.steps} · train PSNR ${db(data.psnr)}`);
+      if (this.message.textContent !== "fitting…") this.say("fitting…");
     } else if (type === "retrying") {   // the fit starts again from step 0
       this.setState("queued");
       this.plot.clear(this.plot.steps);
