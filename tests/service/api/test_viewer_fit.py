@@ -49,6 +49,7 @@ def fit_stack(model_repo, tmp_path_factory):
         if httpx.get(f"{srv.url}/v1/fits", timeout=30).status_code == 404:
             pytest.skip("this server has no /v1/fits yet (issue 22's API, branch fits-api)")
         worker = Worker(store, models, root / "worker.log")
+        srv.models = models
         yield srv
     finally:
         if worker is not None:
@@ -143,8 +144,7 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         assert p.errors == []
 
         # The job's record links to the viewer with the model picked (the page's URL says the same now).
-        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()
-        job = (job.get("fits", job.get("jobs")) if isinstance(job, dict) else job)[0]
+        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]   # newest first
         assert job["state"] == "succeeded" and job["name"] == "panel-photo"
         assert p.page.url.endswith(job["links"]["viewer"].lstrip("/"))
         p.page.goto(fit_stack.url + job["links"]["viewer"])
@@ -171,13 +171,31 @@ def test_a_text_file_gets_the_apis_error_in_the_panel_and_nothing_is_queued(brow
         assert "error" in p.page.locator(".fit-message").get_attribute("class")
         assert p.page.locator(".fit-job").is_hidden()
         assert p.page.locator("#fit-start").is_enabled()      # the form is usable again
-        jobs = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()
-        jobs = jobs.get("fits", jobs.get("jobs", [])) if isinstance(jobs, dict) else jobs
+        jobs = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"]
         assert all(j.get("source", {}).get("filename") != "notes.txt" for j in jobs)
     finally:
         p.close()
     # The console error above would be Chromium's "Failed to load resource: 400"; only page errors count here.
     assert not [e for e in p.errors if "Failed to load resource" not in e]
+
+
+def test_cancel_stops_the_running_fit_and_nothing_is_written(browser, fit_stack):  # noqa: F811
+    p = FitPage(browser, fit_stack.url + "/")
+    try:
+        p.upload("long.png", photo_png(), preset="fourier-small", size=32, steps=20000, name="panel-cancelled")
+        p.page.wait_for_function("document.querySelector('#fit-progress').value > 0", timeout=FIT_TIMEOUT_MS)
+        p.page.click(".fit-cancel")
+        p.wait_state("cancelled", "failed", "error", "ready", timeout=FIT_TIMEOUT_MS)
+        assert p.state() == "cancelled", p.message()
+        assert "nothing was written" in p.message()
+        assert p.page.locator("#fit-progress").evaluate("b => b.value") < 20000
+        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]
+        assert (job["name"], job["state"]) == ("panel-cancelled", "cancelled")
+        assert not (fit_stack.models / "panel-cancelled").exists()
+        assert "panel-cancelled" not in p.page.locator("#model option").all_text_contents()
+        assert p.errors == []
+    finally:
+        p.close()
 
 
 # ---- the panel against every answer the API can give, from Playwright routes ----------------------------------
