@@ -68,7 +68,9 @@ class FitPage:
         self.page.on("request", lambda r: self.renders.append(r.url)
                      if r.method == "POST" and r.url.endswith("/render") else None)
         self.page.goto(url)
-        self.page.wait_for_selector("#model option", state="attached")
+        self.page.wait_for_function("document.querySelector('#model option') || "
+                                    "document.querySelector('#view-message').textContent")
+        assert self.page.locator("#model option").count(), self.page.locator("#view-message").inner_text()
         # Every value the progress bar takes, as the panel sets it.
         self.page.evaluate("""(() => {
             const bar = document.querySelector('#fit-progress');
