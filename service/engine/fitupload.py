@@ -64,8 +64,10 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Uploa
             rgb = to_rgb(img)
     except ServiceError:
         raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise TooLarge(f"'{filename}' has more pixels than the limit of {max_pixels} "
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # Pillow's own guard, first
+        found = re.search(r"\((\d+) pixels\)", str(e))
+        size = f"{int(found.group(1))} pixels" if found else "more pixels"
+        raise TooLarge(f"'{filename}' has {size}, more than the limit of {max_pixels} "
                        "(INR_MAX_UPLOAD_PIXELS)") from None
     except Image.UnidentifiedImageError:
         raise BadInput(f"'{filename}' is not an image Pillow can read (PNG, JPEG, GIF, WebP, TIFF, BMP …)") from None
