@@ -70,8 +70,8 @@ class Fits:
         async with self._naming:
             if name is None:
                 active = await self.call("active_names")
-                name = derive_name(upload.source.get("filename", ""),
-                                   lambda n: n in active or (s.models / n).exists())
+                name = await anyio.to_thread.run_sync(derive_name, upload.source.get("filename", ""),
+                                                      lambda n: n in active or (s.models / n).exists())
             else:
                 await anyio.to_thread.run_sync(check_target, name, s.models)
             try:

@@ -66,7 +66,7 @@ async def submit(request: Request, settings: SettingsDep):
             raise BadInput("no 'file' in the upload; send the image as the form field 'file'")
         opts = options(fields, PRESETS, settings.fit_max_size, settings.fit_max_steps)
         name = check_name(fields["name"]) if fields.get("name") else None
-        data = await upload.read(settings.fit_max_upload_bytes + 1)
+        data = await upload.read()  # at most the body limit: INR_FIT_MAX_UPLOAD_BYTES + the envelope
         filename = upload.filename or "upload"
     finally:
         await form.close()
