@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: setup serve test models bench clean
+.PHONY: setup serve worker test models bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,6 +16,11 @@ setup: $(BIN)/python
 serve: $(BIN)/python
 	$(BIN)/pip install -q -e '.[serve]'
 	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --device auto
+
+# A fit worker for POST /v1/fits (docs/fits.md), on the same job store and models/ as `make serve`.
+worker: $(BIN)/python
+	$(BIN)/pip install -q -e '.[train]'
+	$(BIN)/python -m training worker --store sqlite:///build/fits.sqlite --models models
 
 test: setup
 	$(BIN)/python -m pytest -q

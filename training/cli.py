@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_image.register(sub)
     from . import reexport
     reexport.register(sub)
+    from . import worker
+    worker.register(sub)
     try:
         from .digits import cli as cli_digits
     except ImportError:  # the digits package is optional while it is being built

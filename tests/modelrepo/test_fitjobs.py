@@ -1,0 +1,157 @@
+"""The fit job store on its embedded backend (SQLite) and a real one (redis-server): records, events,
+limits, cancel, one claim per attempt under a race, fit slots, and dead workers retried once then failed."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from modelrepo.fitjobs import FitStore, JobFinished, QueueFull, StoreError
+from tests.fits import RedisServer, png, submit
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/fits.sqlite"
+    server = request.getfixturevalue("redis_server")
+    import redis
+    redis.Redis.from_url(server.url).flushall()
+    return server.url
+
+
+def test_a_submitted_job_is_listed_with_its_queued_event_and_image(url):
+    store = FitStore(url)
+    rec = submit(store, "cat")
+    assert rec["state"] == "queued" and rec["attempt"] == 1 and rec["steps"] == 60
+    again = FitStore(url)  # another process's view: everything is in the store
+    assert again.get(rec["id"]) == rec
+    assert [r["id"] for r in again.list()] == [rec["id"]]
+    assert [e["type"] for e in again.events(rec["id"])] == ["queued"]
+    assert again.image(rec["id"]) == png()
+    assert again.active_names() == {"cat"}
+    assert again.get("nope") is None and again.events("nope") == []
+    second = submit(store, "dog")
+    assert [r["id"] for r in again.list()] == [second["id"], rec["id"]]  # newest first
+
+
+def test_over_running_plus_queue_limit_is_refused_and_nothing_is_added(url):
+    store = FitStore(url)
+    for i in range(3):
+        submit(store, f"j{i}", max_running=1, queue_limit=2)
+    with pytest.raises(QueueFull) as full:
+        submit(store, "j3", max_running=1, queue_limit=2)
+    assert full.value.limit == 3 and full.value.active == 3 and full.value.retry_after >= 1
+    assert len(store.list()) == 3
+
+
+def test_cancel_a_queued_job_wins_its_claim_so_no_worker_starts_it(url):
+    store = FitStore(url)
+    rec = submit(store)
+    done = store.cancel(rec["id"])
+    assert done["state"] == "cancelled" and done["finished"]
+    assert store.claim(rec["id"], 1, "w1") is None
+    assert store.image(rec["id"]) is None  # the upload is dropped with the job
+    with pytest.raises(JobFinished):
+        store.cancel(rec["id"])
+    with pytest.raises(KeyError):
+        store.cancel("unknown")
+    assert [e["type"] for e in store.events(rec["id"])] == ["queued", "cancelled"]
+
+
+def test_one_claim_per_attempt_when_many_processes_race(url):
+    rec = submit(FitStore(url))
+    stores = [FitStore(url) for _ in range(8)]
+    go, won = threading.Barrier(8), []
+
+    def race(i):
+        go.wait()
+        if stores[i].claim(rec["id"], 1, f"w{i}"):
+            won.append(i)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1
+    got = stores[0].get(rec["id"])
+    assert got["state"] == "running" and got["worker"] == f"w{won[0]}"
+    assert [e["type"] for e in stores[0].events(rec["id"])] == ["queued", "started"]
+
+
+def test_fit_slots_bound_running_fits_across_workers(url):
+    store = FitStore(url)
+    a, b = submit(store, "a", max_running=1), submit(store, "b", max_running=1)
+    assert store.claim(a["id"], 1, "w1")["state"] == "running"
+    assert store.claim(b["id"], 1, "w2") is False  # every slot held: put back for later
+    assert store.get(b["id"])["state"] == "queued"
+    store.finish(store.get(a["id"]), "succeeded", version=1)
+    assert store.claim(b["id"], 1, "w2")["state"] == "running"
+
+
+def test_progress_events_keep_order_and_previews(url):
+    store = FitStore(url)
+    rec = store.claim(submit(store)["id"], 1, "w1")
+    for step in (10, 20, 30):
+        rec = store.progress(rec, {"step": step, "steps": 60, "loss": 0.1 / step, "psnr": step, "eta_s": 1.0},
+                             preview=b"png%d" % step if step == 20 else None)
+    events = store.events(rec["id"])
+    assert [e["seq"] for e in events] == [1, 2, 3, 4, 5]
+    assert [e.get("step") for e in events[2:]] == [10, 20, 30]
+    assert store.preview(rec["id"], 4) == b"png20" and store.preview(rec["id"], 3) is None
+    assert [e["seq"] for e in store.events(rec["id"], after=3)] == [4, 5]  # resume after an event id
+    assert store.get(rec["id"])["step"] == 30
+
+
+def test_a_dead_workers_job_is_retried_once_then_failed_and_reaped_once(url):
+    store = FitStore(url, stale_s=0.5)
+    rec = submit(store, max_running=1)
+    seat = store.register_worker("w1", {})
+    assert store.claim(rec["id"], 1, "w1")["worker"] == "w1"
+    assert store.reap() == []  # w1's heartbeat is fresh
+    time.sleep(0.7)            # w1 stops beating: dead
+    reapers = [FitStore(url, stale_s=0.5) for _ in range(4)]
+    reaped = []
+    threads = [threading.Thread(target=lambda s=s: reaped.extend(s.reap())) for s in reapers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert reaped == [rec["id"]]  # four reapers, one reaping
+    got = store.get(rec["id"])
+    assert got["state"] == "queued" and got["attempt"] == 2 and got["failures"] == 1
+    retry = store.events(rec["id"])[-1]
+    assert retry["type"] == "retrying" and "w1 stopped answering" in retry["reason"]
+    assert store.workers() == [] and store.claim(rec["id"], 1, "late") is None  # the old attempt is gone
+    store.unregister_worker(seat, "w1")
+
+    store.register_worker("w2", {})
+    assert store.claim(rec["id"], 2, "w2")["state"] == "running"  # the slot w1 held was freed
+    time.sleep(0.7)
+    assert store.reap() == [rec["id"]]
+    failed = store.get(rec["id"])
+    assert failed["state"] == "failed" and "already retried once" in failed["error"]
+    assert not store.still_mine({"id": rec["id"], "attempt": 2})
+
+
+def test_a_stopping_worker_hands_its_job_back_without_counting_a_failure(url):
+    store = FitStore(url)
+    rec = store.claim(submit(store)["id"], 1, "w1")
+    back = store.hand_back(rec, "worker w1 stopped (SIGTERM) at step 5")
+    assert back["state"] == "queued" and back["attempt"] == 2 and back["failures"] == 0
+    assert store.claim(rec["id"], 2, "w2")["state"] == "running"
+
+
+@pytest.mark.parametrize("bad", ["mysql://x/y", "sqlite:///", "", "fits.sqlite"])
+def test_an_unknown_store_url_is_refused_naming_the_forms(bad):
+    with pytest.raises(StoreError, match="sqlite:///"):
+        FitStore(bad)

@@ -1,0 +1,149 @@
+"""One fit job from the store: the same parse, fit, evaluate and export as `fit-image --out`, with
+progress (loss, PSNR, ETA, a small preview) written to the store as it goes."""
+from __future__ import annotations
+
+import io
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from modelrepo import SpecError
+from modelrepo.fitjobs import PRESETS, FitStore
+
+from .cli import OneLineParser
+from .cli_image import add_image_options, fit_config
+from .errors import UsageError
+from .fit_image import checkpoint, evaluate, export_image_model, predict, rebuild, train
+from .images import load_image, pixel_centres
+from .metrics import psnr_from_mse
+
+log = logging.getLogger(__name__)
+PREVIEW = 64            # preview renders are PREVIEW × PREVIEW pixels
+PROGRESS_EVENTS = 40    # about this many progress events per fit
+PREVIEW_EVERY = 4       # a preview with every 4th progress event, and with the last
+
+
+class Stop(Exception):
+    """The fit ends early: `state` is what the job becomes (None: the job is no longer ours)."""
+
+    def __init__(self, state: str | None, reason: str):
+        super().__init__(reason)
+        self.state, self.reason = state, reason
+
+
+@dataclass
+class JobContext:
+    store: FitStore
+    models: Path
+    worker: str
+    device: str = "auto"
+    stopping: object = None   # a threading.Event set on SIGTERM
+
+
+def fit_args(options: dict, image_path: Path, device: str):
+    """fit-image's parsed options for the job: its preset, then the job's own size, steps, protocol, seed."""
+    preset = PRESETS[options["preset"]]
+    argv = ["--image", str(image_path), "--size", str(options["size"]), "--steps", str(options["steps"]),
+            "--protocol", options["protocol"], "--seed", str(options["seed"]), "--device", device,
+            "--no-progress", *preset["argv"]]
+    parser = OneLineParser(prog="fit job")
+    add_image_options(parser)
+    return parser.parse_args(argv)
+
+
+def preview_png(model, device) -> bytes:
+    coords = pixel_centres(PREVIEW, PREVIEW).reshape(-1, 2)
+    rgb = predict(model, coords, device).reshape(PREVIEW, PREVIEW, 3)
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(rgb * 255 + 0.5, 0, 255).astype(np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def check_target(out: Path) -> None:
+    """The target must be an image model (or new): a fit never writes a version into a digits model."""
+    meta = sorted(out.glob("*/metadata.json"))
+    if meta:
+        import json
+        task = json.loads(meta[-1].read_text()).get("task", "image")
+        if task != "image":
+            raise UsageError(f"model '{out.name}' is a {task} model; a fit writes image models only")
+
+
+def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
+    """Claim the job's attempt and fit it; the record as it ends (None: not ours to run)."""
+    store = ctx.store
+    rec = store.claim(job_id, attempt, ctx.worker)
+    if not rec:
+        return None
+    log.info("fit %s attempt %d: %s", job_id, attempt, rec["options"])
+    try:
+        return fit(ctx, rec)
+    except Stop as stop:
+        if stop.state is None:
+            log.warning("fit %s: %s", job_id, stop.reason)
+            return None
+        if stop.state == "queued":
+            return store.hand_back(rec, stop.reason)
+        return store.finish(rec, stop.state, error=stop.reason if stop.state == "failed" else None)
+    except (UsageError, SpecError, ValueError, OSError) as e:
+        return store.finish(rec, "failed", error=f"{e.__class__.__name__}: {e}" if not isinstance(e, UsageError)
+                            else str(e))
+    except Exception as e:  # noqa: BLE001 - a job fails with its reason; the worker carries on
+        log.exception("fit %s failed", job_id)
+        return store.finish(rec, "failed", error=f"{e.__class__.__name__}: {e}")
+
+
+def fit(ctx: JobContext, rec: dict) -> dict:
+    store, opts = ctx.store, rec["options"]
+    out = ctx.models / rec["name"]
+    check_target(out)
+    deadline = rec["started"] + rec["deadline_s"]
+    with tempfile.TemporaryDirectory(prefix="inr-fit-") as tmp:
+        path = Path(tmp) / "upload.png"
+        path.write_bytes(store.image(rec["id"]) or b"")
+        args = fit_args(opts, path, ctx.device)
+        cfg = fit_config(args)
+        cfg.validate()
+        img, _ = load_image(str(path), cfg.size)
+    cfg.image = rec["source"].get("filename") or rec["name"]
+    every = max(1, cfg.steps // PROGRESS_EVENTS)
+    t0, events = time.monotonic(), [0]
+
+    def check(step: int) -> None:
+        if store.cancel_requested(rec["id"]):
+            raise Stop("cancelled", f"cancelled at step {step}")
+        if not store.still_mine(rec):
+            raise Stop(None, "another process declared this worker dead; dropping the fit")
+        if time.time() > deadline:
+            raise Stop("failed", f"the fit ran past its deadline of {rec['deadline_s']:g} s (INR_FIT_DEADLINE_S) "
+                                 f"at step {step}")
+        if ctx.stopping is not None and ctx.stopping.is_set():
+            raise Stop("queued", f"worker {ctx.worker} stopped (SIGTERM) at step {step}")
+
+    def on_step(step: int, loss: float, model) -> bool:
+        nonlocal rec
+        check(step)
+        done = step + 1
+        elapsed = time.monotonic() - t0
+        events[0] += 1
+        last = done == cfg.steps
+        preview = preview_png(model, next(model.parameters()).device) if (events[0] % PREVIEW_EVERY == 1 or last) else None
+        rec = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
+                                   "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
+                                   "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
+        return False
+
+    model, history = train(cfg, img, on_step=on_step, every=every)
+    model = rebuild(checkpoint(model, cfg))
+    metrics, full = evaluate(model, img, cfg.protocol)
+    check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched
+    source = {"kind": "upload", "job": rec["id"], **{k: rec["source"][k] for k in ("filename", "width", "height")
+                                                     if k in rec["source"]}}
+    written = export_image_model(model, cfg, out, source, metrics, history, full)
+    log.info("fit %s: wrote %s version %s", rec["id"], rec["name"], written["version"])
+    return store.finish(rec, "succeeded", version=written["version"], metrics=metrics)

@@ -1,0 +1,122 @@
+"""`python -m training worker`: take fit jobs from the store (docs/fits.md) and fit them, one at a time.
+
+The loop is huey's primitives (scheduled messages moved to the queue when due, an atomic dequeue,
+`execute`); it is ours rather than huey's consumer so that SIGTERM lets the current fit hand its job
+back at the next progress step instead of abandoning it. A heartbeat thread keeps the worker's seat in
+the store and reaps jobs whose workers died.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from modelrepo.fitjobs import FitStore, StoreError, worker_id
+
+from .errors import UsageError
+from .fitjob import JobContext, run_job
+
+log = logging.getLogger(__name__)
+DEFAULT_STORE = "sqlite:///build/fits.sqlite"
+
+
+class Heartbeat(threading.Thread):
+    def __init__(self, store: FitStore, seat: int, wid: str, every_s: float, info: dict):
+        super().__init__(name="fit-heartbeat", daemon=True)
+        self.store, self.seat, self.wid, self.every_s, self.info = store, seat, wid, every_s, info
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        last_reap = 0.0
+        while not self.stop.wait(self.every_s):
+            try:
+                self.store.beat(self.seat, self.wid, self.info)
+                if time.monotonic() - last_reap >= self.store.stale_s / 2:
+                    last_reap = time.monotonic()
+                    for job in self.store.reap():
+                        log.warning("job %s: its worker died; retried or failed", job)
+            except Exception:  # noqa: BLE001 - a store hiccup must not stop the heartbeat for good
+                log.exception("heartbeat")
+
+
+def lower_priority(nice: int, threads: int) -> None:
+    """Fits yield the CPU to serving: a higher nice value and a bounded number of torch threads."""
+    import torch
+    if nice:
+        os.nice(nice)
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+
+
+def serve_jobs(args: argparse.Namespace) -> int:
+    stopping = threading.Event()
+    wid = worker_id()
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "job": None}
+    ctx = JobContext(store=None, models=Path(args.models), worker=wid, device=args.device, stopping=stopping)
+
+    def run(job_id: str, attempt: int):
+        info["job"] = job_id
+        try:
+            return run_job(ctx, job_id, attempt)
+        finally:
+            info["job"] = None
+
+    try:
+        store = FitStore(args.store, stale_s=args.stale_s, run=run)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    ctx.store = store
+    lower_priority(args.nice, args.threads)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    seat = store.register_worker(wid, info)
+    beat = Heartbeat(store, seat, wid, args.heartbeat_s, info)
+    beat.start()
+    log.warning("worker %s: store %s, models %s", wid, args.store, args.models)
+    done, idle = 0, 0.05
+    try:
+        while not stopping.is_set():
+            for task in store.huey.read_schedule():
+                store.huey.enqueue(task)
+            task = store.huey.dequeue()
+            if task is None:
+                stopping.wait(idle)
+                idle = min(idle * 1.5, args.poll_s)
+                continue
+            idle = 0.05
+            ended = store.huey.execute(task)
+            done += ended is not None
+            if args.once and ended is not None:
+                break
+    finally:
+        beat.stop.set()
+        store.unregister_worker(seat, wid)
+        store.close()
+    return 0
+
+
+def register(sub) -> None:
+    from .cli import positive_float, positive_int
+    p = sub.add_parser("worker", help="fit the images uploaded to POST /v1/fits (docs/fits.md)")
+    p.add_argument("--store", default=os.environ.get("INR_FIT_STORE", DEFAULT_STORE),
+                   help="job store: sqlite:///PATH, redis://HOST:PORT/DB or postgresql://… "
+                        "(default: $INR_FIT_STORE, else %(default)s)")
+    p.add_argument("--models", default=os.environ.get("INR_MODELS", "models"),
+                   help="model repository the fits are written to (default: $INR_MODELS, else models)")
+    p.add_argument("--threads", type=positive_int, default=int(os.environ.get("INR_FIT_THREADS", "1")),
+                   help="torch threads per fit (default: $INR_FIT_THREADS, else 1)")
+    p.add_argument("--nice", type=int, default=10, choices=range(0, 20), metavar="0..19",
+                   help="CPU priority below the service's (default: 10)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--heartbeat-s", type=positive_float, default=2.0, help="seconds between heartbeats")
+    p.add_argument("--stale-s", type=positive_float, default=float(os.environ.get("INR_FIT_STALE_S", "15")),
+                   help="a worker silent this long is dead; its job is retried once "
+                        "(default: $INR_FIT_STALE_S, else 15)")
+    p.add_argument("--poll-s", type=positive_float, default=1.0, help="longest wait between queue polls")
+    p.add_argument("--once", action="store_true", help="exit after one job has ended")
+    p.set_defaults(func=serve_jobs)
