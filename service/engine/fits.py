@@ -108,10 +108,9 @@ class Fits:
             record = await self.call("cancel", job_id)
         except KeyError:
             raise NotFound(f"unknown fit job '{job_id}'") from None
-        except JobFinished:
-            state = (await self.record(job_id)).get("state")
-            raise Conflict(f"fit job '{job_id}' is already {state}; only a queued or running job can be "
-                           "cancelled") from None
+        except JobFinished as e:
+            raise Conflict(f"fit job '{job_id}' is already {e.record.get('state')}; only a queued or running "
+                           "job can be cancelled") from None
         end = time.monotonic() + CANCEL_WAIT_S
         while record.get("state") not in FINISHED and time.monotonic() < end:
             await asyncio.sleep(POLL_S)
@@ -142,7 +141,7 @@ def present(record: dict, workers: int) -> dict:
         links["preview"] = f"{base}/previews/{seq}.png"
     name, version = out.get("name"), out.get("version")
     if out.get("state") == "succeeded" and name and version:
-        links.update(model=f"/v1/models/{name}/versions/{version}",
+        links.update(model=f"/v1/models/{name}",  # its versions, this one among them
                      render=f"/v1/models/{name}/versions/{version}/render?width=512&height=512",
                      iiif=f"/iiif/3/{name}/info.json", viewer=f"/?model={name}")
     out["links"] = links
