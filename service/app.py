@@ -132,7 +132,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     # an upload to fit may be larger than other bodies: its own limit, plus the multipart envelope
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
-                       larger={"/v1/fits": (settings.fit_max_upload_bytes + FIT_ENVELOPE, "INR_FIT_MAX_UPLOAD_BYTES")})
+                       larger={"/v1/fits": (settings.fit_max_upload_bytes + FIT_ENVELOPE,
+                                            f"INR_FIT_MAX_UPLOAD_BYTES={settings.fit_max_upload_bytes} plus "
+                                            f"{FIT_ENVELOPE} bytes of form")})
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)

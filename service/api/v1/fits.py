@@ -128,6 +128,7 @@ async def stream(request: Request, service: Fits, job_id: str, after: int) -> As
     idle, finished_seen = 0.0, False
     drain = request.app.state.drain
     while True:
+        await service.reap()  # a dead worker's job is retried or failed, never left running
         record = await service.record(job_id)
         new = await service.call("events", job_id, after)
         for event in new:

@@ -13,7 +13,7 @@ from modelrepo.fitjobs import FitStore
 from tests.servers import ROOT, Server
 
 KEY = {"fit-key": "fit-s3cret"}
-MAX_BYTES, MAX_PIXELS = 300_000, 1_000_000
+MAX_BYTES, MAX_PIXELS, MAX_BODY = 300_000, 1_000_000, 100_000  # an upload may be larger than other bodies
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,8 @@ def fit_server(tmp_path_factory):
     srv = Server(repo, "--http-restricted-api", f"fit:fit-key={KEY['fit-key']}",
                  env={"INR_FIT_STORE": url, "INR_FIT_MAX_UPLOAD_BYTES": str(MAX_BYTES),
                       "INR_MAX_UPLOAD_PIXELS": str(MAX_PIXELS), "INR_FIT_MAX_RUNNING": "1",
-                      "INR_FIT_QUEUE_LIMIT": "3", "INR_FIT_MAX_SIZE": "512"}).wait_ready()
+                      "INR_FIT_QUEUE_LIMIT": "3", "INR_FIT_MAX_SIZE": "512",
+                      "INR_MAX_BODY_BYTES": str(MAX_BODY)}).wait_ready()
     srv.repo, srv.store_url = repo, url
     yield srv
     srv.stop()

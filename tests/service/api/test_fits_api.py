@@ -12,7 +12,7 @@ from PIL import Image
 
 from modelrepo.fitjobs import PRESETS
 from tests.servers import png_bytes
-from tests.service.api.fitserver import MAX_BYTES, api, fit_server, store, stored, upload  # noqa: F401
+from tests.service.api.fitserver import MAX_BODY, MAX_BYTES, api, fit_server, store, stored, upload  # noqa: F401
 
 def noise_png(side: int) -> bytes:
     return png_bytes(Image.fromarray(np.random.default_rng(0).integers(0, 256, (side, side, 3), np.uint8)))
@@ -77,7 +77,7 @@ BAD = [  # (file, fields, status, words in the error)
     (bomb, {}, 413, ["225000000 pixels", "INR_MAX_UPLOAD_PIXELS"]),
     (lambda: png_bytes(Image.new("RGB", (1100, 1000))), {}, 413, ["INR_MAX_UPLOAD_PIXELS"]),
     (lambda: noise_png(330), {}, 413, [f"limit of {MAX_BYTES}", "INR_FIT_MAX_UPLOAD_BYTES"]),  # the route
-    (lambda: noise_png(450), {}, 413, ["INR_FIT_MAX_UPLOAD_BYTES"]),  # the body limit, from Content-Length
+    (lambda: noise_png(450), {}, 413, [f"INR_FIT_MAX_UPLOAD_BYTES={MAX_BYTES} plus"]),  # the body limit
     (None, {"steps": 0}, 422, ["steps", "1 … 20000", "INR_FIT_MAX_STEPS"]),
     (None, {"steps": 10**9}, 422, ["steps", "INR_FIT_MAX_STEPS"]),
     (None, {"steps": "many"}, 422, ["steps must be a whole number"]),
@@ -111,6 +111,15 @@ def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(api, store, 
     assert len(store.list()) == before
     assert sorted(p.name for p in fit_server.repo.iterdir()) == folders
     assert api.get("/health/ready").status_code == 200
+
+
+def test_an_upload_has_its_own_body_limit_above_the_service_wide_one(api):
+    big = noise_png(250)
+    assert MAX_BODY < len(big) < MAX_BYTES
+    assert upload(api, big).status_code == 202
+    r = api.post("/v1/models/astronaut/query", content=b" " * (MAX_BODY + 1),
+                 headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "INR_MAX_BODY_BYTES" in r.json()["error"]
 
 
 def test_a_missing_file_or_a_non_form_body_is_refused(api, store):
