@@ -1,6 +1,7 @@
 """Issue 22 end to end: the real server (poll mode) and a real `python -m training worker` subprocess on
 one SQLite store. An upload over HTTP is fitted with ordered SSE progress and previews, and the new
-model answers v1 query, render and a IIIF tile; a running fit cancelled over HTTP writes nothing."""
+model answers v1 query, render and a IIIF tile; a running fit cancelled over HTTP writes nothing; a fit
+goes on while the API restarts, and its event stream resumes from Last-Event-ID on the new process."""
 from __future__ import annotations
 
 import io
@@ -26,7 +27,7 @@ def stack(tmp_path_factory):
     shutil.copytree(ROOT / "models" / "digits", repo / "digits")
     url = f"sqlite:///{tmp_path_factory.mktemp('fit-worker-store') / 'fits.sqlite'}"
     srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.5",
-                 env={"INR_FIT_STORE": url, "INR_FIT_STALE_S": "3", "INR_FIT_QUEUE_LIMIT": "2"}).wait_ready()
+                 env={"INR_FIT_STORE": url, "INR_FIT_STALE_S": "3"}).wait_ready()
     worker = Worker(url, repo, tmp_path_factory.mktemp("fit-worker-log") / "worker.log")
     client, store = httpx.Client(base_url=srv.url, timeout=30), FitStore(url, stale_s=3)
     try:
@@ -34,6 +35,7 @@ def stack(tmp_path_factory):
         while not store.workers() and time.monotonic() < deadline and worker.proc.poll() is None:
             time.sleep(0.2)
         assert store.workers(), worker.output()[-3000:]
+        srv.env = {"INR_FIT_STORE": url, "INR_FIT_STALE_S": "3"}
         yield srv, worker, client, repo
     finally:
         client.close()
@@ -118,3 +120,42 @@ def test_a_running_fit_cancelled_over_http_writes_nothing(stack):
     assert client.delete(f"/v1/fits/{job}").status_code == 409
     assert [kind for _, kind, _ in sse(client, f"/v1/fits/{job}/events", timeout=10)][-1] == "cancelled"
     assert not (repo / "never-written").exists()
+
+
+def first_events(client: httpx.Client, path: str, n: int, headers: dict | None = None) -> list[tuple[int, str]]:
+    """The first n events of a stream, then hang up."""
+    got = []
+    with client.stream("GET", path, headers=headers, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith("id: "):
+                seq = int(line[4:])
+            elif line.startswith("event: "):
+                got.append((seq, line[7:]))
+                if len(got) == n:
+                    break
+    return got
+
+
+def test_a_fit_goes_on_across_an_api_restart_and_its_stream_resumes(stack):
+    _, worker, _, repo = stack
+    api = Server(repo, env=stack[0].env).wait_ready()
+    try:
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+            job = c.post("/v1/fits", files={"file": ("restart.png", png())},
+                         data={**FAST, "steps": "20000", "name": "restarted"}).json()["id"]
+            wait_state(c, job, {"running"}, timeout=120)
+            seen = first_events(c, f"/v1/fits/{job}/events", 3)
+            assert [kind for _, kind in seen] == ["queued", "started", "progress"]
+        api.stop()
+        api = Server(repo, env=stack[0].env).wait_ready()  # a new process on the same store
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+            rec = c.get(f"/v1/fits/{job}").json()
+            assert rec["state"] == "running" and rec["workers"] == 1 and rec["seq"] >= seen[-1][0]
+            resumed = first_events(c, f"/v1/fits/{job}/events", 2, headers={"Last-Event-ID": str(seen[-1][0])})
+            assert [seq for seq, _ in resumed] == [seen[-1][0] + 1, seen[-1][0] + 2], resumed
+            assert all(kind == "progress" for _, kind in resumed)
+            assert c.delete(f"/v1/fits/{job}").status_code in (200, 202)
+            assert wait_state(c, job, {"cancelled", "failed", "succeeded"}, timeout=60)["state"] == "cancelled"
+    finally:
+        api.stop()
+    assert not (repo / "restarted").exists()
