@@ -3,6 +3,7 @@ progress (loss, PSNR, ETA, a small preview) written to the store as it goes."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import tempfile
 import time
@@ -66,10 +67,9 @@ def preview_png(model, device) -> bytes:
 
 def check_target(out: Path) -> None:
     """The target must be an image model (or new): a fit never writes a version into a digits model."""
-    meta = sorted(out.glob("*/metadata.json"))
-    if meta:
-        import json
-        task = json.loads(meta[-1].read_text()).get("task", "image")
+    meta = out / "metadata.json"
+    if meta.exists():
+        task = json.loads(meta.read_text()).get("task")
         if task != "image":
             raise UsageError(f"model '{out.name}' is a {task} model; a fit writes image models only")
 
