@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ class Upload:
 
 def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Upload:
     """The upload as an 8-bit RGB PNG, or a 4xx naming the problem and the limiting setting."""
+    filename = "".join(c for c in filename if c.isprintable())[-200:] or "upload"  # shown in errors, kept
     if len(data) > max_bytes:
         raise TooLarge(f"'{filename}' is {len(data)} bytes, more than the limit of {max_bytes} "
                        "(INR_FIT_MAX_UPLOAD_BYTES)")
@@ -60,7 +62,7 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Uploa
             fmt, mode, frames = img.format, img.mode, getattr(img, "n_frames", 1)
             img.seek(0)
             img.load()  # a truncated file fails here (Pillow's LOAD_TRUNCATED_IMAGES stays off)
-            img = ImageOps.exif_transpose(img)
+            img = upright(img)
             rgb = to_rgb(img)
     except ServiceError:
         raise
@@ -78,6 +80,14 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Uploa
     source = {"filename": filename, "width": rgb.width, "height": rgb.height, "mode": mode, "format": fmt,
               "frames": int(frames)}
     return Upload(buf.getvalue(), source)
+
+
+def upright(img: Image.Image) -> Image.Image:
+    """EXIF orientation applied; an EXIF block Pillow cannot parse leaves the pixels as they are."""
+    try:
+        return ImageOps.exif_transpose(img)
+    except (SyntaxError, ValueError, TypeError, KeyError, OSError, struct.error):
+        return img
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
