@@ -94,7 +94,10 @@ class Fits:
 
     async def get(self, job_id: str) -> dict:
         await self.reap()
-        return await self.present(await self.record(job_id))
+        record = await self.record(job_id)
+        if record.get("state") == "running" and await self.call("cancel_requested", job_id):
+            record["cancel_requested"] = True  # a DELETE answered 202: the worker stops at its next step
+        return await self.present(record)
 
     async def list(self) -> list[dict]:
         await self.reap()
@@ -117,7 +120,9 @@ class Fits:
             record = await self.record(job_id)
         if record.get("state") in FINISHED and record.get("state") != "cancelled":
             raise Conflict(f"fit job '{job_id}' {record['state']} before the cancel reached its worker")
-        return (200 if record.get("state") == "cancelled" else 202), await self.present(record)
+        if record.get("state") == "cancelled":
+            return 200, await self.present(record)
+        return 202, await self.present({**record, "cancel_requested": True})  # the store keeps it apart
 
     async def preview(self, job_id: str, seq: int) -> bytes:
         png = await self.call("preview", job_id, seq)

@@ -160,6 +160,26 @@ def test_cancel_a_queued_job_then_delete_again_is_409(api, store):
     assert api.get(f"/v1/fits/{job}/previews/1.png").status_code == 404
 
 
+def test_cancel_of_a_running_job_is_202_until_its_worker_stops(api, store):
+    """This test plays the worker through the store's worker side (claim, heartbeat, finish): a worker
+    that does not reach its next progress check within the API's 5 s wait."""
+    job = upload(api, png_bytes(Image.new("RGB", (8, 8)))).json()["id"]
+    seat = store.register_worker("test-worker", {"host": "test", "pid": 0, "job": job})
+    try:
+        running = store.claim(job, 1, "test-worker")
+        assert running["state"] == "running"
+        rec = api.get(f"/v1/fits/{job}").json()
+        assert rec["state"] == "running" and rec["workers"] == 1 and "note" not in rec
+        r = api.delete(f"/v1/fits/{job}")
+        assert r.status_code == 202 and r.json()["state"] == "running" and r.json()["cancel_requested"]
+        assert store.cancel_requested(job) and api.get(f"/v1/fits/{job}").json()["cancel_requested"]
+        store.finish(store.get(job), "cancelled", error=None)  # the worker's next check
+        assert api.get(f"/v1/fits/{job}").json()["state"] == "cancelled"
+        assert api.delete(f"/v1/fits/{job}").status_code == 409
+    finally:
+        store.unregister_worker(seat, "test-worker")
+
+
 def parse_sse(text: str) -> list[dict]:
     events = []
     for block in text.strip().split("\n\n"):
