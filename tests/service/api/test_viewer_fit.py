@@ -200,6 +200,29 @@ def test_cancel_stops_the_running_fit_and_nothing_is_written(browser, fit_stack)
         p.close()
 
 
+def test_with_the_fit_group_restricted_the_panel_shows_the_403(browser, model_repo, tmp_path):  # noqa: F811
+    """The page cannot know the group's key: the panel shows the API's 403 text and queues nothing."""
+    srv = Server(model_repo, "--http-restricted-api", "fit:fit-key=s3cret",
+                 env={"INR_FIT_STORE": f"sqlite:///{tmp_path / 'fits.sqlite'}"})
+    srv.wait_ready()
+    p = None
+    try:
+        refused = httpx.post(f"{srv.url}/v1/fits", files={"file": ("cat.png", photo_png(), "image/png")}, timeout=30)
+        assert refused.status_code == 403
+        p = FitPage(browser, srv.url + "/")
+        p.upload("cat.png", photo_png(), preset="fourier-small")
+        p.wait_state("error")
+        assert refused.json()["error"] in p.message() and "this page does not have" in p.message()
+        assert p.page.locator(".fit-job").is_hidden() and p.page.locator("#fit-start").is_enabled()
+        assert not [e for e in p.errors if "Failed to load resource" not in e]
+        listed = httpx.get(f"{srv.url}/v1/fits", headers={"fit-key": "s3cret"}, timeout=30).json()["fits"]
+        assert listed == []
+    finally:
+        if p is not None:
+            p.close()
+        srv.stop()
+
+
 # ---- the panel against every answer the API can give, from Playwright routes ----------------------------------
 
 JOB = "f00d00000001"
