@@ -18,7 +18,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.fits import Worker, png
+from tests.fits import Worker, photo, png
 from tests.servers import Server
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
@@ -156,6 +156,30 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         p.page.wait_for_function("['open', 'failed'].includes(document.querySelector('#osd').dataset.state)",
                                  timeout=FIT_TIMEOUT_MS)
         assert p.page.locator("#osd").get_attribute("data-state") == "open", p.page.locator("#message").inner_text()
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_a_second_fit_into_the_same_name_opens_its_next_version(browser, fit_stack):  # noqa: F811
+    """The panel waits for the new version, not just the name (panel-photo is version 1 from the test above,
+    or is fitted here first when this test runs alone)."""
+    def version():
+        r = httpx.get(f"{fit_stack.url}/v1/models/panel-photo", timeout=30)
+        return r.json()["version"] if r.status_code == 200 else 0
+
+    p = FitPage(browser, fit_stack.url + "/?model=panel-photo")
+    try:
+        for _ in range(2 if version() == 0 else 1):
+            before = version()
+            p.upload("again.png", png(photo(seed=1)), preset="fourier-small", size=32, steps=30, name="panel-photo")
+            p.wait_state("ready", "failed", "error", "cancelled", timeout=FIT_TIMEOUT_MS)
+            assert p.state() == "ready", p.message()
+            assert f"panel-photo version {before + 1} is in the viewer" in p.message()
+            assert version() == before + 1
+        assert p.page.locator("#model").input_value() == "panel-photo"
+        p.page.wait_for_function("document.querySelector('#view').dataset.state === 'sharp'", timeout=FIT_TIMEOUT_MS)
+        assert "again.png" in p.page.locator("#panel").inner_text()     # the model panel describes the new fit
         assert p.errors == []
     finally:
         p.close()
