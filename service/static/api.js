@@ -102,5 +102,6 @@ export async function modelWhenReady(name, version, { signal, timeoutMs = 120_00
                               "in poll mode (--model-control-mode poll)?");
     }
     await new Promise((done) => setTimeout(done, everyMs));
+    signal?.throwIfAborted();
   }
 }

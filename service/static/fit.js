@@ -123,6 +123,7 @@ export class FitPanel {
       if (value) form.append(key, value);
     }
     this.stop();
+    this.waiting?.abort();             // a previous job's wait for its model is no longer wanted
     this.refollows = 0;
     this.setBusy(true);
     this.cancelButton.hidden = true;   // nothing to cancel until the job exists
@@ -222,6 +223,7 @@ export class FitPanel {
     let record = this.record;
     try {
       record = await fitRecord(record.links.self);
+      if (this.record?.id !== record.id) return;   // another job started meanwhile
       this.record = record;
     } catch (err) {
       if (!type) { this.setBusy(false); this.setState("error"); this.say(errorText(err), true); return; }
@@ -253,10 +255,14 @@ export class FitPanel {
   async open(record) {
     this.setState("loading-model");
     this.say(`loading the new model… (${record.name}, version ${record.version ?? "?"})`);
+    const waiting = new AbortController();
+    this.waiting = waiting;
     try {
-      await modelWhenReady(record.name, record.version);
+      await modelWhenReady(record.name, record.version, { signal: waiting.signal });
+      if (waiting.signal.aborted) return;
       await this.onModel(record.name);
     } catch (err) {
+      if (waiting.signal.aborted) return;    // a new job took the panel over
       this.setState("error");
       this.say(errorText(err), true);
       return;
