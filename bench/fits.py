@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="fits")
     args = p.parse_args(argv)
     setup_logging()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="bench-fits-"))
     models = tmp / "models"
     shutil.copytree(ROOT / "models", models)

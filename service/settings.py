@@ -117,7 +117,7 @@ class Settings(BaseSettings):
                                       "(its request body may be this plus 64 KiB of multipart envelope)")
     fit_max_size: int = Field(512, ge=16, le=4096, description="largest fit size (size × size pixels)")
     fit_max_steps: int = Field(20_000, ge=1, description="most optimisation steps of one fit")
-    fit_max_running: int = Field(1, ge=1, le=256, description="fits running at once across all workers")
+    fit_max_running: int = Field(1, ge=1, le=64, description="fits running at once across all workers")
     fit_queue_limit: int = Field(4, ge=0, description="fits waiting beyond the running ones; more get 429")
     fit_deadline_s: float = Field(900.0, gt=0, description="wall-clock seconds one fit may run; then it fails")
     fit_stale_s: float = Field(15.0, gt=0, description="a running fit whose worker sent no heartbeat for this "
@@ -145,6 +145,13 @@ class Settings(BaseSettings):
         if info.field_name == "http_restricted_api":
             value = [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value] if info.field_name == "load_model" else value
+
+    @field_validator("fit_store")
+    @classmethod
+    def _fit_store(cls, value: str) -> str:
+        from modelrepo.fitjobs import check_url
+        check_url(value)  # a StoreError is a ValueError: one line naming the valid forms, at start
+        return value
 
     @field_validator("cache_config")
     @classmethod
