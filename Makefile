@@ -15,7 +15,7 @@ setup: $(BIN)/python
 
 serve: $(BIN)/python
 	$(BIN)/pip install -q -e '.[serve]'
-	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --device auto
+	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --device auto --model-control-mode poll --repository-poll-secs 2
 
 # A fit worker for POST /v1/fits (docs/fits.md), on the same job store and models/ as `make serve`.
 worker: $(BIN)/python

@@ -53,20 +53,30 @@ class JobFinished(Exception):
         self.record = record
 
 
-def open_huey(url: str, name: str = "inr-fits"):
-    """huey on `sqlite:///relative/path`, `sqlite:////absolute/path`, `redis://…` or `postgresql://…`."""
+def check_url(url: str) -> str:
+    """The backend a store URL names (sqlite, redis, postgresql), or StoreError naming the valid forms."""
     if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):])
-        if not path.name:
+        if not Path(url[len("sqlite:///"):]).name:
             raise StoreError(f"store URL {url!r} names no file: sqlite:///path/to/fits.sqlite")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return SqliteHuey(name, filename=str(path), results=False, timeout=30)
+        return "sqlite"
     if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisHuey(name, url=url, results=False)
+        return "redis"
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresHuey(name, dsn=url, results=False)
+        return "postgresql"
     raise StoreError(f"unknown job store {url!r}: expected sqlite:///PATH, redis://HOST:PORT/DB or "
                      "postgresql://USER@HOST/DB")
+
+
+def open_huey(url: str, name: str = "inr-fits"):
+    """huey on `sqlite:///relative/path`, `sqlite:////absolute/path`, `redis://…` or `postgresql://…`."""
+    kind = check_url(url)
+    if kind == "sqlite":
+        path = Path(url[len("sqlite:///"):])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return SqliteHuey(name, filename=str(path), results=False, timeout=30)
+    if kind == "redis":
+        return RedisHuey(name, url=url, results=False)
+    return PostgresHuey(name, dsn=url, results=False)
 
 
 def _runs_in_a_worker(job_id: str, attempt: int) -> None:

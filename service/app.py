@@ -34,7 +34,8 @@ from .engine.registry import Registry
 from .render.cache import RenderCache
 from .render.service import RenderService
 from .server.restricted import RestrictedApi
-from .api.v1 import classify, health, models, query, render
+from .api.v1 import classify, fits, health, models, query, render
+from .engine.fits import Fits
 from .api.v2 import repository as v2_repository
 from .engine.runtime import RuntimeOptions, default_threads
 from .settings import Settings
@@ -55,6 +56,7 @@ classification over an ONNX model repository.
 * Every error is `{"error": "..."}`."""
 
 
+FIT_ENVELOPE = 64 * 1024  # multipart boundaries, part headers and the option fields around a fit's image
 ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
 COMMON = {"503": "draining (SIGTERM), not ready, or busy: see Retry-After"}
 WITH_BODY = {"408": "the body paused longer than INR_BODY_TIMEOUT_S",
@@ -112,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await control.stop()
             await app.state.dataplane.close()
             app.state.renderer.close()
+            await asyncio.to_thread(app.state.fits.close)
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
@@ -124,15 +127,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.render_cache = RenderCache(settings.cache_bytes)  # renders and inference responses, one budget
     app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
+    app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/engine/fits.py)
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    # an upload to fit may be larger than other bodies: its own limit, plus the multipart envelope
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
+                       larger={"/v1/fits": (settings.fit_max_upload_bytes + FIT_ENVELOPE,
+                                            f"INR_FIT_MAX_UPLOAD_BYTES={settings.fit_max_upload_bytes} plus "
+                                            f"{FIT_ENVELOPE} bytes of form")})
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
     app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
-    for r in (health, models, query, render, classify, v2, v2_repository, metrics_router, iiif):
+    for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_router, iiif):
         app.include_router(r.router)
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or document_common_codes(add_body_schemas(openapi()))

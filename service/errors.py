@@ -114,6 +114,26 @@ class UnsupportedMedia(ServiceError):
     status = 415
 
 
+class InvalidOption(ServiceError):
+    """A form or query option out of its range (a fit's steps, size, preset, name): 422, as pydantic's."""
+    status = 422
+
+
+class Conflict(ServiceError):
+    """The request contradicts the state of something that exists (a fit job already finished, a fit
+    into a model of another task)."""
+    status = 409
+
+
+class TooManyRequests(ServiceError):
+    """A limit on work in flight (INR_FIT_MAX_RUNNING + INR_FIT_QUEUE_LIMIT): come back after Retry-After."""
+    status = 429
+
+    def __init__(self, message: str, retry_after: float = 1):
+        super().__init__(message)
+        self.headers = {"retry-after": str(max(1, int(-(-retry_after // 1))))}
+
+
 class NoPreview(ServiceError):
     status = 404
 
@@ -137,13 +157,14 @@ class DeviceError(RuntimeError):
 class BodyTooLarge(StarletteHTTPException):
     """Raised while the body is read; an HTTPException so FastAPI's body parsing re-raises it."""
 
-    def __init__(self, limit: int):
-        super().__init__(413, f"request body is larger than the limit of {limit} bytes (INR_MAX_BODY_BYTES)")
+    def __init__(self, limit: int, setting: str = "INR_MAX_BODY_BYTES"):
+        super().__init__(413, f"request body is larger than the limit of {limit} bytes ({setting})")
 
 
 # The gRPC status of each HTTP status, as Triton maps its errors (grpc.StatusCode names; service/api/grpc).
 GRPC_CODES = {400: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED",
-              404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+              404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 409: "FAILED_PRECONDITION", 413: "RESOURCE_EXHAUSTED",
+              429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
               501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
 
 

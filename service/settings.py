@@ -109,6 +109,20 @@ class Settings(BaseSettings):
                                                         "request and its X-Forwarded-Proto/Host/Port/Prefix")
     iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
 
+    # Fits over HTTP (issue 22, docs/fits.md): the API queues, workers (python -m training worker) fit.
+    fit_store: str = Field("sqlite:///build/fits.sqlite", description="the job store the API and the workers "
+                           "share: sqlite:///PATH (relative to the working directory), redis://HOST:PORT/DB or "
+                           "postgresql://USER:PASS@HOST/DB")
+    fit_max_upload_bytes: int = Field(20 * MiB, ge=1, description="bytes of one uploaded image for POST /v1/fits "
+                                      "(its request body may be this plus 64 KiB of multipart envelope)")
+    fit_max_size: int = Field(512, ge=16, le=4096, description="largest fit size (size × size pixels)")
+    fit_max_steps: int = Field(20_000, ge=1, description="most optimisation steps of one fit")
+    fit_max_running: int = Field(1, ge=1, le=64, description="fits running at once across all workers")
+    fit_queue_limit: int = Field(4, ge=0, description="fits waiting beyond the running ones; more get 429")
+    fit_deadline_s: float = Field(900.0, gt=0, description="wall-clock seconds one fit may run; then it fails")
+    fit_stale_s: float = Field(15.0, gt=0, description="a running fit whose worker sent no heartbeat for this "
+                               "long is retried once, then failed")
+
     # Model control (service/engine/control.py), with Triton's names and meanings.
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
         "none", description="none: load every model at start, ignore changes; poll: also rescan the repository "
@@ -131,6 +145,13 @@ class Settings(BaseSettings):
         if info.field_name == "http_restricted_api":
             value = [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value] if info.field_name == "load_model" else value
+
+    @field_validator("fit_store")
+    @classmethod
+    def _fit_store(cls, value: str) -> str:
+        from modelrepo.fitjobs import check_url
+        check_url(value)  # a StoreError is a ValueError: one line naming the valid forms, at start
+        return value
 
     @field_validator("cache_config")
     @classmethod

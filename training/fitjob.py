@@ -3,6 +3,7 @@ progress (loss, PSNR, ETA, a small preview) written to the store as it goes."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import tempfile
 import time
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 PREVIEW = 64            # preview renders are PREVIEW × PREVIEW pixels
 PROGRESS_EVENTS = 40    # about this many progress events per fit
 PREVIEW_EVERY = 4       # a preview with every 4th progress event, and with the last
+CHECK_EVERY = 10        # cancel, deadline, SIGTERM and a lost claim are checked at least every 10 steps
+EVENT_EVERY_S = 2.0     # and a progress event goes out at least every 2 s
 
 
 class Stop(Exception):
@@ -66,10 +69,9 @@ def preview_png(model, device) -> bytes:
 
 def check_target(out: Path) -> None:
     """The target must be an image model (or new): a fit never writes a version into a digits model."""
-    meta = sorted(out.glob("*/metadata.json"))
-    if meta:
-        import json
-        task = json.loads(meta[-1].read_text()).get("task", "image")
+    meta = out / "metadata.json"
+    if meta.exists():
+        task = json.loads(meta.read_text()).get("task")
         if task != "image":
             raise UsageError(f"model '{out.name}' is a {task} model; a fit writes image models only")
 
@@ -111,8 +113,8 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         cfg.validate()
         img, _ = load_image(str(path), cfg.size)
     cfg.image = rec["source"].get("filename") or rec["name"]
-    every = max(1, cfg.steps // PROGRESS_EVENTS)
-    t0, events = time.monotonic(), [0]
+    check_every = max(1, min(CHECK_EVERY, cfg.steps // PROGRESS_EVENTS))
+    t0, emitted = time.monotonic(), {"events": 0, "step": 0, "time": time.monotonic()}
 
     def check(step: int) -> None:
         if store.cancel_requested(rec["id"]):
@@ -126,19 +128,23 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             raise Stop("queued", f"worker {ctx.worker} stopped (SIGTERM) at step {step}")
 
     def on_step(step: int, loss: float, model) -> bool:
+        """Every few steps: checks; an event every steps/PROGRESS_EVENTS steps or EVENT_EVERY_S seconds."""
         nonlocal rec
         check(step)
-        done = step + 1
-        elapsed = time.monotonic() - t0
-        events[0] += 1
+        done, now = step + 1, time.monotonic()
         last = done == cfg.steps
-        preview = preview_png(model, next(model.parameters()).device) if (events[0] % PREVIEW_EVERY == 1 or last) else None
+        if not last and done - emitted["step"] < cfg.steps / PROGRESS_EVENTS and now - emitted["time"] < EVENT_EVERY_S:
+            return False
+        emitted.update(events=emitted["events"] + 1, step=done, time=now)
+        preview = (preview_png(model, next(model.parameters()).device)
+                   if emitted["events"] % PREVIEW_EVERY == 1 or last else None)
+        elapsed = now - t0
         rec = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
                                    "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
                                    "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
         return False
 
-    model, history = train(cfg, img, on_step=on_step, every=every)
+    model, history = train(cfg, img, on_step=on_step, every=check_every)
     model = rebuild(checkpoint(model, cfg))
     metrics, full = evaluate(model, img, cfg.protocol)
     check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched

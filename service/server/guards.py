@@ -6,8 +6,9 @@ uvicorn times out only idle keep-alive connections. Two gaps are closed here:
   must deliver its request line and headers within `INR_HEADER_TIMEOUT_S` of its first byte (or
   of connecting); otherwise it gets 408 and is closed. It is passed to uvicorn as
   `http="service.server.guards:HeaderTimeoutProtocol"`, a name, so that worker processes import it too.
-* `BodyLimit` (ASGI middleware): 413 for a body over INR_MAX_BODY_BYTES, at once from
-  Content-Length, or while a chunked body streams in.
+* `BodyLimit` (ASGI middleware): 413 for a body over INR_MAX_BODY_BYTES (POST /v1/fits: over
+  INR_FIT_MAX_UPLOAD_BYTES plus the multipart envelope), at once from Content-Length, or while a
+  chunked body streams in.
 * `BodyTimeout` (ASGI middleware): while a request body is incomplete, each read may wait at most
   `INR_BODY_TIMEOUT_S`; a client that sends headers and then nothing gets 408 and the request's
   task ends, freeing whatever it held.
@@ -31,25 +32,31 @@ except ImportError:  # pragma: no cover - uvicorn without httptools
 
 
 class BodyLimit:
-    """413 for bodies over `limit` bytes: at once from Content-Length, or while a chunked body streams in."""
+    """413 for bodies over `limit` bytes: at once from Content-Length, or while a chunked body streams in.
+    `larger` gives some paths their own limit and the setting that names it (the fit upload:
+    INR_FIT_MAX_UPLOAD_BYTES plus the multipart envelope)."""
 
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, larger: dict[str, tuple[int, str]] | None = None):
+        self.app, self.limit, self.larger = app, limit, larger or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):]
+        limit, setting = self.larger.get(path.rstrip("/") or "/", (self.limit, "INR_MAX_BODY_BYTES"))
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            return await error_response(413, BodyTooLarge(self.limit).detail)(scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            return await error_response(413, BodyTooLarge(limit, setting).detail)(scope, receive, send)
         seen = 0
 
         async def counted() -> Message:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise BodyTooLarge(self.limit)
+            if seen > limit:
+                raise BodyTooLarge(limit, setting)
             return message
 
         await self.app(scope, counted, send)

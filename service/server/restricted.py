@@ -5,8 +5,9 @@ another value) it gets 403 `{"error": ...}` before any route runs or its body is
 is compared in constant time (`hmac.compare_digest`) and never appears in logs, settings dumps,
 `repr` or error text: it is a `SecretStr`.
 
-The groups are Triton's names. Each route falls into one group by its path template
-(`group_of`); the viewer's static files, `/docs` and `/openapi.json` are in none.
+The groups are Triton's names, plus `fit`: every `/v1/fits` route (upload, list, status, events,
+previews, cancel; docs/fits.md), which Triton does not have. Each route falls into one group by its
+path template (`group_of`); the viewer's static files, `/docs` and `/openapi.json` are in none.
 An API may be in one group only, as in Triton.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import Forbidden, error_response
 
 GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository",
-          "statistics", "trace", "logging")
+          "statistics", "trace", "logging", "fit")
 HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
@@ -69,6 +70,8 @@ V1_METADATA = re.compile(r"^/v1/models(/\{name\}(/preview|/versions/\{version\})
 
 def group_of(template: str) -> str | None:
     """The API group of a route, from its path template (e.g. `/v2/models/{name}/infer`)."""
+    if template == "/v1/fits" or template.startswith("/v1/fits/"):
+        return "fit"
     if template.startswith("/v2/repository"):
         return "model-repository"
     if template.startswith(("/health", "/v2/health")) or template.endswith("/ready"):

@@ -2,9 +2,10 @@
 // superseded request can be cancelled; errors carry the service's {"error": …} message.
 
 export class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, retryAfter = null) {
     super(message);
     this.status = status;
+    this.retryAfter = retryAfter;   // seconds, from a 429's or 503's Retry-After
   }
 }
 
@@ -15,8 +16,13 @@ async function checked(response) {
     const body = await response.json();
     if (body && body.error) message = body.error;
   } catch (_) { /* not JSON */ }
-  throw new ApiError(response.status, message);
+  const retry = Number.parseFloat(response.headers.get("Retry-After"));
+  throw new ApiError(response.status, message, Number.isFinite(retry) ? retry : null);
 }
+
+// The service's links are absolute paths ("/v1/…"); the page asks relative to itself, so it also
+// works behind a proxy that serves the service under a prefix.
+export const relative = (url) => url.replace(/^\//, "");
 
 // GET /v1/models lists one summary per model; the detail of each comes from its own URL.
 export async function listModels(signal) {
@@ -25,7 +31,7 @@ export async function listModels(signal) {
   const summaries = Array.isArray(body) ? body : body.models;
   return Promise.all(summaries.map(async (s) => {
     if (!s.url) return s;
-    const d = await fetch(s.url.replace(/^\//, ""), { signal });
+    const d = await fetch(relative(s.url), { signal });
     return d.ok ? d.json() : s;
   }));
 }
@@ -64,4 +70,38 @@ export function previewOf(model) {
   const [w, h] = size;
   return { url: `v1/models/${enc(model.name)}/render?width=${w}&height=${h}`,
            caption: `the model rendered at its training size, ${w}×${h}` };
+}
+
+// POST /v1/fits with the panel's form (file, preset, size, steps, name) → the job record (202).
+export async function startFit(form, signal) {
+  const r = await checked(await fetch("v1/fits", { method: "POST", body: form, signal }));
+  return r.json();
+}
+
+// GET (or DELETE, to cancel) one of a job's links → the job record.
+export async function fitRecord(url, method = "GET", signal) {
+  const r = await checked(await fetch(relative(url), { method, signal }));
+  return r.json();
+}
+
+// Wait until the service serves `name` at `version` or later: a new model appears once the service's
+// repository poll picks it up. GET /v1/models (no 404s for the console while it is not there yet),
+// then GET /v1/models/{name} for its version. Throws when it failed to load or time runs out.
+export async function modelWhenReady(name, version, { signal, timeoutMs = 120_000, everyMs = 500 } = {}) {
+  const until = performance.now() + timeoutMs;
+  for (;;) {
+    const body = await (await checked(await fetch("v1/models", { signal }))).json();
+    const s = (Array.isArray(body) ? body : body.models).find((x) => x.name === name);
+    if (s?.status === "failed") throw new ApiError(500, `the model ${name} failed to load: ${s.error}`);
+    if (s?.status === "ready") {
+      const m = await (await checked(await fetch(`v1/models/${enc(name)}`, { signal }))).json();
+      if (m.status === "ready" && (version == null || (m.version ?? 0) >= version)) return m;
+    }
+    if (performance.now() > until) {
+      throw new ApiError(504, `${name} was not served within ${Math.round(timeoutMs / 1000)} s: is the service ` +
+                              "in poll mode (--model-control-mode poll)?");
+    }
+    await new Promise((done) => setTimeout(done, everyMs));
+    signal?.throwIfAborted();
+  }
 }

@@ -1,10 +1,13 @@
-// Wires the page together: model list → viewer, model panel and digit pad.
+// Wires the page together: model list → viewer, model panel and digit pad; the fit panel adds
+// models to the list.
 import { listModels } from "./api.js";
 import { DigitPad } from "./digits.js";
+import { FitPanel } from "./fit.js";
 import { showModel } from "./panel.js";
 import { Viewer } from "./viewer.js";
 
 const $ = (sel) => document.querySelector(sel);
+const params = new URLSearchParams(location.search);
 
 function readout(v) {
   const detail = v.detail();
@@ -47,35 +50,56 @@ async function start() {
   $("#zoom-out").addEventListener("click", () => viewer.zoomBy(0.5));
   $("#reset").addEventListener("click", () => viewer.reset());
 
-  let models;
-  try {
-    models = await listModels();
-  } catch (e) {
-    say("#view-message", `cannot list models: ${e.message}`);
-    return;
-  }
-  const ready = models.filter((m) => (m.status || "ready") === "ready");
-  const images = ready.filter((m) => m.task === "image");
-  const digits = ready.filter((m) => m.task === "digits");
-  fillSelect($("#model"), images);
-  fillSelect($("#digit-model"), digits);
-  const failed = models.filter((m) => !ready.includes(m));
-  if (failed.length) say("#models-message", `not loaded: ${failed.map((m) => m.name).join(", ")}`);
-
-  const pickImage = () => {
+  let images = [], digits = [];
+  const pickImage = (remember = false) => {
     const m = images.find((x) => x.name === $("#model").value) || null;
     showModel($("#panel"), m);
     say("#view-message", m ? "" : "no image model is loaded");
     if (m) viewer.setModel(m);
     $("#iiif-link").href = m ? `iiif.html?id=${encodeURIComponent(m.name)}` : "iiif.html";
+    if (m && remember) {             // /?model=NAME (also a finished fit's "viewer" link) opens it again
+      params.set("model", m.name);
+      history.replaceState(null, "", `?${params}`);
+    }
   };
   const pickDigits = () => {
     const m = digits.find((x) => x.name === $("#digit-model").value) || null;
     say("#pad-message", m ? "draw a digit" : "no digit model is loaded");
     pad.setModel(m);
   };
-  $("#model").addEventListener("change", pickImage);
+  $("#model").addEventListener("change", () => pickImage(true));
   $("#digit-model").addEventListener("change", pickDigits);
+
+  // (Re)list the models; keep each picker's choice where it is still listed, or take `image`.
+  const refresh = async (image = null) => {
+    const models = await listModels();
+    const keep = [image || $("#model").value, $("#digit-model").value];
+    const ready = models.filter((m) => (m.status || "ready") === "ready");
+    images = ready.filter((m) => m.task === "image");
+    digits = ready.filter((m) => m.task === "digits");
+    fillSelect($("#model"), images);
+    fillSelect($("#digit-model"), digits);
+    if (images.some((m) => m.name === keep[0])) $("#model").value = keep[0];
+    if (digits.some((m) => m.name === keep[1])) $("#digit-model").value = keep[1];
+    const failed = models.filter((m) => !ready.includes(m));
+    say("#models-message", failed.length ? `not loaded: ${failed.map((m) => m.name).join(", ")}` : "");
+  };
+
+  // A finished fit: its model (served by now) goes into the picker and the viewer.
+  new FitPanel($("#fit"), {
+    onModel: async (name) => {
+      await refresh(name);
+      if ($("#model").value !== name) throw new Error(`${name} is not among the served image models`);
+      pickImage(true);
+    },
+  });
+
+  try {
+    await refresh(params.get("model"));
+  } catch (e) {
+    say("#view-message", `cannot list models: ${e.message}`);
+    return;
+  }
   pickImage();
   pickDigits();
 }

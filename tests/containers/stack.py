@@ -110,6 +110,9 @@ class Stack:
                              name, check=False).stdout.strip()
             logs = self.engine("logs", "--tail", "15", name, check=False)
             lines += [f"--- {name}: {state.get('Status')} ip={ip}", logs.stdout[-2000:], logs.stderr[-2000:]]
+        for name in self.containers("nginx"):  # what nginx's resolver would answer for the replicas
+            dns = self.engine("exec", name, "getent", "hosts", "api", check=False)
+            lines.append(f"--- getent hosts api in {name}: rc={dns.returncode} {dns.stdout.strip()!r}")
         return "\n".join(lines)
 
     # -- through nginx -------------------------------------------------------------------------

@@ -21,6 +21,8 @@ def run_cli(*args, env=None):
     (["--device", "gpu"], None, "error: python -m service: argument --device: invalid choice: 'gpu'"),
     (["--bogus"], None, "error: python -m service: unrecognized arguments: --bogus"),
     ([], {"INR_DEVICE": "tpu"}, "error: --device: Input should be 'cpu', 'cuda' or 'auto'"),
+    ([], {"INR_FIT_STORE": "mysql://db/fits"}, "error: --fit-store: unknown job store 'mysql://db/fits'"),
+    ([], {"INR_FIT_STORE": "sqlite:///"}, "error: --fit-store: store URL 'sqlite:///' names no file"),
 ])
 def test_bad_command_lines_print_one_line_and_exit_2(tmp_path, args, env, message):
     r = run_cli("--models", str(tmp_path), *args, env=env) if "--models" not in args else run_cli(*args, env=env)

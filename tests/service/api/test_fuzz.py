@@ -37,8 +37,10 @@ def fuzzed(model_repo, tmp_path_factory):
     repo = tmp_path_factory.mktemp("fuzz-models")
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, repo / name)
+    store = tmp_path_factory.mktemp("fuzz-fits") / "fits.sqlite"  # fuzzed fits queue there, not in build/
     srv = Server(repo, env={"INR_MAX_RENDER_PIXELS": "65536", "INR_MAX_QUERY_COORDS": "5000",
-                                  "INR_RENDER_TILE_SAMPLES": "4096", "INR_MAX_CLASSIFY_IMAGES": "8"})
+                            "INR_RENDER_TILE_SAMPLES": "4096", "INR_MAX_CLASSIFY_IMAGES": "8",
+                            "INR_FIT_STORE": f"sqlite:///{store}"})
     srv.wait_ready()
     yield srv
     srv.stop()

@@ -119,6 +119,8 @@ def test_every_api_route_belongs_to_a_group(tmp_path):
     assert group_of("/v2/models/{name}/versions/{version}") == "metadata"
     assert group_of("/v1/models/{name}/render") == "inference"
     assert group_of("/v1/models/{name}/preview") == "metadata"
+    assert "/v1/fits/{job_id}/events" in routes
+    assert {group_of(r) for r in routes if r.startswith("/v1/fits")} == {"fit"}
 
 
 def test_the_value_is_not_in_the_settings_repr_dump_or_validation_errors(monkeypatch):

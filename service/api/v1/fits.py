@@ -1,0 +1,150 @@
+"""/v1/fits: upload an image to fit, follow the fit, cancel it (docs/fits.md; restricted group `fit`).
+
+Thin routes: the upload is checked in service/engine/fitupload.py, the job store is reached through
+service/engine/fits.py; the workers (`python -m training worker`) do the fitting.
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, AsyncIterator
+
+import anyio
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import UploadFile
+
+from ...engine.fits import FINISHED, POLL_S, PRESETS, Fits, event_data
+from ...engine.fitupload import FIELDS, check_name, decode, options
+from ...errors import BadInput, InvalidOption, UnsupportedMedia
+from ..deps import SettingsDep
+from ..schemas import ErrorBody
+
+router = APIRouter(prefix="/v1/fits", tags=["fits"])
+JobId = Annotated[str, Path(description="the job's id", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+KEEPALIVE_S = 15.0
+ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404, 409, 413, 415, 422, 429)}
+UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary", "description": "the image: PNG, JPEG, GIF, WebP, TIFF …"},
+        "preset": {"type": "string", "enum": list(PRESETS), "default": "fourier"},
+        "size": {"type": "integer", "default": 256, "description": "16 … INR_FIT_MAX_SIZE"},
+        "steps": {"type": "integer", "description": "1 … INR_FIT_MAX_STEPS; default: the preset's"},
+        "protocol": {"type": "string", "enum": ["paper", "full"], "default": "paper"},
+        "seed": {"type": "integer", "default": 0},
+        "name": {"type": "string", "description": "target model; default: from the file name, made unique"},
+    }}}}}}
+
+
+def fits(request: Request) -> Fits:
+    return request.app.state.fits
+
+
+@router.post("", status_code=202, openapi_extra=UPLOAD_BODY, responses=ERRORS)
+async def submit(request: Request, settings: SettingsDep):
+    """Queue a fit of the uploaded image (202 with the job's record and `Location`). The upload and the
+    options are checked before anything is queued; over the queue limit, 429 with Retry-After."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "multipart/form-data":
+        raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send multipart/form-data "
+                               "with the image as 'file'")
+    form = await request.form(max_files=1, max_fields=len(FIELDS), max_part_size=64 * 1024)
+    try:
+        fields: dict[str, str] = {}
+        upload: UploadFile | None = None
+        for key, value in form.multi_items():
+            if key not in FIELDS:
+                raise InvalidOption(f"unexpected form field '{key[:40]}'; fields: {', '.join(FIELDS)}")
+            if key == "file":
+                if not isinstance(value, UploadFile):
+                    raise BadInput("'file' must be an uploaded file, not a text field")
+                upload = value
+            elif isinstance(value, UploadFile):
+                raise InvalidOption(f"'{key}' must be a text field, not a file")
+            else:
+                fields[key] = value
+        if upload is None:
+            raise BadInput("no 'file' in the upload; send the image as the form field 'file'")
+        opts = options(fields, PRESETS, settings.fit_max_size, settings.fit_max_steps)
+        name = check_name(fields["name"]) if fields.get("name") else None
+        data = await upload.read()  # at most the body limit: INR_FIT_MAX_UPLOAD_BYTES + the envelope
+        filename = upload.filename or "upload"
+    finally:
+        await form.close()
+    image = await anyio.to_thread.run_sync(decode, data, filename, settings.fit_max_upload_bytes,
+                                           settings.max_upload_pixels)
+    record = await fits(request).submit(image, opts, name)
+    return JSONResponse(record, status_code=202, headers={"location": record["links"]["self"]})
+
+
+@router.get("", responses=ERRORS)
+async def list_fits(request: Request):
+    """Every job, newest first."""
+    return {"fits": await fits(request).list()}
+
+
+@router.get("/{job_id}", responses=ERRORS)
+async def get_fit(request: Request, job_id: JobId):
+    """One job: state, step, loss, PSNR, ETA; once succeeded, the model's version and links."""
+    return await fits(request).get(job_id)
+
+
+@router.delete("/{job_id}", responses={**ERRORS, 202: {"description": "cancel requested; the worker has not "
+                                                                        "stopped yet"}})
+async def cancel_fit(request: Request, job_id: JobId):
+    """Cancel a queued or running job: 200 cancelled, 202 while its worker stops; 409 when finished."""
+    status, record = await fits(request).cancel(job_id)
+    return JSONResponse(record, status_code=status)
+
+
+@router.get("/{job_id}/previews/{seq}.png", response_class=Response, responses={
+    **ERRORS, 200: {"content": {"image/png": {}}, "description": "the 64×64 preview of event SEQ"}})
+async def preview(request: Request, job_id: JobId, seq: Annotated[int, Path(ge=1)]):
+    png = await fits(request).preview(job_id, seq)
+    return Response(png, media_type="image/png", headers={"cache-control": "max-age=86400, immutable"})
+
+
+@router.get("/{job_id}/events", response_class=StreamingResponse, responses={
+    **ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}})
+async def events(request: Request, job_id: JobId,
+                 last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
+                 after: Annotated[int | None, Query(alias="last_event_id", ge=0)] = None):
+    """Server-Sent Events (`id`, `event`, `data`), from after `Last-Event-ID` (header or `?last_event_id=`);
+    the stream ends after the final event. On a finished job: the whole history, then the end."""
+    start = after or 0
+    if last_event_id is not None:
+        if not last_event_id.strip().isdigit():
+            raise InvalidOption(f"Last-Event-ID must be an event number, got {last_event_id[:20]!r}")
+        start = int(last_event_id)
+    service = fits(request)
+    await service.record(job_id)  # 404 before the stream starts
+    return StreamingResponse(stream(request, service, job_id, start), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+async def stream(request: Request, service: Fits, job_id: str, after: int) -> AsyncIterator[str]:
+    """Poll the store every POLL_S while the job runs; after a finished record, one last read of the
+    events (the final one may land just after the state), then the end."""
+    yield "retry: 1000\n\n"
+    idle, finished_seen = 0.0, False
+    drain = request.app.state.drain
+    while True:
+        await service.reap()  # a dead worker's job is retried or failed, never left running
+        record = await service.record(job_id)
+        new = await service.call("events", job_id, after)
+        for event in new:
+            after = event["seq"]
+            data = json.dumps(event_data(job_id, event), separators=(",", ":"))
+            yield f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+        if record.get("state") in FINISHED:
+            if finished_seen or (new and new[-1]["type"] in FINISHED):
+                return
+            finished_seen = True
+            await anyio.sleep(POLL_S)
+            continue
+        if drain.draining:  # the client reconnects elsewhere with Last-Event-ID
+            return
+        idle = 0.0 if new else idle + POLL_S
+        if idle >= KEEPALIVE_S:
+            idle = 0.0
+            yield ": keep-alive\n\n"
+        await anyio.sleep(POLL_S)

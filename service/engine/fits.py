@@ -1,0 +1,176 @@
+"""The API's side of fits (docs/fits.md): one job store per app, its blocking calls off the event loop.
+
+The store (`modelrepo.fitjobs.FitStore`, huey's storage: SQLite, Redis or PostgreSQL) is opened on
+first use and closed at shutdown. Workers (`python -m training worker`) fit; the API only queues,
+reads, streams and cancels. Nothing here imports torch or `training/`.
+
+Records leave the API with `links`, `workers` (live heartbeats) and, while queued with no worker, a
+`note` saying so. The API also reaps: a running job whose worker stopped sending heartbeats goes
+back to the queue once, then fails (at most one reap every REAP_EVERY_S per process).
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from pathlib import Path
+
+import anyio
+
+from modelrepo.fitjobs import FINISHED, PRESETS, FitStore, JobFinished, QueueFull
+
+from ..errors import Conflict, NotFound, TooManyRequests
+from ..settings import Settings
+from .fitupload import Upload, check_target, derive_name
+
+REAP_EVERY_S = 2.0
+CANCEL_WAIT_S = 5.0
+POLL_S = 0.25
+NO_WORKER = "no worker is connected; start one with: python -m training worker --store URL --models DIR"
+
+
+class Fits:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._store: FitStore | None = None
+        self._opening = threading.Lock()
+        self._naming = asyncio.Lock()  # a derived name is unique among this process's submits too
+        self._reaped = -math.inf
+
+    # -- the store, off the event loop -------------------------------------------------------------
+    def store(self) -> FitStore:
+        with self._opening:
+            if self._store is None:
+                url = self.settings.fit_store
+                if url.startswith("sqlite:///"):  # its folder (build/) may not exist yet
+                    Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+                self._store = FitStore(url, stale_s=self.settings.fit_stale_s)
+            return self._store
+
+    async def call(self, method: str, *args, **kwargs):
+        return await anyio.to_thread.run_sync(lambda: getattr(self.store(), method)(*args, **kwargs))
+
+    def close(self) -> None:
+        with self._opening:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    async def reap(self) -> None:
+        if time.monotonic() - self._reaped >= REAP_EVERY_S:
+            self._reaped = time.monotonic()
+            await self.call("reap")
+
+    # -- what routes need ----------------------------------------------------------------------------
+    async def submit(self, upload: Upload, options: dict, name: str | None) -> dict:
+        """Queue a normalised upload; without a name, one derived from the file name and made unique
+        against the repository's folders and the targets of queued and running jobs. 429 when full."""
+        s = self.settings
+        async with self._naming:
+            if name is None:
+                active = await self.call("active_names")
+                name = await anyio.to_thread.run_sync(derive_name, upload.source.get("filename", ""),
+                                                      lambda n: n in active or (s.models / n).exists())
+            else:
+                await anyio.to_thread.run_sync(check_target, name, s.models)
+            try:
+                record = await self.call("submit", name=name, options=options, image_png=upload.png,
+                                         source=upload.source, deadline_s=s.fit_deadline_s,
+                                         max_running=s.fit_max_running, queue_limit=s.fit_queue_limit)
+            except QueueFull as e:
+                raise TooManyRequests(
+                    f"{e.active} fits are queued or running; the limit is {e.limit} (INR_FIT_MAX_RUNNING="
+                    f"{s.fit_max_running} + INR_FIT_QUEUE_LIMIT={s.fit_queue_limit}): retry after "
+                    f"{math.ceil(e.retry_after)} s", e.retry_after) from None
+        return await self.present(record)
+
+    async def record(self, job_id: str) -> dict:
+        """The raw record, or 404."""
+        record = await self.call("get", job_id)
+        if record is None:
+            raise NotFound(f"unknown fit job '{job_id}'")
+        return record
+
+    async def get(self, job_id: str) -> dict:
+        await self.reap()
+        record = await self.record(job_id)
+        if record.get("state") == "running" and await self.call("cancel_requested", job_id):
+            record["cancel_requested"] = True  # a DELETE answered 202: the worker stops at its next step
+        return await self.present(record)
+
+    async def list(self) -> list[dict]:
+        await self.reap()
+        workers = len(await self.call("workers"))
+        return [present(r, workers) for r in await self.call("list")]
+
+    async def cancel(self, job_id: str) -> tuple[int, dict]:
+        """200 with the cancelled record; 202 while a running job's worker has not stopped after
+        CANCEL_WAIT_S; 409 for a finished job, 404 for an unknown one."""
+        try:
+            record = await self.call("cancel", job_id)
+        except KeyError:
+            raise NotFound(f"unknown fit job '{job_id}'") from None
+        except JobFinished as e:
+            raise Conflict(f"fit job '{job_id}' is already {e.record.get('state')}; only a queued or running "
+                           "job can be cancelled") from None
+        end = time.monotonic() + CANCEL_WAIT_S
+        while record.get("state") not in FINISHED and time.monotonic() < end:
+            await asyncio.sleep(POLL_S)
+            record = await self.record(job_id)
+        if record.get("state") in FINISHED and record.get("state") != "cancelled":
+            raise Conflict(f"fit job '{job_id}' {record['state']} before the cancel reached its worker")
+        if record.get("state") == "cancelled":
+            return 200, await self.present(record)
+        return 202, await self.present({**record, "cancel_requested": True})  # the store keeps it apart
+
+    async def preview(self, job_id: str, seq: int) -> bytes:
+        png = await self.call("preview", job_id, seq)
+        if png is None:
+            await self.record(job_id)  # 404 for an unknown job first
+            raise NotFound(f"fit job '{job_id}' has no preview at event {seq}")
+        return png
+
+    async def present(self, record: dict) -> dict:
+        return present(record, len(await self.call("workers")))
+
+
+def present(record: dict, workers: int) -> dict:
+    """The record as the API shows it: with `links`, `workers` and, when it waits for none, a `note`."""
+    out = dict(record)
+    job = out["id"]
+    base = f"/v1/fits/{job}"
+    links = {"self": base, "events": f"{base}/events"}
+    seq = preview_seq(record)
+    if seq is not None:
+        links["preview"] = f"{base}/previews/{seq}.png"
+    name, version = out.get("name"), out.get("version")
+    if out.get("state") == "succeeded" and name and version:
+        links.update(model=f"/v1/models/{name}",  # its versions, this one among them
+                     render=f"/v1/models/{name}/versions/{version}/render?width=512&height=512",
+                     iiif=f"/iiif/3/{name}/info.json", viewer=f"/?model={name}")
+    out["links"] = links
+    out["workers"] = workers
+    if out.get("state") == "queued" and workers == 0:
+        out["note"] = NO_WORKER
+    return out
+
+
+def preview_seq(record: dict) -> int | None:
+    """The event seq of the job's latest preview, as the store records it."""
+    for key in ("preview_seq", "preview"):
+        value = record.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def event_data(job_id: str, event: dict) -> dict:
+    """An event as SSE data: a stored `"preview": true` becomes the preview's URL."""
+    data = dict(event)
+    if data.get("preview") is True:
+        data["preview"] = f"/v1/fits/{job_id}/previews/{data['seq']}.png"
+    return data
+
+
+__all__ = ["Fits", "PRESETS", "FINISHED", "present", "event_data"]

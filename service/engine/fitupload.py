@@ -1,0 +1,176 @@
+"""A fit's upload and options, checked before anything is queued (docs/fits.md, POST /v1/fits).
+
+The image: at most INR_FIT_MAX_UPLOAD_BYTES (413); decodable by Pillow, not truncated, not empty
+(400); at most INR_MAX_UPLOAD_PIXELS pixels, read from the header before decoding (413, the
+decompression-bomb guard). It is then made the 8-bit RGB image the worker fits:
+
+* EXIF orientation applied (phone photos upright, as the camera meant);
+* an animated GIF, WebP or PNG: the first frame (`source.frames` says how many there were);
+* palette → RGB (its transparency kept until the composite); CMYK → RGB (Pillow's conversion);
+  grey (L, 1) → RGB; 16-bit and 32-bit grey (I;16, I) scaled by 255/65535, not clipped; float
+  grey (F) in [0, 1] scaled by 255; alpha (RGBA, LA, PA, tRNS) composited over white;
+
+and stored as PNG bytes. The options are the documented subset of `fit-image`; each one out of
+range is a 422 naming the field and its limit.
+"""
+from __future__ import annotations
+
+import io
+import re
+import struct
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from modelrepo import NAME_RE, SpecError, read_spec
+
+from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
+
+MAX_SEED = 2**31 - 1
+MIN_SIZE = 16
+PROTOCOLS = ("paper", "full")
+FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name")
+NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Upload:
+    png: bytes       # the normalised image: 8-bit RGB PNG
+    source: dict     # filename, width, height (upright), mode, format, frames
+
+
+def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Upload:
+    """The upload as an 8-bit RGB PNG, or a 4xx naming the problem and the limiting setting."""
+    filename = "".join(c for c in filename if c.isprintable())[-200:] or "upload"  # shown in errors, kept
+    if len(data) > max_bytes:
+        raise TooLarge(f"'{filename}' is {len(data)} bytes, more than the limit of {max_bytes} "
+                       "(INR_FIT_MAX_UPLOAD_BYTES)")
+    if not data:
+        raise BadInput(f"'{filename}' is empty (0 bytes); send an image file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            if img.width * img.height > max_pixels:  # from the header: nothing decoded yet
+                raise TooLarge(f"'{filename}' is {img.width}×{img.height} pixels, more than the limit of "
+                               f"{max_pixels} (INR_MAX_UPLOAD_PIXELS)")
+            if img.width < 1 or img.height < 1:
+                raise BadInput(f"'{filename}' has no pixels ({img.width}×{img.height})")
+            fmt, mode, frames = img.format, img.mode, getattr(img, "n_frames", 1)
+            img.seek(0)
+            img.load()  # a truncated file fails here (Pillow's LOAD_TRUNCATED_IMAGES stays off)
+            img = upright(img)
+            rgb = to_rgb(img)
+    except ServiceError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # Pillow's own guard, first
+        found = re.search(r"\((\d+) pixels\)", str(e))
+        size = f"{int(found.group(1))} pixels" if found else "more pixels"
+        raise TooLarge(f"'{filename}' has {size}, more than the limit of {max_pixels} "
+                       "(INR_MAX_UPLOAD_PIXELS)") from None
+    except Image.UnidentifiedImageError:
+        raise BadInput(f"'{filename}' is not an image Pillow can read (PNG, JPEG, GIF, WebP, TIFF, BMP …)") from None
+    except Exception as e:  # noqa: BLE001 - anything a decoder raises on untrusted bytes is a damaged file
+        raise BadInput(f"'{filename}' is a damaged or truncated image: {e}") from None
+    buf = io.BytesIO()
+    rgb.save(buf, "PNG", compress_level=3)
+    source = {"filename": filename, "width": rgb.width, "height": rgb.height, "mode": mode, "format": fmt,
+              "frames": int(frames)}
+    return Upload(buf.getvalue(), source)
+
+
+def upright(img: Image.Image) -> Image.Image:
+    """EXIF orientation applied; an EXIF block Pillow cannot parse leaves the pixels as they are."""
+    try:
+        return ImageOps.exif_transpose(img)
+    except (SyntaxError, ValueError, TypeError, KeyError, OSError, struct.error):
+        return img
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB: 16/32-bit grey scaled, float grey from [0, 1], alpha composited over white."""
+    mode = img.mode
+    if mode.startswith("I") or mode == "F":
+        a = np.asarray(img, dtype=np.float64)
+        scale = 255.0 if mode == "F" and a.size and float(np.nanmax(a)) <= 1.0 else 255.0 / 65535.0
+        grey = np.rint(np.clip(np.nan_to_num(a * scale), 0, 255)).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB")
+    if mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return img.convert("RGB") if mode != "RGB" else img
+
+
+def as_int(form: dict, field: str, default: int, low: int, high: int, limit: str = "") -> int:
+    raw = form.get(field)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidOption(f"{field} must be a whole number, got {raw[:40]!r}") from None
+    if not low <= value <= high:
+        raise InvalidOption(f"{field} must be {low} … {high}{f' ({limit})' if limit else ''}, got {value}")
+    return value
+
+
+def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
+    """The fit options from the form's text fields, each checked against its range."""
+    preset = form.get("preset") or "fourier"
+    if preset not in presets:
+        raise InvalidOption(f"preset {preset[:40]!r} is unknown; valid presets: {', '.join(presets)}")
+    protocol = form.get("protocol") or "paper"
+    if protocol not in PROTOCOLS:
+        raise InvalidOption(f"protocol {protocol[:40]!r} is unknown; valid: {', '.join(PROTOCOLS)}")
+    return {"preset": preset,
+            "size": as_int(form, "size", min(256, max_size), MIN_SIZE, max_size, "INR_FIT_MAX_SIZE"),
+            "steps": as_int(form, "steps", min(int(presets[preset]["steps"]), max_steps), 1, max_steps,
+                            "INR_FIT_MAX_STEPS"),
+            "protocol": protocol,
+            "seed": as_int(form, "seed", 0, 0, MAX_SEED)}
+
+
+def check_name(name: str) -> str:
+    """A target model name as the caller gave it: refused (422) unless it is a plain folder name."""
+    shown = repr(name[:40] + ("…" if len(name) > 40 else ""))
+    if "\x00" in name:
+        raise InvalidOption(f"name {shown} contains a NUL character")
+    if "/" in name or "\\" in name:
+        raise InvalidOption(f"name {shown} contains a path separator; a model name is one folder name")
+    if ".." in name:
+        raise InvalidOption(f"name {shown} contains '..'")
+    if len(name) > 64:
+        raise InvalidOption(f"name is {len(name)} characters; the limit is 64")
+    if not NAME_RE.match(name):
+        raise InvalidOption(f"name {shown} must match {NAME_RE.pattern}: a letter or digit, then letters, "
+                            "digits, '_', '.' or '-'")
+    return name
+
+
+def check_target(name: str, models: Path) -> None:
+    """409 when NAME is a model folder of another task (digits): a fit writes image models only."""
+    folder = models / name
+    if not folder.exists():
+        return
+    try:
+        task = read_spec(folder).task
+    except SpecError:
+        raise Conflict(f"model '{name}' exists but is not a readable image model; choose another name") from None
+    if task != "image":
+        raise Conflict(f"model '{name}' is a {task} model; a fit writes image models: choose another name")
+
+
+def derive_name(filename: str, taken) -> str:
+    """A model name from the file name (NAME_RE), made unique by -2, -3, … against `taken(name)`."""
+    stem = Path(filename.replace("\\", "/")).name.rsplit(".", 1)[0] if filename else ""
+    base = NAME_CHARS.sub("-", stem).replace("..", ".")
+    base = re.sub(r"^[^A-Za-z0-9]+", "", base)[:56].rstrip("-.") or "image"
+    name, n = base, 1
+    while taken(name):
+        n += 1
+        name = f"{base}-{n}"
+    return name
