@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from .conftest import ROOT
+from .conftest import ROOT, compose_default
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,8 @@ def test_api_polls_the_folder_train_writes_into(compose):
     api, train = compose["services"]["api"], compose["services"]["train"]
     env = api["environment"]
     assert env["INR_MODEL_CONTROL_MODE"] == "poll"
-    settings = Settings(**{k.removeprefix("INR_").lower(): v for k, v in env.items() if k.startswith("INR_")})
+    settings = Settings(**{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items()
+                           if k.startswith("INR_")})
     assert settings.model_control_mode == "poll" and 0 < settings.repository_poll_secs <= 60
     assert api["volumes"][0]["source"] == train["volumes"][0]["source"]
     assert api["volumes"][0]["target"] == env["INR_MODELS"]

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from .conftest import ROOT
+from .conftest import ROOT, compose_default
 
 MiB = 1 << 20
 SIZE = {"": 1, "k": 1 << 10, "m": MiB, "g": 1 << 30}
@@ -91,7 +91,9 @@ def test_the_api_fit_settings_are_settings(services):
             "INR_FIT_MAX_UPLOAD_BYTES"} <= fits
     known = Settings.model_fields
     if "fit_store" in known:  # the API's settings (branch fits-api); until merged, only the names are checked
-        Settings(**{k.removeprefix("INR_").lower(): v for k, v in env.items() if k.startswith("INR_")})
+        settings = Settings(**{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items()
+                               if k.startswith("INR_")})
+        assert settings.fit_store == "sqlite:////app/fits/jobs.sqlite" and settings.fit_max_upload_bytes == 20 << 20
         assert {k.removeprefix("INR_").lower() for k in fits} <= known.keys()
 
 

@@ -135,10 +135,15 @@ def test_worker_pods_are_not_api_pods(objects, api, worker):
     assert objects["HorizontalPodAutoscaler", "inr-serve"]["spec"]["scaleTargetRef"]["name"] == "inr-serve"
 
 
-def test_the_api_sets_the_fit_limits(api):
-    e = env(container(api))
-    assert int(e["INR_FIT_MAX_RUNNING"]) >= 1 and int(e["INR_FIT_QUEUE_LIMIT"]) >= 0
-    assert float(e["INR_FIT_DEADLINE_S"]) > 0 and int(e["INR_FIT_MAX_UPLOAD_BYTES"]) == 20 << 20
+def test_the_api_sets_the_fit_limits_as_valid_settings(objects, api, worker):
+    from service.settings import Settings
+
+    c = container(api)
+    e = {**config_env(objects, c), **env(c)}
+    settings = Settings(**{k.removeprefix("INR_").lower(): v for k, v in e.items() if k.startswith("INR_")})
+    assert settings.fit_store.startswith("redis://") and settings.model_control_mode == "poll"
+    assert settings.fit_max_upload_bytes == 20 << 20 and settings.fit_deadline_s > 0
+    assert settings.fit_max_running == worker["spec"]["replicas"], "a slot per worker, a worker per slot"
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed")
