@@ -20,7 +20,7 @@ import yaml
 
 from bench.serving import free_port
 
-from .engine import PREFIX, ROOT, RUNTIME_IMAGE
+from .engine import PREFIX, ROOT, RUNTIME_IMAGE, TRAIN_IMAGE
 
 
 INIT_TYPE = "io.podman.annotations.init.container.type"
@@ -62,6 +62,16 @@ def wait_ready(port: int, path: str, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
+def fits_configmap(tmp_path) -> str:
+    """deploy/k8s/fits-store.yaml's ConfigMap with a SQLite store in the pod's /tmp (no Redis here)."""
+    (fits,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "fits-store.yaml").read_text())
+               if d["kind"] == "ConfigMap"]
+    fits["data"]["INR_FIT_STORE"] = "sqlite:////tmp/fits.sqlite"
+    path = tmp_path / "fits-configmap.yaml"
+    path.write_text(yaml.safe_dump(fits))
+    return str(path)
+
+
 def test_the_deployment_runs_as_written(podman, tmp_path):
     doc = yaml.safe_load((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text())
     doc["spec"]["replicas"] = 1
@@ -77,11 +87,7 @@ def test_the_deployment_runs_as_written(podman, tmp_path):
     # runs the same, before the api, and nothing races
     doc["spec"]["template"]["metadata"].setdefault("annotations", {})[INIT_TYPE] = "always"
     doc["metadata"].setdefault("annotations", {})[INIT_TYPE] = "always"
-    (fits,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "fits-store.yaml").read_text())
-               if d["kind"] == "ConfigMap"]
-    fits["data"]["INR_FIT_STORE"] = "sqlite:////tmp/fits.sqlite"
-    (tmp_path / "fits-configmap.yaml").write_text(yaml.safe_dump(fits))
-    port, name = play(podman, tmp_path, doc, container, "kube", "--configmap", str(tmp_path / "fits-configmap.yaml"))
+    port, name = play(podman, tmp_path, doc, container, "kube", "--configmap", fits_configmap(tmp_path))
     try:
         wait_ready(port, container["startupProbe"]["httpGet"]["path"])
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -122,3 +128,39 @@ def test_the_kserve_predictor_container_runs_as_written(podman, tmp_path):
         assert get(f"http://127.0.0.1:{port}/v2/models/digits/ready") == 200  # KServe's V2 readiness
     finally:
         podman("kube", "down", str(tmp_path / "kserve.yaml"), check=False)
+
+
+def test_the_worker_deployment_runs_as_written(podman, tmp_path):
+    """deploy/k8s/worker.yaml: the train image's worker starts on the store, under the same securityContext
+    as the api (read-only root, uid 10001, no capabilities), at nice 10, and keeps running."""
+    doc = yaml.safe_load((ROOT / "deploy" / "k8s" / "worker.yaml").read_text())
+    pod_spec = doc["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    assert container["image"] == "inr-serve-train"  # kustomization.yaml's name for it
+    container["image"] = TRAIN_IMAGE
+    volume = f"{PREFIX}worker-models"
+    for v in pod_spec["volumes"]:
+        if "persistentVolumeClaim" in v:
+            v["persistentVolumeClaim"]["claimName"] = volume
+    doc["metadata"]["name"] = f"{PREFIX}worker"
+    path = tmp_path / "worker.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    podman("kube", "play", "--configmap", fits_configmap(tmp_path), str(path), timeout=300)
+    try:
+        pod = podman("pod", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}worker").stdout.split()[0]
+        name = f"{pod}-{container['name']}"
+        deadline = time.monotonic() + 60
+        while "store sqlite:////tmp/fits.sqlite" not in (logs := podman("logs", name, check=False)).stderr:
+            assert time.monotonic() < deadline, logs.stdout + logs.stderr
+            time.sleep(1)
+        time.sleep(3)  # a few heartbeats
+        info = podman.inspect(name)
+        assert info["State"]["Status"] == "running" and info["RestartCount"] == 0, podman("logs", name).stderr
+        assert info["HostConfig"]["ReadonlyRootfs"] is True and info["Config"]["User"].split(":")[0] == "10001"
+        stat = podman("exec", name, "cat", "/proc/1/stat").stdout
+        assert stat.rsplit(")", 1)[1].split()[16] == "10", "nice 10"  # field 19 of /proc/PID/stat
+        # the models volume is writable by the worker (fitted versions are written there)
+        podman("exec", name, "touch", "/app/models/.inrci-write-check")
+    finally:
+        podman("kube", "down", str(path), check=False)
+        podman("volume", "rm", "-f", volume, check=False)
