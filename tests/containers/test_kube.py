@@ -1,5 +1,5 @@
-"""The Kubernetes Deployments (the api's and the fit worker's) and the KServe predictor's container, run as written by `podman kube
-play` with the image the compose stack ran: its securityContext (read-only root, uid 10001, no
+"""The Kubernetes Deployments (the api's and the fit worker's) and the KServe predictor's container, run
+as written by `podman kube play` with the images the compose stack ran: its securityContext (read-only root, uid 10001, no
 capabilities), its limits and env, and its probes answering on the declared port. No cluster runs
 here; tests/deploy/test_k8s.py validates the same files against the Kubernetes and KServe schemas.
 
