@@ -8,14 +8,15 @@ reaches, and what a running fit does to serving latency.
      from the command's start to the first served render of its version.
    Both with the same torch threads (--fit-threads) and nice 0, alternating, `--rounds` times.
 2. `serving`: p50/p99 of a one-digit v1 classify and of a 256² render (render cache off, a new
-   viewport each time) from one client, idle and while a worker fits (the worker's defaults: nice
-   10, one torch thread), in the same run.
+   rotation each time) from one client, idle and while a worker fits a long job, in the same run:
+   `fair` is the worker's defaults (nice 10, one torch thread), `unfair` nice 0 and two threads.
 
     python -m bench.fits                    # ~10 min on 2 cores
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import subprocess
@@ -54,7 +55,7 @@ def first_render(url: str, name: str, version: int, deadline: float) -> float:
     raise RuntimeError(f"{name} version {version} was not served in time")
 
 
-def via_service(srv: Server, photo: Path, name: str, args) -> dict:
+def via_service(srv: Server, photo: Path, models: Path, name: str, args) -> dict:
     t0 = time.perf_counter()
     with photo.open("rb") as f:
         r = httpx.post(f"{srv.url}/v1/fits", files={"file": (photo.name, f, "image/png")},
@@ -62,16 +63,22 @@ def via_service(srv: Server, photo: Path, name: str, args) -> dict:
     r.raise_for_status()
     job = r.json()["id"]
     deadline = time.monotonic() + args.timeout_s
-    while time.monotonic() < deadline:
-        rec = httpx.get(f"{srv.url}/v1/fits/{job}", timeout=30).json()
-        if rec["state"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(0.1)
+    # follow the job as the viewer does: its event stream, until the final event
+    with httpx.stream("GET", f"{srv.url}/v1/fits/{job}/events", timeout=args.timeout_s) as events:
+        for line in events.iter_lines():
+            if line.startswith("event: ") and line[7:] in ("succeeded", "failed", "cancelled"):
+                break
+    rec = httpx.get(f"{srv.url}/v1/fits/{job}", timeout=30).json()
     if rec["state"] != "succeeded":
         raise RuntimeError(f"fit {job} ended {rec['state']}: {rec.get('error')}")
     done = time.perf_counter()
     served = first_render(srv.url, name, rec["version"], deadline)
-    return {"path": "service", "seconds": served - t0, "fit_done_s": done - t0, "metrics": rec["metrics"]}
+    return {"path": "service", "seconds": served - t0, "fit_done_s": done - t0, "metrics": rec["metrics"],
+            "train_s": train_seconds(models, name, rec["version"])}
+
+
+def train_seconds(models: Path, name: str, version: int) -> float:
+    return json.loads((models / name / str(version) / "metadata.json").read_text())["training"]["train_seconds"]
 
 
 def via_cli(srv: Server, photo: Path, models: Path, name: str, args) -> dict:
@@ -81,7 +88,9 @@ def via_cli(srv: Server, photo: Path, models: Path, name: str, args) -> dict:
                    env={**_env(args.fit_threads)}, stdout=subprocess.DEVNULL)
     done = time.perf_counter()
     served = first_render(srv.url, name, 1, time.monotonic() + args.timeout_s)
-    return {"path": "cli", "seconds": served - t0, "fit_done_s": done - t0}
+    meta = json.loads((models / name / "1" / "metadata.json").read_text())
+    return {"path": "cli", "seconds": served - t0, "fit_done_s": done - t0, "metrics": meta["metrics"],
+            "train_s": meta["training"]["train_seconds"]}
 
 
 def _env(threads: int) -> dict:
@@ -110,6 +119,26 @@ def latencies(url: str, n: int, digit: bytes) -> dict:
             for k, v in out.items()}
 
 
+def fitting_latencies(srv: Server, store: str, models: Path, photo: Path, digit: bytes, threads: int, nice: int,
+                      log_path: Path, args) -> dict:
+    """Serving latencies while one long fit runs on a worker with these threads and nice value."""
+    w = worker(store, models, threads, nice, log_path)
+    try:
+        with photo.open("rb") as f:
+            job = httpx.post(f"{srv.url}/v1/fits", files={"file": ("coffee.png", f, "image/png")},
+                             data={"size": str(args.size), "steps": "20000", "name": f"busy{nice}"}, timeout=60).json()
+        while httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"] < 1:
+            time.sleep(0.2)
+        step0 = httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"]
+        out = latencies(srv.url, args.requests, digit)
+        out["fit_steps_during"] = httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"] - step0
+        httpx.delete(f"{srv.url}/v1/fits/{job['id']}", timeout=30)
+    finally:
+        w.terminate()
+        w.wait(60)
+    return {**out, "worker_threads": threads, "worker_nice": nice}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=256)
@@ -136,13 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "overhead" in args.parts:
             w = worker(store, models, args.fit_threads, 0, tmp / "worker.log")
+            from modelrepo.fitjobs import FitStore
+            while not FitStore(store).workers():  # started: torch imported, heartbeat sent
+                time.sleep(0.2)
             try:
                 for k in range(args.rounds):
                     for path in ("service", "cli"):
-                        row = (via_service(srv, photo, f"svc{k}", args) if path == "service"
+                        row = (via_service(srv, photo, models, f"svc{k}", args) if path == "service"
                                else via_cli(srv, photo, models, f"cli{k}", args))
-                        log.info("%s round %d: %.1f s to the first served render (fit done at %.1f s)",
-                                 path, k, row["seconds"], row["fit_done_s"])
+                        log.info("%s round %d: %.1f s to the first served render (fit done at %.1f s, "
+                                 "training %.1f s)", path, k, row["seconds"], row["fit_done_s"], row["train_s"])
                         result["overhead"].append(row)
             finally:
                 w.terminate()
@@ -156,23 +188,14 @@ def main(argv: list[str] | None = None) -> int:
             digit = png_bytes(draw_digit(3, size=64))
             latencies(srv.url, 10, digit)  # warm up
             result["serving"]["idle"] = latencies(srv.url, args.requests, digit)
-            w = worker(store, models, 1, 10, tmp / "worker-fair.log")
-            try:
-                with photo.open("rb") as f:
-                    job = httpx.post(f"{srv.url}/v1/fits", files={"file": ("coffee.png", f, "image/png")},
-                                     data={"size": str(args.size), "steps": "20000", "name": "busy"}, timeout=60).json()
-                while httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"] < 1:
-                    time.sleep(0.2)
-                result["serving"]["fitting"] = latencies(srv.url, args.requests, digit)
-                result["serving"]["fit_steps_during"] = httpx.get(f"{srv.url}/v1/fits/{job['id']}").json()["step"]
-                httpx.delete(f"{srv.url}/v1/fits/{job['id']}", timeout=30)
-            finally:
-                w.terminate()
-                w.wait(60)
-            for kind in ("classify", "render"):
-                idle, busy = result["serving"]["idle"][kind], result["serving"]["fitting"][kind]
-                log.info("%s: idle p50 %.1f p99 %.1f ms; with a fit p50 %.1f p99 %.1f ms (p99 %.2f×)", kind,
-                         idle["p50_ms"], idle["p99_ms"], busy["p50_ms"], busy["p99_ms"], busy["p99_ms"] / idle["p99_ms"])
+            for mode, threads, nice in (("fair", 1, 10), ("unfair", 2, 0)):
+                result["serving"][mode] = fitting_latencies(srv, store, models, photo, digit, threads, nice,
+                                                            tmp / f"worker-{mode}.log", args)
+                for kind in ("classify", "render"):
+                    idle, busy = result["serving"]["idle"][kind], result["serving"][mode][kind]
+                    log.info("%s, worker %s (threads %d, nice %d): idle p50 %.1f p99 %.1f ms; with a fit p50 %.1f "
+                             "p99 %.1f ms (p99 %.2f×)", kind, mode, threads, nice, idle["p50_ms"], idle["p99_ms"],
+                             busy["p50_ms"], busy["p99_ms"], busy["p99_ms"] / idle["p99_ms"])
     finally:
         srv.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -117,6 +117,6 @@ def register(sub) -> None:
     p.add_argument("--stale-s", type=positive_float, default=float(os.environ.get("INR_FIT_STALE_S", "15")),
                    help="a worker silent this long is dead; its job is retried once "
                         "(default: $INR_FIT_STALE_S, else 15)")
-    p.add_argument("--poll-s", type=positive_float, default=1.0, help="longest wait between queue polls")
+    p.add_argument("--poll-s", type=positive_float, default=0.25, help="longest wait between queue polls (default: 0.25)")
     p.add_argument("--once", action="store_true", help="exit after one job has ended")
     p.set_defaults(func=serve_jobs)
