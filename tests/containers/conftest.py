@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from .engine import PYTHON_BASE, ROOT, RUNTIME_IMAGE, TRAIN_IMAGE, Engine, EngineError
@@ -95,3 +96,10 @@ def make_stack(images: Engine, tmp_path_factory):
     yield make
     for stack in made:
         stack.down()
+
+
+@pytest.fixture(scope="module")
+def http(stack) -> httpx.Client:
+    """A client of nginx's published port, for the module's own `stack` fixture."""
+    with httpx.Client(base_url=stack.url, timeout=60) as c:
+        yield c

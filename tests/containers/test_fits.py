@@ -30,12 +30,6 @@ def stack(make_stack, report) -> Stack:
     return s
 
 
-@pytest.fixture(scope="module")
-def http(stack) -> httpx.Client:
-    with httpx.Client(base_url=stack.url, timeout=60) as c:
-        yield c
-
-
 def photo(seed: int = 0) -> bytes:
     """A small RGB picture with edges and a gradient: something a 40-step fit visibly learns."""
     rng = np.random.default_rng(seed)

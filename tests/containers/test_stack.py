@@ -31,12 +31,6 @@ def stack(make_stack, report) -> Stack:
     return s
 
 
-@pytest.fixture(scope="module")
-def http(stack) -> httpx.Client:
-    with httpx.Client(base_url=stack.url, timeout=60) as c:
-        yield c
-
-
 def test_the_replica_is_healthy_non_root_and_cannot_write_its_models(stack):
     (api,) = stack.containers()
     assert stack.health(api) == "healthy"
