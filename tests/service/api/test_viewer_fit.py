@@ -80,11 +80,16 @@ class FitPage:
         self.watch()
 
     def watch(self):
-        """Record every value the progress bar takes (barValues) and every message the panel says (messages)."""
+        """Record every value the progress bar takes (barValues), every message the panel says (messages) and
+        how many points its plot has after each change (plotPoints)."""
         self.page.evaluate("""(() => {
             const bar = document.querySelector('#fit-progress'), message = document.querySelector('.fit-message');
+            const plot = document.querySelector('.fit-plot');
             window.barValues = [];
             window.messages = [];
+            window.plotPoints = [];
+            new MutationObserver(() => plotPoints.push(Number(plot.dataset.points)))
+                .observe(plot, {attributes: true, attributeFilter: ['data-points']});
             new MutationObserver(() => barValues.push([bar.value, bar.max]))
                 .observe(bar, {attributes: true, attributeFilter: ['value', 'max']});
             new MutationObserver(() => messages.push(message.textContent))
