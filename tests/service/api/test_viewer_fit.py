@@ -4,10 +4,13 @@ via Playwright).
 End to end: the real server (poll mode) and a real `python -m training worker` subprocess on a temp store and
 a temp copy of the models: upload a PNG through the file input, watch the progress bar, previews and PSNR plot
 follow the job's Server-Sent Events, and see the new model selected and rendered in the viewer, with a
-deep-zoom link; a second fit into the same name opens its next version; Cancel stops a running fit. A text
-file gets the API's own error text in the panel, and so does the 403 of a restricted `fit` group.
+deep-zoom link and the record's train and test PSNR; a second fit into the same name opens its next version;
+Cancel, pressed from the keyboard, stops a running fit and nothing is written; a reload mid-fit follows the
+job again. A text file gets the API's own error text in the panel, and so does the 403 of a restricted `fit`
+group.
 
-test_viewer_fit_panel.py checks the panel against every answer the API can give, from Playwright routes.
+test_viewer_fit_panel.py runs the answers that need a server of their own (a retry then a failure, no worker,
+429, 413) on fit_server() below, with real workers where a job must run.
 """
 import json
 import shutil
@@ -158,7 +161,8 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         assert job["state"] == "succeeded" and job["name"] == "panel-photo"
         m = job["metrics"]
         assert "panel-photo version 1 is in the viewer" in p.message()
-        assert f"train PSNR {m['train_psnr']:.2f} dB" in p.message() and f"test PSNR {m['test_psnr']:.2f} dB" in p.message()
+        assert f"train PSNR {m['train_psnr']:.2f} dB" in p.message()
+        assert f"test PSNR {m['test_psnr']:.2f} dB" in p.message()
         assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
 
         # The new model is the viewer's: picked, described, rendered sharp through its own render route.

@@ -57,6 +57,14 @@ def workers(panel_stack):
             httpx.delete(f"{panel_stack.url}/v1/fits/{r['id']}", timeout=30)
 
 
+def wait_for_no_workers(store, timeout=30):
+    """A worker stopped or killed by an earlier test keeps its seat until its heartbeat is STALE_S old."""
+    deadline = time.monotonic() + timeout
+    while store.workers():
+        assert time.monotonic() < deadline, store.workers()
+        time.sleep(0.2)
+
+
 def job_id(p):
     return p.job_url().rsplit("/", 1)[-1]
 
@@ -99,7 +107,7 @@ def test_a_retried_then_failed_fit_restarts_the_plot_and_shows_why(browser, pane
         p.close()
 
 
-def test_a_dropped_file_is_queued_with_the_chosen_options_and_no_worker_noted(browser, panel_stack, workers):  # noqa: F811
+def test_a_dropped_file_is_queued_with_its_options_and_the_no_worker_note(browser, panel_stack, workers):  # noqa: F811
     store = panel_stack.store
     wait_for_no_workers(store)
     p = FitPage(browser, panel_stack.url + "/")
@@ -135,14 +143,6 @@ def test_a_dropped_file_is_queued_with_the_chosen_options_and_no_worker_noted(br
         assert p.errors == []
     finally:
         p.close()
-
-
-def wait_for_no_workers(store, timeout=30):
-    """A worker stopped or killed by an earlier test keeps its seat until its heartbeat is STALE_S old."""
-    deadline = time.monotonic() + timeout
-    while store.workers():
-        assert time.monotonic() < deadline, store.workers()
-        time.sleep(0.2)
 
 
 def refused(p, data):
