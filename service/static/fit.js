@@ -218,7 +218,6 @@ export class FitPanel {
   // A final event (or a stream that closed for good): the record says how the job ended.
   async finish(type, data = {}) {
     this.stop();
-    sessionStorage.removeItem(KEY);
     this.cancelButton.disabled = true;
     let record = this.record;
     try {
@@ -239,6 +238,8 @@ export class FitPanel {
       this.say(`lost the job's event stream; the job is ${record.state} (${record.links.self})`, true);
       return;
     }
+    // Only now: a reload closes the stream too (an error event on the way out), and the next page resumes it.
+    sessionStorage.removeItem(KEY);
     this.setBusy(false);
     this.setState(state);
     if (state === "failed") {

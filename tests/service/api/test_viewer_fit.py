@@ -4,13 +4,17 @@ via Playwright).
 End to end: the real server (poll mode) and a real `python -m training worker` subprocess on a temp store and
 a temp copy of the models: upload a PNG through the file input, watch the progress bar, previews and PSNR plot
 follow the job's Server-Sent Events, and see the new model selected and rendered in the viewer, with a
-deep-zoom link; a second fit into the same name opens its next version; Cancel stops a running fit. A text
-file gets the API's own error text in the panel, and so does the 403 of a restricted `fit` group.
+deep-zoom link and the record's train and test PSNR; a second fit into the same name opens its next version;
+Cancel, pressed from the keyboard, stops a running fit and nothing is written; a reload mid-fit follows the
+job again. A text file gets the API's own error text in the panel, and so does the 403 of a restricted `fit`
+group.
 
-test_viewer_fit_panel.py checks the panel against every answer the API can give, from Playwright routes.
+test_viewer_fit_panel.py runs the answers that need a server of their own (a retry then a failure, no worker,
+429, 413) on fit_server() below, with real workers where a job must run.
 """
 import json
 import shutil
+import time
 
 import httpx
 import pytest
@@ -29,24 +33,32 @@ def photo_png() -> bytes:
     return png()
 
 
-@pytest.fixture(scope="module")
-def fit_stack(model_repo, tmp_path_factory):
-    """The real server in poll mode (1 s) and a real `python -m training worker` (tests/fits.py) on a temp
-    SQLite store and a temp copy of the models (the image and digits models, without the broken folders)."""
-    root = tmp_path_factory.mktemp("fit-stack")
+def fit_server(model_repo, root, *args: str, env: dict | None = None) -> Server:
+    """The real server in poll mode (1 s) on a temp SQLite store and a temp copy of the models (the image and
+    digits models, without the broken folders) under `root`; `.models` and `.store_url` name them. Skips
+    where the server has no /v1/fits."""
     models = root / "models"
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, models / name)
     store = f"sqlite:///{root / 'fits.sqlite'}"
-    srv = Server(models, "--model-control-mode", "poll", "--repository-poll-secs", "1",
-                 env={"INR_FIT_STORE": store, "INR_FIT_MAX_RUNNING": "1"})
+    srv = Server(models, "--model-control-mode", "poll", "--repository-poll-secs", "1", *args,
+                 env={"INR_FIT_STORE": store, "INR_FIT_MAX_RUNNING": "1", **(env or {})})
     srv.wait_ready()
+    srv.models, srv.store_url = models, store
+    if httpx.get(f"{srv.url}/v1/fits", timeout=30).status_code == 404:
+        srv.stop()
+        pytest.skip("this server has no /v1/fits yet (issue 22's API, branch fits-api)")
+    return srv
+
+
+@pytest.fixture(scope="module")
+def fit_stack(model_repo, tmp_path_factory):
+    """fit_server and a real `python -m training worker` (tests/fits.py) on its store and models."""
+    root = tmp_path_factory.mktemp("fit-stack")
+    srv = fit_server(model_repo, root)
     worker = None
     try:
-        if httpx.get(f"{srv.url}/v1/fits", timeout=30).status_code == 404:
-            pytest.skip("this server has no /v1/fits yet (issue 22's API, branch fits-api)")
-        worker = Worker(store, models, root / "worker.log")
-        srv.models = models
+        worker = Worker(srv.store_url, srv.models, root / "worker.log")
         yield srv
     finally:
         if worker is not None:
@@ -68,13 +80,28 @@ class FitPage:
         self.page.wait_for_function("document.querySelector('#model option') || "
                                     "document.querySelector('#view-message').textContent")
         assert self.page.locator("#model option").count(), self.page.locator("#view-message").inner_text()
-        # Every value the progress bar takes, as the panel sets it.
+        self.watch()
+
+    def watch(self):
+        """Record every value the progress bar takes (barValues), every message the panel says (messages) and
+        how many points its plot has after each change (plotPoints)."""
         self.page.evaluate("""(() => {
-            const bar = document.querySelector('#fit-progress');
+            const bar = document.querySelector('#fit-progress'), message = document.querySelector('.fit-message');
+            const plot = document.querySelector('.fit-plot');
             window.barValues = [];
+            window.messages = [];
+            window.plotPoints = [];
+            new MutationObserver(() => plotPoints.push(Number(plot.dataset.points)))
+                .observe(plot, {attributes: true, attributeFilter: ['data-points']});
             new MutationObserver(() => barValues.push([bar.value, bar.max]))
                 .observe(bar, {attributes: true, attributeFilter: ['value', 'max']});
+            new MutationObserver(() => messages.push(message.textContent))
+                .observe(message, {childList: true, characterData: true, subtree: true});
         })()""")
+
+    def job_url(self):
+        """The job the panel follows (the link it keeps for a reload)."""
+        return self.page.evaluate("sessionStorage.getItem('inr-fit-job')")
 
     def state(self):
         return self.page.locator("#fit").get_attribute("data-state")
@@ -122,11 +149,21 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         steps = [v for v, m in values if m == 60]
         assert steps == sorted(steps) and steps[-1] == 60, values
         assert any(0 < v < 60 for v in steps), f"the bar went straight to the end: {values}"
-        assert int(p.page.locator(".fit-plot").get_attribute("data-points")) >= 2
+        plot = p.page.locator(".fit-plot")
+        points = int(plot.get_attribute("data-points"))
+        assert points >= 2 and p.page.locator(".fit-plot circle").count() == points
         assert p.page.locator(".fit-plot polyline").count() == 1
+        assert "at step 60 of 60" in plot.get_attribute("aria-label"), plot.get_attribute("aria-label")
+        assert "/previews/" in p.page.locator(".fit-preview img").get_attribute("src")
         assert int(p.page.locator(".fit-preview img").get_attribute("data-loaded") or 0) >= 1
         assert p.page.evaluate("document.querySelector('.fit-preview img').naturalWidth") > 0
+        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]   # newest first
+        assert job["state"] == "succeeded" and job["name"] == "panel-photo"
+        m = job["metrics"]
         assert "panel-photo version 1 is in the viewer" in p.message()
+        assert f"train PSNR {m['train_psnr']:.2f} dB" in p.message()
+        assert f"test PSNR {m['test_psnr']:.2f} dB" in p.message()
+        assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
 
         # The new model is the viewer's: picked, described, rendered sharp through its own render route.
         assert p.page.locator("#model").input_value() == "panel-photo"
@@ -143,8 +180,6 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         assert p.errors == []
 
         # The job's record links to the viewer with the model picked (the page's URL says the same now).
-        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]   # newest first
-        assert job["state"] == "succeeded" and job["name"] == "panel-photo"
         assert p.page.url.endswith(job["links"]["viewer"].lstrip("/"))
         p.page.goto(fit_stack.url + job["links"]["viewer"])
         p.page.wait_for_selector("#panel dd")
@@ -202,22 +237,56 @@ def test_a_text_file_gets_the_apis_error_in_the_panel_and_nothing_is_queued(brow
     assert not [e for e in p.errors if "Failed to load resource" not in e]
 
 
-def test_cancel_stops_the_running_fit_and_nothing_is_written(browser, fit_stack):  # noqa: F811
+def tree(folder):
+    return sorted(str(f.relative_to(folder)) for f in folder.rglob("*"))
+
+
+def test_cancel_from_the_keyboard_stops_the_running_fit_and_nothing_is_written(browser, fit_stack):  # noqa: F811
+    before = tree(fit_stack.models)
     p = FitPage(browser, fit_stack.url + "/")
     try:
         p.upload("long.png", photo_png(), preset="fourier-small", size=32, steps=20000, name="panel-cancelled")
         p.page.wait_for_function("document.querySelector('#fit-progress').value > 0", timeout=FIT_TIMEOUT_MS)
-        p.page.click(".fit-cancel")
+        assert p.page.locator("#fit-start").is_disabled()
+        p.page.locator(".fit-cancel").focus()
+        p.page.keyboard.press("Enter")             # the button works from the keyboard
         p.wait_state("cancelled", "failed", "error", "ready", timeout=FIT_TIMEOUT_MS)
         assert p.state() == "cancelled", p.message()
         assert "nothing was written" in p.message()
+        assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
         assert p.page.locator("#fit-progress").evaluate("b => b.value") < 20000
         job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]
         assert (job["name"], job["state"]) == ("panel-cancelled", "cancelled")
-        assert not (fit_stack.models / "panel-cancelled").exists()
+        time.sleep(1.5)                            # a poll of the repository (1 s) would list a late write
+        assert tree(fit_stack.models) == before
         assert "panel-cancelled" not in p.page.locator("#model option").all_text_contents()
         assert p.errors == []
     finally:
+        p.close()
+
+
+def test_a_reload_mid_fit_follows_the_running_job_again(browser, fit_stack):  # noqa: F811
+    p = FitPage(browser, fit_stack.url + "/")
+    job = None
+    try:
+        p.upload("long.png", photo_png(), preset="fourier-small", size=32, steps=20000, name="panel-reloaded")
+        p.page.wait_for_function("document.querySelector('.fit-plot').dataset.points >= 2", timeout=TIMEOUT_MS)
+        job = p.job_url()
+        step = p.page.locator("#fit-progress").evaluate("b => b.value")
+        p.page.reload()
+        p.watch()
+        p.page.wait_for_function(f"document.querySelector('#fit-progress').value > {step}", timeout=TIMEOUT_MS)
+        assert p.state() == "running" and p.page.locator(".fit-cancel").is_visible()
+        assert p.page.locator("#fit-start").is_disabled()
+        assert p.job_url() == job
+        assert int(p.page.locator(".fit-plot").get_attribute("data-points")) >= 2   # the whole curve so far
+        assert p.page.locator("#fit-progress").evaluate("b => b.max") == 20000
+        record = httpx.get(fit_stack.url + job, timeout=30).json()
+        assert record["state"] == "running" and record["name"] == "panel-reloaded"
+        assert p.errors == []
+    finally:
+        if job is not None:
+            httpx.delete(fit_stack.url + job, timeout=30)
         p.close()
 
 
