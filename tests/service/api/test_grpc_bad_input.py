@@ -112,8 +112,10 @@ def test_a_message_over_the_receive_limit_is_resource_exhausted(gc):
 
 
 def test_an_expired_deadline_is_deadline_exceeded(gc):
-    code, _ = status_of(lambda: gc.infer("astronaut", [coords_input(np.zeros((1, 2), np.float32))],
-                                         client_timeout=1e-6))
+    # The most rows the test server takes (5000), so that the answer cannot come back inside gRPC's
+    # millisecond deadline resolution; one row under a 1 µs timeout once did (CI, 2026-12-01).
+    rows = np.random.default_rng(0).random((5000, 2), dtype=np.float32)
+    code, _ = status_of(lambda: gc.infer("astronaut", [coords_input(rows)], client_timeout=1e-6))
     assert code == "StatusCode.DEADLINE_EXCEEDED"
     still_serves(gc)
 
