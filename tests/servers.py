@@ -7,6 +7,7 @@ and broken folders the service must list as failed without stopping.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -154,15 +155,22 @@ class Server(serving.Server):
     def __init__(self, models: Path, *args: str, env: dict | None = None):
         super().__init__(models, "test server", env, args=args, log_level="warning", capture=True)
 
+    @contextlib.contextmanager
+    def running(self):
+        """Ready inside the block, stopped after it (also when the block or the start fails)."""
+        try:
+            yield self.wait_ready()
+        finally:
+            self.stop()
+
 
 @pytest.fixture(scope="session")
 def server(model_repo):
     srv = Server(model_repo, env={"INR_MAX_QUERY_COORDS": "5000", "INR_MAX_RENDER_PIXELS": "1000000",
                                   "INR_MAX_CLASSIFY_IMAGES": "8", "INR_MAX_BODY_BYTES": "2000000",
                                   "INR_MAX_CLASSIFY_BYTES": "500000", "INR_RENDER_TILE_SAMPLES": "1024"})
-    srv.wait_ready()
-    yield srv
-    srv.stop()
+    with srv.running():
+        yield srv
     assert srv.proc.returncode in (0, -15), "the server did not shut down cleanly"
 
 
@@ -199,6 +207,5 @@ def iiif_repo(tmp_path_factory) -> Path:
 def iiif_server(iiif_repo):
     """The real server over the IIIF repository; astronaut's 32² training size × zoom 64 = 2048² in IIIF."""
     srv = Server(iiif_repo, env={"INR_IIIF_ZOOM": "64", "INR_MAX_RENDER_PIXELS": "4194304"})
-    srv.wait_ready()
-    yield srv
-    srv.stop()
+    with srv.running():
+        yield srv

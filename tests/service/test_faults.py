@@ -74,9 +74,8 @@ def srv(faulty_repo):
     s = Server(faulty_repo, "--log-level", "info", env={
         "INR_HEADER_TIMEOUT_S": str(TIMEOUT_S), "INR_BODY_TIMEOUT_S": str(TIMEOUT_S),
         "INR_MAX_QUEUE_DELAY_MS": "200", "INR_BATCH_INSTANCES": "1"})  # concurrent queries share a batch
-    s.wait_ready()
-    yield s
-    s.stop()
+    with s.running():
+        yield s
 
 
 def answers(srv) -> bool:

@@ -41,9 +41,8 @@ def fuzzed(model_repo, tmp_path_factory):
     srv = Server(repo, env={"INR_MAX_RENDER_PIXELS": "65536", "INR_MAX_QUERY_COORDS": "5000",
                             "INR_RENDER_TILE_SAMPLES": "4096", "INR_MAX_CLASSIFY_IMAGES": "8",
                             "INR_FIT_STORE": f"sqlite:///{store}"})
-    srv.wait_ready()
-    yield srv
-    srv.stop()
+    with srv.running():
+        yield srv
 
 
 def test_the_schema_has_no_prefix_items(fuzzed):

@@ -131,9 +131,9 @@ def explicit(model_repo, tmp_path_factory):
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, repo / name)
     srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "*",
-                 "--http-restricted-api", f"model-repository,model-config:admin-key={KEY}").wait_ready()
-    yield srv
-    srv.stop()
+                 "--http-restricted-api", f"model-repository,model-config:admin-key={KEY}")
+    with srv.running():
+        yield srv
 
 
 def test_repository_load_and_unload_need_the_key_as_metadata(explicit):

@@ -48,9 +48,9 @@ def two_versions(iiif_repo, tmp_path_factory):
     cfg = repo / "astronaut" / "config.pbtxt"
     cfg.write_text(re.sub(r"version_policy \{.*?\n\}\n", "version_policy {\n  all {\n  }\n}\n", cfg.read_text(),
                           flags=re.S))
-    srv = Server(repo).wait_ready()
-    yield srv
-    srv.stop()
+    srv = Server(repo)
+    with srv.running():
+        yield srv
 
 
 def test_the_manifest_has_one_canvas_per_version_and_validates(two_versions):

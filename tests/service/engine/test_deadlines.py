@@ -17,9 +17,8 @@ def busy(model_repo):
     # 100 µs is shorter than the 0.5 ms a batch waits for mates under Triton's fixed-delay policy: every
     # queued request times out (the adaptive policy would run it at once)
     srv = Server(model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.0001", "INR_BATCH_POLICY": "delay"})
-    srv.wait_ready()
-    yield srv
-    srv.stop()
+    with srv.running():
+        yield srv
 
 
 def queue_timeouts(url: str) -> float:

@@ -35,9 +35,9 @@ def repo(model_repo, tmp_path):
 @pytest.fixture
 def explicit(repo):
     srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "*",
-                 "--http-restricted-api", f"model-repository:admin-key={KEY['admin-key']}").wait_ready()
-    yield srv
-    srv.stop()
+                 "--http-restricted-api", f"model-repository:admin-key={KEY['admin-key']}")
+    with srv.running():
+        yield srv
 
 
 @pytest.mark.parametrize("mode", ["none", "poll"])

@@ -21,9 +21,8 @@ def strict(model_repo):
     srv = Server(model_repo, env={"INR_RENDER_CONCURRENCY": "1", "INR_RENDER_WORKERS": "1",
                                   "INR_RENDER_TIMEOUT_S": "1", "INR_QUEUE_TIMEOUT_S": "0.3",
                                   "INR_RENDER_TILE_SAMPLES": "256", "INR_MAX_RENDER_PIXELS": "16000000"})
-    srv.wait_ready()
-    yield srv
-    srv.stop()
+    with srv.running():
+        yield srv
 
 
 def counter(url: str, name: str, labels: str = 'model="astronaut"') -> float:

@@ -12,9 +12,8 @@ from tests.servers import Server
 def one_slot_server(model_repo):
     srv = Server(model_repo, "--log-level", "info",
                  env={"INR_RENDER_CONCURRENCY": "1", "INR_RENDER_TILE_SAMPLES": "1024"})
-    srv.wait_ready()
-    yield srv
-    srv.stop()
+    with srv.running():
+        yield srv
 
 
 def test_a_disconnected_render_is_abandoned_and_frees_the_slot(one_slot_server):

@@ -19,9 +19,9 @@ HEADER = {"X-Infer-Key": SECRET}
 def restricted(model_repo):
     srv = Server(model_repo, "--log-level", "debug",
                  "--http-restricted-api", f"inference,model-config:x-infer-key={SECRET}",
-                 "--http-restricted-api", "statistics:stats-key=other-value").wait_ready()
-    yield srv
-    srv.stop()
+                 "--http-restricted-api", "statistics:stats-key=other-value")
+    with srv.running():
+        yield srv
 
 
 def test_a_restricted_group_answers_403_without_its_header_and_works_with_it(restricted):
