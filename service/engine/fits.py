@@ -141,7 +141,7 @@ def present(record: dict, workers: int) -> dict:
     job = out["id"]
     base = f"/v1/fits/{job}"
     links = {"self": base, "events": f"{base}/events"}
-    seq = preview_seq(record)
+    seq = record.get("preview_seq")  # the event seq of the latest preview (modelrepo.fitjobs)
     if seq is not None:
         links["preview"] = f"{base}/previews/{seq}.png"
     name, version = out.get("name"), out.get("version")
@@ -154,15 +154,6 @@ def present(record: dict, workers: int) -> dict:
     if out.get("state") == "queued" and workers == 0:
         out["note"] = NO_WORKER
     return out
-
-
-def preview_seq(record: dict) -> int | None:
-    """The event seq of the job's latest preview, as the store records it."""
-    for key in ("preview_seq", "preview"):
-        value = record.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
 
 
 def event_data(job_id: str, event: dict) -> dict:
