@@ -12,6 +12,7 @@ import shutil
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -94,6 +95,11 @@ class Stack:
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
+    def address(self, container: str) -> str:
+        """The container's addresses on its networks (a restarted container may get a new one)."""
+        return self.engine("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+                           container, check=False).stdout.strip()
+
     def diagnose(self, path: str) -> str:
         """What a failed check needs: the answer through nginx, each container's state and log tail."""
         try:
@@ -106,8 +112,7 @@ class Stack:
         lines = [f"GET {path} -> {answer}"]
         for name in self.containers(None, all_states=True):
             state = self.engine.inspect(name)["State"]
-            ip = self.engine("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
-                             name, check=False).stdout.strip()
+            ip = self.address(name)
             logs = self.engine("logs", "--tail", "15", name, check=False)
             lines += [f"--- {name}: {state.get('Status')} ip={ip}", logs.stdout[-2000:], logs.stderr[-2000:]]
         for name in self.containers("nginx"):  # what nginx's resolver would answer for the replicas
@@ -124,6 +129,49 @@ class Stack:
             return e.code
         except OSError:
             return 0
+
+
+@dataclass
+class Settling:
+    """How nginx came back after the replicas restarted, in seconds from the restart: the first 200, the
+    last non-200 before `stable_s` of unbroken 200s (None if none followed the first 200), and the
+    answers that failed after the first 200 (stale addresses), each with how long it took."""
+    first_ok: float | None = None
+    last_bad: float | None = None
+    stale: list = field(default_factory=list)
+    stable: bool = False
+
+    @property
+    def stale_window(self) -> float:
+        """From the first 200 to the end of the last failed answer after it: how long some requests still
+        went to a dead address."""
+        return 0.0 if self.last_bad is None or self.first_ok is None else round(self.last_bad - self.first_ok, 2)
+
+
+def settle(stack: "Stack", path: str, deadline_s: float, stable_s: float, every_s: float = 0.1) -> Settling:
+    """Poll `path` through nginx, a new connection each time (so both nginx workers answer), until it has
+    answered 200 without a break for `stable_s`, or `deadline_s` has passed. A first 200 is not enough:
+    each nginx worker caches the replicas' addresses for the resolver's `valid=` time."""
+    t0 = time.monotonic()
+    out = Settling()
+    ok_since = None
+    while time.monotonic() - t0 < deadline_s:
+        sent = time.monotonic()
+        code = stack.status(path)
+        now = time.monotonic()
+        if code == 200:
+            out.first_ok = out.first_ok if out.first_ok is not None else now - t0
+            ok_since = ok_since if ok_since is not None else now
+            if now - ok_since >= stable_s:
+                out.stable = True
+                return out
+        else:
+            ok_since = None
+            if out.first_ok is not None:
+                out.last_bad = now - t0
+                out.stale.append((code, round(now - sent, 2)))
+        time.sleep(every_s)
+    return out
 
 
 def metric(samples: dict, name: str, **labels) -> float:

@@ -134,26 +134,44 @@ def test_two_loads_at_once_both_succeed_and_leave_one_ready_model(explicit, repo
     assert httpx.get(f"{explicit.url}/v2/models/astronaut").json()["versions"] == [str(new)]
 
 
-def test_unload_with_requests_running_lets_them_finish(explicit):
-    def render(_):
-        r = httpx.post(f"{explicit.url}/v1/models/astronaut/render", json={"width": 640, "height": 640},
-                       timeout=120)
-        return r.status_code, time.monotonic()
+HOLD_S = 8.0  # the queue delay that holds each query in the batcher: far longer than an unload takes
 
-    with ThreadPoolExecutor(6) as pool:
-        running = [pool.submit(render, i) for i in range(6)]
-        time.sleep(0.3)
-        r = httpx.post(f"{explicit.url}/v2/repository/models/astronaut/unload", headers=KEY, timeout=60)
-        unloaded = time.monotonic()
+
+def test_unload_with_requests_running_lets_them_finish(repo):
+    """Requests in flight by construction, not by being slow: under Triton's delay policy with an 8 s
+    max_queue_delay, each 8-row query waits in astronaut's batch queue for 8 s after it arrives (its batch
+    never fills), holding the runtime. The unload comes once the server counts all six in flight."""
+    config = repo / "astronaut" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_queue_delay_microseconds: 500",
+                                                 f"max_queue_delay_microseconds: {int(HOLD_S * 1e6)}"))
+    srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "*",
+                 "--http-restricted-api", f"model-repository:admin-key={KEY['admin-key']}",
+                 env={"INR_BATCH_POLICY": "delay", "INR_QUEUE_TIMEOUT_S": "60"})
+    with srv.running(), ThreadPoolExecutor(6) as pool:
+        coords = np.random.default_rng(0).random((8, 2)).tolist()
+        idle = in_flight(srv.url)  # the scrape itself, if the gauge counts it
+        running = [pool.submit(httpx.post, f"{srv.url}/v1/models/astronaut/query", json={"coords": coords},
+                               timeout=120) for _ in range(6)]
+        wait_for(lambda: in_flight(srv.url) >= idle + 6, timeout=30, what="six queries in flight")
+        r = httpx.post(f"{srv.url}/v2/repository/models/astronaut/unload", headers=KEY, timeout=60)
+        still_running = sum(not f.done() for f in running)
         results = [f.result() for f in running]
-    assert r.status_code == 200, r.text
-    assert [s for s, _ in results] == [200] * 6
-    assert max(t for _, t in results) > unloaded, "no render was still running when the unload returned"
-    assert httpx.post(f"{explicit.url}/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]}).status_code == 404
-    assert entry(index(explicit.url, KEY), "astronaut") == {"name": "astronaut", "state": "UNAVAILABLE",
-                                                             "reason": "unloaded"}
-    assert httpx.post(f"{explicit.url}/v2/repository/models/astronaut/load", headers=KEY).status_code == 200
-    assert query_rgb(explicit.url).shape == (8, 3)
+        assert r.status_code == 200, r.text
+        assert still_running == 6, f"{6 - still_running} queries finished before the unload returned"
+        assert [q.status_code for q in results] == [200] * 6, [q.text for q in results]
+        assert all(np.asarray(q.json()["rgb"]).shape == (8, 3) for q in results)
+        assert httpx.post(f"{srv.url}/v1/models/astronaut/query", json={"coords": coords}).status_code == 404
+        assert entry(index(srv.url, KEY), "astronaut") == {"name": "astronaut", "state": "UNAVAILABLE",
+                                                            "reason": "unloaded"}
+        assert httpx.post(f"{srv.url}/v2/repository/models/astronaut/load", headers=KEY).status_code == 200
+        assert query_rgb(srv.url).shape == (8, 3)
+
+
+def in_flight(url: str) -> float:
+    """inr_requests_in_flight from /metrics."""
+    text = httpx.get(f"{url}/metrics").text
+    line = next(ln for ln in text.splitlines() if ln.startswith("inr_requests_in_flight"))
+    return float(line.split()[-1])
 
 
 def test_tritonclient_repository_calls_need_the_key(explicit):
