@@ -56,8 +56,8 @@ def _pair(text: str | None) -> list[str] | None:
 
 
 def query_request(
-    width: int | None = None,
-    height: int | None = None,
+    width: Annotated[int | None, Query(description="pixels; without it, from height and the native aspect")] = None,
+    height: Annotated[int | None, Query(description="pixels; without it, from width and the native aspect")] = None,
     viewport: Annotated[str | None, Query(description="x0,y0,x1,y1", examples=["0,0,0.5,0.5"])] = None,
     transform: Annotated[str | None, Query(description="the transform as JSON, e.g. {\"rotate\":90}")] = None,
     rotate: Annotated[float | None, Query(description="degrees counter-clockwise")] = None,
