@@ -189,7 +189,7 @@ def fit_iiif_test_model(out: Path) -> None:
 @pytest.fixture(scope="session")
 def iiif_repo(tmp_path_factory) -> Path:
     """`iiif-test` (the default fit, once per session), a tiny astronaut (32², one IIIF level) and `cat`, a
-    non-square 1200×750 model (three levels) for the deep-zoom pages (tests/geometry.py)."""
+    non-square 2400×1500 model (four levels) for the deep-zoom pages (tests/geometry.py)."""
     from tests.geometry import make_nonsquare_model
     repo = tmp_path_factory.mktemp("iiif-models")
     reuse = os.environ.get("INR_TEST_IIIF_MODEL")  # a model fitted by the same command, to iterate faster
@@ -202,7 +202,7 @@ def iiif_repo(tmp_path_factory) -> Path:
                     "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
     shutil.copytree(ROOT / "models" / "digits", repo / "digits")
-    make_nonsquare_model(repo / "cat", size=(1200, 750), steps=200)
+    make_nonsquare_model(repo / "cat", size=(2400, 1500), steps=200)
     return repo
 
 

@@ -64,13 +64,13 @@ def test_info_json(iiif, iiif_server):
 
 def test_info_of_a_non_square_model_is_its_native_size(iiif):
     cat = iiif.get("/iiif/3/cat/info.json").json()
-    assert (cat["width"], cat["height"]) == (1200, 750)
-    assert (cat["maxWidth"], cat["maxHeight"]) == (65_536, 48_000)   # 64× native, within the largest side
-    assert cat["tiles"] == [{"width": 512, "height": 512, "scaleFactors": [1, 2, 4]}]
-    assert {"width": 300, "height": 188} in cat["sizes"] and {"width": 600, "height": 375} in cat["sizes"]
-    full = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/max/0/default.png").content))
-    assert full.size == (1200, 750)
-    assert iiif.get("/iiif/3/cat/full/2400,/0/default.png").status_code == 400        # past native needs ^
+    assert (cat["width"], cat["height"]) == (2400, 1500)
+    assert (cat["maxWidth"], cat["maxHeight"]) == (65_536, 65_536)   # 64× native, within the largest side
+    assert cat["tiles"] == [{"width": 512, "height": 512, "scaleFactors": [1, 2, 4, 8]}]
+    assert {"width": 300, "height": 188} in cat["sizes"] and {"width": 2400, "height": 1500} in cat["sizes"]
+    half = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/pct:50/0/default.png").content))
+    assert half.size == (1200, 750)
+    assert iiif.get("/iiif/3/cat/full/4800,/0/default.png").status_code == 400        # past native needs ^
     up = iiif.get("/iiif/3/cat/0,0,100,100/^400,/0/default.png")
     assert up.status_code == 200 and Image.open(io.BytesIO(up.content)).size == (400, 400)
     turned = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/600,/90/default.png").content))
@@ -179,9 +179,9 @@ def test_bad_input(iiif_server, what, path, status, words):
 def test_the_manifest_canvas_of_a_non_square_model_has_its_native_size(iiif):
     doc = iiif.get("/iiif/3/cat/manifest.json").json()
     canvas = doc["items"][0]
-    assert (canvas["width"], canvas["height"]) == (1200, 750)
+    assert (canvas["width"], canvas["height"]) == (2400, 1500)
     body = canvas["items"][0]["items"][0]["body"]
-    assert (body["width"], body["height"]) == (1200, 750)
+    assert (body["width"], body["height"]) == (2400, 1500)
     assert canvas["thumbnail"][0]["id"].endswith("/full/!256,256/0/default.jpg")   # smaller than native: no ^
     thumb = Image.open(io.BytesIO(iiif.get(canvas["thumbnail"][0]["id"]).content))
     assert thumb.size == (256, 160)

@@ -107,7 +107,7 @@ def test_mirador_opens_the_manifest_draws_tiles_and_a_zoom_fetches_deeper_ones(b
     errors, tiles = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("response", lambda r: tiles.append(r) if TILE.search(r.url) else None)
-    page.goto(f"{iiif_server.url}/mirador.html?id=cat")   # non-square 1200×750, three levels
+    page.goto(f"{iiif_server.url}/mirador.html?id=cat")   # non-square 2400×1500, four levels
     page.wait_for_selector(".openseadragon-canvas canvas")
     for _ in range(600):
         if sum(r.status == 200 for r in tiles) >= 2:

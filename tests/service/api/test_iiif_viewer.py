@@ -48,7 +48,7 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("response", lambda r: (tiles if TILE.search(r.url) else infos if r.url.endswith("/info.json") else [])
             .append(r))
-    page.goto(f"{iiif_server.url}/iiif.html?id=cat")   # the non-square 1200×750 model: three levels
+    page.goto(f"{iiif_server.url}/iiif.html?id=cat")   # the non-square 2400×1500 model: four levels
     page.wait_for_function("document.querySelector('#osd').dataset.state === 'open'")
     fully_loaded(page)
     assert [r.status for r in infos] == [200]
@@ -57,9 +57,9 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
 
     info = httpx.get(f"{iiif_server.url}/iiif/3/cat/info.json").json()
     W, H = info["width"], info["height"]
-    assert (W, H) == (1200, 750)
+    assert (W, H) == (2400, 1500)
     box = page.evaluate("(() => { const b = iiifViewer.world.getItemAt(0).getBounds(); return [b.width, b.height]; })()")
-    assert box[0] / box[1] == pytest.approx(1200 / 750)     # OpenSeadragon lays it out at the native aspect
+    assert box[0] / box[1] == pytest.approx(2400 / 1500)     # OpenSeadragon lays it out at the native aspect
 
     def region(r):
         text = TILE.search(r.url).group(1)
