@@ -81,8 +81,8 @@ def sampling_matrix(rotate: float = 0.0, scale: tuple[float, float] = (1.0, 1.0)
 def inverse(rotate: float = 0.0, scale: tuple[float, float] = (1.0, 1.0),
             translate: tuple[float, float] = (0.0, 0.0), center: tuple[float, float] = (0.5, 0.5),
             size: Size = None) -> np.ndarray:
-    """F⁻¹ = T(c) · D⁻¹ · R(−θ) · S(1/sx, 1/sy) · D · T(−c) · T(−t), composed exactly rather than by matrix
-    inversion."""
+    """F⁻¹ = T(c) · D⁻¹ · R(−θ) · S(1/sx, 1/sy) · D · T(−c) · T(−t), composed exactly rather than by
+    matrix inversion."""
     (sx, sy), (cx, cy), (tx, ty) = scale, center, translate
     if not all(MIN_SCALE <= abs(s) <= MAX_SCALE for s in (sx, sy)):
         raise ValueError(f"scale must be non-zero, between {MIN_SCALE:g} and {MAX_SCALE:g} in magnitude")

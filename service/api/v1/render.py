@@ -46,7 +46,8 @@ async def respond(request: Request, model: ModelRuntime, req: RenderRequest, set
                   pinned: bool = False) -> Response:
     """Decode → the render service → encode: 304, a cached or a fresh image, with one ETag."""
     rendered = await request.app.state.renderer.render(
-        model, job_of(req, model.image_size), cache_control=cache_control(settings, pinned, settings.render_cache_max_age_s),
+        model, job_of(req, model.image_size),
+        cache_control=cache_control(settings, pinned, settings.render_cache_max_age_s),
         if_none_match=request.headers.get("if-none-match"), is_disconnected=request.is_disconnected)
     return rendered.response()
 

@@ -120,5 +120,6 @@ def test_render_keys_hold_the_geometry():
 
     spec = RenderSpec(width=4, height=4, matrix=np.eye(3)[:2])
     model = dict(name="m", version=1, record=None, separable=None)
-    keys = {render_key(SimpleNamespace(**model, image_size=size), spec, "png", 90) for size in ((40, 24), (48, 24), None)}
+    sizes = ((40, 24), (48, 24), None)
+    keys = {render_key(SimpleNamespace(**model, image_size=size), spec, "png", 90) for size in sizes}
     assert len(keys) == 3

@@ -58,7 +58,8 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     info = httpx.get(f"{iiif_server.url}/iiif/3/cat/info.json").json()
     W, H = info["width"], info["height"]
     assert (W, H) == (2400, 1500)
-    box = page.evaluate("(() => { const b = iiifViewer.world.getItemAt(0).getBounds(); return [b.width, b.height]; })()")
+    box = page.evaluate("(() => { const b = iiifViewer.world.getItemAt(0).getBounds(); "
+                        "return [b.width, b.height]; })()")
     assert box[0] / box[1] == pytest.approx(2400 / 1500)     # OpenSeadragon lays it out at the native aspect
 
     def region(r):

@@ -68,7 +68,8 @@ def test_the_viewer_opens_a_non_square_model_at_its_native_aspect(browser, geo_s
         x0, y0, x1, y1 = sharp_requests(page)[-1]["viewport"]
         assert (x1 - x0) * W / c["width"] == pytest.approx((y1 - y0) * H / c["height"])   # square image pixels
         per_pixel = s / max(W, H)
-        assert f"{per_pixel:.{2 if per_pixel < 10 else 1}f} px per image pixel" in page.page.locator("#readout").inner_text()
+        label = f"{per_pixel:.{2 if per_pixel < 10 else 1}f} px per image pixel"
+        assert label in page.page.locator("#readout").inner_text()
         page.page.locator("#rotation").fill("90")
         page.sharp(2)
         assert sharp_requests(page)[-1]["transform"] == {"rotate": 90, "center": [0.5, 0.5]}
