@@ -137,5 +137,11 @@ def frame_pixels(width: int | None, height: int | None, frame, size: Size,
         else:
             height = default
     if height is None:
-        return width, max(1, round(width * ey / ex))
-    return max(1, round(height * ex / ey)), height
+        return width, _side(width * ey / ex)
+    return _side(height * ex / ey), height
+
+
+def _side(value: float) -> int:
+    """A derived side in pixels, at least 1; an overflowing one (a vanishing viewport) stays a finite int that
+    the size limit refuses."""
+    return max(1, round(min(value, 1e12)))

@@ -99,6 +99,8 @@ def test_a_missing_side_follows_the_native_aspect():
     assert (job_of(RenderRequest(), (32, 32)).spec.width, job_of(RenderRequest(), (32, 32)).spec.height) == (256, 256)
     with pytest.raises(TooLarge, match="limited to 65536"):
         job_of(RenderRequest(width=60000), (100, 10000))
+    with pytest.raises(TooLarge, match="give both width and height"):
+        job_of(RenderRequest.model_validate({"width": 10, "viewport": [0, 0, 5e-324, 1]}), SIZE)
 
 
 def test_iiif_rotates_a_non_square_image_in_its_pixels():
