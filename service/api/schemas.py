@@ -49,10 +49,11 @@ BACKGROUND_DOC = ("what to show outside the unit square after the transform: 'ex
 RENDER_SIZE_DOC = ("pixels; a missing side follows the image: only width → height = round(width·H/W) of the "
                    "render frame in model pixels (the native aspect for the whole image, W and H swapped for "
                    "odd quarter turns), only height likewise, neither → 256 on the longer side")
-VIEWPORT_DOC = ("[x0, y0, x1, y1]: the region shown, after the transform, in normalised model coordinates. The "
-                "render frame turns with the image by the rotation's nearest quarter turn: for an odd quarter turn "
-                "of a W×H model it spans the viewport's extents × (H/W, W/H) about its centre, so [0,0,1,1] "
-                "with rotate 90 shows the whole turned image (square models: the viewport itself)")
+VIEWPORT_DOC = ("[x0, y0, x1, y1]: the region shown, after the transform, in the normalised coordinates of the "
+                "image turned by the rotation's nearest quarter turn (ties turn up; none for a matrix): for an odd "
+                "quarter turn of a W×H model x spans H pixels and y spans W pixels, about the image centre, so "
+                "[0,0,1,1] with rotate 90 shows the whole turned image; for even turns and square models these are "
+                "the model's own normalised coordinates")
 
 
 class ErrorBody(BaseModel):
