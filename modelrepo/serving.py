@@ -20,8 +20,12 @@ def _size(value) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class ImageSource:
-    """metadata `source`: the training size [w, h] and, for an image defined at a size of its own (the
-    IIIF test image), that native size. Either is None when absent or malformed."""
+    """metadata `source`: the model's pixel grid `size` [W, H] and, for an image defined at a size of its own
+    (the IIIF test image), that `native_size`, which overrides it. Either is None when absent or malformed.
+
+    The geometry (docs/model-repository.md): coordinates stay (x, y) in [0,1]², x across the width, y down
+    the height, so pixel (i, j) of the W×H image has its centre at ((j+0.5)/W, (i+0.5)/H) and a model
+    unit step in x is W pixels, in y H pixels. A model that records no size is square."""
     size: tuple[int, int] | None = None
     native_size: tuple[int, int] | None = None
 
@@ -31,6 +35,39 @@ class ImageSource:
         if not isinstance(source, dict):
             return cls()
         return cls(_size(source.get("size")), _size(source.get("native_size")))
+
+    @property
+    def native(self) -> tuple[int, int] | None:
+        """The model's native pixel grid (W, H): `native_size`, else `size`; None when neither is recorded."""
+        return self.native_size or self.size
+
+    @property
+    def aspect(self) -> float:
+        """W / H of the native grid; 1.0 (square) when the model records no size."""
+        native = self.native
+        return native[0] / native[1] if native else 1.0
+
+
+ONNX_WIDTH, ONNX_HEIGHT = "image_width", "image_height"  # ONNX metadata_props written by the training export
+
+
+def check_onnx_geometry(source: ImageSource, props: dict[str, str], version: int) -> None:
+    """ContractError unless the ONNX graph's `image_width`/`image_height` metadata (when it has them) agree
+    with the version's recorded `source.size`. A graph without them (older exports) is not checked."""
+    if ONNX_WIDTH not in props and ONNX_HEIGHT not in props:
+        return
+    where = f"the ONNX metadata of version {version}"
+    try:
+        onnx_size = (int(props[ONNX_WIDTH]), int(props[ONNX_HEIGHT]))
+    except (KeyError, ValueError):
+        raise ContractError(f"{where} needs integer {ONNX_WIDTH} and {ONNX_HEIGHT}, got "
+                            f"{props.get(ONNX_WIDTH)!r} × {props.get(ONNX_HEIGHT)!r}") from None
+    if source.size is None:
+        raise ContractError(f"{where} says {onnx_size[0]}×{onnx_size[1]} pixels, but {version}/metadata.json "
+                            "records no source.size")
+    if onnx_size != source.size:
+        raise ContractError(f"{where} says {onnx_size[0]}×{onnx_size[1]} pixels, {version}/metadata.json "
+                            f"source.size says {source.size[0]}×{source.size[1]}: the geometry disagrees")
 
 
 # -- the separable stage ---------------------------------------------------------------------------

@@ -28,6 +28,8 @@ TRITON_TO_V2 = {v: k for k, v in V2_TO_TRITON.items()}
 ONNX_TO_V2 = {"tensor(float)": "FP32", "tensor(double)": "FP64", "tensor(float16)": "FP16",
               "tensor(int64)": "INT64", "tensor(int32)": "INT32", "tensor(int8)": "INT8",
               "tensor(uint8)": "UINT8", "tensor(bool)": "BOOL", "tensor(string)": "BYTES"}
+# W×H is the version's native pixel grid, `source.size` (or `source.native_size`), modelrepo.ImageSource; a model that
+# records none is square. The text is unchanged since the first models, so every model written before stays valid.
 IMAGE_COORDINATES = "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)"
 
 

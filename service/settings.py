@@ -102,8 +102,9 @@ class Settings(BaseSettings):
                                                                    "sending a request body")
 
     # IIIF Image API 3.0 (service/iiif, docs/iiif.md).
-    iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF width/height = the training size × this zoom "
-                                                           "(unless the model records a native size)")
+    iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF upscaling: maxWidth/maxHeight = the native size × "
+                                                           "this (width/height are the native size; `^` sizes "
+                                                           "up to this)")
     iiif_base_url: str = Field("", description="public URL that /iiif/3 is reached at behind a proxy, "
                                                         "e.g. https://example.org/inr/iiif/3; empty: from the "
                                                         "request and its X-Forwarded-Proto/Host/Port/Prefix")

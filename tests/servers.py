@@ -188,7 +188,9 @@ def fit_iiif_test_model(out: Path) -> None:
 
 @pytest.fixture(scope="session")
 def iiif_repo(tmp_path_factory) -> Path:
-    """`iiif-test` (the default fit, once per session) and a tiny astronaut for the deep-zoom page."""
+    """`iiif-test` (the default fit, once per session), a tiny astronaut (32², one IIIF level) and `cat`, a
+    non-square 2400×1500 model (four levels) for the deep-zoom pages (tests/geometry.py)."""
+    from tests.geometry import make_nonsquare_model
     repo = tmp_path_factory.mktemp("iiif-models")
     reuse = os.environ.get("INR_TEST_IIIF_MODEL")  # a model fitted by the same command, to iterate faster
     if reuse:
@@ -200,12 +202,13 @@ def iiif_repo(tmp_path_factory) -> Path:
                     "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
     shutil.copytree(ROOT / "models" / "digits", repo / "digits")
+    make_nonsquare_model(repo / "cat", size=(2400, 1500), steps=200)
     return repo
 
 
 @pytest.fixture(scope="session")
 def iiif_server(iiif_repo):
-    """The real server over the IIIF repository; astronaut's 32² training size × zoom 64 = 2048² in IIIF."""
+    """The real server over the IIIF repository; IIIF upscaling (`^`) up to 64× the native size."""
     srv = Server(iiif_repo, env={"INR_IIIF_ZOOM": "64", "INR_MAX_RENDER_PIXELS": "4194304"})
     with srv.running():
         yield srv

@@ -130,6 +130,28 @@ def test_the_image_source_is_read_typed_and_junk_is_absent():
         assert ImageSource.from_metadata(junk) == ImageSource()
 
 
+def test_the_native_geometry_and_the_onnx_check():
+    """Issue 26: source.size is the native grid, native_size overrides it, none is square; the ONNX metadata
+    image_width/image_height must agree with source.size."""
+    import pytest
+
+    from modelrepo import ContractError, ImageSource, check_onnx_geometry
+    wide = ImageSource.from_metadata({"source": {"size": [2560, 1600]}})
+    assert (wide.native, wide.aspect) == ((2560, 1600), 1.6)
+    assert ImageSource((128, 128), (1000, 1000)).native == (1000, 1000)
+    assert (ImageSource().native, ImageSource().aspect) == (None, 1.0)
+    check_onnx_geometry(wide, {"image_width": "2560", "image_height": "1600"}, 1)
+    check_onnx_geometry(wide, {"other": "x"}, 1)                        # older exports carry none
+    for props, message in (({"image_width": "2560", "image_height": "1000"}, "2560×1000 pixels, 1/metadata.json "
+                                                                              "source.size says 2560×1600"),
+                           ({"image_width": "2560"}, "needs integer image_width and image_height"),
+                           ({"image_width": "wide", "image_height": "1"}, "needs integer")):
+        with pytest.raises(ContractError, match=message):
+            check_onnx_geometry(wide, props, 1)
+    with pytest.raises(ContractError, match="records no source.size"):
+        check_onnx_geometry(ImageSource(), {"image_width": "4", "image_height": "4"}, 3)
+
+
 def test_the_separable_stage_round_trips_and_matches_numpys_float64_digest():
     import hashlib
 

@@ -46,14 +46,26 @@ BACKGROUND_DOC = ("what to show outside the unit square after the transform: 'ex
                   "values, default), 'transparent' (png/webp only) or a colour such as 'white' or '#ff8800'")
 
 
+RENDER_SIZE_DOC = ("pixels; a missing side follows the image: only width → height = round(width·H/W) of the "
+                   "render frame in model pixels (the native aspect for the whole image, W and H swapped for "
+                   "odd quarter turns), only height likewise, neither → 256 on the longer side")
+VIEWPORT_DOC = ("[x0, y0, x1, y1]: the region shown, after the transform, in the normalised coordinates of the "
+                "image turned by the rotation's nearest quarter turn (ties turn up; none for a matrix): for an odd "
+                "quarter turn of a W×H model x spans H pixels and y spans W pixels, about the image centre, so "
+                "[0,0,1,1] with rotate 90 shows the whole turned image; for even turns and square models these are "
+                "the model's own normalised coordinates")
+
+
 class ErrorBody(BaseModel):
     error: str = Field(description="what was wrong, naming the field or limit")
 
 
 class Transform(BaseModel):
     """How the image moves, in unit-square coordinates (x right, y down): rotate counter-clockwise (on screen)
-    about `center`, then scale about `center`, then translate. The model is sampled at the inverse-mapped
-    coordinates. Or `matrix` [[a, b, c], [d, e, f]], applied directly to the query coordinates."""
+    about `center`, then scale about `center`, then translate. Rotation and scaling act in square pixels of the
+    model's native W×H grid (`center` and `translate` stay in normalised model units), so a non-square model
+    turns without shearing. The model is sampled at the inverse-mapped coordinates. Or `matrix`
+    [[a, b, c], [d, e, f]], applied directly (raw) to the query coordinates."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"rotate": 90}, {"rotate": 30, "scale": 1.5, "translate": [0.1, 0]}, {"matrix": [[1, 0, 0.1], [0, 1, 0]]}]})
@@ -76,13 +88,18 @@ class Transform(BaseModel):
     def scale_xy(self) -> tuple[float, float]:
         return (self.scale, self.scale) if isinstance(self.scale, (int, float)) else tuple(self.scale)
 
-    def sampling_matrix(self) -> np.ndarray:
-        """2×3 matrix from output coordinates to model coordinates."""
-        return tf.sampling_matrix(self.rotate, self.scale_xy, self.translate, self.center, self.matrix)
+    def sampling_matrix(self, size: tf.Size = None) -> np.ndarray:
+        """2×3 matrix from output coordinates to the coordinates of a model of native `size` (W, H)."""
+        return tf.sampling_matrix(self.rotate, self.scale_xy, self.translate, self.center, self.matrix, size)
+
+    @property
+    def frame_rotate(self) -> float:
+        """The rotation the render frame turns with (service/render/transform.py `render_frame`); none for a matrix."""
+        return 0.0 if self.matrix is not None else self.rotate
 
 
-def sampling_matrix(transform: Transform | None) -> np.ndarray:
-    return transform.sampling_matrix() if transform is not None else np.eye(3)[:2]
+def sampling_matrix(transform: Transform | None, size: tf.Size = None) -> np.ndarray:
+    return transform.sampling_matrix(size) if transform is not None else np.eye(3)[:2]
 
 
 def _check_background(text: str) -> str:
@@ -115,10 +132,10 @@ class RenderRequest(BaseModel):
         {"width": 512, "height": 512, "viewport": [0.25, 0.25, 0.75, 0.75], "transform": {"rotate": 45},
          "supersample": 2, "format": "png", "background": "transparent"}]})
 
-    width: int = Field(256, ge=1, le=65536, description="pixels")
-    height: int = Field(256, ge=1, le=65536, description="pixels")
+    width: int | None = Field(None, ge=1, le=65536, description=RENDER_SIZE_DOC)
+    height: int | None = Field(None, ge=1, le=65536, description=RENDER_SIZE_DOC)
     viewport: Annotated[tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat], numbers(4)] = Field(
-        (0.0, 0.0, 1.0, 1.0), description="[x0, y0, x1, y1]: the region shown, after the transform")
+        (0.0, 0.0, 1.0, 1.0), description=VIEWPORT_DOC)
     transform: Transform | None = None
     supersample: int = Field(1, ge=1, le=16, description="k: k×k samples per pixel, averaged (anti-aliasing)")
     format: Literal["png", "jpeg", "webp"] = "png"
@@ -201,6 +218,10 @@ class ModelInfo(BaseModel):
     versions: list[VersionInfo] = Field(default_factory=list, description="the loaded versions and their states")
     version_policy: str | None = Field(None, description="config.pbtxt's version_policy, e.g. 'latest 1'")
     max_batch_size: int | None = Field(None, description="rows (coordinates or images) per request and per run")
+    width: int | None = Field(None, description="image models: the native width W in pixels (metadata.json "
+                                                "source.size or source.native_size); null when not recorded (square)")
+    height: int | None = Field(None, description="image models: the native height H in pixels; x in [0,1] spans "
+                                                 "W pixels and y in [0,1] spans H pixels")
 
 
 class ModelSummary(BaseModel):

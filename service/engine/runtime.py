@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from modelrepo import ONNX_TO_V2, ModelSpec, SpecError, VersionRecord, check_version, read_version
+from modelrepo import (ONNX_TO_V2, ContractError, ImageSource, ModelSpec, SpecError, VersionRecord, check_onnx_geometry,
+                       check_version, read_version)
 
 from ..errors import DeviceError, ModelLoadError
 from ..metrics import Metrics
@@ -142,6 +143,12 @@ class ModelRuntime:
         return cached[2]
 
     @property
+    def image_size(self) -> tuple[int, int] | None:
+        """The native pixel grid (W, H) an image model's version records (`source.native_size` or `source.size`,
+        modelrepo.ImageSource); None when it records none (a square model)."""
+        return ImageSource.from_metadata(self.metadata).native
+
+    @property
     def version_dir(self) -> Path:
         return self.path / str(self.version)
 
@@ -164,6 +171,12 @@ class ModelRuntime:
             raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
         self.session = self._session(onnx_path)
         self._check_signature()
+        if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
+            try:
+                check_onnx_geometry(ImageSource.from_metadata(self.record.metadata),
+                                    self.session.get_modelmeta().custom_metadata_map, self.version)
+            except ContractError as e:
+                raise ModelLoadError(str(e)) from None
         # the body graph for separable renders (service/render/separable.py); None = render the plain way
         self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, self._session)
         # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)

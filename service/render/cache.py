@@ -3,7 +3,7 @@ renders' HTTP validators.
 
 A render is a pure function of the model's files and the canonical request, so its key is the
 sha256 of both: the ONNX graph's (and the separable body's and first stage's) sha256 from the
-loaded model, its name and version, and the request reduced to what the pixels depend on (size,
+loaded model, its name, version and native geometry (W, H), and the request reduced to what the pixels depend on (size,
 the 2×3 sampling matrix, viewport, supersampling, background, format and, for lossy formats,
 quality). A changed model folder, a new version or a reload changes the sha256s, so it can never
 be answered from an old entry; the key doubles as the strong ETag.
@@ -54,7 +54,7 @@ def render_key(model, spec: RenderSpec, fmt: str, quality: int, finish: str = ""
     """sha256 hex of the model identity and the canonical render request (`finish`: a pixel operation
     after sampling, e.g. IIIF gray)."""
     canonical = {
-        **model_identity(model),
+        **model_identity(model), "geometry": getattr(model, "image_size", None),
         "width": spec.width, "height": spec.height, "supersample": spec.supersample,
         "matrix": [float(v) for v in spec.matrix.reshape(-1)], "viewport": [float(v) for v in spec.viewport],
         "background": [spec.background.mode, list(spec.background.rgb)],

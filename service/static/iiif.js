@@ -1,12 +1,12 @@
 // /iiif.html?id=NAME: the image model as a IIIF Image API 3.0 service in OpenSeadragon (vendored).
-// Tiles come from /iiif/3/NAME/…; the model renders each one at its own coordinates, so the deepest
-// level (the service's virtual size, 16× the training size by default) is detail from the network.
+// Tiles come from /iiif/3/NAME/…; info.json gives the model's native size and aspect, and the model
+// renders each tile at its own coordinates. Past the native size (1 screen px per image px)
+// OpenSeadragon magnifies its deepest tiles (maxZoomPixelRatio); the readout says how far.
 import { listModels } from "./api.js";
 
 const $ = (sel) => document.querySelector(sel);
 const params = new URLSearchParams(location.search);
 let viewer = null;
-let trainingWidth = null;
 
 function say(text) { $("#message").textContent = text; }
 
@@ -15,19 +15,16 @@ function readout() {
   const item = viewer.world.getItemAt(0);
   const imageZoom = item.viewportToImageZoom(viewer.viewport.getZoom(true));  // screen px per IIIF px
   const size = item.getContentSize();
-  const parts = [`${size.x}×${size.y} IIIF px`, `${imageZoom.toFixed(3)} screen px per IIIF px`];
-  if (trainingWidth) parts.push(`${(imageZoom * size.x / trainingWidth).toFixed(2)} screen px per training pixel`);
+  const parts = [`${size.x}×${size.y} px (native)`, `${imageZoom.toFixed(3)} screen px per image pixel`];
+  if (imageZoom > 1) parts.push("past native: magnified");
   $("#readout").textContent = parts.join(" · ");
-  $("#osd").dataset.trainingZoom = trainingWidth ? String(imageZoom * size.x / trainingWidth) : "";
+  $("#osd").dataset.imageZoom = String(imageZoom);
 }
 
-function show(name, models) {
+function show(name) {
   const info = `iiif/3/${encodeURIComponent(name)}/info.json`;
   $("#info").href = info;
   $("#mirador").href = `mirador.html?id=${encodeURIComponent(name)}`;  // its manifest.json in Mirador
-  const meta = models.find((m) => m.name === name);
-  const size = meta && meta.metadata && meta.metadata.source && meta.metadata.source.size;
-  trainingWidth = Array.isArray(size) ? size[0] : null;
   if (viewer) viewer.destroy();
   $("#osd").dataset.state = "loading";
   viewer = OpenSeadragon({
@@ -36,7 +33,7 @@ function show(name, models) {
     tileSources: info,
     drawer: "canvas",            // a 2D canvas, so the tests can read its pixels
     crossOriginPolicy: "Anonymous",
-    maxZoomPixelRatio: 2,        // up to 2 screen px per IIIF px: 32× the training resolution by default
+    maxZoomPixelRatio: 4,        // up to 4 screen px per native image px (OpenSeadragon magnifies past 1)
     showNavigator: true,
     immediateRender: false,
   });
@@ -65,9 +62,9 @@ async function start() {
   if (models.some((m) => m.name === name)) select.value = name;
   select.addEventListener("change", () => {
     history.replaceState(null, "", `?id=${encodeURIComponent(select.value)}`);
-    show(select.value, models);
+    show(select.value);
   });
-  show(name, models);
+  show(name);
 }
 
 start();

@@ -16,7 +16,7 @@ function readout(v) {
     `zoom ${v.camera.zoom.toFixed(2)}×`,
     `${Math.round(v.camera.rotation)}°`,
   ];
-  if (detail !== null) parts.push(`${detail.toFixed(detail < 10 ? 2 : 1)} px per training pixel`);
+  if (detail !== null) parts.push(`${detail.toFixed(detail < 10 ? 2 : 1)} px per image pixel`);
   const state = v.canvas.dataset.state;
   if (state === "sharp") say("#view-message", "");   // a render failure is over once one succeeds
   if (state === "sharp" && v.lastMs !== null) parts.push(`sharp in ${Math.round(v.lastMs)} ms`);

@@ -27,13 +27,14 @@ const db = (v) => (v == null ? "–" : `${fmt(v, 2)} dB`);
 export function modelRows(model) {
   const m = { ...(model.metadata || {}), metrics: model.metrics };
   const metrics = m.metrics || {};
-  const size = m.source?.size;
+  // the native pixel grid (GET /v1/models/NAME width/height: source.native_size or source.size)
+  const size = model.width > 0 && model.height > 0 ? [model.width, model.height] : m.source?.size;
   return [
     ["Model", model.name],
     ["Status", [model.status, model.provider].filter(Boolean).join(" · ")],
     ["Architecture", architectureText(m.architecture)],
     ["Encoding", encodingText(m.encoding || m.architecture?.encoding)],
-    ["Training size", size ? `${size[0]}×${size[1]} px${m.source?.image ? ` of ‘${m.source.image}’` : ""}` : "–"],
+    ["Native size", size ? `${size[0]}×${size[1]} px${m.source?.image ? ` of ‘${m.source.image}’` : ""}` : "–"],
     ["Train PSNR", db(metrics.train_psnr)],
     ["Test PSNR", metrics.test_psnr == null && m.training?.protocol === "full"
       ? "– (trained on every pixel)" : db(metrics.test_psnr)],

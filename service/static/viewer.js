@@ -41,15 +41,18 @@ export class Viewer {
   // Device pixels per CSS pixel, as the canvas is actually laid out.
   get ratio() { return this.canvas.clientWidth ? this.canvas.width / this.canvas.clientWidth : 1; }
 
-  // Model pixels (training resolution) per unit, for the "detail" readout and supersampling.
-  get trainingSize() {
-    const size = this.model?.metadata?.source?.size;
-    return Array.isArray(size) ? Math.max(...size) : null;
+  // The model's native [W, H] pixels (GET /v1/models/NAME width/height), or null when it records none.
+  get nativeSize() {
+    const m = this.model;
+    if (m && m.width > 0 && m.height > 0) return [m.width, m.height];
+    const source = m?.metadata?.source;
+    const size = source?.native_size || source?.size;
+    return Array.isArray(size) && size.length === 2 ? size : null;
   }
 
   setModel(model) {
     this.model = model;
-    this.camera = camera.initialCamera();
+    this.camera = camera.initialCamera(this.nativeSize);
     this.frame = null;
     this.renders = 0;
     this.update();
@@ -146,7 +149,7 @@ export class Viewer {
     }
   }
 
-  // The sharp render in strips requested together. Below the training resolution 2×2
+  // The sharp render in strips requested together. Below the native resolution 2×2
   // supersampling anti-aliases; if the service refuses it (a 4xx naming its limit), the
   // strips still in flight are cancelled and the plain render is fetched instead.
   async sharpen(name, cam, W, H, fields, signal, draw) {
@@ -171,10 +174,11 @@ export class Viewer {
     }
   }
 
-  // Screen pixels per training pixel (the detail the model is asked for beyond its data).
+  // Screen pixels per native image pixel (a square unit is max(W, H) of them): above 1 the model is
+  // asked for detail beyond its data.
   detail(cam = this.camera) {
-    const n = this.trainingSize;
-    return n ? camera.pixelsPerUnit(cam, this.width, this.height) / n : null;
+    const size = this.nativeSize;
+    return size ? camera.pixelsPerUnit(cam, this.width, this.height) / Math.max(...size) : null;
   }
 
   zoomBy(factor, px = this.width / 2, py = this.height / 2) {
@@ -186,7 +190,7 @@ export class Viewer {
   }
 
   reset() {
-    this.setCamera(camera.initialCamera());
+    this.setCamera(camera.initialCamera(this.nativeSize));
   }
 
   bindInput() {

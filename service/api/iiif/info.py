@@ -21,7 +21,7 @@ PREFIX = "/iiif/3"
 MAX_IDENTIFIER = 128            # a model name is at most 64 characters, plus @VERSION
 MAX_SIDE = 65_536               # the render's largest width or height (schemas.RenderRequest)
 TILE = 512
-DEFAULT_TRAINING_SIZE = 256     # for a model whose metadata records no training size
+DEFAULT_SIZE = 256              # the native size of a model whose metadata records none (square)
 QUALITIES = ["color", "gray", "bitonal"]
 EXTRA_FORMATS = ["webp"]        # jpg and png are level 2
 EXTRA_FEATURES = ["mirroring", "rotationArbitrary", "sizeUpscaling", "canonicalLinkHeader", "profileLinkHeader"]
@@ -59,14 +59,17 @@ def resolve(registry: Registry, ident: Identifier) -> ModelRuntime:
     return registry.ready_model(ident.name, "image", "IIIF", ident.version)
 
 
-def image_size(metadata: dict, zoom: int) -> tuple[int, int]:
-    """The IIIF width and height: `source.native_size` when the training image has one (the iiif-test
-    image is defined at 1000×1000 and is served at exactly that), else `source.size` × zoom."""
-    source = ImageSource.from_metadata(metadata)
-    if source.native_size:
-        return source.native_size
-    w, h = source.size or (DEFAULT_TRAINING_SIZE, DEFAULT_TRAINING_SIZE)
-    return min(w * zoom, MAX_SIDE), min(h * zoom, MAX_SIDE)
+def image_size(metadata: dict) -> tuple[int, int]:
+    """The IIIF width and height: the model's native pixel grid (modelrepo.ImageSource: `source.native_size`,
+    else `source.size`; the iiif-test image is defined at 1000×1000 and is served at exactly that); a model
+    that records neither is 256×256."""
+    return ImageSource.from_metadata(metadata).native or (DEFAULT_SIZE, DEFAULT_SIZE)
+
+
+def max_size(width: int, height: int, zoom: int) -> tuple[int, int]:
+    """maxWidth, maxHeight: how far past its native size an image may be asked for with `^` (sizeUpscaling),
+    INR_IIIF_ZOOM × the native size, within the render's largest side."""
+    return min(width * zoom, MAX_SIDE), min(height * zoom, MAX_SIDE)
 
 
 def _first(value: str | None) -> str | None:
@@ -99,8 +102,10 @@ def scale_factors(width: int, height: int, tile: int = TILE) -> list[int]:
     return factors
 
 
-def info_document(service_id: str, width: int, height: int, max_area: int) -> dict:
+def info_document(service_id: str, width: int, height: int, max_area: int, zoom: int = 1) -> dict:
+    """`width`/`height` native; upscaled sizes up to `maxWidth`/`maxHeight` (native × zoom) with `^`."""
     factors = scale_factors(width, height)
+    max_w, max_h = max_size(width, height, zoom)
     sizes = [{"width": math.ceil(width / f), "height": math.ceil(height / f)} for f in reversed(factors)]
     return {
         "@context": CONTEXT,
@@ -110,8 +115,8 @@ def info_document(service_id: str, width: int, height: int, max_area: int) -> di
         "profile": "level2",
         "width": width,
         "height": height,
-        "maxWidth": MAX_SIDE,
-        "maxHeight": MAX_SIDE,
+        "maxWidth": max_w,
+        "maxHeight": max_h,
         "maxArea": max_area,
         "tiles": [{"width": TILE, "height": TILE, "scaleFactors": factors}],
         "sizes": [s for s in sizes if s["width"] * s["height"] <= max_area],

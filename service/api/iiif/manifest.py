@@ -40,9 +40,11 @@ def training_metadata(meta: dict) -> list[KeyValueString]:
     if source.get("name") or source.get("image"):
         kind = f" ({source['kind']})" if isinstance(source.get("kind"), str) else ""
         rows.append(("Source", f"{source.get('name') or source.get('image')}{kind}"))
-    size = ImageSource.from_metadata(meta).size
-    if size:
-        rows.append(("Training size", f"{size[0]} × {size[1]} pixels"))
+    source_size = ImageSource.from_metadata(meta)
+    if source_size.native:
+        rows.append(("Native size", f"{source_size.native[0]} × {source_size.native[1]} pixels"))
+    if source_size.size and source_size.size != source_size.native:
+        rows.append(("Training size", f"{source_size.size[0]} × {source_size.size[1]} pixels"))
     metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
     psnr = _number(metrics.get("full_psnr", metrics.get("train_psnr")))
     if psnr is not None:
@@ -61,13 +63,14 @@ def training_metadata(meta: dict) -> list[KeyValueString]:
 def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str) -> Canvas:
     ident = Identifier(model.name, model.version)
     service_id = image_id(request, settings, ident)
-    width, height = image_size(model.metadata, settings.iiif_zoom)
+    width, height = image_size(model.metadata)  # the native size and aspect, as info.json
     service = [ServiceV3(id=service_id, type="ImageService3", profile="level2")]
     canvas_id = f"{manifest_id.removesuffix('/manifest.json')}/canvas/{model.version}"
     body = AnnotationBody(id=f"{service_id}/full/max/0/default.jpg", type="Image", format="image/jpeg",
                           width=width, height=height, service=service)
     painting = Annotation(id=f"{canvas_id}/annotation/1", motivation="painting", body=body, target=canvas_id)
-    thumbnail = AnnotationBody(id=f"{service_id}/full/!{THUMBNAIL},{THUMBNAIL}/0/default.jpg", type="Image",
+    up = "^" if max(width, height) < THUMBNAIL else ""  # a smaller image is upscaled by the model, and says so
+    thumbnail = AnnotationBody(id=f"{service_id}/full/{up}!{THUMBNAIL},{THUMBNAIL}/0/default.jpg", type="Image",
                                format="image/jpeg", service=service)
     description = model.metadata.get("description")
     return Canvas(id=canvas_id, width=width, height=height, label=f"{model.name}, version {model.version}",

@@ -108,12 +108,14 @@ class Size:
             return cls(kind, up, w=w, h=h)
         raise BadInput(f"size '{text[:80]}' is not max, w,, ,h, w,h, !w,h or pct:n (each optionally with ^)")
 
-    def resolve(self, box: Box, max_area: int, max_side: int) -> tuple[int, int]:
-        """Output pixels (width, height) of the scaled region (§4.2)."""
+    def resolve(self, box: Box, max_area: int, max_side: int | tuple[int, int]) -> tuple[int, int]:
+        """Output pixels (width, height) of the scaled region (§4.2), within maxArea and `max_side`, one
+        limit for both sides or (maxWidth, maxHeight)."""
         rw, rh = box.pixels
+        max_w, max_h = max_side if isinstance(max_side, tuple) else (max_side, max_side)
         if self.kind == "max":
             scale = math.sqrt(max_area / (rw * rh))
-            scale = min(scale, max_side / rw, max_side / rh)
+            scale = min(scale, max_w / rw, max_h / rh)
             if not self.upscale:
                 scale = min(scale, 1.0)
             # floor keeps w×h inside maxArea
@@ -143,8 +145,8 @@ class Size:
         if w * h > max_area:
             raise BadInput(f"size '{self.text()}' gives {w}×{h} = {w * h} pixels, more than maxArea {max_area} "
                            "(INR_MAX_RENDER_PIXELS)")
-        if w > max_side or h > max_side:
-            raise BadInput(f"size '{self.text()}' gives {w}×{h}; maxWidth and maxHeight are {max_side}")
+        if w > max_w or h > max_h:
+            raise BadInput(f"size '{self.text()}' gives {w}×{h}; maxWidth and maxHeight are {max_w} and {max_h}")
         return w, h
 
     def text(self) -> str:

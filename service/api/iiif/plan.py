@@ -74,7 +74,7 @@ def _affine(a: float, b: float, tx: float, c: float, d: float, ty: float) -> np.
     return np.array([[a, b, tx], [c, d, ty], [0.0, 0.0, 1.0]])
 
 
-def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: int) -> Plan:
+def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: int | tuple[int, int]) -> Plan:
     box = req.region.resolve(width, height)
     sw, sh = req.size.resolve(box, max_area, max_side)
     rot = req.rotation

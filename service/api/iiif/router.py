@@ -24,8 +24,8 @@ from ...render.imaging import MEDIA_TYPES
 from ...render.cache import etag_matches
 from ...render.service import RenderJob, cache_control
 from . import manifest, post
-from .info import (INFO_MEDIA_TYPE, MAX_SIDE, PREFIX, PROFILE_URI, Identifier, image_id, image_size,
-                   info_document, resolve)
+from .info import (INFO_MEDIA_TYPE, PREFIX, PROFILE_URI, Identifier, image_id, image_size, info_document, max_size,
+                   resolve)
 from .params import ImageRequest
 from .plan import JPEG_QUALITY, plan
 
@@ -92,12 +92,12 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     """Image information: size, tiles, sizes, maxArea, the qualities, formats and features."""
     ident = Identifier.parse(name)
     model = resolve(registry, ident)
-    width, height = image_size(model.metadata, settings.iiif_zoom)
+    width, height = image_size(model.metadata)
     service_id = image_id(request, settings, ident)
-    doc = info_document(service_id, width, height, settings.max_render_pixels)
+    doc = info_document(service_id, width, height, settings.max_render_pixels, settings.iiif_zoom)
     accept = request.headers.get("accept", "")
     media = "application/json" if "application/json" in accept and "ld+json" not in accept else INFO_MEDIA_TYPE
-    etag = _etag(model, f"{service_id}|{width}x{height}|{settings.max_render_pixels}")
+    etag = _etag(model, f"{service_id}|{width}x{height}|{settings.max_render_pixels}|{settings.iiif_zoom}")
     headers = {**_caching(settings, etag), "Link": f'<{PROFILE_URI}>;rel="profile"'}
     if etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
@@ -113,9 +113,9 @@ async def image(request: Request, name: str, region: str, size: str, rotation: s
     """`{region}/{size}/{rotation}/{quality}.{format}`, rendered by the model at the requested coordinates."""
     ident = Identifier.parse(name)
     model = resolve(registry, ident)
-    width, height = image_size(model.metadata, settings.iiif_zoom)
+    width, height = image_size(model.metadata)
     req = ImageRequest.parse(region, size, rotation, quality_format)
-    p = plan(req, width, height, settings.max_render_pixels, MAX_SIDE)
+    p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
     service_id = image_id(request, settings, ident)
     link = f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'

@@ -6,6 +6,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 from pydantic import ValidationError
+from modelrepo import ImageSource
 
 from ..deps import ModelName, RegistryDep
 from ...errors import NoPreview
@@ -59,6 +60,12 @@ def tensors(meta: dict, key: str) -> list[TensorInfo]:
     return out
 
 
+def native_size(m: ModelState) -> dict:
+    """An image model's native width and height (its serving, else latest, version's `source`)."""
+    size = ImageSource.from_metadata(m.metadata).native if m.task == "image" else None
+    return {"width": size[0], "height": size[1]} if size else {}
+
+
 def model_info(m: ModelState) -> ModelInfo:
     meta = m.metadata
     preview = f"/v1/models/{m.name}/preview" if preview_path(m) else None
@@ -72,7 +79,7 @@ def model_info(m: ModelState) -> ModelInfo:
                      description=_typed(meta, "description", str),
                      inputs=tensors(meta, "inputs"), outputs=tensors(meta, "outputs"),
                      metrics=_typed(meta, "metrics", dict, {}), metadata=provenance(meta),
-                     preview_url=preview)
+                     preview_url=preview, **native_size(m))
 
 
 @router.get("", response_model=ModelList)

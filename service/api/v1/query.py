@@ -30,5 +30,6 @@ async def query(request: Request, model: ImageModel, dataplane: DataPlaneDep):
         coords = np.asarray(body.coords, dtype=np.float64)
     else:
         body = validate(QueryRequest, {**doc, "coords": PLACEHOLDER})
-    rgb = await dataplane.query(model, coords, sampling_matrix(body.transform), Background.parse(body.background))
+    matrix = sampling_matrix(body.transform, model.image_size)  # rotation and scale in the model's square pixels
+    rgb = await dataplane.query(model, coords, matrix, Background.parse(body.background))
     return json_response({"rgb": np.round(rgb.astype(np.float64), 6)})

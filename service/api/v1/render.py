@@ -6,13 +6,15 @@ import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from modelrepo.serving import MAX_SIDE
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
 from ..deps import ImageModel, ModelName, RegistryDep, SettingsDep
-from ...errors import BadInput
+from ...errors import BadInput, TooLarge
+from ...render import transform as tf
 from ...render.imaging import MEDIA_TYPES, Background, RenderSpec
 from ...render.service import RenderJob, cache_control
 from ...engine.runtime import ModelRuntime
@@ -26,10 +28,17 @@ RESPONSES = {200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "descriptio
              **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)}}
 
 
-def job_of(req: RenderRequest) -> RenderJob:
-    """A public render request as the render service's typed job."""
-    spec = RenderSpec(width=req.width, height=req.height, matrix=sampling_matrix(req.transform),
-                      viewport=req.viewport, supersample=req.supersample, background=Background.parse(req.background))
+def job_of(req: RenderRequest, size: tf.Size = None) -> RenderJob:
+    """A public render request as the render service's typed job, for a model of native `size` (W, H): the
+    transform in its square pixels, the viewport turned into the render frame, a missing side from the frame's
+    aspect (service/render/transform.py)."""
+    frame = tf.render_frame(req.viewport, req.transform.frame_rotate if req.transform else 0.0, size)
+    width, height = tf.frame_pixels(req.width, req.height, frame, size)
+    if max(width, height) > MAX_SIDE:
+        raise TooLarge(f"the render would be {width}×{height} pixels (the missing side follows the image's "
+                       f"aspect); each side is limited to {MAX_SIDE}: give both width and height")
+    spec = RenderSpec(width=width, height=height, matrix=sampling_matrix(req.transform, size), viewport=frame,
+                      supersample=req.supersample, background=Background.parse(req.background))
     return RenderJob(spec, req.format, req.quality)
 
 
@@ -37,7 +46,8 @@ async def respond(request: Request, model: ModelRuntime, req: RenderRequest, set
                   pinned: bool = False) -> Response:
     """Decode → the render service → encode: 304, a cached or a fresh image, with one ETag."""
     rendered = await request.app.state.renderer.render(
-        model, job_of(req), cache_control=cache_control(settings, pinned, settings.render_cache_max_age_s),
+        model, job_of(req, model.image_size),
+        cache_control=cache_control(settings, pinned, settings.render_cache_max_age_s),
         if_none_match=request.headers.get("if-none-match"), is_disconnected=request.is_disconnected)
     return rendered.response()
 
@@ -47,8 +57,8 @@ def _pair(text: str | None) -> list[str] | None:
 
 
 def query_request(
-    width: int = 256,
-    height: int = 256,
+    width: Annotated[int | None, Query(description="pixels; without it, from height and the native aspect")] = None,
+    height: Annotated[int | None, Query(description="pixels; without it, from width and the native aspect")] = None,
     viewport: Annotated[str | None, Query(description="x0,y0,x1,y1", examples=["0,0,0.5,0.5"])] = None,
     transform: Annotated[str | None, Query(description="the transform as JSON, e.g. {\"rotate\":90}")] = None,
     rotate: Annotated[float | None, Query(description="degrees counter-clockwise")] = None,
@@ -62,8 +72,9 @@ def query_request(
 ) -> RenderRequest:
     """GET render's query parameters as a RenderRequest. The transform is either `transform` (JSON)
     or `rotate`/`scale`/`translate`/`center`."""
-    fields = {"width": width, "height": height, "supersample": supersample, "format": format, "quality": quality,
+    fields = {"supersample": supersample, "format": format, "quality": quality,
               "background": background}
+    fields.update({k: v for k, v in (("width", width), ("height", height)) if v is not None})
     if viewport is not None:
         fields["viewport"] = _pair(viewport)
     parts = {k: v for k, v in {"rotate": rotate, "scale": _pair(scale), "translate": _pair(translate),

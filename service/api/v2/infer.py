@@ -47,8 +47,12 @@ def config_of(model: ModelRuntime) -> dict:
 def metadata_of(model: ModelRuntime, registry: Registry) -> dict:
     state = registry.models.get(model.name)
     versions = [str(v.version) for v in state.versions if v.ready] if state else [model_version(model)]
-    return {"name": model.name, "versions": versions, "platform": "onnxruntime_onnx",
-            "inputs": [t.to_json() for t in model.spec.inputs], "outputs": [t.to_json() for t in model.spec.outputs]}
+    doc = {"name": model.name, "versions": versions, "platform": "onnxruntime_onnx",
+           "inputs": [t.to_json() for t in model.spec.inputs], "outputs": [t.to_json() for t in model.spec.outputs]}
+    size = model.image_size if model.task == "image" else None
+    if size:  # the native pixel grid (docs/model-repository.md); gRPC's message has no parameters and drops it
+        doc["parameters"] = {"image_width": size[0], "image_height": size[1]}
+    return doc
 
 
 def _fits(shape: list[int], want: tuple[int, ...]) -> bool:

@@ -102,7 +102,10 @@ def test_an_upload_is_fitted_with_ordered_progress_and_served(stack):
     render = client.get(links["render"])
     assert render.status_code == 200 and Image.open(io.BytesIO(render.content)).size == (512, 512)
     assert client.get(links["iiif"]).status_code == 200
-    tile = client.get("/iiif/3/snap/full/64,/0/default.png")
+    info = client.get(links["iiif"]).json()
+    assert (info["width"], info["height"]) == (32, 32)       # the native size it was fitted at
+    assert client.get("/iiif/3/snap/full/64,/0/default.png").status_code == 400   # past native needs ^
+    tile = client.get("/iiif/3/snap/full/^64,/0/default.png")
     assert tile.status_code == 200 and Image.open(io.BytesIO(tile.content)).width == 64
     assert (repo / "snap" / "1" / "model.onnx").is_file()
 

@@ -56,9 +56,25 @@ def test_info_json(iiif, iiif_server):
     assert {"width": 500, "height": 500} in doc["sizes"]
     assert set(doc["extraQualities"]) == {"color", "gray", "bitonal"} and doc["extraFormats"] == ["webp"]
     assert {"mirroring", "rotationArbitrary", "sizeUpscaling"} <= set(doc["extraFeatures"])
-    # the training size × INR_IIIF_ZOOM for an ordinary model: 32² × 64
+    # an ordinary model: its native size (source.size), upscaling (^) up to INR_IIIF_ZOOM × that: 32² × 64
     astro = iiif.get("/iiif/3/astronaut/info.json").json()
-    assert (astro["width"], astro["height"]) == (2048, 2048) and astro["tiles"][0]["scaleFactors"] == [1, 2, 4]
+    assert (astro["width"], astro["height"]) == (32, 32) and astro["tiles"][0]["scaleFactors"] == [1]
+    assert (astro["maxWidth"], astro["maxHeight"]) == (2048, 2048) and "sizeUpscaling" in astro["extraFeatures"]
+
+
+def test_info_of_a_non_square_model_is_its_native_size(iiif):
+    cat = iiif.get("/iiif/3/cat/info.json").json()
+    assert (cat["width"], cat["height"]) == (2400, 1500)
+    assert (cat["maxWidth"], cat["maxHeight"]) == (65_536, 65_536)   # 64× native, within the largest side
+    assert cat["tiles"] == [{"width": 512, "height": 512, "scaleFactors": [1, 2, 4, 8]}]
+    assert {"width": 300, "height": 188} in cat["sizes"] and {"width": 2400, "height": 1500} in cat["sizes"]
+    half = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/pct:50/0/default.png").content))
+    assert half.size == (1200, 750)
+    assert iiif.get("/iiif/3/cat/full/4800,/0/default.png").status_code == 400        # past native needs ^
+    up = iiif.get("/iiif/3/cat/0,0,100,100/^400,/0/default.png")
+    assert up.status_code == 200 and Image.open(io.BytesIO(up.content)).size == (400, 400)
+    turned = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/600,/90/default.png").content))
+    assert turned.size == (375, 600)                                                # rotation in square pixels
 
 
 def test_info_id_behind_a_proxy(iiif):
@@ -158,3 +174,14 @@ def test_bad_input(iiif_server, what, path, status, words):
     import json
     assert words in json.loads(body)["error"]
     assert httpx.get(f"{iiif_server.url}/health/live").status_code == 200   # the server stays up
+
+
+def test_the_manifest_canvas_of_a_non_square_model_has_its_native_size(iiif):
+    doc = iiif.get("/iiif/3/cat/manifest.json").json()
+    canvas = doc["items"][0]
+    assert (canvas["width"], canvas["height"]) == (2400, 1500)
+    body = canvas["items"][0]["items"][0]["body"]
+    assert (body["width"], body["height"]) == (2400, 1500)
+    assert canvas["thumbnail"][0]["id"].endswith("/full/!256,256/0/default.jpg")   # smaller than native: no ^
+    thumb = Image.open(io.BytesIO(iiif.get(canvas["thumbnail"][0]["id"]).content))
+    assert thumb.size == (256, 160)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from service.errors import BadInput, NotImplementedFeature
-from service.api.iiif.info import Identifier, image_size, info_document, scale_factors
+from service.api.iiif.info import Identifier, image_size, info_document, max_size, scale_factors
 from service.api.iiif.params import ImageRequest, Region, Rotation, Size
 from service.api.iiif.plan import plan, region_mask
 
@@ -134,12 +134,26 @@ def test_non_right_angles_get_a_transparent_bounding_box_and_a_region_mask():
 
 
 def test_image_size_rule_and_info():
-    assert image_size({"source": {"size": [256, 256]}}, 16) == (4096, 4096)
-    assert image_size({"source": {"size": [128, 128], "native_size": [1000, 1000]}}, 16) == (1000, 1000)
-    assert image_size({}, 2) == (512, 512)
+    assert image_size({"source": {"size": [256, 256]}}) == (256, 256)           # the native size, no virtual zoom
+    assert image_size({"source": {"size": [2560, 1600]}}) == (2560, 1600)
+    assert image_size({"source": {"size": [128, 128], "native_size": [1000, 1000]}}) == (1000, 1000)
+    assert image_size({}) == (256, 256)                                          # no size recorded: square
+    assert max_size(2560, 1600, 16) == (40960, 25600) and max_size(8000, 10, 16) == (65536, 160)
     assert scale_factors(4096, 4096) == [1, 2, 4, 8] and scale_factors(1000, 1000) == [1, 2]
+    assert scale_factors(2560, 1600) == [1, 2, 4, 8]
     doc = info_document("http://h/iiif/3/x", 1000, 1000, 250_000)
-    assert doc["sizes"] == [{"width": 500, "height": 500}]
+    assert doc["sizes"] == [{"width": 500, "height": 500}] and (doc["maxWidth"], doc["maxHeight"]) == (1000, 1000)
+    doc = info_document("http://h/iiif/3/x", 2560, 1600, 16_777_216, zoom=4)
+    assert (doc["width"], doc["height"], doc["maxWidth"], doc["maxHeight"]) == (2560, 1600, 10240, 6400)
+    assert "sizeUpscaling" in doc["extraFeatures"]
+
+
+def test_upscaled_sizes_stop_at_max_width_and_height():
+    box = Region.parse("full").resolve(2560, 1600)
+    assert Size.parse("^max").resolve(box, 10**9, (10240, 6400)) == (10240, 6400)
+    assert Size.parse("^5120,").resolve(box, 10**9, (10240, 6400)) == (5120, 3200)
+    with pytest.raises(BadInput, match="maxWidth and maxHeight are 10240 and 6400"):
+        Size.parse("^12000,").resolve(box, 10**9, (10240, 6400))
 
 
 def test_the_iiif_test_image_is_the_validators_colour_table():

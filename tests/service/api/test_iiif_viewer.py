@@ -13,7 +13,7 @@ from tests.servers import ROOT
 from test_viewer import browser  # noqa: F401
 
 TIMEOUT_MS = 120_000
-TILE = re.compile(r"/iiif/3/astronaut/(full|\d+,\d+,\d+,\d+)/(\d*),(\d*)/0/default\.jpg$")
+TILE = re.compile(r"/iiif/3/cat/(full|\d+,\d+,\d+,\d+)/(\d*),(\d*)/0/default\.jpg$")
 STATIC = ROOT / "service" / "static"
 
 
@@ -48,15 +48,19 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("response", lambda r: (tiles if TILE.search(r.url) else infos if r.url.endswith("/info.json") else [])
             .append(r))
-    page.goto(f"{iiif_server.url}/iiif.html?id=astronaut")
+    page.goto(f"{iiif_server.url}/iiif.html?id=cat")   # the non-square 2400×1500 model: four levels
     page.wait_for_function("document.querySelector('#osd').dataset.state === 'open'")
     fully_loaded(page)
     assert [r.status for r in infos] == [200]
     stats = canvas_stats(page)
     assert stats["std"] > 10, f"the canvas looks blank: {stats}"
 
-    info = httpx.get(f"{iiif_server.url}/iiif/3/astronaut/info.json").json()
+    info = httpx.get(f"{iiif_server.url}/iiif/3/cat/info.json").json()
     W, H = info["width"], info["height"]
+    assert (W, H) == (2400, 1500)
+    box = page.evaluate("(() => { const b = iiifViewer.world.getItemAt(0).getBounds(); "
+                        "return [b.width, b.height]; })()")
+    assert box[0] / box[1] == pytest.approx(2400 / 1500)     # OpenSeadragon lays it out at the native aspect
 
     def region(r):
         text = TILE.search(r.url).group(1)
@@ -72,7 +76,7 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     first = levels(tiles)
     assert len(first) >= 2, f"tiles came from levels {first} only"
     seen = len(tiles)
-    # Zoom to 1 screen pixel per IIIF pixel: 64 per training pixel for this server (INR_IIIF_ZOOM=64).
+    # Zoom to 1 screen pixel per IIIF pixel, the native size.
     page.evaluate("(() => { const v = iiifViewer.viewport, t = iiifViewer.world.getItemAt(0);"
                   "v.zoomTo(t.imageToViewportZoom(1.0), null, true); v.applyConstraints(true); })()")
     for _ in range(600):  # OpenSeadragon asks for the new level on a later animation frame
@@ -82,14 +86,15 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
     fully_loaded(page)
     deeper = tiles[seen:]
     assert deeper and min(levels(deeper)) < min(first), f"zooming fetched {levels(deeper)} after {first}"
-    assert float(page.locator("#osd").get_attribute("data-training-zoom")) == pytest.approx(64, rel=0.05)
+    assert float(page.locator("#osd").get_attribute("data-image-zoom")) == pytest.approx(1, rel=0.05)
+    assert "screen px per image pixel" in page.locator("#readout").inner_text()
     assert canvas_stats(page)["std"] > 1
-    # A deep tile is exactly what /v1/models/astronaut/render gives for the same region.
+    # A deep tile is exactly what /v1/models/cat/render gives for the same region.
     for r in [t for t in deeper if t.status == 200][:2]:
         body = r.body()
         tw, th = Image.open(io.BytesIO(body)).size
         x, y, w, h = region(r)
-        ref = httpx.get(f"{iiif_server.url}/v1/models/astronaut/render", timeout=60, params={
+        ref = httpx.get(f"{iiif_server.url}/v1/models/cat/render", timeout=60, params={
             "width": tw, "height": th, "format": "jpeg",
             "viewport": f"{x / W!r},{y / H!r},{(x + w) / W!r},{(y + h) / H!r}"})
         assert ref.status_code == 200 and ref.content == body, r.url

@@ -100,7 +100,7 @@ def test_the_image_appears_on_the_canvas(page):
         return {opaque: opaque / (d.length / 4), std: Math.sqrt(sq / opaque - mean * mean)};
     })()""")
     assert stats["opaque"] > 0.5 and stats["std"] > 5
-    assert "px per training pixel" in page.page.locator("#readout").inner_text()
+    assert "px per image pixel" in page.page.locator("#readout").inner_text()
 
 
 def test_the_render_has_the_canvas_device_pixel_size_and_a_quarter_size_preview_first(browser, server):
