@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from tests.servers import PY, ROOT
+from tests.servers import PY, ROOT, wait_for
 
 COORDS = [[0.1 + 0.1 * i, 0.9 - 0.1 * i] for i in range(8)]
 
@@ -75,16 +75,6 @@ def index(url: str, headers: dict | None = None, ready: bool | None = None) -> l
 def entry(rows: list[dict], name: str, version: int | None = None) -> dict | None:
     return next((r for r in rows if r["name"] == name and (version is None or r.get("version") == str(version))),
                 None)
-
-
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def query_rgb(url: str) -> np.ndarray:
