@@ -135,6 +135,13 @@ class Clients:
                     self.answers.append(a)
                 self.stop.wait(self.pause)
 
+    def answered(self, what: str, predicate=lambda a: True, n: int = 1, timeout: float = 120) -> None:
+        """Wait until `n` answers satisfy `predicate`: a state of the run by its answers, not by the clock."""
+        def count() -> int:
+            with self.lock:
+                return sum(1 for a in self.answers if predicate(a))
+        wait_for(lambda: count() >= n, timeout, what)
+
     def finish(self, at_least: float) -> list[Answer]:
         """Keep going until `at_least` seconds since start, then stop and return every answer."""
         time.sleep(max(0.0, self.t0 + at_least - time.monotonic()))

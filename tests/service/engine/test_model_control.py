@@ -74,10 +74,11 @@ def test_a_version_folder_deleted_while_serving(repo):
         threads = [threading.Thread(target=hammer) for _ in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.5)
+        wait_for(lambda: len(statuses) >= 20, 60, "answers before the deletion")
         shutil.rmtree(repo / "astronaut" / str(second))
         wait_for(lambda: entry(index(srv.url), "astronaut", second) is None, 30, "the deleted version to go")
-        time.sleep(0.5)
+        gone = len(statuses)
+        wait_for(lambda: len(statuses) >= gone + 20, 60, "answers after the version went")
         stop.set()
         for t in threads:
             t.join()
