@@ -8,6 +8,7 @@ and broken folders the service must list as failed without stopping.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import json
 import os
@@ -212,3 +213,46 @@ def iiif_server(iiif_repo):
     srv = Server(iiif_repo, env={"INR_IIIF_ZOOM": "64", "INR_MAX_RENDER_PIXELS": "4194304"})
     with srv.running():
         yield srv
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+    """Poll `condition` until it is truthy (returned) or `timeout` seconds pass (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def in_flight(url: str) -> float:
+    """inr_requests_in_flight from /metrics (the scrape itself is one of them)."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    line = next(ln for ln in text.splitlines() if ln.startswith("inr_requests_in_flight"))
+    return float(line.split()[-1])
+
+
+class HeldRequest:
+    """A JSON POST in flight by construction: its headers are sent, so the server runs its handler
+    (which waits for the body), and the body is held back until `release()`. The server's
+    INR_BODY_TIMEOUT_S must outlast the hold. `answer()` → (status, headers, body)."""
+
+    def __init__(self, url: str, path: str, body: dict):
+        u = httpx.URL(url)
+        self.body = json.dumps(body).encode()
+        self.conn = http.client.HTTPConnection(u.host, u.port, timeout=120)
+        self.conn.putrequest("POST", path)
+        self.conn.putheader("Content-Type", "application/json")
+        self.conn.putheader("Content-Length", str(len(self.body)))
+        self.conn.endheaders()
+
+    def release(self) -> None:
+        self.conn.send(self.body)
+
+    def answer(self) -> tuple[int, dict, bytes]:
+        try:
+            r = self.conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            self.conn.close()

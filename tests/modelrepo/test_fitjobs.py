@@ -117,8 +117,10 @@ def test_a_dead_workers_job_is_retried_once_then_failed_and_reaped_once(url):
     rec = submit(store, max_running=1)
     seat = store.register_worker("w1", {})
     assert store.claim(rec["id"], 1, "w1")["worker"] == "w1"
-    assert store.reap() == []  # w1's heartbeat is fresh
-    time.sleep(0.7)            # w1 stops beating: dead
+    # w1's heartbeat is fresh: a reaper that calls 60 s stale reaps nothing (asking `store`, 0.5 s, failed
+    # whenever a loaded machine took half a second from the register to the reap)
+    assert FitStore(url, stale_s=60).reap() == []
+    time.sleep(0.7)            # w1 stops beating: dead (a lower bound, so a slow machine only makes it deader)
     reapers = [FitStore(url, stale_s=0.5) for _ in range(4)]
     reaped = []
     threads = [threading.Thread(target=lambda s=s: reaped.extend(s.reap())) for s in reapers]

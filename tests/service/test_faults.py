@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.servers import Server
+from tests.servers import Server, in_flight, wait_for
 
 TIMEOUT_S = 1
 
@@ -73,7 +73,10 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
 def srv(faulty_repo):
     s = Server(faulty_repo, "--log-level", "info", env={
         "INR_HEADER_TIMEOUT_S": str(TIMEOUT_S), "INR_BODY_TIMEOUT_S": str(TIMEOUT_S),
-        "INR_MAX_QUEUE_DELAY_MS": "200", "INR_BATCH_INSTANCES": "1"})  # concurrent queries share a batch
+        # the eight concurrent 1-row queries of the batch test share one batch: it runs once it holds 8 rows,
+        # and the first waits up to 1 s for the rest (was 200 ms: eight threads released by a barrier on a
+        # loaded machine can spread wider, and a late bad query ran alone, without the batched-run log line)
+        "INR_MAX_QUEUE_DELAY_MS": "1000", "INR_MAX_BATCH": "8", "INR_BATCH_INSTANCES": "1"})
     with s.running():
         yield s
 
@@ -99,14 +102,15 @@ def recv_all(s: socket.socket, timeout: float) -> bytes:
 
 def test_a_client_gone_mid_upload_is_logged_and_counted(srv):
     before = counted(srv, 499, "/v1/models/{name}/classify")
+    idle = in_flight(srv.url)
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         s.sendall(b"POST /v1/models/digits/classify HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n"
                   b"Content-Type: multipart/form-data; boundary=b\r\n\r\n--b\r\nContent-Disposition: form-data; "
                   b'name="files"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n' + os.urandom(20000))
-        time.sleep(0.3)
-    deadline = time.monotonic() + 10
-    while counted(srv, 499, "/v1/models/{name}/classify") == before and time.monotonic() < deadline:
-        time.sleep(0.1)
+        # gone mid-upload by construction: the server is reading the body when the client closes
+        # (was: a 0.3 s sleep, and the 499 awaited 10 s)
+        wait_for(lambda: in_flight(srv.url) >= idle + 1, 60, "the upload in flight")
+    wait_for(lambda: counted(srv, 499, "/v1/models/{name}/classify") > before, 60, "the 499 counted")
     assert counted(srv, 499, "/v1/models/{name}/classify") == before + 1
     assert answers(srv)
 

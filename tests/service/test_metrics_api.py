@@ -88,27 +88,18 @@ def test_a_render_counts_its_samples_as_inference(client):
 
 
 def test_requests_in_flight_counts_the_scrape_itself_and_a_running_render(server):
-    """inr_requests_in_flight: what a drain would wait for (the /metrics request is one of them)."""
-    import threading
-
+    """inr_requests_in_flight: what a drain would wait for (the /metrics request is one of them). The render
+    is in flight by construction while the gauge is read: its headers are in, its body held back (a render
+    that is merely large can finish before a scrape sees it, on a fast CPU)."""
     import httpx
 
+    from tests.servers import HeldRequest, in_flight, wait_for
+
     assert value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight") == 1
-    done = threading.Event()
-
-    offset = np.random.default_rng().random() / 10  # a render no other test made: not in the render cache
-    status = []
-
-    def render():  # as large as the fixture's INR_MAX_RENDER_PIXELS allows: it runs for a while
-        r = httpx.post(f"{server.url}/v1/models/astronaut/render", timeout=60,
-                       json={"width": 1000, "height": 1000, "viewport": [offset, 0, 1, 1]})
-        status.append(r.status_code)
-        done.set()
-
-    threading.Thread(target=render).start()
-    seen = 0.0
-    while not done.is_set() and seen < 2:
-        seen = max(seen, value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight"))
-    done.wait(60)
-    assert status == [200]
-    assert seen == 2, "the running render was not counted"
+    render = HeldRequest(server.url, "/v1/models/astronaut/render", {"width": 64, "height": 64})
+    wait_for(lambda: in_flight(server.url) >= 2, 30, "the render to be counted")
+    assert value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight") == 2
+    render.release()
+    status, headers, _ = render.answer()
+    assert status == 200 and headers["content-type"] == "image/png"
+    assert value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight") == 1

@@ -15,7 +15,8 @@ from PIL import Image
 from modelrepo.fitjobs import FitStore
 from tests.fits import ROOT, Worker, submit, wait_finished, wait_for
 
-LONG = {"steps": 20000}  # long enough to be caught mid-fit on any machine
+LONG = {"steps": 1_000_000}  # never finishes: caught mid-fit by construction (20,000 was minutes here, at
+#                              ~130 steps/s under load, but seconds on a fast CPU)
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import threading
-import time
 
 import httpx
 
@@ -16,7 +14,7 @@ import pytest
 import tritonclient.grpc as tg
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
-from tests.servers import PY, ROOT, Server
+from tests.servers import PY, ROOT, HeldRequest, Server, in_flight, wait_for
 
 from service.api.grpc.servicer import SERVICE
 
@@ -163,25 +161,26 @@ def test_repository_load_and_unload_need_the_key_as_metadata(explicit):
 
 def test_draining_refuses_new_calls_and_health_says_not_serving(model_repo):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-    srv = Server(model_repo, env={"INR_GRACEFUL_SHUTDOWN_S": "60", "INR_RENDER_TILE_SAMPLES": "1024"}).wait_ready()
+    srv = Server(model_repo, env={"INR_GRACEFUL_SHUTDOWN_S": "60", "INR_BODY_TIMEOUT_S": "60"}).wait_ready()
     c = tg.InferenceServerClient(srv.grpc_url)
-    render = []  # a long HTTP render holds the drain open while gRPC is asked
-    t = threading.Thread(target=lambda: render.append(httpx.post(
-        f"{srv.url}/v1/models/astronaut/render", json={"width": 1200, "height": 1200, "supersample": 2}, timeout=60)))
-    t.start()
-    time.sleep(1.0)
-    assert not render, "the render finished too soon to hold the drain"
+    idle = in_flight(srv.url)
+    # an HTTP render holds the drain open while gRPC is asked: in flight by construction, its body held back
+    render = HeldRequest(srv.url, "/v1/models/astronaut/render", {"width": 64, "height": 64})
+    wait_for(lambda: in_flight(srv.url) >= idle + 1, 30, "the render in flight")
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    with grpc.insecure_channel(srv.grpc_url) as ch:
-        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
-    assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+    def health():
+        with grpc.insecure_channel(srv.grpc_url) as ch:
+            return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+
+    wait_for(lambda: health() == health_pb2.HealthCheckResponse.NOT_SERVING, 30, "gRPC health NOT_SERVING")
     code, message = status_of(lambda: c.infer("astronaut", [coords_input(np.zeros((1, 2), np.float32))]))
     assert code == "StatusCode.UNAVAILABLE" and "shutting down" in message
     assert c.is_server_live()
-    t.join(60)
+    render.release()
+    status, headers, _ = render.answer()
     srv.proc.wait(timeout=30)
-    assert render and render[0].status_code == 200
+    assert status == 200 and headers["content-type"] == "image/png"
     c.close()
 
 

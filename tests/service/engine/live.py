@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from tests.servers import PY, ROOT
+from tests.servers import PY, ROOT, wait_for
 
 COORDS = [[0.1 + 0.1 * i, 0.9 - 0.1 * i] for i in range(8)]
 
@@ -77,16 +77,6 @@ def entry(rows: list[dict], name: str, version: int | None = None) -> dict | Non
                 None)
 
 
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def query_rgb(url: str) -> np.ndarray:
     r = httpx.post(f"{url}/v1/models/astronaut/query", json={"coords": COORDS}, timeout=30)
     assert r.status_code == 200, r.text
@@ -144,6 +134,13 @@ class Clients:
                 with self.lock:
                     self.answers.append(a)
                 self.stop.wait(self.pause)
+
+    def answered(self, what: str, predicate=lambda a: True, n: int = 1, timeout: float = 120) -> None:
+        """Wait until `n` answers satisfy `predicate`: a state of the run by its answers, not by the clock."""
+        def count() -> int:
+            with self.lock:
+                return sum(1 for a in self.answers if predicate(a))
+        wait_for(lambda: count() >= n, timeout, what)
 
     def finish(self, at_least: float) -> list[Answer]:
         """Keep going until `at_least` seconds since start, then stop and return every answer."""

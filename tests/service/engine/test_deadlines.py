@@ -14,9 +14,12 @@ from tests.servers import Server
 
 @pytest.fixture(scope="module")
 def busy(model_repo):
-    # 100 µs is shorter than the 0.5 ms a batch waits for mates under Triton's fixed-delay policy: every
-    # queued request times out (the adaptive policy would run it at once)
-    srv = Server(model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.0001", "INR_BATCH_POLICY": "delay"})
+    # Triton's fixed-delay policy holds a lone request 1 s for batch-mates, 20 times its 50 ms queue timeout:
+    # every queued request times out, on any event loop and however loaded the machine (the adaptive policy
+    # would run it at once). A 0.1 ms timeout against a 0.5 ms delay held only through uvloop's order (due
+    # timers before ready callbacks); on asyncio's own loop a worker woken 0.5 ms after the request took it first.
+    srv = Server(model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.05", "INR_MAX_QUEUE_DELAY_MS": "1000",
+                                  "INR_BATCH_POLICY": "delay"})
     with srv.running():
         yield srv
 

@@ -25,6 +25,7 @@ def test_poll_mode_picks_up_a_trained_version_and_rejects_a_corrupt_one(model_re
     try:
         old = query_rgb(srv.url)
         clients = Clients(srv.url).start()
+        clients.answered("queries answered before the new version exists", lambda a: a.kind == "query", n=16)
         train_next_version(model, seed=first + 11)
         trained = versions_on_disk(model)[-1]
         assert trained == first + 1, "the training CLI did not write the next version"
@@ -35,7 +36,9 @@ def test_poll_mode_picks_up_a_trained_version_and_rejects_a_corrupt_one(model_re
         bad = add_version(model, corrupt=True)
         row = wait_for(lambda: entry(index(srv.url), "astronaut", bad), 30, "the corrupt version in the index")
         rejected = time.monotonic()
-        answers = clients.finish(at_least=max(SECONDS, rejected - clients.t0 + 1.0))
+        clients.answered("queries started after the corrupt version was rejected",
+                         lambda a: a.kind == "query" and a.started > rejected, n=16)
+        answers = clients.finish(at_least=SECONDS)
     finally:
         srv.stop()
     assert row["state"] == "UNAVAILABLE" and "ONNX" in row["reason"], row
@@ -57,13 +60,17 @@ def test_explicit_mode_swaps_a_version_through_the_repository_api(model_repo, tm
     try:
         old = query_rgb(srv.url)
         clients = Clients(srv.url).start()
+        clients.answered("queries answered before the new version exists", lambda a: a.kind == "query", n=16)
         train_next_version(model, seed=first + 23)
         time.sleep(1.0)
         assert np.array_equal(query_rgb(srv.url), old), "explicit mode served a version nobody loaded"
         tc.load_model("astronaut", headers=KEY)
         new = query_rgb(srv.url)
+        loaded = time.monotonic()
         served = httpx.get(f"{srv.url}/v2/models/astronaut").json()["versions"]
-        answers = clients.finish(at_least=max(SECONDS, time.monotonic() - clients.t0 + 1.0))
+        clients.answered("queries started after the load returned", lambda a: a.kind == "query" and a.started > loaded,
+                         n=16)
+        answers = clients.finish(at_least=SECONDS)
         rows = tc.get_model_repository_index(headers=KEY)
     finally:
         tc.close()

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from tests.servers import PY, ROOT, Server
+from tests.servers import PY, ROOT, Server, in_flight
 from live import add_version, entry, index, private_repo, query_rgb, versions_on_disk, wait_for
 from tritonclient.utils import InferenceServerException
 
@@ -74,10 +74,11 @@ def test_a_version_folder_deleted_while_serving(repo):
         threads = [threading.Thread(target=hammer) for _ in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.5)
+        wait_for(lambda: len(statuses) >= 20, 60, "answers before the deletion")
         shutil.rmtree(repo / "astronaut" / str(second))
         wait_for(lambda: entry(index(srv.url), "astronaut", second) is None, 30, "the deleted version to go")
-        time.sleep(0.5)
+        gone = len(statuses)
+        wait_for(lambda: len(statuses) >= gone + 20, 60, "answers after the version went")
         stop.set()
         for t in threads:
             t.join()
@@ -165,13 +166,6 @@ def test_unload_with_requests_running_lets_them_finish(repo):
                                                             "reason": "unloaded"}
         assert httpx.post(f"{srv.url}/v2/repository/models/astronaut/load", headers=KEY).status_code == 200
         assert query_rgb(srv.url).shape == (8, 3)
-
-
-def in_flight(url: str) -> float:
-    """inr_requests_in_flight from /metrics."""
-    text = httpx.get(f"{url}/metrics").text
-    line = next(ln for ln in text.splitlines() if ln.startswith("inr_requests_in_flight"))
-    return float(line.split()[-1])
 
 
 def test_tritonclient_repository_calls_need_the_key(explicit):

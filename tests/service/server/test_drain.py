@@ -3,6 +3,7 @@ finish, readiness and new requests get 503 at once, and the process exits within
 with the re-raised SIGTERM (uvicorn's way)."""
 from __future__ import annotations
 
+import http.client
 import io
 import re
 import signal
@@ -13,28 +14,23 @@ import httpx
 import numpy as np
 from PIL import Image
 
-from tests.servers import Server
+from tests.servers import HeldRequest, Server, in_flight, wait_for
 
 GRACE = 60
 
 
 def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
+    """Two renders in flight by construction (headers sent, bodies held back until after the signal: they
+    render during the drain), and three clients looping classifies on keep-alive connections."""
     srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": str(GRACE),
+                                                          "INR_BODY_TIMEOUT_S": str(GRACE),
                                                           "INR_RENDER_TILE_SAMPLES": "1024"})
     srv.wait_ready()
-    renders, classifies, errors = [], [], []
-    started = threading.Barrier(5)
-
-    def render():
-        with httpx.Client(base_url=srv.url, timeout=GRACE) as c:
-            started.wait()
-            r = c.post("/v1/models/astronaut/render", json={"width": 1200, "height": 1200, "supersample": 2})
-            renders.append((r.status_code, r.content))
+    classifies, errors = [], []
 
     def classify(seed: int):
         images = np.random.default_rng(seed).random((4, 784)).round(3).tolist()
         with httpx.Client(base_url=srv.url, timeout=GRACE) as c:  # keep-alive connection
-            started.wait()
             while True:
                 try:
                     r = c.post("/v1/models/digits/classify", json={"images": images})
@@ -49,12 +45,14 @@ def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
                     assert r.headers["connection"] == "close" and "shutting down" in r.json()["error"]
                     return
 
-    threads = [threading.Thread(target=render) for _ in range(2)] + \
-              [threading.Thread(target=classify, args=(i,)) for i in range(3)]
+    idle = in_flight(srv.url)  # the scrape itself
+    renders = [HeldRequest(srv.url, "/v1/models/astronaut/render", {"width": 1200, "height": 1200, "supersample": 2})
+               for _ in range(2)]
+    wait_for(lambda: in_flight(srv.url) >= idle + 2, 30, "the two renders in flight")
+    threads = [threading.Thread(target=classify, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    time.sleep(1.0)  # the renders are running, the classifies looping
-    assert not renders, "the renders finished too soon to be in flight"
+    wait_for(lambda: classifies.count(200) >= 3, 60, "classifies answered before the signal")
     srv.proc.send_signal(signal.SIGTERM)
     t0 = time.monotonic()
     ready = httpx.get(f"{srv.url}/health/ready", timeout=10)
@@ -62,6 +60,9 @@ def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
     assert httpx.get(f"{srv.url}/health/live", timeout=10).status_code == 200
     late = httpx.post(f"{srv.url}/v1/models/digits/classify", json={"images": [[0.0] * 784]}, timeout=10)
     assert late.status_code == 503 and late.headers["retry-after"]
+    for r in renders:
+        r.release()
+    answers = [r.answer() for r in renders]
     for t in threads:
         t.join(GRACE)
     srv.proc.wait(GRACE + 5)
@@ -69,8 +70,8 @@ def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
     log = srv.proc.stdout.read()
 
     assert errors == [], f"connections dropped mid-request: {errors}"
-    assert [code for code, _ in renders] == [200, 200], log[-3000:]
-    for _, png in renders:
+    assert [status for status, _, _ in answers] == [200, 200], log[-3000:]
+    for _, _, png in answers:
         assert Image.open(io.BytesIO(png)).size == (1200, 1200)
     assert classifies.count(200) >= 3 and set(classifies) <= {200, 503, "refused"}, classifies
     assert srv.proc.returncode in (0, -signal.SIGTERM), log[-3000:]
@@ -86,30 +87,26 @@ def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
 def test_a_render_cut_by_the_grace_period_ends_cleanly(model_repo):
     """A render that outlives INR_GRACEFUL_SHUTDOWN_S: the client gets an error status or a closed
     connection, the process exits, and no exception escapes in any thread (the tile workers used to
-    raise InvalidStateError on the future that the cut request had cancelled)."""
-    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": "1",
-                                                          "INR_RENDER_TILE_SAMPLES": "1024"})
+    raise InvalidStateError on the future that the cut request had cancelled). The render is in flight
+    by construction (its body is held back until the signal has been sent, so it renders during the
+    drain) and slow by construction: 2048² at supersample 8 is 268M samples in 262,144 tiles, 16 times
+    the render that once had to be still running 1 s before the signal and 1 s after it."""
+    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": "1", "INR_BODY_TIMEOUT_S": "60",
+                                                          "INR_RENDER_TILE_SAMPLES": "1024",
+                                                          "INR_MAX_RENDER_PIXELS": str(2048 * 2048 * 64)})
     srv.wait_ready()
-    outcome = []
-
-    def render():
-        try:
-            r = httpx.post(f"{srv.url}/v1/models/astronaut/render",
-                           json={"width": 2048, "height": 2048, "supersample": 2}, timeout=GRACE)
-            outcome.append(r.status_code)
-        except httpx.TransportError as e:
-            outcome.append(type(e).__name__)
-
-    thread = threading.Thread(target=render)
-    thread.start()
-    time.sleep(1.0)
-    assert not outcome, "the render finished before the signal"
+    idle = in_flight(srv.url)
+    render = HeldRequest(srv.url, "/v1/models/astronaut/render", {"width": 2048, "height": 2048, "supersample": 8})
+    wait_for(lambda: in_flight(srv.url) >= idle + 1, 30, "the render in flight")
     srv.proc.send_signal(signal.SIGTERM)
-    thread.join(GRACE)
+    render.release()
+    try:
+        outcome = render.answer()[0]
+    except (OSError, http.client.HTTPException) as e:  # the connection closed without an answer
+        outcome = type(e).__name__
     srv.proc.wait(GRACE)
-    time.sleep(0.5)  # tiles still running finish after the response is gone
     log = srv.proc.stdout.read()
-    assert outcome and outcome[0] != 200, outcome
-    assert outcome[0] in ("RemoteProtocolError", "ReadError", "ConnectError") or 500 <= outcome[0] < 600
+    assert outcome != 200, outcome
+    assert not isinstance(outcome, int) or 500 <= outcome < 600, outcome
     assert "Traceback" not in log and "InvalidStateError" not in log, log[-3000:]
     assert srv.proc.returncode in (0, -signal.SIGTERM), log[-3000:]
