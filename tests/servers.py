@@ -184,7 +184,7 @@ def client(server):
 def fit_iiif_test_model(out: Path) -> None:
     """The validator's test image, fitted with the README's command: every option at its default."""
     subprocess.run([PY, "-m", "training", "fit-image", "--image", "iiif-test", "--size", "128", "--protocol", "full",
-                    "--out", str(out), "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=900)
+                    "--out", str(out), "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=3600)
 
 
 @pytest.fixture(scope="session")

@@ -20,33 +20,29 @@ LEVEL3_PASSING = ["rot_full_non90", "rot_region_non90", "rot_mirror", "rot_mirro
                   "linkheader_profile"]
 
 
-def run_validator(server, *args: str) -> subprocess.CompletedProcess:
+# iiif-validate.py as installed, run by a runner that only raises the fixed 5 s timeout its client gives every
+# request (iiif_validator/validator.py, ImageAPI.fetch). A first render of the whole 1000² image (rotated: twice
+# the area) takes longer than 5 s on a busy 2-core machine, and the validator then reports status 0 although the
+# answer would have been right; the timeout is the validator's client's, not a property of the server.
+CLIENT_TIMEOUT_S = 300
+RUNNER = f"""
+import runpy, sys
+import iiif_validator.validator as v
+fetch = v.urlopen
+v.urlopen = lambda request, timeout=None, **kw: fetch(request, timeout={CLIENT_TIMEOUT_S}, **kw)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def validate(server, *args: str) -> subprocess.CompletedProcess:
     host = server.url.removeprefix("http://")
-    return subprocess.run([sys.executable, str(SCRIPT), "-s", host, "-p", "iiif/3", "-i", "iiif-test",
-                           "--version=3.0", *args], capture_output=True, text=True, timeout=900)
+    return subprocess.run([sys.executable, "-c", RUNNER, str(SCRIPT), "-s", host, "-p", "iiif/3", "-i", "iiif-test",
+                           "--version=3.0", *args], capture_output=True, text=True, timeout=1800)
 
 
 def results(out: str) -> dict[str, str]:
     return dict(re.findall(r"test (\w+) (PASS|FAIL)", out))
-
-
-def timed_out(out: str) -> set[str]:
-    """Tests whose failure is the validator's own 5 s client timeout (it reports status 0), not an answer."""
-    blocks = re.split(r"\[\d+\] test ", out)
-    return {b.split()[0] for b in blocks[1:] if " FAIL" in b.split("\n")[0] and re.search(r"got: 0\s+expected: 200", b)}
-
-
-def validate(server, *args: str) -> subprocess.CompletedProcess:
-    """Run iiif-validate.py. The validator gives every request a fixed 5 s timeout; a first render of a whole
-    1000² image (rotated: twice the area) can take longer on a slow or busy 2-core machine. If every failure
-    is such a timeout, run it once more: the images it timed out on are then in the render cache, so the
-    second run checks the same answers without the wait. A wrong answer fails either way."""
-    r = run_validator(server, *args)
-    out = r.stderr + r.stdout
-    failed = {t for t, v in results(out).items() if v == "FAIL"}
-    if r.returncode != 0 and failed and failed <= timed_out(out):
-        r = run_validator(server, *args)
-    return r
 
 
 def test_the_validator_passes_every_level_2_test(iiif_server):
