@@ -1,10 +1,11 @@
-"""Subcommands for image models: fit-image and sweep-scale."""
+"""`fit-image`: its options (shared with sweep-scale and the fit worker) and the subcommand."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
+
+from modelrepo.cliargs import positive_float, positive_int
 
 from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
@@ -27,7 +28,6 @@ def default_help(key: str, sep: str = "") -> str:
 
 def zero_or_positive_float(text: str) -> float:
     """0 (the paper's setting) or a positive finite number."""
-    from .cli import positive_float
     try:
         if float(text) == 0:
             return 0.0
@@ -37,7 +37,6 @@ def zero_or_positive_float(text: str) -> float:
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
-    from .cli import positive_float, positive_int
     p.add_argument("--image", default="astronaut", help=f"built-in name ({', '.join(BUILTIN)}) or an image file")
     p.add_argument("--size", type=positive_int, default=256, help="train at SIZE×SIZE pixels")
     p.add_argument("--encoding", choices=sorted(ENCODINGS), help=default_help("encoding"))
@@ -117,20 +116,9 @@ def cmd_fit_image(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep_scale(args: argparse.Namespace) -> int:
-    from .sweep import sweep_scale
-    sweep_scale(args, Path(args.out))
-    return 0
-
-
 def register(sub) -> None:
     p = sub.add_parser("fit-image", help="fit a coordinate→RGB network to an image and export it")
     add_image_options(p)
     p.add_argument("--out", help="model directory to write, e.g. models/astronaut")
     p.set_defaults(func=cmd_fit_image)
 
-    p = sub.add_parser("sweep-scale", help="train/test PSNR against σ of the Gaussian encoding")
-    add_image_options(p)
-    p.add_argument("--scales", default="1,2,5,10,20,50,100", help="comma-separated σ values")
-    p.add_argument("--out", default="docs/sweep-scale", help="writes OUT.png and OUT.md")
-    p.set_defaults(func=cmd_sweep_scale, encoding="gaussian")

@@ -14,14 +14,14 @@ import numpy as np
 from PIL import Image
 
 from modelrepo import SpecError
+from modelrepo.cliargs import OneLineParser
 from modelrepo.fitjobs import PRESETS, FitStore
 
-from .cli import OneLineParser
-from .cli_image import add_image_options, fit_config
-from .errors import UsageError
-from .fit_image import checkpoint, evaluate, export_image_model, predict, rebuild, train
-from .images import load_image, pixel_centres
-from .metrics import psnr_from_mse
+from ..cli_image import add_image_options, fit_config
+from ..errors import UsageError
+from ..fit_image import checkpoint, evaluate, export_image_model, predict, rebuild, train
+from ..images import load_image, pixel_centres
+from ..metrics import psnr_from_mse
 
 log = logging.getLogger(__name__)
 PREVIEW = 64            # preview renders are PREVIEW × PREVIEW pixels
