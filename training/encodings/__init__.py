@@ -2,7 +2,7 @@
 
 Every encoding maps [N, in_dim] coordinates to [N, out_dim] features, exposes `out_dim`, composes with
 nn.Sequential, and keeps its tensors as buffers or parameters so they are part of the exported ONNX graph.
-`fourier` holds the fixed-frequency encodings.
+`fourier` holds the fixed-frequency encodings, `grid` the trainable multiresolution grid (instant-ngp).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from torch import nn
 from ..errors import unknown
 from .config import EncodingConfig
 from .fourier import TWO_PI, Identity, Projection, SinCos, SineFeatures, basic, gaussian, positional
+from .grid import MultiresGrid
 
 ENCODINGS = {
     "none": Identity,
@@ -19,9 +20,10 @@ ENCODINGS = {
     "gaussian": gaussian,
     "sine": SineFeatures,
     "projection": Projection,
+    "grid": MultiresGrid,
 }
 
-__all__ = ["ENCODINGS", "EncodingConfig", "Identity", "Projection", "SinCos", "SineFeatures",
+__all__ = ["ENCODINGS", "EncodingConfig", "Identity", "MultiresGrid", "Projection", "SinCos", "SineFeatures",
            "TWO_PI", "build_encoding"]
 
 
