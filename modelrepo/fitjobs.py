@@ -30,7 +30,7 @@ LIST_LIMIT = 200   # GET /v1/fits: the newest this many jobs
 # on the longer side (None: the whole upload at its native size); a job's own `size` replaces it.
 PRESETS: dict[str, dict] = {
     "grid": {"argv": ["--encoding", "grid", "--depth", "3", "--width", "64", "--lr", "1e-2",
-                      "--batch-size", "65536", "--fp16-weights"], "steps": 1000, "size": None,
+                      "--batch-size", "16384", "--fp16-weights"], "steps": 1000, "size": None,
              "doc": "a multiresolution grid (instant-ngp: 8 levels × 2 features up to the native resolution, "
                     "hashed above 2^T cells, float16 tables within 1.5 bytes per pixel) under a 3×64 MLP, "
                     "at the upload's native size (docs/benchmarks.md §14)"},
