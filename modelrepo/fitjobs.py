@@ -32,7 +32,7 @@ PRESETS: dict[str, dict] = {
     "grid": {"argv": ["--encoding", "grid", "--depth", "3", "--width", "64", "--lr", "1e-2",
                       "--batch-size", "16384", "--fp16-weights"], "steps": 1000, "size": None,
              "doc": "a multiresolution grid (instant-ngp: 8 levels × 2 features up to the native resolution, "
-                    "hashed above 2^T cells, float16 tables within 1.5 bytes per pixel) under a 3×64 MLP, "
+                    "hashed above 2^T cells, float16 tables within 1.45 bytes per pixel, the file within 1.5) under a 3×64 MLP, "
                     "at the upload's native size (docs/benchmarks.md §14)"},
     "fourier": {"argv": [], "steps": 500, "size": 256,
                 "doc": "fit-image's defaults: a 4×256 MLP on 256 Gaussian Fourier features (σ 10)"},

@@ -104,7 +104,7 @@ def add_grid_options(p: argparse.ArgumentParser) -> None:
                    f"side, {range_text(lim['base'])} (default: %(default)s)")
     p.add_argument("--grid-finest", type=int, default=0, help=f"grid: cells of the finest level along the longer "
                    f"side, {range_text(lim['finest'])}; 0 = the fitted image's pixels (default)")
-    p.add_argument("--grid-bytes-per-pixel", type=float, default=1.5,
+    p.add_argument("--grid-bytes-per-pixel", type=float, default=1.45,
                    help="grid: float16 bytes of tables per fitted pixel that the derived table size keeps to "
                         "(default: %(default)s)")
 
