@@ -27,6 +27,7 @@ PROTOCOLS = ("paper", "full")
 SCHEDULES = ("constant", "cosine")
 RENDER_CHUNK = 65536
 PROBE = 65536   # training pixels the best weights are judged on
+PREVIEW_SIDE = 1024  # preview.png: the fitted render, downscaled (in its aspect) to at most this longer side
 
 
 @dataclass
@@ -240,7 +241,7 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
     write_body = write_separable(model, probe, meta)  # the body graph for separable renders, if any
 
     def extras(d: Path) -> None:
-        save_png(preview, d / "preview.png")
+        save_png(preview, d / "preview.png", max_side=PREVIEW_SIDE)
         write_body(d)
 
     return write_model_dir(

@@ -200,5 +200,9 @@ def pixel_centres(height: int, width: int) -> np.ndarray:
     return np.stack([gx, gy], axis=-1)
 
 
-def save_png(arr: np.ndarray, path: Path) -> None:
-    Image.fromarray(_to_uint8(arr)).save(path)
+def save_png(arr: np.ndarray, path: Path, max_side: int | None = None) -> None:
+    """[H, W, 3] in [0,1] as a PNG; with max_side, box-downscaled in its aspect to at most that longer side."""
+    img = Image.fromarray(_to_uint8(arr))
+    if max_side and max(img.size) > max_side:
+        img = img.resize(fit_dims(img.width, img.height, max_side), Image.BOX)
+    img.save(path)

@@ -108,3 +108,11 @@ def test_tiny_and_extreme_aspect_images_are_fitted(tmp_path, w, h):
     meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["source"]["size"] == [w, h]
     assert np.isfinite(meta["metrics"]["full_psnr"])
+
+
+def test_the_preview_keeps_the_aspect_within_its_longer_side(tmp_path):
+    from training.fit_image import PREVIEW_SIDE
+    from training.images import save_png
+    save_png(np.zeros((10, 3000, 3), np.float32), tmp_path / "p.png", max_side=PREVIEW_SIDE)
+    with Image.open(tmp_path / "p.png") as im:
+        assert im.size == (PREVIEW_SIDE, 3)
