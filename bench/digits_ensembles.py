@@ -33,7 +33,7 @@ def score(paths: list[Path], train_split, fp16_weights: bool = False) -> dict:
     models = [m for m, _, _ in loaded]
     model = models[0] if len(models) == 1 else LogitMean(models).eval()
     if fp16_weights:
-        from training.digits.compact import round_weights_fp16
+        from training.fp16 import round_weights_fp16
         round_weights_fp16(model)
     got = evaluate(model, val)
     return {"checkpoints": [str(p) for p in paths], "members": len(models), "val_seed": cfg.val_seed,

@@ -52,6 +52,8 @@ VARIANTS = {
                                                        "--width 128 --steps 500",
     "lr 5e-3 cosine 500 compile": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 4 --width 256 --steps 500 "
                                   "--compile",
+    # the POST /v1/fits default preset (modelrepo.fitjobs.PRESETS["grid"]); σ does not apply
+    "grid preset": "--encoding grid --depth 3 --width 64 --lr 1e-2 --batch-size 16384 --steps 1000 --schedule cosine",
 }
 
 

@@ -26,15 +26,22 @@ SEATS = 64         # live workers one store keeps track of (heartbeat seats)
 SLOTS = 64         # the most fit slots (INR_FIT_MAX_RUNNING) a store may be configured with
 LIST_LIMIT = 200   # GET /v1/fits: the newest this many jobs
 
-# Sets of `fit-image` options; the worker parses them with fit-image's own parser.
+# Sets of `fit-image` options; the worker parses them with fit-image's own parser. `size`: the default cap
+# on the longer side (None: the whole upload at its native size); a job's own `size` replaces it.
 PRESETS: dict[str, dict] = {
-    "fourier": {"argv": [], "steps": 500,
+    "grid": {"argv": ["--encoding", "grid", "--depth", "3", "--width", "64", "--lr", "1e-2",
+                      "--batch-size", "16384", "--fp16-weights"], "steps": 1000, "size": None,
+             "doc": "a multiresolution grid (instant-ngp: 8 levels × 2 features up to the native resolution, "
+                    "hashed above 2^T cells, float16 tables within 1.45 bytes per pixel, the file within 1.5) under a 3×64 MLP, "
+                    "at the upload's native size (docs/benchmarks.md §14)"},
+    "fourier": {"argv": [], "steps": 500, "size": 256,
                 "doc": "fit-image's defaults: a 4×256 MLP on 256 Gaussian Fourier features (σ 10)"},
-    "fourier-small": {"argv": ["--depth", "3", "--width", "64", "--features", "64"], "steps": 300,
+    "fourier-small": {"argv": ["--depth", "3", "--width", "64", "--features", "64"], "steps": 300, "size": 256,
                       "doc": "a 3×64 MLP on 64 Gaussian Fourier features: a quick look"},
-    "sinekan": {"argv": ["--model", "sinekan"], "steps": 500,
+    "sinekan": {"argv": ["--model", "sinekan"], "steps": 500, "size": 256,
                 "doc": "fit-image --model sinekan's defaults (docs/benchmarks.md §1)"},
 }
+DEFAULT_PRESET = "grid"
 
 
 class StoreError(ValueError):

@@ -116,7 +116,8 @@ class Settings(BaseSettings):
                            "postgresql://USER:PASS@HOST/DB")
     fit_max_upload_bytes: int = Field(20 * MiB, ge=1, description="bytes of one uploaded image for POST /v1/fits "
                                       "(its request body may be this plus 64 KiB of multipart envelope)")
-    fit_max_size: int = Field(512, ge=16, le=4096, description="largest fit size (size × size pixels)")
+    fit_max_size: int = Field(32768, ge=16, le=32768, description="largest cap on the longer side a fit may ask "
+                              "for (size); without one, an upload is fitted whole at its native size")
     fit_max_steps: int = Field(20_000, ge=1, description="most optimisation steps of one fit")
     fit_max_running: int = Field(1, ge=1, le=64, description="fits running at once across all workers")
     fit_queue_limit: int = Field(4, ge=0, description="fits waiting beyond the running ones; more get 429")

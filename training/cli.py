@@ -1,7 +1,8 @@
 """`python -m training SUBCOMMAND`: the training command line.
 
 Bad input prints one line, `error: …`, and exits with code 2; no partial output is left.
-Each subcommand module exposes `register(subparsers)` and sets `func` on its parser.
+The subcommand modules import nothing from here (tests/training/test_layout.py checks that `training`
+has no import cycle); each exposes `register(subparsers)` and sets `func` on its parser.
 """
 from __future__ import annotations
 
@@ -15,21 +16,16 @@ from .errors import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import cli_image
+    from . import cli_image, reexport, sweep, worker
+    from .digits import cli as cli_digits
     parser = OneLineParser(prog="python -m training", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     cli_image.register(sub)
-    from . import reexport
+    sweep.register(sub)
     reexport.register(sub)
-    from . import worker
     worker.register(sub)
-    try:
-        from .digits import cli as cli_digits
-    except ImportError:  # the digits package is optional while it is being built
-        cli_digits = None
-    if cli_digits is not None:
-        cli_digits.register(sub)
+    cli_digits.register(sub)
     return parser
 
 

@@ -1,15 +1,17 @@
-"""Subcommands for image models: fit-image and sweep-scale."""
+"""`fit-image`: its options (shared with sweep-scale and the fit worker) and the subcommand."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
+
+from modelrepo.cliargs import positive_float, positive_int
 
 from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, MODEL_DEFAULTS, ImageModelConfig
-from .images import BUILTIN, image_defaults
+from .encodings import grid
+from .images import BUILTIN, MAX_PIXELS, image_defaults, image_dims
 from .sinekan import INITS
 from .repository import check_out_dir
 
@@ -27,7 +29,6 @@ def default_help(key: str, sep: str = "") -> str:
 
 def zero_or_positive_float(text: str) -> float:
     """0 (the paper's setting) or a positive finite number."""
-    from .cli import positive_float
     try:
         if float(text) == 0:
             return 0.0
@@ -37,9 +38,13 @@ def zero_or_positive_float(text: str) -> float:
 
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
-    from .cli import positive_float, positive_int
     p.add_argument("--image", default="astronaut", help=f"built-in name ({', '.join(BUILTIN)}) or an image file")
-    p.add_argument("--size", type=positive_int, default=256, help="train at SIZE×SIZE pixels")
+    p.add_argument("--size", type=positive_int, default=None,
+                   help="cap on the longer side: the image is downscaled only when it is longer than SIZE "
+                        f"or has more than --max-pixels pixels (default: native, up to {MAX_PIXELS} pixels)")
+    p.add_argument("--max-pixels", type=positive_int, default=MAX_PIXELS,
+                   help="a larger image is downscaled to this many pixels (default: %(default)s)")
+    p.add_argument("--crop", action="store_true", help="fit the image's centre square instead of the whole image")
     p.add_argument("--encoding", choices=sorted(ENCODINGS), help=default_help("encoding"))
     p.add_argument("--scale", type=positive_float, help="gaussian/projection: σ of the frequency matrix"
                    + default_help("scale", " "))
@@ -51,6 +56,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", type=positive_float, default=None,
                    help="sine: radius of the frequency disc (default: SIZE/8)")
     p.add_argument("--damping", action="store_true", help="sine: damp amplitudes toward Nyquist")
+    add_grid_options(p)
     p.add_argument("--model", default="mlp", choices=sorted(BODIES))
     p.add_argument("--depth", type=positive_int, default=4)
     p.add_argument("--width", type=positive_int, help=default_help("width"))
@@ -79,7 +85,32 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    p.add_argument("--fp16-weights", action="store_true",
+                   help="round the weights to float16 and store them so (float32 compute; half the file)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def add_grid_options(p: argparse.ArgumentParser) -> None:
+    """The grid encoding's options; out of range, fit_config refuses them naming the range (encodings/grid.py)."""
+    lim = grid.LIMITS
+    p.add_argument("--grid-levels", type=int, default=8, help=f"grid: levels L, {range_text(lim['levels'])} "
+                   "(default: %(default)s)")
+    p.add_argument("--grid-features", type=int, default=2, help=f"grid: features per level F, "
+                   f"{range_text(lim['features'])} (default: %(default)s)")
+    p.add_argument("--grid-log2-table", type=int, default=0,
+                   help=f"grid: a level of more than 2^T cells is hashed into 2^T entries, T in "
+                        f"{range_text(lim['log2_table'])}; 0 = the largest T within --grid-bytes-per-pixel (default)")
+    p.add_argument("--grid-base", type=int, default=16, help=f"grid: cells of the coarsest level along the longer "
+                   f"side, {range_text(lim['base'])} (default: %(default)s)")
+    p.add_argument("--grid-finest", type=int, default=0, help=f"grid: cells of the finest level along the longer "
+                   f"side, {range_text(lim['finest'])}; 0 = the fitted image's pixels (default)")
+    p.add_argument("--grid-bytes-per-pixel", type=float, default=1.45,
+                   help="grid: float16 bytes of tables per fitted pixel that the derived table size keeps to "
+                        "(default: %(default)s)")
+
+
+def range_text(lo_hi: tuple) -> str:
+    return f"{lo_hi[0]:g}..{lo_hi[1]:g}"
 
 
 def resolve_defaults(args: argparse.Namespace) -> None:
@@ -91,16 +122,24 @@ def resolve_defaults(args: argparse.Namespace) -> None:
 
 
 def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfig:
+    """The fit the options ask for; the image's header gives the fitted size (frequencies derive from its
+    longer side, the grid from both)."""
     resolve_defaults(args)
+    w, h = image_dims(args.image, args.size, args.crop, args.max_pixels)
+    side = max(w, h)
     enc = EncodingConfig(
         name=args.encoding, scale=scale if scale is not None else args.scale, features=args.features,
-        levels=args.levels, max_freq=args.max_freq or max(args.size / 4, 1.0),
-        bandwidth=args.bandwidth or max(args.size / 8, 1.0), damping=args.damping,
-        nyquist=args.size / 4 if args.protocol == "paper" else args.size / 2, seed=args.seed)
+        levels=args.levels, max_freq=args.max_freq or max(side / 4, 1.0),
+        bandwidth=args.bandwidth or max(side / 8, 1.0), damping=args.damping,
+        nyquist=side / 4 if args.protocol == "paper" else side / 2, seed=args.seed,
+        grid_levels=args.grid_levels, grid_features=args.grid_features, grid_log2_table=args.grid_log2_table,
+        grid_base=args.grid_base, grid_finest=args.grid_finest, grid_bytes_per_pixel=args.grid_bytes_per_pixel,
+        image_size=[w, h])
     model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
                              first_grid=args.first_grid or 0, first_freq=args.first_freq or 0.0,
                              sinekan_init=args.sinekan_init, hidden_freq=args.hidden_freq, encoding=enc)
-    return FitConfig(image=args.image, size=args.size, steps=args.steps, lr=args.lr, schedule=args.schedule,
+    return FitConfig(image=args.image, size=args.size, crop=args.crop, max_pixels=args.max_pixels,
+                     fp16_weights=args.fp16_weights, steps=args.steps, lr=args.lr, schedule=args.schedule,
                      batch_size=args.batch_size, compile=args.compile,
                      protocol=args.protocol, seed=args.seed, device=args.device,
                      progress=not args.no_progress, model=model)
@@ -117,20 +156,9 @@ def cmd_fit_image(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep_scale(args: argparse.Namespace) -> int:
-    from .sweep import sweep_scale
-    sweep_scale(args, Path(args.out))
-    return 0
-
-
 def register(sub) -> None:
     p = sub.add_parser("fit-image", help="fit a coordinate→RGB network to an image and export it")
     add_image_options(p)
     p.add_argument("--out", help="model directory to write, e.g. models/astronaut")
     p.set_defaults(func=cmd_fit_image)
 
-    p = sub.add_parser("sweep-scale", help="train/test PSNR against σ of the Gaussian encoding")
-    add_image_options(p)
-    p.add_argument("--scales", default="1,2,5,10,20,50,100", help="comma-separated σ values")
-    p.add_argument("--out", default="docs/sweep-scale", help="writes OUT.png and OUT.md")
-    p.set_defaults(func=cmd_sweep_scale, encoding="gaussian")

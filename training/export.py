@@ -21,16 +21,40 @@ class ExportParityError(RuntimeError):
     pass
 
 
-def export_onnx(module: nn.Module, example: torch.Tensor, input_name: str, output_names: list[str]) -> bytes:
+def register_bitwise() -> None:
+    """torch's TorchScript exporter has no symbolic for aten::bitwise_xor / bitwise_and (a hashed grid's hash);
+    ONNX has BitwiseXor and BitwiseAnd since opset 18, and onnxruntime runs them on int64."""
+    from torch.onnx import register_custom_op_symbolic
+    register_custom_op_symbolic("aten::bitwise_xor", lambda g, a, b: g.op("BitwiseXor", a, b), 18)
+    register_custom_op_symbolic("aten::bitwise_and", lambda g, a, b: g.op("BitwiseAnd", a, b), 18)
+
+
+def export_onnx(module: nn.Module, example: torch.Tensor, input_name: str, output_names: list[str],
+                opset: int = OPSET) -> bytes:
     """Trace `module` on `example` (batch dim 0 dynamic) and return the ONNX bytes."""
     module = module.eval().cpu()
+    if opset >= 18:
+        register_bitwise()
     buf = io.BytesIO()
     dyn = {input_name: {0: "N"}, **{n: {0: "N"} for n in output_names}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (example.cpu(),), buf, input_names=[input_name], output_names=output_names,
-                          dynamic_axes=dyn, opset_version=OPSET, dynamo=False)
+                          dynamic_axes=dyn, opset_version=opset, dynamo=False)
     return buf.getvalue()
+
+
+def set_metadata_props(onnx_bytes: bytes, props: dict[str, str]) -> bytes:
+    """The graph with `props` in its metadata_props (replacing keys of the same name)."""
+    import onnx
+    model = onnx.load_from_string(onnx_bytes)
+    kept = [p for p in model.metadata_props if p.key not in props]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    for key, value in props.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    return model.SerializeToString()
 
 
 def ort_session(onnx_bytes: bytes):

@@ -13,10 +13,12 @@ from tqdm import tqdm
 
 from .device import pick_device
 from .errors import UsageError
-from .export import check_parity, export_onnx
+from .export import OPSET, check_parity, export_onnx, set_metadata_props
 from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_batchnorm
-from .images import load_image, pixel_centres, save_png
-from .metrics import psnr, psnr_from_mse, ssim
+from .encodings import grid
+from .fp16 import round_weights_fp16, store_weights_fp16
+from .images import MAX_PIXELS, check_size, load_image, pixel_centres, save_png
+from .metrics import psnr_from_mse, sse, ssim
 from .repository import TensorSpec, write_model_dir
 from .separable import write_separable
 
@@ -24,12 +26,17 @@ log = logging.getLogger(__name__)
 PROTOCOLS = ("paper", "full")
 SCHEDULES = ("constant", "cosine")
 RENDER_CHUNK = 65536
+PROBE = 65536   # training pixels the best weights are judged on
+PREVIEW_SIDE = 1024  # preview.png: the fitted render, downscaled (in its aspect) to at most this longer side
 
 
 @dataclass
 class FitConfig:
     image: str = "astronaut"
-    size: int = 256
+    size: int | None = None     # cap on the longer side (None: native, up to max_pixels)
+    crop: bool = False          # fit the centre square instead of the whole image
+    max_pixels: int = MAX_PIXELS
+    fp16_weights: bool = False  # weights rounded to and stored as float16 (float32 compute)
     # Defaults from docs/benchmarks.md §2: as good a test PSNR as the paper's 2000 full-batch
     # steps at lr 1e-3, 2.4× sooner to 30 dB and 16× sooner to the end of the fit.
     steps: int = 500
@@ -54,6 +61,10 @@ class FitConfig:
             raise UsageError(f"--lr must be a positive finite number, got {self.lr}")
         if self.batch_size < 0:
             raise UsageError(f"--batch-size must be >= 0 (0 = full batch), got {self.batch_size}")
+        check_size(self.size)
+        grid.validate_options(self.model.encoding)
+        if self.model.encoding.name == "grid":
+            grid.validate(self.model.encoding)
 
 
 def split_pixels(img: np.ndarray, protocol: str):
@@ -70,10 +81,37 @@ def split_pixels(img: np.ndarray, protocol: str):
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, coords: np.ndarray, device: torch.device) -> np.ndarray:
+    """[N, 3] float32, a chunk at a time into one array (a 25 MP render holds no second copy)."""
     model.eval()
-    out = [model(torch.from_numpy(coords[i:i + RENDER_CHUNK]).to(device)).cpu().numpy()
-           for i in range(0, len(coords), RENDER_CHUNK)]
-    return np.concatenate(out) if out else np.zeros((0, 3), np.float32)
+    out = np.empty((len(coords), 3), np.float32)
+    for i in range(0, len(coords), RENDER_CHUNK):
+        out[i:i + RENDER_CHUNK] = model(torch.from_numpy(coords[i:i + RENDER_CHUNK]).to(device)).cpu().numpy()
+    return out
+
+
+class BestWeights:
+    """Keeps the weights with the lowest loss on a fixed probe of up to PROBE training pixels, checked at every
+    progress step, so that a fit never ends worse than it was (a high learning rate can fall back)."""
+
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int):
+        g = torch.Generator().manual_seed(seed + 1)
+        idx = torch.randint(len(x), (PROBE,), generator=g).to(x.device) if len(x) > PROBE else None
+        self.x, self.y = (x[idx], y[idx]) if idx is not None else (x, y)
+        self.model, self.loss, self.step, self.state = model, float("inf"), -1, None
+
+    @torch.no_grad()
+    def check(self, step: int) -> None:
+        was = self.model.training
+        self.model.eval()
+        loss = float(torch.mean((self.model(self.x) - self.y) ** 2))
+        self.model.train(was)
+        if loss < self.loss:
+            self.loss, self.step = loss, step
+            self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self) -> None:
+        if self.state is not None:
+            self.model.load_state_dict(self.state)
 
 
 def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tuple[ImageINR, dict]:
@@ -88,7 +126,12 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     tc, tt, _, _ = split_pixels(img, cfg.protocol)
     x = torch.from_numpy(tc).to(device)
     y = torch.from_numpy(tt).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    # instant-ngp's Adam for grid tables (β2 0.99, ε 1e-15: rarely touched entries still move), fused: the
+    # tables' millions of entries take 7× less time per step than torch's default (foreach) Adam on 2 CPU cores.
+    is_grid = cfg.model.encoding.name == "grid"
+    grid_adam = {"betas": (0.9, 0.99), "eps": 1e-15, "fused": True}
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, **(grid_adam if is_grid else {}))
+    best = BestWeights(model, x, y, cfg.seed)
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.steps) if cfg.schedule == "cosine"
              else None)
     forward = torch.compile(model) if cfg.compile else model
@@ -111,28 +154,36 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
             sched.step()
         if step % every == 0 or step == cfg.steps - 1:
             loss_v = loss.item()
+            best.check(step)
             bar.set_postfix(loss=f"{loss_v:.2e}", psnr=f"{psnr_from_mse(loss_v):.2f}")
             if on_step is not None and on_step(step, loss_v, model):
                 break
     seconds = time.perf_counter() - t0
-    if not math.isfinite(loss_v):
+    if not math.isfinite(best.loss):
         raise UsageError(f"training diverged (loss {loss_v}); try a smaller --lr")
+    best.restore()
     model = model.cpu().eval()
     if cfg.model.model == "mlp-bn":
         fold_batchnorm(model)
-    return model, {"train_seconds": round(seconds, 3), "device": str(device), "final_loss": loss_v}
+    return model, {"train_seconds": round(seconds, 3), "device": str(device), "final_loss": loss_v,
+                   "best_step": best.step, "best_probe_loss": best.loss}
 
 
 def evaluate(model: torch.nn.Module, img: np.ndarray, protocol: str) -> tuple[dict, np.ndarray]:
+    """Train, held-out (protocol paper) and all-pixel PSNR and SSIM from one render at the pixel centres."""
     h, w, _ = img.shape
-    tc, tt, vc, vt = split_pixels(img, protocol)
-    cpu = torch.device("cpu")
-    full = predict(model, pixel_centres(h, w).reshape(-1, 2), cpu).reshape(h, w, 3)
-    metrics = {"train_psnr": round(psnr(predict(model, tc, cpu), tt), 3)}
-    if len(vc):
-        metrics["test_psnr"] = round(psnr(predict(model, vc, cpu), vt), 3)
-    metrics["ssim"] = round(ssim(full, img), 4)
-    metrics["full_psnr"] = round(psnr(full, img), 3)
+    full = predict(model, pixel_centres(h, w).reshape(-1, 2), torch.device("cpu")).reshape(h, w, 3)
+    n_all, e_all = full.size, sse(full, img)
+    if protocol == "full":
+        n_train, e_train = n_all, e_all
+    else:
+        n_train, e_train = full[::2, ::2].size, sse(full[::2, ::2], img[::2, ::2])
+    metrics = {"train_psnr": round(psnr_from_mse(e_train / n_train), 3)}
+    if n_all > n_train:
+        metrics["test_psnr"] = round(psnr_from_mse((e_all - e_train) / (n_all - n_train)), 3)
+    s = ssim(full, img)
+    metrics["ssim"] = None if s is None else round(s, 4)   # None: a side under 7 pixels
+    metrics["full_psnr"] = round(psnr_from_mse(e_all / n_all), 3)
     return metrics, full
 
 
@@ -149,31 +200,48 @@ def rebuild(ckpt: dict) -> ImageINR:
     return model.eval()
 
 
+def graph_opset(model: ImageINR) -> int:
+    """17, or 18 for a hashed grid (BitwiseXor)."""
+    enc = model.encoding
+    return grid.HASH_OPSET if isinstance(enc, grid.MultiresGrid) and enc.hashed else OPSET
+
+
 def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict, metrics: dict,
                        history: dict, preview: np.ndarray) -> dict:
-    """Export to ONNX, verify parity on random coordinates, write the model directory."""
-    onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"])
+    """Export to ONNX, verify parity on random coordinates, write the model directory.
+
+    `source.size` (else the preview's [W, H]) is the fitted pixel grid: written to the version's metadata and
+    to the ONNX file's metadata_props `image_width`, `image_height`. With cfg.fp16_weights the model's weights
+    are already float16 numbers (fit_image rounds them before scoring) and the file stores them so."""
+    size = [int(v) for v in source.get("size") or (preview.shape[1], preview.shape[0])]
+    opset = graph_opset(model)
+    onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
+    storage = {"weights": "float32"}
+    if cfg.fp16_weights:
+        onnx_bytes, storage = store_weights_fp16(onnx_bytes)
+    onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
     probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
     arch = cfg.model.to_dict()
     meta = {
-        "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}'",
+        "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' "
+                       f"at {size[0]}×{size[1]}",
         "architecture": {**arch, "parameters": count_parameters(model),
                          "batchnorm_folded": cfg.model.model == "mlp-bn"},
         "encoding": arch["encoding"],
-        "source": {**source, "image": cfg.image, "size": [cfg.size, cfg.size]},
+        "source": {**source, "image": cfg.image, "size": size},
         "training": {"steps": cfg.steps, "lr": cfg.lr, "schedule": cfg.schedule, "batch_size": cfg.batch_size,
                      "protocol": cfg.protocol,
                      "seed": cfg.seed, **history},
         "metrics": metrics,
-        "export": {"opset": 17, "max_abs_diff_vs_torch": parity},
+        "export": {"opset": opset, "max_abs_diff_vs_torch": parity, **storage},
         "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
         "preview": "preview.png",
     }
     write_body = write_separable(model, probe, meta)  # the body graph for separable renders, if any
 
     def extras(d: Path) -> None:
-        save_png(preview, d / "preview.png")
+        save_png(preview, d / "preview.png", max_side=PREVIEW_SIDE)
         write_body(d)
 
     return write_model_dir(
@@ -182,11 +250,17 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
         metadata=meta, extras=extras)
 
 
+def finish(model: ImageINR, cfg: FitConfig) -> ImageINR:
+    """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 if asked."""
+    model = rebuild(checkpoint(model, cfg))
+    return round_weights_fp16(model) if cfg.fp16_weights else model
+
+
 def fit_image(cfg: FitConfig, out: Path | None) -> dict:
     cfg.validate()
-    img, source = load_image(cfg.image, cfg.size)
+    img, source = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     model, history = train(cfg, img)
-    model = rebuild(checkpoint(model, cfg))  # export what a checkpoint restores
+    model = finish(model, cfg)
     metrics, full = evaluate(model, img, cfg.protocol)
     log.info("metrics: %s", metrics)
     if out is None:

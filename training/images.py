@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import math
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,10 @@ BUILTIN = tuple(SKIMAGE_PHOTOS) + tuple(TEXT_IMAGES) + (IIIF_TEST,)
 # Training defaults a built-in image carries (the CLI applies them where the option is not given).
 # iiif-test: flat squares with sharp edges; σ and steps measured in docs/iiif.md ("The test image").
 IMAGE_DEFAULTS: dict[str, dict] = {IIIF_TEST: {"scale": 14.0, "width": 128, "features": 128, "steps": 2000}}
+# The most pixels a fit takes (INR_MAX_UPLOAD_PIXELS' default): a larger image is downscaled to fit.
+MAX_PIXELS = 25_000_000
+MAX_SIDE = 32768             # --size caps the longer side at most at this
+MAX_DECODE_PIXELS = 300_000_000  # files with more pixels than this are refused before decoding
 
 
 def image_defaults(image: str) -> dict:
@@ -80,10 +85,29 @@ def _skimage_photo(name: str) -> np.ndarray:
     return img[..., :3]
 
 
-def load_image(image: str, size: int) -> tuple[np.ndarray, dict]:
-    """Return an [size, size, 3] float32 image in [0,1] and a description of its source."""
-    if size < 4 or size > 4096:
-        raise UsageError(f"--size must be between 4 and 4096, got {size}")
+def fit_dims(width: int, height: int, size: int | None = None, crop: bool = False,
+             max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+    """(W, H) a native width × height image is fitted at: the whole image (its centre square with `crop`),
+    downscaled only so that its longer side is at most `size` and its pixels at most `max_pixels`."""
+    if crop:
+        width = height = min(width, height)
+    scale = 1.0
+    if size and max(width, height) > size:
+        scale = size / max(width, height)
+    if width * height * scale * scale > max_pixels:
+        scale = min(scale, math.sqrt(max_pixels / (width * height)))
+    if scale == 1.0:
+        return width, height
+    return max(1, min(width, math.floor(width * scale + 0.5))), max(1, min(height, math.floor(height * scale + 0.5)))
+
+
+def check_size(size: int | None) -> None:
+    if size is not None and not 1 <= size <= MAX_SIDE:
+        raise UsageError(f"--size must be between 1 and {MAX_SIDE} (the longer side's cap), got {size}")
+
+
+def read_native(image: str) -> tuple[np.ndarray, dict, int]:
+    """(the image at its native size as [H, W, 3] uint8, a description of its source, the resampling filter)."""
     resample = Image.LANCZOS
     if image in TEXT_IMAGES:
         arr = text_image(TEXT_IMAGES[image], size=512)
@@ -104,14 +128,55 @@ def load_image(image: str, size: int) -> tuple[np.ndarray, dict]:
             raise UsageError(f"unknown image '{image}': not a file; built-in images: {', '.join(BUILTIN)}")
         try:
             with Image.open(path) as im:
+                if im.width * im.height > MAX_DECODE_PIXELS:
+                    raise UsageError(f"image file '{image}' has {im.width}×{im.height} pixels, more than "
+                                     f"{MAX_DECODE_PIXELS} this tool decodes")
                 arr = np.asarray(im.convert("RGB"))
-        except (UnidentifiedImageError, OSError) as e:
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
             raise UsageError(f"cannot read image file '{image}': {e.__class__.__name__}") from None
         source = {"kind": "file", "path": portable(path)}
     source["original_size"] = [int(arr.shape[1]), int(arr.shape[0])]
-    pil = Image.fromarray(_to_uint8(arr))
-    pil = _center_square(pil).resize((size, size), resample)
-    return np.asarray(pil, dtype=np.float32) / 255.0, source
+    return _to_uint8(arr), source, resample
+
+
+def load_image(image: str, size: int | None = None, crop: bool = False,
+               max_pixels: int = MAX_PIXELS) -> tuple[np.ndarray, dict]:
+    """The image to fit as [H, W, 3] float32 in [0,1] — whole, at its native size and aspect unless `size`
+    caps its longer side or it has more than `max_pixels`; its centre square only with `crop` — and a
+    description of its source (`size`: the fitted [W, H])."""
+    check_size(size)
+    arr, source, resample = read_native(image)
+    pil = Image.fromarray(arr)
+    if crop:
+        pil = _center_square(pil)
+        source["crop"] = "centre square"
+    dims = fit_dims(pil.width, pil.height, size, False, max_pixels)
+    if dims != pil.size:
+        pil = pil.resize(dims, resample)
+    source["size"] = [pil.width, pil.height]
+    out = np.asarray(pil, dtype=np.float32)
+    out /= 255.0
+    return out, source
+
+
+def image_dims(image: str, size: int | None = None, crop: bool = False, max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+    """(W, H) that `load_image` returns, reading only a file's header."""
+    check_size(size)
+    if image in TEXT_IMAGES:
+        w = h = 512
+    elif image == IIIF_TEST:
+        w = h = IIIF_GRID * IIIF_SQUARE
+    elif image in SKIMAGE_PHOTOS:
+        h, w = _skimage_photo(image).shape[:2]
+    else:
+        try:
+            with Image.open(image) as im:
+                w, h = im.size
+        except (FileNotFoundError, IsADirectoryError):
+            raise UsageError(f"unknown image '{image}': not a file; built-in images: {', '.join(BUILTIN)}") from None
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
+            raise UsageError(f"cannot read image file '{image}': {e.__class__.__name__}") from None
+    return fit_dims(int(w), int(h), size, crop, max_pixels)
 
 
 def _to_uint8(arr: np.ndarray) -> np.ndarray:
@@ -135,5 +200,9 @@ def pixel_centres(height: int, width: int) -> np.ndarray:
     return np.stack([gx, gy], axis=-1)
 
 
-def save_png(arr: np.ndarray, path: Path) -> None:
-    Image.fromarray(_to_uint8(arr)).save(path)
+def save_png(arr: np.ndarray, path: Path, max_side: int | None = None) -> None:
+    """[H, W, 3] in [0,1] as a PNG; with max_side, box-downscaled in its aspect to at most that longer side."""
+    img = Image.fromarray(_to_uint8(arr))
+    if max_side and max(img.size) > max_side:
+        img = img.resize(fit_dims(img.width, img.height, max_side), Image.BOX)
+    img.save(path)

@@ -11,8 +11,10 @@ import logging
 import math
 from pathlib import Path
 
+from .cli_image import add_image_options, fit_config
 from .errors import UsageError
 from .fit_image import evaluate, train
+from .images import load_image
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,6 @@ def parse_scales(text: str) -> list[float]:
 
 
 def sweep_scale(args: argparse.Namespace, out: Path) -> list[dict]:
-    from .cli_image import fit_config
-    from .images import load_image
     if args.encoding != "gaussian":
         raise UsageError("sweep-scale sweeps the gaussian encoding's σ; use --encoding gaussian")
     if args.protocol != "paper":
@@ -75,3 +75,16 @@ def write_results(rows: list[dict], args: argparse.Namespace, out: Path) -> None
     plt.close(fig)
     tmp_md.rename(out.with_suffix(".md"))
     tmp_png.rename(out.with_suffix(".png"))
+
+
+def cmd_sweep_scale(args: argparse.Namespace) -> int:
+    sweep_scale(args, Path(args.out))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep-scale", help="train/test PSNR against σ of the Gaussian encoding")
+    add_image_options(p)
+    p.add_argument("--scales", default="1,2,5,10,20,50,100", help="comma-separated σ values")
+    p.add_argument("--out", default="docs/sweep-scale", help="writes OUT.png and OUT.md")
+    p.set_defaults(func=cmd_sweep_scale, encoding="gaussian")

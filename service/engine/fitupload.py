@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from modelrepo import NAME_RE, SpecError, read_spec
+from modelrepo.fitjobs import DEFAULT_PRESET
 
 from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
 
@@ -105,7 +106,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB") if mode != "RGB" else img
 
 
-def as_int(form: dict, field: str, default: int, low: int, high: int, limit: str = "") -> int:
+def as_int(form: dict, field: str, default: int | None, low: int, high: int, limit: str = "") -> int | None:
     raw = form.get(field)
     if raw is None or raw == "":
         return default
@@ -118,16 +119,24 @@ def as_int(form: dict, field: str, default: int, low: int, high: int, limit: str
     return value
 
 
+def preset_size(preset: dict, max_size: int) -> int | None:
+    size = preset.get("size")
+    return None if size is None else min(int(size), max_size)
+
+
 def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
     """The fit options from the form's text fields, each checked against its range."""
-    preset = form.get("preset") or "fourier"
+    preset = form.get("preset") or DEFAULT_PRESET
     if preset not in presets:
         raise InvalidOption(f"preset {preset[:40]!r} is unknown; valid presets: {', '.join(presets)}")
     protocol = form.get("protocol") or "paper"
     if protocol not in PROTOCOLS:
         raise InvalidOption(f"protocol {protocol[:40]!r} is unknown; valid: {', '.join(PROTOCOLS)}")
     return {"preset": preset,
-            "size": as_int(form, "size", min(256, max_size), MIN_SIZE, max_size, "INR_FIT_MAX_SIZE"),
+            # a cap on the longer side; the preset's by default (grid: None, the whole image at its native size,
+            # which is within INR_MAX_UPLOAD_PIXELS); fitted whole, in its aspect, either way
+            "size": as_int(form, "size", preset_size(presets[preset], max_size), MIN_SIZE, max_size,
+                           "INR_FIT_MAX_SIZE"),
             "steps": as_int(form, "steps", min(int(presets[preset]["steps"]), max_steps), 1, max_steps,
                             "INR_FIT_MAX_STEPS"),
             "protocol": protocol,

@@ -13,9 +13,10 @@ def enc(name, **kw):
 
 @pytest.mark.parametrize("name, expected", [
     ("none", 2), ("basic", 4), ("positional", 2 * 2 * 6), ("gaussian", 2 * 40), ("sine", 40), ("projection", 40),
+    ("grid", 8 * 2),
 ])
 def test_each_encoding_maps_n_by_2_to_n_by_out_dim(name, expected):
-    e = enc(name, features=40, levels=6, max_freq=32, bandwidth=16)
+    e = enc(name, features=40, levels=6, max_freq=32, bandwidth=16, image_size=[30, 20])
     y = e(torch.rand(7, 2))
     assert e.out_dim == expected
     assert y.shape == (7, expected)
@@ -94,5 +95,5 @@ def test_projection_is_the_gaussian_matrix_without_the_sines():
     torch.testing.assert_close(torch.sin(2 * math.pi * p(v)), g(v)[:, :9], atol=1e-5, rtol=0)
 
 
-def test_registry_lists_all_six_encodings():
-    assert set(ENCODINGS) == {"none", "basic", "positional", "gaussian", "sine", "projection"}
+def test_registry_lists_all_seven_encodings():
+    assert set(ENCODINGS) == {"none", "basic", "positional", "gaussian", "sine", "projection", "grid"}

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from modelrepo.fitjobs import FitStore
-from tests.fits import ROOT, Worker, submit, wait_finished, wait_for
+from tests.fits import ROOT, Worker, photo, png, submit, wait_finished, wait_for
 
 LONG = {"steps": 1_000_000}  # never finishes: caught mid-fit by construction (20,000 was minutes here, at
 #                              ~130 steps/s under load, but seconds on a fast CPU)
@@ -57,10 +57,11 @@ def test_a_worker_fits_an_uploaded_image_with_ordered_progress_and_previews(plac
     previews = [e["seq"] for e in events if e.get("preview")]
     assert len(previews) >= 2 and previews[-1] == events[-2]["seq"]  # the last progress has one
     with Image.open(__import__("io").BytesIO(store.preview(job["id"], previews[-1]))) as im:
-        assert im.size == (64, 64)
+        assert im.size == (64, 54)  # the whole 48×40 upload, its longer side capped at size 32: 32×27, in aspect
     # the version is a complete model folder: metadata names the upload, the ONNX answers
     meta = json.loads((models / "upload" / "1" / "metadata.json").read_text())
     assert meta["source"]["kind"] == "upload" and meta["source"]["job"] == job["id"]
+    assert meta["source"]["size"] == [32, 27]
     rgb = ort.InferenceSession(str(models / "upload" / "1" / "model.onnx")).run(
         None, {"coords": np.array([[0.5, 0.5]], np.float32)})[0]
     assert rgb.shape == (1, 3)
@@ -68,6 +69,24 @@ def test_a_worker_fits_an_uploaded_image_with_ordered_progress_and_previews(plac
     # the same name again: the next version
     again = wait_finished(store, submit(store, "upload")["id"])
     assert again["version"] == 2 and (models / "upload" / "2" / "model.onnx").exists()
+
+
+def test_the_grid_preset_fits_a_non_square_upload_whole_at_its_native_size(place):
+    store, models, start = place
+    start()
+    job = submit(store, "wide", image=png(photo(60, 24)), preset="grid", size=None, steps=30)
+    rec = wait_finished(store, job["id"])
+    assert rec["state"] == "succeeded", rec
+    meta = json.loads((models / "wide" / "1" / "metadata.json").read_text())
+    assert meta["source"]["size"] == [60, 24] and meta["encoding"]["name"] == "grid"
+    assert meta["encoding"]["image_size"] == [60, 24] and meta["export"]["weights"].startswith("float16")
+    session = ort.InferenceSession(str(models / "wide" / "1" / "model.onnx"))
+    props = session.get_modelmeta().custom_metadata_map
+    assert (props["image_width"], props["image_height"]) == ("60", "24")
+    assert session.run(None, {"coords": np.array([[0.5, 0.5]], np.float32)})[0].shape == (1, 3)
+    previews = [e["seq"] for e in store.events(job["id"]) if e.get("preview")]
+    with Image.open(__import__("io").BytesIO(store.preview(job["id"], previews[-1]))) as im:
+        assert im.size == (64, 26)
 
 
 def test_cancel_of_a_running_fit_writes_nothing(place):

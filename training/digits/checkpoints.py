@@ -1,4 +1,4 @@
-"""Save a trained digit model as a torch checkpoint, and export one (or the logit mean of several
+"""Load digit checkpoints (`fit.save_checkpoint` writes them) and export one (or the logit mean of several
 seeds of one recipe) to the model repository later.
 
 A checkpoint holds what `fit.rebuild` needs (constructor args, weights), the whole training
@@ -17,18 +17,11 @@ from torch import nn
 from modelrepo import portable
 
 from ..errors import UsageError
-from .compact import round_weights_fp16
-from .fit import FitConfig, checkpoint, evaluate, export_digit_model, rebuild
+from ..fp16 import round_weights_fp16
+from .fit import FitConfig, evaluate, export_digit_model, rebuild, save_checkpoint  # noqa: F401 - save: re-exported
 from .idx import DigitData
 from .models import DigitModelConfig
 from .validation import stratified_split
-
-
-def save_checkpoint(model, cfg: FitConfig, info: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({**checkpoint(model, cfg), "info": info}, tmp)
-    tmp.replace(path)
 
 
 def load_checkpoint(path: Path) -> tuple[torch.nn.Module, FitConfig, dict]:

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from modelrepo.cliargs import positive_float, positive_int
+
 from ..errors import UsageError
 from ..repository import check_out_dir
 from .augment import AUG_PROB, ELASTIC_ALPHA_PX, ELASTIC_SIGMA_PX
@@ -23,7 +25,6 @@ def add_data_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_training_options(p: argparse.ArgumentParser) -> None:
-    from ..cli import positive_float, positive_int
     p.add_argument("--grid", type=positive_int, default=None,
                    help="grid size G (default: sinekan 8, bspline-kan 5, fourier-kan 5; unused by mlp)")
     p.add_argument("--epochs", type=positive_int, default=10)
@@ -121,7 +122,6 @@ def cmd_compare_digits(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from ..cli import positive_float, positive_int
     p = sub.add_parser("fit-digits", help="train a digit classifier on IDX data and export it")
     add_data_options(p)
     p.add_argument("--model", default="sinekan",

@@ -232,12 +232,12 @@ SELECTED = ("hyperparameters chosen on the validation slice (training.validation
 def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, out: Path, metrics: dict,
                        info: dict, ensemble: int = 1, fp16_weights: bool = False, selection: str = SELECTED) -> dict:
     """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed.
-    `fp16_weights`: `model`'s weights are already rounded to float16 (compact.round_weights_fp16, before it
+    `fp16_weights`: `model`'s weights are already rounded to float16 (training.fp16.round_weights_fp16, before it
     was scored); the file stores them as float16."""
     graph, onnx_bytes = export_digits(model)
     storage = {"weights": "float32"}
     if fp16_weights:
-        from .compact import store_weights_fp16
+        from ..fp16 import store_weights_fp16
         onnx_bytes, storage = store_weights_fp16(onnx_bytes)
     parity = check_digits_parity(graph, onnx_bytes, to_tensor(data.test.images).numpy())
     arch = cfg.model.to_dict()
@@ -264,11 +264,17 @@ def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, 
         metadata=meta, max_batch_size=MAX_BATCH, dynamic_batching_us=2000)
 
 
+def save_checkpoint(model: torch.nn.Module, cfg: FitConfig, info: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({**checkpoint(model, cfg), "info": info}, tmp)
+    tmp.replace(path)
+
+
 def fit_digits(cfg: FitConfig, data: DigitData, out: Path | None, checkpoint_path: Path | None = None) -> dict:
     cfg.validate()
     model, info = train(cfg, data)
     if checkpoint_path is not None:
-        from .checkpoints import save_checkpoint
         save_checkpoint(model, cfg, info, checkpoint_path)
     model = rebuild(checkpoint(model, cfg))  # export what a checkpoint restores
     metrics = evaluate(model, data.test)  # the one look at the test split

@@ -13,6 +13,8 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
+from modelrepo.fitjobs import DEFAULT_PRESET
+
 from ...engine.fits import FINISHED, POLL_S, PRESETS, Fits, event_data
 from ...engine.fitupload import FIELDS, check_name, decode, options
 from ...errors import BadInput, InvalidOption, UnsupportedMedia
@@ -26,8 +28,9 @@ ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404, 409, 413, 415, 422, 4
 UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": ["file"], "properties": {
         "file": {"type": "string", "format": "binary", "description": "the image: PNG, JPEG, GIF, WebP, TIFF …"},
-        "preset": {"type": "string", "enum": list(PRESETS), "default": "fourier"},
-        "size": {"type": "integer", "default": 256, "description": "16 … INR_FIT_MAX_SIZE"},
+        "preset": {"type": "string", "enum": list(PRESETS), "default": DEFAULT_PRESET},
+        "size": {"type": "integer", "description": "cap on the longer side, 16 … INR_FIT_MAX_SIZE; default: the "
+                 "whole image at its native size (at most INR_MAX_UPLOAD_PIXELS pixels)"},
         "steps": {"type": "integer", "description": "1 … INR_FIT_MAX_STEPS; default: the preset's"},
         "protocol": {"type": "string", "enum": ["paper", "full"], "default": "paper"},
         "seed": {"type": "integer", "default": 0},

@@ -24,7 +24,8 @@ def test_an_upload_is_queued_with_its_record_links_and_a_note_without_workers(ap
     rec = r.json()
     assert r.headers["location"] == rec["links"]["self"] == f"/v1/fits/{rec['id']}"
     assert rec["state"] == "queued" and rec["name"] == "My-Photo"
-    assert rec["options"] == {"preset": "fourier", "size": 256, "steps": 7, "protocol": "paper", "seed": 0}
+    # the default preset is the grid, at the upload's native size (no cap)
+    assert rec["options"] == {"preset": "grid", "size": None, "steps": 7, "protocol": "paper", "seed": 0}
     assert rec["source"]["width"] == 40 and rec["source"]["height"] == 30 and rec["source"]["frames"] == 1
     assert rec["links"]["events"] == f"/v1/fits/{rec['id']}/events"
     assert rec["workers"] == 0 and "no worker is connected" in rec["note"]
@@ -33,7 +34,7 @@ def test_an_upload_is_queued_with_its_record_links_and_a_note_without_workers(ap
     assert api.get("/v1/fits").json()["fits"][0]["id"] == rec["id"]
     assert stored(store, rec["id"]).getpixel((5, 5)) == (10, 200, 30)
     defaults = upload(api, png_bytes(Image.new("RGB", (8, 8))), preset="fourier-small").json()["options"]
-    assert defaults["steps"] == PRESETS["fourier-small"]["steps"]
+    assert defaults["steps"] == PRESETS["fourier-small"]["steps"] and defaults["size"] == 256
 
 
 def test_a_derived_name_is_unique_against_the_repository_and_active_jobs(api):
@@ -84,7 +85,7 @@ BAD = [  # (file, fields, status, words in the error)
     (None, {"size": 0}, 422, ["size", "16 … 512", "INR_FIT_MAX_SIZE"]),
     (None, {"size": 513}, 422, ["INR_FIT_MAX_SIZE"]),
     (None, {"seed": -1}, 422, ["seed"]),
-    (None, {"preset": "huge"}, 422, ["preset 'huge' is unknown", "fourier, fourier-small, sinekan"]),
+    (None, {"preset": "huge"}, 422, ["preset 'huge' is unknown", "grid, fourier, fourier-small, sinekan"]),
     (None, {"protocol": "half"}, 422, ["protocol"]),
     (None, {"name": "a/b"}, 422, ["path separator"]),
     (None, {"name": "a..b"}, 422, ["'..'"]),

@@ -199,7 +199,7 @@ def test_fp16_weights_export_halves_the_file_and_onnxruntime_matches_the_rounded
     import onnxruntime as ort
     import torch
     from training.digits.checkpoints import load_checkpoint
-    from training.digits.compact import round_weights_fp16
+    from training.fp16 import round_weights_fp16
     path = tmp_path / "fp16" / "1" / "model.onnx"
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in onnx.load(str(path)).graph.initializer)
     x = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)

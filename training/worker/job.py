@@ -14,17 +14,17 @@ import numpy as np
 from PIL import Image
 
 from modelrepo import SpecError
+from modelrepo.cliargs import OneLineParser
 from modelrepo.fitjobs import PRESETS, FitStore
 
-from .cli import OneLineParser
-from .cli_image import add_image_options, fit_config
-from .errors import UsageError
-from .fit_image import checkpoint, evaluate, export_image_model, predict, rebuild, train
-from .images import load_image, pixel_centres
-from .metrics import psnr_from_mse
+from ..cli_image import add_image_options, fit_config
+from ..errors import UsageError
+from ..fit_image import evaluate, export_image_model, finish, predict, train
+from ..images import load_image, pixel_centres
+from ..metrics import psnr_from_mse
 
 log = logging.getLogger(__name__)
-PREVIEW = 64            # preview renders are PREVIEW × PREVIEW pixels
+PREVIEW = 64            # preview renders are PREVIEW pixels along the longer side, in the image's aspect
 PROGRESS_EVENTS = 40    # about this many progress events per fit
 PREVIEW_EVERY = 4       # a preview with every 4th progress event, and with the last
 CHECK_EVERY = 10        # cancel, deadline, SIGTERM and a lost claim are checked at least every 10 steps
@@ -49,9 +49,11 @@ class JobContext:
 
 
 def fit_args(options: dict, image_path: Path, device: str):
-    """fit-image's parsed options for the job: its preset, then the job's own size, steps, protocol, seed."""
+    """fit-image's parsed options for the job: its preset, then the job's own size (a cap on the longer side;
+    none: native), steps, protocol, seed."""
     preset = PRESETS[options["preset"]]
-    argv = ["--image", str(image_path), "--size", str(options["size"]), "--steps", str(options["steps"]),
+    size = ["--size", str(options["size"])] if options.get("size") else []
+    argv = ["--image", str(image_path), *size, "--steps", str(options["steps"]),
             "--protocol", options["protocol"], "--seed", str(options["seed"]), "--device", device,
             "--no-progress", *preset["argv"]]
     parser = OneLineParser(prog="fit job")
@@ -59,9 +61,16 @@ def fit_args(options: dict, image_path: Path, device: str):
     return parser.parse_args(argv)
 
 
-def preview_png(model, device) -> bytes:
-    coords = pixel_centres(PREVIEW, PREVIEW).reshape(-1, 2)
-    rgb = predict(model, coords, device).reshape(PREVIEW, PREVIEW, 3)
+def preview_dims(width: int, height: int) -> tuple[int, int]:
+    """(w, h) of a preview: PREVIEW pixels along the longer side, the image's aspect, at least 1."""
+    scale = PREVIEW / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def preview_png(model, device, size: tuple[int, int] = (PREVIEW, PREVIEW)) -> bytes:
+    w, h = preview_dims(*size)
+    coords = pixel_centres(h, w).reshape(-1, 2)
+    rgb = predict(model, coords, device).reshape(h, w, 3)
     buf = io.BytesIO()
     Image.fromarray(np.clip(rgb * 255 + 0.5, 0, 255).astype(np.uint8)).save(buf, "PNG")
     return buf.getvalue()
@@ -111,7 +120,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         args = fit_args(opts, path, ctx.device)
         cfg = fit_config(args)
         cfg.validate()
-        img, _ = load_image(str(path), cfg.size)
+        img, loaded = load_image(str(path), cfg.size, cfg.crop, cfg.max_pixels)
     cfg.image = rec["source"].get("filename") or rec["name"]
     check_every = max(1, min(CHECK_EVERY, cfg.steps // PROGRESS_EVENTS))
     t0, emitted = time.monotonic(), {"events": 0, "step": 0, "time": time.monotonic()}
@@ -136,7 +145,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         if not last and done - emitted["step"] < cfg.steps / PROGRESS_EVENTS and now - emitted["time"] < EVENT_EVERY_S:
             return False
         emitted.update(events=emitted["events"] + 1, step=done, time=now)
-        preview = (preview_png(model, next(model.parameters()).device)
+        preview = (preview_png(model, next(model.parameters()).device, (img.shape[1], img.shape[0]))
                    if emitted["events"] % PREVIEW_EVERY == 1 or last else None)
         elapsed = now - t0
         rec = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
@@ -145,11 +154,11 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         return False
 
     model, history = train(cfg, img, on_step=on_step, every=check_every)
-    model = rebuild(checkpoint(model, cfg))
+    model = finish(model, cfg)
     metrics, full = evaluate(model, img, cfg.protocol)
     check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched
     source = {"kind": "upload", "job": rec["id"], **{k: rec["source"][k] for k in ("filename", "width", "height")
-                                                     if k in rec["source"]}}
+                                                     if k in rec["source"]}, "size": loaded["size"]}
     written = export_image_model(model, cfg, out, source, metrics, history, full)
     log.info("fit %s: wrote %s version %s", rec["id"], rec["name"], written["version"])
     return store.finish(rec, "succeeded", version=written["version"], metrics=metrics)

@@ -1,37 +1,16 @@
-"""Coordinate encodings, selected by name from a small registry (tiny-cuda-nn style).
-
-Every encoding maps [N, in_dim] coordinates to [N, out_dim] features, exposes
-`out_dim`, composes with nn.Sequential, and keeps its fixed tensors as buffers so
-they are part of the exported ONNX graph.
-"""
+"""Fixed-frequency encodings: raw coordinates, sines and cosines (basic, positional, Gaussian Fourier
+features), StyleGAN3-style sine features and the bare projections a SineKAN takes the sines of."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, asdict
 
 import torch
 from torch import nn
 
-from .errors import UsageError, unknown
+from ..errors import UsageError
+from .config import EncodingConfig
 
 TWO_PI = 2.0 * math.pi
-
-
-@dataclass
-class EncodingConfig:
-    name: str = "gaussian"
-    in_dim: int = 2
-    scale: float = 10.0        # gaussian: σ of B ~ N(0, σ²)
-    features: int = 256        # gaussian / sine: number of frequencies m
-    levels: int = 8            # positional: number of log-linear frequencies
-    max_freq: float = 256.0    # positional: largest frequency (cycles per unit)
-    bandwidth: float = 64.0    # sine: radius of the frequency disc (cycles per unit)
-    damping: bool = False      # sine: damp amplitudes toward Nyquist
-    nyquist: float = 0.0       # sine: Nyquist frequency of the training grid (size/2)
-    seed: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Identity(nn.Module):
@@ -151,22 +130,3 @@ class Projection(nn.Module):
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         return v @ self.B  # [N, m]
-
-
-ENCODINGS = {
-    "none": Identity,
-    "basic": basic,
-    "positional": positional,
-    "gaussian": gaussian,
-    "sine": SineFeatures,
-    "projection": Projection,
-}
-
-
-def build_encoding(cfg: EncodingConfig) -> nn.Module:
-    """Build the encoding named by cfg.name; an unknown name lists the valid ones."""
-    try:
-        factory = ENCODINGS[cfg.name]
-    except KeyError:
-        raise unknown("encoding", cfg.name, ENCODINGS) from None
-    return factory(cfg)

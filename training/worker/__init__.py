@@ -18,8 +18,10 @@ from pathlib import Path
 
 from modelrepo.fitjobs import FitStore, StoreError, worker_id
 
-from .errors import UsageError
-from .fitjob import JobContext, run_job
+from modelrepo.cliargs import positive_float, positive_int
+
+from ..errors import UsageError
+from .job import JobContext, run_job
 
 log = logging.getLogger(__name__)
 DEFAULT_STORE = "sqlite:///build/fits.sqlite"
@@ -101,7 +103,6 @@ def serve_jobs(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from .cli import positive_float, positive_int
     p = sub.add_parser("worker", help="fit the images uploaded to POST /v1/fits (docs/fits.md)")
     p.add_argument("--store", default=os.environ.get("INR_FIT_STORE", DEFAULT_STORE),
                    help="job store: sqlite:///PATH, redis://HOST:PORT/DB or postgresql://… "

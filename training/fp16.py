@@ -1,4 +1,4 @@
-"""Half-size digit model files: weights stored as float16, computed in float32.
+"""Half-size model files (digit classifiers, grid images): weights stored as float16, computed in float32.
 
 `round_weights_fp16` rounds every floating parameter of a torch model to the nearest float16
 value (kept as float32), so the model that is scored and exported *is* the rounded one.
