@@ -147,7 +147,7 @@ def present(record: dict, workers: int) -> dict:
     name, version = out.get("name"), out.get("version")
     if out.get("state") == "succeeded" and name and version:
         links.update(model=f"/v1/models/{name}",  # its versions, this one among them
-                     render=f"/v1/models/{name}/versions/{version}/render?width=512&height=512",
+                     render=f"/v1/models/{name}/versions/{version}/render?width=512",
                      iiif=f"/iiif/3/{name}/info.json", viewer=f"/?model={name}")
     out["links"] = links
     out["workers"] = workers

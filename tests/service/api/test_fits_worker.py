@@ -10,6 +10,7 @@ import shutil
 import time
 
 import httpx
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -101,10 +102,10 @@ def test_an_upload_is_fitted_with_ordered_progress_and_served(stack):
     q = client.post("/v1/models/snap/query", json={"coords": [[0.5, 0.5], [0.1, 0.9]]})
     assert q.status_code == 200 and len(q.json()["rgb"]) == 2
     render = client.get(links["render"])
-    assert render.status_code == 200 and Image.open(io.BytesIO(render.content)).size == (512, 512)
+    assert render.status_code == 200 and Image.open(io.BytesIO(render.content)).size == (512, 432)  # 32×27's aspect
     assert client.get(links["iiif"]).status_code == 200
     info = client.get(links["iiif"]).json()
-    assert (info["width"], info["height"]) == (32, 32)       # the native size it was fitted at
+    assert (info["width"], info["height"]) == (32, 27)       # the whole upload, at the size it was fitted at
     assert client.get("/iiif/3/snap/full/64,/0/default.png").status_code == 400   # past native needs ^
     tile = client.get("/iiif/3/snap/full/^64,/0/default.png")
     assert tile.status_code == 200 and Image.open(io.BytesIO(tile.content)).width == 64
@@ -163,3 +164,51 @@ def test_a_fit_goes_on_across_an_api_restart_and_its_stream_resumes(stack):
     finally:
         api.stop()
     assert not (repo / "restarted").exists()
+
+
+def test_a_real_photo_is_fitted_whole_by_the_default_preset_and_served_at_its_native_size(stack):
+    """Issue 26: a non-square real photo (scikit-image's chelsea, 451×300, scaled to 90×60 to keep CI fast)
+    through the default preset (grid): fitted whole, not cropped, and served at 90×60 by every path."""
+    from skimage import data
+    srv, worker, client, repo = stack
+    upload = Image.fromarray(data.chelsea()).resize((90, 60), Image.LANCZOS)
+    r = client.post("/v1/fits", files={"file": ("chelsea.jpg", png(upload, "JPEG", quality=95))},
+                    data={"steps": "120", "seed": "0", "name": "chelsea"})
+    assert r.status_code == 202, r.text
+    rec = wait_state(client, r.json()["id"], {"succeeded", "failed", "cancelled"})
+    assert rec["state"] == "succeeded", (rec, worker.output()[-3000:])
+    assert rec["options"]["preset"] == "grid", rec["options"]
+    deadline = time.monotonic() + 30  # poll mode loads the new folder
+    while client.get("/v1/models/chelsea").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    model = client.get("/v1/models/chelsea").json()
+    assert (model["width"], model["height"]) == (90, 60), model
+    v2 = client.get("/v2/models/chelsea").json()
+    assert (v2["parameters"]["image_width"], v2["parameters"]["image_height"]) == (90, 60), v2
+    # v1 query at pixel centres, and a render at native size: the same pixels, and close to the photo
+    native = client.get("/v1/models/chelsea/render", params={"width": 90})
+    assert native.status_code == 200
+    pixels = np.asarray(Image.open(io.BytesIO(native.content)).convert("RGB"), np.float64)
+    assert pixels.shape == (60, 90, 3)
+    ij = [(5, 7), (30, 45), (59, 89)]
+    q = client.post("/v1/models/chelsea/query", json={"coords": [[(j + 0.5) / 90, (i + 0.5) / 60] for i, j in ij]})
+    assert q.status_code == 200
+    assert np.abs(np.asarray(q.json()["rgb"]) * 255 - [pixels[i, j] for i, j in ij]).max() <= 1.0
+    truth = np.asarray(Image.open(io.BytesIO(png(upload, "JPEG", quality=95))).convert("RGB"), np.float64)
+    mse = np.mean((pixels - truth) ** 2)
+    assert 10 * np.log10(255 ** 2 / mse) > 22, "the served render is not the photo"
+    # V2 infer at the same points
+    body = {"inputs": [{"name": "coords", "datatype": "FP32", "shape": [3, 2],
+                        "data": [c for i, j in ij for c in ((j + 0.5) / 90, (i + 0.5) / 60)]}]}
+    v2rgb = client.post("/v2/models/chelsea/infer", json=body).json()["outputs"][0]["data"]
+    assert np.allclose(np.asarray(v2rgb).reshape(3, 3), q.json()["rgb"], atol=1e-6)
+    # IIIF: the native size, a tile at native scale equal to the render, the manifest's canvas
+    info = client.get("/iiif/3/chelsea/info.json").json()
+    assert (info["width"], info["height"]) == (90, 60)
+    tile = client.get("/iiif/3/chelsea/0,0,45,30/45,/0/default.png")
+    assert tile.status_code == 200
+    shown = np.asarray(Image.open(io.BytesIO(tile.content)).convert("RGB"), np.float64)
+    assert shown.shape == (30, 45, 3) and np.abs(shown - pixels[:30, :45]).max() <= 1
+    canvas = client.get("/iiif/3/chelsea/manifest.json").json()["items"][-1]
+    assert (canvas["width"], canvas["height"]) == (90, 60)
+    assert client.get("/", params={"model": "chelsea"}).status_code == 200
