@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.drain = drain
     app.state.control = control
     app.state.render_cache = RenderCache(settings.cache_bytes)  # renders and inference responses, one budget
-    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache)
+    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache, inflight=lambda: drain.inflight)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/engine/fits.py)
     metrics.cache_info = app.state.render_cache.info
