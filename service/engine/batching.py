@@ -88,6 +88,8 @@ def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseE
             except Exception as one:  # noqa: BLE001
                 results.append(one)
         return results
+    if len(xs) == 1:
+        return [merged]
     bounds = np.cumsum([0] + [len(x) for x in xs])
     return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])]
 
