@@ -7,12 +7,16 @@ JSON, 20,000 coordinates over V2 binary) and 1, 8 and 32 clients, wrk loads in t
     (INR_BATCH_POLICY=delay: the model's max_queue_delay_microseconds, 2 ms for digits);
   - the floor: the same uvicorn answering a constant body of the same size (bench/floor_app.py);
 
-and the model alone runs in this process (onnxruntime, one thread, the same input), in every round
+with `--baseline DIR`, also the service as it is in DIR (a copy of an earlier commit: `git archive
+COMMIT service modelrepo | tar -x -C DIR`), as the server "before", and with `--variant NAME:K=V,...`
+the service with more settings, so that a change is measured side by side with the code it replaces; and
+the model alone runs in this process (onnxruntime, one thread, the same input), in every round
 just before that workload's servers, so that the ratios come from one moment of a shared machine. Each server's
 CPU per request (user + system, /proc) is split as model + floor + ours. All runs use one
 onnxruntime thread per model, as §10 does; rounds interleave the servers.
 
-    python -m bench.floor [--rounds 2] [--concurrency 1,8,32] [--duration 3]
+    python -m bench.floor [--rounds 2] [--concurrency 1,8,32] [--duration 3] [--policies adaptive]
+                          [--loads classify] [--baseline /tmp/floor-base] [--variant off:INR_INLINE_RUN_MS=0]
 """
 from __future__ import annotations
 
@@ -78,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--duration", type=float, default=3.0, help="seconds per wrk run")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "floor.json")
+    p.add_argument("--policies", type=lambda t: t.split(","), default=list(POLICIES), help="adaptive,delay")
+    p.add_argument("--loads", default="", help="only the workloads whose label contains this text")
+    p.add_argument("--baseline", type=Path, help="a checkout of the service to run beside it as 'before'")
+    p.add_argument("--variant", action="append", default=[], help="NAME:K=V,...: the service with these settings")
     args = p.parse_args(argv)
     info = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-floor-"))
@@ -85,8 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     script.write_text(LUA)
     loads = [w for w in workloads(args.models, "astronaut", "digits", 2000) if "binary" not in w.label]
     loads += [w for w in workloads(args.models, "astronaut", "digits", 20000) if "binary" in w.label]
+    loads = [w for w in loads if args.loads in w.label]
     env = {"INR_THREADS": "1", "INR_MAX_QUERY_COORDS": "20000"}
-    ours = {name: Server(args.models, name, {**env, **extra}) for name, extra in POLICIES.items()}
+    ours = {name: Server(args.models, name, {**env, **POLICIES[name]}) for name in args.policies}
+    if args.baseline:
+        ours["before"] = Server(args.models, "before", {**env, **POLICIES["adaptive"]}, cwd=args.baseline)
+    for v in args.variant:
+        name, _, pairs = v.partition(":")
+        ours[name] = Server(args.models, name, {**env, **dict(kv.split("=", 1) for kv in pairs.split(","))})
     servers: dict[str, Server] = dict(ours)
     rows, results = [], {}
     try:
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             body = tmp / f"{len(bodies)}.body"
             body.write_bytes(w.body)
             bodies[w.label] = Load(w.label, path, body, ctype=w.ctype, ihcl=w.ihcl)
-            r = httpx.post(ours["adaptive"].url + path, content=w.body, timeout=60,
+            r = httpx.post(next(iter(ours.values())).url + path, content=w.body, timeout=60,
                            headers={"content-type": w.ctype, **({HEADER: w.ihcl} if w.ihcl else {})})
             assert r.status_code == 200, r.text[:300]
             extra = {HEADER: r.headers[HEADER]} if HEADER in r.headers else {}
@@ -110,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             for w in loads:
                 model.setdefault(w.label, []).append(model_cpu_ms(w.bare))  # this round, beside its servers
                 for c in args.concurrency:
-                    order = list(servers)[rnd % 3:] + list(servers)[:rnd % 3]
+                    k = rnd % len(servers)
+                    order = list(servers)[k:] + list(servers)[:k]
                     for name in order:
                         load, s = bodies[w.label], servers[name]
                         run_wrk(s.url, load, c, 1, script)  # warm-up
@@ -135,16 +150,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(rows: list[dict]) -> str:
+    """Per workload and client count: the model and the floor, then each server's req/s, p50, CPU ms per
+    request, "ours" (CPU − model − floor) and CPU ÷ model."""
     by = {(r["load"], r["clients"], r["server"]): r for r in rows}
-    lines = ["| workload | clients | adaptive req/s | delay req/s | adaptive p50 ms | delay p50 ms | floor req/s "
-             "| model CPU ms | floor CPU ms | adaptive CPU ms | ours (adaptive − model − floor) | delay CPU ms |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    names = [n for n in dict.fromkeys(r["server"] for r in rows) if n != "floor"]
+    head = "".join(f" {n} req/s | {n} p50 ms | {n} CPU ms | {n} ours | {n} ÷ model |" for n in names)
+    lines = [f"| workload | clients | model CPU ms | floor CPU ms | floor req/s |{head}",
+             "|---|---:|---:|---:|---:|" + "---:|" * 5 * len(names)]
     for label, c in sorted({k[:2] for k in by}, key=lambda k: (k[0], k[1])):
-        a, d, f = by[(label, c, "adaptive")], by[(label, c, "delay")], by[(label, c, "floor")]
-        m = a["model_cpu_ms"]
-        lines.append(f"| {label} | {c} | {a['rps']:.0f} | {d['rps']:.0f} | {a['p50_ms']:.2f} | {d['p50_ms']:.2f} | "
-                     f"{f['rps']:.0f} | {m:.3f} | {f['cpu_ms_per_req']:.3f} | {a['cpu_ms_per_req']:.3f} | "
-                     f"{a['cpu_ms_per_req'] - m - f['cpu_ms_per_req']:.3f} | {d['cpu_ms_per_req']:.3f} |")
+        f = by[(label, c, "floor")]
+        m = f["model_cpu_ms"]
+        cells = "".join(f" {a['rps']:.0f} | {a['p50_ms']:.2f} | {a['cpu_ms_per_req']:.3f} | "
+                        f"{a['cpu_ms_per_req'] - m - f['cpu_ms_per_req']:.3f} | {a['cpu_ms_per_req'] / m:.2f}× |"
+                        for a in (by[(label, c, n)] for n in names))
+        lines.append(f"| {label} | {c} | {m:.3f} | {f['cpu_ms_per_req']:.3f} | {f['rps']:.0f} |{cells}")
     return "\n".join(lines)
 
 

@@ -60,10 +60,11 @@ def free_port() -> int:
 class Server:
     """`python -m service` in a subprocess on a free port: the one helper of the benchmarks and the tests
     (tests/servers.py). `args` are more command-line options; with `capture`, the server's output is kept
-    for the error when it exits early."""
+    for the error when it exits early; `cwd` is the checkout whose `service` runs (`bench.floor --baseline`)."""
 
     def __init__(self, models: Path, name: str = "service", env: dict | None = None, workers: int = 1, *,
-                 args: tuple[str, ...] = (), log_level: str = "error", capture: bool = False):
+                 args: tuple[str, ...] = (), log_level: str = "error", capture: bool = False,
+                 cwd: Path = ROOT):
         self.name, self.port, self.grpc_port = name, free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
@@ -71,7 +72,7 @@ class Server:
                "--grpc-port", str(self.grpc_port),
                "--log-level", log_level, *(["--workers", str(workers)] if workers != 1 else []), *args]
         out = subprocess.PIPE if capture else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out,
                                      stderr=subprocess.STDOUT if capture else subprocess.DEVNULL, text=True)
 
     def wait(self, timeout: float = 120) -> "Server":

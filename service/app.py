@@ -28,6 +28,7 @@ from .api.grpc import GrpcServer
 from .engine.dataplane import DataPlane
 from .engine.control import ModelControl
 from .server.guards import BodyLimit, BodyTimeout
+from .server.hotpath import HotRoutes
 from .api.jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
 from .engine.registry import Registry
@@ -125,11 +126,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.drain = drain
     app.state.control = control
     app.state.render_cache = RenderCache(settings.cache_bytes)  # renders and inference responses, one budget
-    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache)
+    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache, inflight=lambda: drain.inflight)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/engine/fits.py)
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
+    # innermost: the inference routes' endpoints, reached without FastAPI's routing (service/server/hotpath.py)
+    app.add_middleware(HotRoutes)
     # an upload to fit may be larger than other bodies: its own limit, plus the multipart envelope
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
                        larger={"/v1/fits": (settings.fit_max_upload_bytes + FIT_ENVELOPE,

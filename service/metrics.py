@@ -99,6 +99,10 @@ class Metrics:
         self.in_flight = Gauge("inr_requests_in_flight", "HTTP requests being answered now (a drain waits for "
                                "them; set by the app from its Drain)", registry=self.registry)
         self.cache_info = None  # () -> RenderCache.info(), set by the app
+        # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
+        # several times per request (issue 27). Keys are known models, route templates and status codes.
+        self._request_children: dict[tuple, object] = {}
+        self._model_children: dict[str, tuple] = {}
 
     # -- recording -------------------------------------------------------------------------------
     # `version` is the version that ran (ModelRuntime.version); None = the model's serving version.
@@ -115,9 +119,21 @@ class Metrics:
         for state in ("ready", "failed", *states):
             self.models_gauge.labels(state).set(states.get(state, 0))
 
+    def _per_model(self, model: str) -> tuple:
+        """The queue, compute, batch-rows and batch-requests histograms of `model`, bound once."""
+        children = self._model_children.get(model)
+        if children is None:
+            children = self._model_children[model] = tuple(h.labels(model) for h in (
+                self.queue_seconds, self.compute_seconds, self.batch_rows, self.batch_requests))
+        return children
+
     def request(self, model: str, endpoint: str, method: str, code: int, seconds: float,
                 version: str | None = None) -> None:
-        self.request_seconds.labels(model, endpoint, method, str(code)).observe(seconds)
+        key = (model, endpoint, method, code)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.request_seconds.labels(model, endpoint, method, str(code))
+        child.observe(seconds)
         if not model or not endpoint.endswith(INFER_ENDPOINTS):
             return
         with self.lock:
@@ -141,8 +157,9 @@ class Metrics:
 
     def queued(self, model: str, queue_seconds: list[float], version: int | None = None) -> None:
         """Requests that waited `queue_seconds` each before their run started (the batcher)."""
+        child = self._per_model(model)[0]
         for q in queue_seconds:
-            self.queue_seconds.labels(model).observe(q)
+            child.observe(q)
         with self.lock:
             s = self._stats(model, version)
             for q in queue_seconds:
@@ -152,9 +169,10 @@ class Metrics:
                   version: int | None = None) -> None:
         """One onnxruntime run of `rows` rows for `requests` requests (ModelRuntime.predict: every query,
         classify, V2 infer batch and render tile)."""
-        self.compute_seconds.labels(model).observe(compute_seconds)
-        self.batch_rows.labels(model).observe(rows)
-        self.batch_requests.labels(model).observe(requests)
+        _, compute, batch_rows, batch_requests = self._per_model(model)
+        compute.observe(compute_seconds)
+        batch_rows.observe(rows)
+        batch_requests.observe(requests)
         with self.lock:
             s = self._stats(model, version)
             s.compute_infer.add(compute_seconds, requests)

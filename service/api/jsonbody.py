@@ -32,6 +32,8 @@ def is_json(content_type: str | None) -> bool:
     """FastAPI's rule: application/json or application/*+json."""
     if not content_type:
         return False
+    if content_type == "application/json":  # what nearly every client sends: no header parsing (issue 27)
+        return True
     message = email.message.Message()
     message["content-type"] = content_type
     sub = message.get_content_subtype()

@@ -29,6 +29,14 @@ runs beside it on another core; under load batches grow by themselves.
   path its request takes. Once its run has started, it finishes.
 * A request cancelled while queued (client gone) is dropped before the run.
 * `enabled=False` runs every request on its own, still timed for the metrics.
+* Run here (issue 27): under the adaptive policy, a request without a deadline of its own (V2's
+  `timeout`, gRPC's deadline: those keep their queue, and so their answer) that is the only one in
+  flight in the process (`inflight`, the drain's count of HTTP and gRPC requests), to a model with
+  nothing queued or running, whose rows took at most `inline_run` seconds (INR_INLINE_RUN_MS) on the
+  model's recent runs, runs on the event loop at once, without the hand-off to a pool thread and back,
+  which costs about as much as a one-digit run. It first yields to the loop once, so that requests
+  that arrived in the same poll (several clients) start and are counted. With other requests in
+  flight it goes through the queue as before, so that their parsing overlaps the run and batches form.
 
 Requests are validated before they are queued, so inputs in one batch have the same trailing
 shape and dtype. onnxruntime sessions are safe to run from several threads, so /render (which
@@ -41,6 +49,7 @@ import logging
 import threading
 import time
 from collections import deque
+from typing import Callable
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
@@ -79,6 +88,8 @@ def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseE
             except Exception as one:  # noqa: BLE001
                 results.append(one)
         return results
+    if len(xs) == 1:
+        return [merged]
     bounds = np.cumsum([0] + [len(x) for x in xs])
     return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -86,8 +97,10 @@ def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseE
 class ModelQueue:
     """The queue and worker task of one model."""
 
-    def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None):
-        self.model, self.config, self.metrics = model, config, metrics
+    def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None,
+                 inflight: Callable[[], int] | None = None):
+        self.model, self.config, self.metrics, self.inflight = model, config, metrics, inflight
+        self.row_seconds = float("inf")  # seconds per row of the last runs (see timed_run); inf = none yet
         self.max_rows = max_rows(model, config)
         self.delay = queue_delay(model, config)
         self.items: deque[Pending] = deque()
@@ -99,6 +112,10 @@ class ModelQueue:
                       for i in range(config.instances)]
 
     async def submit(self, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        if self.may_run_here(x, timeout):
+            await asyncio.sleep(0)  # requests that arrived with this one start (and count) before it decides
+            if self.may_run_here(x, timeout):
+                return self.run_here(x)
         if len(self.items) >= self.config.max_queue:
             raise Overloaded(f"model '{self.model.name}' has {len(self.items)} requests waiting, the limit "
                              "(INR_MAX_QUEUE); try again later")
@@ -111,6 +128,28 @@ class ModelQueue:
         self._pending(+1)
         self.wake.set()
         return await item.future
+
+    def may_run_here(self, x: np.ndarray, timeout: float | None) -> bool:
+        return (timeout is None and not self.delay and self.inflight is not None and not self.items
+                and not self.running and self.inflight() <= 1 and self.row_seconds * len(x) <= self.config.inline_run)
+
+    def run_here(self, x: np.ndarray) -> Outputs:
+        """Run on the event loop now (see the module's docstring): no wait, so the queue time is 0."""
+        if self.metrics:
+            self.metrics.queued(self.model.name, [0.0], self.model.version)
+        [result] = self.timed_run([x])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def timed_run(self, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
+        """`run_batch`, keeping the moving average of seconds per row that decides `run_here`."""
+        start = time.perf_counter()
+        results = run_batch(self.model, xs)
+        per_row = (time.perf_counter() - start) / max(1, sum(len(x) for x in xs))
+        # the low envelope: down at once, up slowly, so that a run slowed by other work does not decide alone
+        self.row_seconds = min(per_row, 0.9 * self.row_seconds + 0.1 * per_row)
+        return results
 
     def _timed_out(self, item: Pending, limit: float, what: str) -> None:
         """Still queued at its deadline: out of the queue, 503 to the caller."""
@@ -175,7 +214,7 @@ class ModelQueue:
                 self.metrics.queued(self.model.name, [started - p.arrived for p in batch], self.model.version)
             self.running += 1
             try:
-                results = await run_in_threadpool(run_batch, self.model, [p.x for p in batch])
+                results = await run_in_threadpool(self.timed_run, [p.x for p in batch])
             except BaseException as e:  # cancelled while running: fail the batch, then stop
                 for p in batch:
                     if not p.future.done():
@@ -213,8 +252,8 @@ class ModelQueue:
 class BatchingInference:
     """`await inference(model, x)` → outputs by name, batched per model (or not, when disabled)."""
 
-    def __init__(self, config: BatchConfig, metrics: Metrics | None = None):
-        self.config, self.metrics = config, metrics
+    def __init__(self, config: BatchConfig, metrics: Metrics | None = None, inflight: Callable[[], int] | None = None):
+        self.config, self.metrics, self.inflight = config, metrics, inflight
         self.queues: dict[int, ModelQueue] = {}  # by id() of the runtime (one per loaded model version)
         self.closing: set[asyncio.Task] = set()
 
@@ -225,7 +264,7 @@ class BatchingInference:
         if queue is None or queue.model is not model:
             if model.retired:
                 return await self.alone(model, x, timeout)
-            queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics)
+            queue = self.queues[id(model)] = ModelQueue(model, self.config, self.metrics, self.inflight)
         return await queue.submit(x, timeout)
 
     def retire(self, models: list[ModelRuntime]) -> None:

@@ -14,6 +14,7 @@ Errors are the domain errors of service/errors.py, mapped to HTTP in one place.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -29,9 +30,11 @@ from .tasks import DigitsRuntime, ImageRuntime
 
 
 class DataPlane:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, cache: RenderCache | None = None):
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, cache: RenderCache | None = None,
+                 inflight: Callable[[], int] | None = None):
+        """`inflight`: requests in flight in the process (the drain's count), for the batcher's run on the loop."""
         self.settings, self.metrics, self.cache = settings, metrics, cache
-        self.batcher = BatchingInference(BatchConfig.from_settings(settings), metrics)
+        self.batcher = BatchingInference(BatchConfig.from_settings(settings), metrics, inflight)
 
     # -- limits ------------------------------------------------------------------------------------
     def row_limit(self, model: ModelRuntime) -> int:

@@ -20,12 +20,14 @@ class BatchConfig:
     max_queue: int = 1024           # requests waiting per model
     instances: int = 2              # batches of one model running at once
     queue_timeout: float = 10.0     # seconds a request may wait for its batch
+    inline_run: float = 0.0         # seconds: a lone request's run at most this long runs on the loop
 
     @classmethod
     def from_settings(cls, s: Settings) -> "BatchConfig":
         delay = None if s.max_queue_delay_ms is None else s.max_queue_delay_ms / 1000
         return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay, policy=s.batch_policy,
-                   max_queue=s.max_queue, instances=s.batch_instances, queue_timeout=s.queue_timeout_s)
+                   max_queue=s.max_queue, instances=s.batch_instances, queue_timeout=s.queue_timeout_s,
+                   inline_run=s.inline_run_ms / 1000)
 
 
 def deadline(config: BatchConfig, timeout: float | None) -> tuple[float, str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 
-import anyio
 import h11
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -83,10 +82,11 @@ class BodyTimeout:
             nonlocal complete
             if complete:  # the body is in: later reads wait for a disconnect, which may take long
                 return await receive()
-            with anyio.move_on_after(self.seconds) as scope_:
-                message = await receive()
-            if scope_.cancelled_caught:
-                raise BodyTimedOut(self.seconds)
+            try:  # asyncio's timeout: about half the cost of anyio's cancel scope per read (issue 27)
+                async with asyncio.timeout(self.seconds):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimedOut(self.seconds) from None
             complete = message["type"] != "http.request" or not message.get("more_body", False)
             return message
 

@@ -7,7 +7,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from ...engine.dataplane import DataPlane
-from ..deps import DataPlaneDep, DigitsModel, SettingsDep
+from ..deps import DigitsModel
 from ...errors import BadInput, TooLarge, UnsupportedMedia
 from ..jsonbody import json_response, read_json, validate
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
@@ -52,17 +52,17 @@ async def uploaded_images(request: Request, model: DigitsRuntime, settings: Sett
 
 @router.post("/{name}/classify", response_model=ClassifyResponse, openapi_extra=OPENAPI_BODY,
              responses={c: {"model": ErrorBody} for c in (400, 404, 413, 415, 422, 503)})
-async def classify(request: Request, model: DigitsModel, settings: SettingsDep, dataplane: DataPlaneDep,
-                   include_input: bool = False):
+async def classify(request: Request, model: DigitsModel, include_input: bool = False):
     """Classify digits. JSON `{"images": [...]}` takes MNIST-style pixels as they are (28×28 or 784, white on
     black, [0,1]); uploads are made MNIST-like: greyscale, inverted if dark-on-light, cropped to the ink,
     longest side 20 px, centred by centre of mass in 28×28."""
+    dataplane: DataPlane = request.app.state.dataplane  # not dependencies: see service/api/deps.py
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":  # orjson, then pixels into numpy in one pass (service/api/jsonbody.py)
         images = validate(ClassifyRequest, await read_json(request)).images
         predictions = await dataplane.classify_json(model, images, include_input)
     elif kind == "multipart/form-data":
-        x = await uploaded_images(request, model, settings, dataplane)
+        x = await uploaded_images(request, model, request.app.state.settings, dataplane)
         predictions = await dataplane.classify(model, x, include_input)
     else:
         raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Request
 
-from ..deps import DataPlaneDep, ImageModel
+from ..deps import ModelName
 from ...render.imaging import Background
 from ...engine.numbers import float_rows
 from ..jsonbody import json_response, openapi_body, read_json, validate
@@ -21,8 +21,11 @@ OPENAPI_BODY = openapi_body(QueryRequest)
 
 
 @router.post("/{name}/query", response_model=QueryResponse, responses=ERRORS, openapi_extra=OPENAPI_BODY)
-async def query(request: Request, model: ImageModel, dataplane: DataPlaneDep):
+async def query(request: Request, name: ModelName):
     """The model's colour at each coordinate; with a transform, at the inverse-mapped coordinates."""
+    state = request.app.state  # not dependencies: the name is the only parameter (service/api/deps.py)
+    model = state.registry.ready_model(name, "image", "/query")
+    dataplane = state.dataplane
     doc = await read_json(request)
     coords = float_rows(doc.get("coords"), 2) if isinstance(doc, dict) else None
     if coords is None:  # the slow path, for its messages

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
 
-from ..deps import DataPlaneDep, ModelName, RegistryDep, SettingsDep
+from ..deps import ModelName, RegistryDep
 from ...errors import BadInput, NotLoaded
 from ..schemas import ErrorBody
 from .infer import config_of, infer, metadata_of, model_version, resolve
@@ -51,13 +51,13 @@ INFER_BODY = {"requestBody": {"required": True, "content": {
 
 
 @both("post", "/infer", response_class=Response, openapi_extra=INFER_BODY)
-async def model_infer(request: Request, name: ModelName, registry: RegistryDep, settings: SettingsDep,
-                      dataplane: DataPlaneDep, version: VersionDep) -> Response:
+async def model_infer(request: Request, name: ModelName) -> Response:
     """Run the model on JSON or binary tensors; outputs come back as JSON data or binary, as requested."""
-    model = resolve(registry, name, version, ready=True)
-    body = decompress(await request.body(), request.headers.get("content-encoding"), settings.max_body_bytes)
+    state = request.app.state  # not dependencies, which cannot fail here: see service/api/deps.py
+    model = resolve(state.registry, name, request.path_params.get("version"), ready=True)
+    body = decompress(await request.body(), request.headers.get("content-encoding"), state.settings.max_body_bytes)
     req = parse_request(body, request.headers.get(HEADER))
-    content, headers = await infer(req, model, dataplane)
+    content, headers = await infer(req, model, state.dataplane)
     if headers["content-type"] == "application/json":
         return Response(content, media_type="application/json")
     return Response(content, headers={k: v for k, v in headers.items() if k != "content-type"},

@@ -1,5 +1,6 @@
-"""gRPC bad input (issue 21): each gets the status code Triton gives and a message naming the problem, and the
-server keeps answering. Also the restricted API key as metadata, the repository RPCs behind it, and the drain."""
+"""gRPC bad input (issues 21, 27): each gets the status code Triton gives and a message naming the problem, and
+the server keeps answering (HTTP's bad values too: NaN and Inf, booleans, lies about the tensors, a cancelled
+call). Also the restricted API key as metadata, the repository RPCs behind it, and the drain."""
 from __future__ import annotations
 
 import shutil
@@ -116,6 +117,49 @@ def test_an_expired_deadline_is_deadline_exceeded(gc):
     code, _ = status_of(lambda: gc.infer("astronaut", [coords_input(rows)], client_timeout=1e-6))
     assert code == "StatusCode.DEADLINE_EXCEEDED"
     still_serves(gc)
+
+
+def invalid(url: str, msg: pb.ModelInferRequest) -> str:
+    """The message of the INVALID_ARGUMENT a ModelInfer call gets."""
+    with pytest.raises(grpc.RpcError) as e:
+        raw_call(url, "ModelInfer", msg.SerializeToString())
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+    return e.value.details()
+
+
+def test_nan_inf_booleans_and_lies_about_the_raw_tensors(gc, server):
+    """HTTP's bad values (issue 27), over gRPC: each INVALID_ARGUMENT naming it, and the server goes on."""
+    for bad in (np.nan, np.inf, -np.inf):
+        msg = pb.ModelInferRequest(model_name="astronaut")
+        msg.inputs.add(name="coords", datatype="FP32", shape=[2, 2])
+        msg.raw_input_contents.append(np.array([[0.5, 0.5], [bad, 0.5]], np.float32).tobytes())
+        assert "input 'coords' contains NaN or Inf" in invalid(server.grpc_url, msg)
+    msg = pb.ModelInferRequest(model_name="astronaut")  # booleans as numbers
+    msg.inputs.add(name="coords", datatype="FP32", shape=[1, 2]).contents.bool_contents.extend([True, False])
+    assert "FP32 data belongs in contents.fp32_contents, got contents.bool_contents" in invalid(server.grpc_url, msg)
+    msg.inputs[0].datatype = "BOOL"
+    assert "data-type is 'BOOL', but model 'astronaut' expects 'FP32'" in invalid(server.grpc_url, msg)
+    msg = pb.ModelInferRequest(model_name="astronaut")  # more raw tensors than inputs
+    msg.inputs.add(name="coords", datatype="FP32", shape=[1, 2])
+    msg.raw_input_contents.extend([np.zeros(2, np.float32).tobytes()] * 2)
+    assert "raw_input_contents holds 2 tensors for 1 inputs" in invalid(server.grpc_url, msg)
+    msg = pb.ModelInferRequest(model_name="astronaut")  # a shape that lies about the bytes' rows
+    msg.inputs.add(name="coords", datatype="FP32", shape=[2, 2])
+    msg.raw_input_contents.append(np.zeros(2, np.float32).tobytes())
+    assert "8 binary bytes do not match shape [2, 2] of FP32 (16 bytes)" in invalid(server.grpc_url, msg)
+    still_serves(gc)
+
+
+def test_a_client_that_cancels_mid_call_leaves_the_server_serving(gc, server):
+    msg = pb.ModelInferRequest(model_name="astronaut")
+    msg.inputs.add(name="coords", datatype="FP32", shape=[5000, 2])
+    msg.raw_input_contents.append(np.random.default_rng(1).random((5000, 2), dtype=np.float32).tobytes())
+    with grpc.insecure_channel(server.grpc_url) as ch:
+        calls = [ch.unary_unary(f"/{SERVICE}/ModelInfer").future(msg.SerializeToString()) for _ in range(4)]
+        for call in calls:
+            call.cancel()
+    for _ in range(3):
+        still_serves(gc)
 
 
 def test_an_unimplemented_rpc_is_unimplemented(gc):

@@ -1,8 +1,10 @@
 """The batching policies (issue 20): adaptive runs a request on an idle model at once and gathers
-the requests that arrive while a batch runs; Triton's fixed delay stays available."""
+the requests that arrive while a batch runs; Triton's fixed delay stays available. A lone short
+request runs on the event loop (issue 27)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -67,3 +69,34 @@ def test_requests_that_arrive_while_a_batch_runs_share_the_next_run(model_repo):
     assert stats.execution_count == 2 and stats.inference_count == 72
     for x, out in zip(xs, rest):
         np.testing.assert_allclose(out["probabilities"], model.predict(x)["probabilities"], atol=1e-6)
+
+
+def threads_that_ran(model_repo, inflight: int, inline_run: float, timeout: float | None = None) -> set[str]:
+    """The threads that ran the model for three requests one after another (issue 27's run on the loop)."""
+    metrics = Metrics()
+    model = counted(model_repo, metrics)
+    ran: set[str] = set()
+    predict = model.predict
+    model.predict = lambda x, requests=1: ran.add(threading.current_thread().name) or predict(x, requests)
+
+    async def main():
+        inference = BatchingInference(BatchConfig(policy="adaptive", inline_run=inline_run), metrics, lambda: inflight)
+        try:
+            await inference(model, images(1, 0))  # the first run is timed in a pool thread
+            ran.clear()
+            for seed in (1, 2, 3):
+                out = await inference(model, images(1, seed), timeout)
+                np.testing.assert_allclose(out["probabilities"], predict(images(1, seed))["probabilities"], atol=1e-6)
+        finally:
+            await inference.close()
+
+    asyncio.run(main())
+    assert metrics.models[model.name, str(model.version)].execution_count >= 4
+    return ran
+
+
+def test_a_lone_short_request_runs_on_the_event_loop_and_others_in_the_pool(model_repo):
+    assert threads_that_ran(model_repo, inflight=1, inline_run=1.0) == {"MainThread"}
+    assert "MainThread" not in threads_that_ran(model_repo, inflight=2, inline_run=1.0)  # others in flight
+    assert "MainThread" not in threads_that_ran(model_repo, inflight=1, inline_run=0.0)  # INR_INLINE_RUN_MS=0
+    assert "MainThread" not in threads_that_ran(model_repo, inflight=1, inline_run=1.0, timeout=5.0)  # a deadline
