@@ -11,6 +11,7 @@ from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, MODEL_DEFAULTS, ImageModelConfig
 from .encodings import grid
+from .encodings.grid_init import INITS as GRID_INITS
 from .images import BUILTIN, MAX_PIXELS, image_defaults, image_dims
 from .sinekan import INITS
 from .repository import check_out_dir
@@ -85,6 +86,9 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    p.add_argument("--init", default="pyramid", choices=GRID_INITS,
+                   help="grid models: start the tables from the image's pyramid under a linear head (default), "
+                        "or from instant-ngp's random start")
     p.add_argument("--fp16-weights", action="store_true",
                    help="round the weights to float16 and store them so (float32 compute; half the file)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -104,6 +108,10 @@ def add_grid_options(p: argparse.ArgumentParser) -> None:
                    f"side, {range_text(lim['base'])} (default: %(default)s)")
     p.add_argument("--grid-finest", type=int, default=0, help=f"grid: cells of the finest level along the longer "
                    f"side, {range_text(lim['finest'])}; 0 = the fitted image's pixels (default)")
+    p.add_argument("--grid-table-bits", type=int, default=16,
+                   help="grid: bits per table entry in the model file, 16 (float16; with --fp16-weights) or 8 "
+                        "(uint8 with a scale per level and feature: twice the cells in the same bytes); "
+                        "out of range, refused (default: %(default)s)")
     p.add_argument("--grid-bytes-per-pixel", type=float, default=1.45,
                    help="grid: float16 bytes of tables per fitted pixel that the derived table size keeps to "
                         "(default: %(default)s)")
@@ -134,13 +142,14 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
         nyquist=side / 4 if args.protocol == "paper" else side / 2, seed=args.seed,
         grid_levels=args.grid_levels, grid_features=args.grid_features, grid_log2_table=args.grid_log2_table,
         grid_base=args.grid_base, grid_finest=args.grid_finest, grid_bytes_per_pixel=args.grid_bytes_per_pixel,
+        grid_table_bits=args.grid_table_bits,
         image_size=[w, h])
     model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
                              first_grid=args.first_grid or 0, first_freq=args.first_freq or 0.0,
                              sinekan_init=args.sinekan_init, hidden_freq=args.hidden_freq, encoding=enc)
     return FitConfig(image=args.image, size=args.size, crop=args.crop, max_pixels=args.max_pixels,
                      fp16_weights=args.fp16_weights, steps=args.steps, lr=args.lr, schedule=args.schedule,
-                     batch_size=args.batch_size, compile=args.compile,
+                     batch_size=args.batch_size, compile=args.compile, init=args.init,
                      protocol=args.protocol, seed=args.seed, device=args.device,
                      progress=not args.no_progress, model=model)
 

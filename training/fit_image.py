@@ -16,6 +16,8 @@ from .errors import UsageError
 from .export import OPSET, check_parity, export_onnx, set_metadata_props
 from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_batchnorm
 from .encodings import grid
+from .encodings.grid_init import INITS, pyramid_init
+from .encodings.grid_quant import round_tables_8bit, store_tables_8bit
 from .fp16 import round_weights_fp16, store_weights_fp16
 from .images import MAX_PIXELS, check_size, load_image, pixel_centres, save_png
 from .metrics import psnr_from_mse, sse, ssim
@@ -48,11 +50,14 @@ class FitConfig:
     device: str = "auto"
     progress: bool = True
     compile: bool = False       # torch.compile the training forward/backward
+    init: str = "pyramid"       # grid models: start from the image's pyramid (encodings/grid_init.py) | random
     model: ImageModelConfig = field(default_factory=ImageModelConfig)
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise UsageError(f"unknown protocol '{self.protocol}'; valid: {', '.join(PROTOCOLS)}")
+        if self.init not in INITS:
+            raise UsageError(f"unknown init '{self.init}'; valid: {', '.join(INITS)}")
         if self.schedule not in SCHEDULES:
             raise UsageError(f"unknown schedule '{self.schedule}'; valid: {', '.join(SCHEDULES)}")
         if self.steps < 1 or self.steps > 10_000_000:
@@ -122,7 +127,10 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     """
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
-    model = ImageINR(cfg.model).to(device)
+    t0 = time.perf_counter()   # the fit's time includes the initialisation
+    model = ImageINR(cfg.model)
+    init_seconds = pyramid_init(model, img, cfg.protocol) if cfg.init == "pyramid" else None
+    model = model.to(device)
     tc, tt, _, _ = split_pixels(img, cfg.protocol)
     x = torch.from_numpy(tc).to(device)
     y = torch.from_numpy(tt).to(device)
@@ -137,7 +145,6 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     forward = torch.compile(model) if cfg.compile else model
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     bar = tqdm(range(cfg.steps), disable=not cfg.progress, desc="fit", unit="step", mininterval=0.5)
-    t0 = time.perf_counter()
     loss_v = float("nan")
     for step in bar:
         model.train()
@@ -165,7 +172,8 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     model = model.cpu().eval()
     if cfg.model.model == "mlp-bn":
         fold_batchnorm(model)
-    return model, {"train_seconds": round(seconds, 3), "device": str(device), "final_loss": loss_v,
+    return model, {"train_seconds": round(seconds, 3), "init_seconds": init_seconds, "device": str(device),
+                   "final_loss": loss_v,
                    "best_step": best.step, "best_probe_loss": best.loss}
 
 
@@ -217,8 +225,12 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
     opset = graph_opset(model)
     onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
     storage = {"weights": "float32"}
+    if cfg.model.encoding.name == "grid" and cfg.model.encoding.grid_table_bits == 8:
+        onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
+        storage["tables"] = tables
     if cfg.fp16_weights:
-        onnx_bytes, storage = store_weights_fp16(onnx_bytes)
+        onnx_bytes, half = store_weights_fp16(onnx_bytes)
+        storage = {**storage, **half}
     onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
     probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
@@ -251,9 +263,14 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
 
 
 def finish(model: ImageINR, cfg: FitConfig) -> ImageINR:
-    """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 if asked."""
+    """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 and its grid
+    tables to 8 bits if asked."""
     model = rebuild(checkpoint(model, cfg))
-    return round_weights_fp16(model) if cfg.fp16_weights else model
+    if cfg.fp16_weights:
+        round_weights_fp16(model)
+    if cfg.model.encoding.name == "grid" and cfg.model.encoding.grid_table_bits == 8:
+        round_tables_8bit(model)   # after float16: the tables are stored as uint8, their scales float32
+    return model
 
 
 def fit_image(cfg: FitConfig, out: Path | None) -> dict:

@@ -26,6 +26,7 @@ class EncodingConfig:
     grid_base: int = 16
     grid_finest: int = 0
     grid_bytes_per_pixel: float = 1.45   # tables; with the head and the graph a 4 MP file is about 1.46 B/px
+    grid_table_bits: int = 16  # bits per table entry in the file: 16 (float16) or 8 (encodings/grid_quant.py)
     image_size: list[int] = field(default_factory=lambda: [0, 0])   # [W, H] of the fitted pixel grid
 
     def to_dict(self) -> dict:

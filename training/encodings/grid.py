@@ -32,6 +32,7 @@ INIT = 1e-4                   # tables start uniform in ±INIT (instant-ngp)
 # The ranges the CLI, the worker and the constructor accept (inclusive).
 LIMITS = {"levels": (1, 32), "features": (1, 16), "log2_table": (8, 26), "base": (1, 32768),
           "finest": (1, 32768), "bytes_per_pixel": (0.01, 64.0)}
+TABLE_BITS = (8, 16)
 HASH_OPSET = 18
 
 
@@ -52,6 +53,13 @@ def validate_options(cfg: EncodingConfig) -> None:
     check_range("base", cfg.grid_base)
     check_range("finest", cfg.grid_finest, allow_zero=True)
     check_range("bytes_per_pixel", float(cfg.grid_bytes_per_pixel))
+    if cfg.grid_table_bits not in TABLE_BITS:
+        raise UsageError(f"--grid-table-bits must be one of {', '.join(map(str, TABLE_BITS))}, got {cfg.grid_table_bits}")
+
+
+def entries_budget(cfg: EncodingConfig, w: int, h: int) -> float:
+    """Table entries per feature that grid_bytes_per_pixel allows at grid_table_bits per entry."""
+    return cfg.grid_bytes_per_pixel * w * h / (cfg.grid_table_bits / 8 * cfg.grid_features)
 
 
 def validate(cfg: EncodingConfig) -> tuple[int, int]:
@@ -73,12 +81,12 @@ def level_sizes(cfg: EncodingConfig) -> list[tuple[int, int]]:
 
 def derived_finest(cfg: EncodingConfig, w: int, h: int) -> int:
     """The native longer side, or — when no table size is given either — the largest finest level (at most
-    native) whose levels are all dense within grid_bytes_per_pixel float16 bytes per native pixel: dense
+    native) whose levels are all dense within grid_bytes_per_pixel bytes (at grid_table_bits per entry) per native pixel: dense
     levels train several times faster per step than hashed ones on a CPU."""
     side = max(w, h)
     if cfg.grid_log2_table:
         return side
-    budget = cfg.grid_bytes_per_pixel * w * h / (2 * cfg.grid_features)
+    budget = entries_budget(cfg, w, h)
     lo, hi = 1, side
     while lo < hi:   # the cell count grows with `finest`
         mid = (lo + hi + 1) // 2
@@ -111,7 +119,7 @@ def table_log2(cfg: EncodingConfig, sizes: list[tuple[int, int]]) -> int:
     if not cfg.grid_finest:
         return min(hi, max(lo, math.ceil(math.log2(max(rx * ry for rx, ry in sizes)))))
     w, h = (int(s) for s in cfg.image_size)
-    budget = cfg.grid_bytes_per_pixel * w * h / (2 * cfg.grid_features)   # table entries allowed
+    budget = entries_budget(cfg, w, h)
     best = lo
     for k in range(lo, hi + 1):
         if sum(min(rx * ry, 2 ** k) for rx, ry in sizes) <= budget:
