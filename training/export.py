@@ -31,8 +31,22 @@ def register_bitwise() -> None:
 
 def export_onnx(module: nn.Module, example: torch.Tensor, input_name: str, output_names: list[str],
                 opset: int = OPSET) -> bytes:
-    """Trace `module` on `example` (batch dim 0 dynamic) and return the ONNX bytes."""
+    """Trace `module` on `example` (batch dim 0 dynamic) and return the ONNX bytes.
+
+    An image model on an all-dense multiresolution grid gets the render layout of
+    training/encodings/grid_export.py: its head traced here, its encoding written as packed corner cells
+    read by one Gather (faster on onnxruntime's CPU kernels than a GridSample per level, and closer to torch)."""
     module = module.eval().cpu()
+    from .encodings import grid_export
+    dense = grid_export.plan(module, input_name)
+    if dense is not None:
+        head = trace(dense.head, torch.rand(8, dense.features), grid_export.FEATURES, output_names, opset)
+        return dense.compose(head, input_name)
+    return trace(module, example, input_name, output_names, opset)
+
+
+def trace(module: nn.Module, example: torch.Tensor, input_name: str, output_names: list[str], opset: int) -> bytes:
+    """torch.onnx.export (TorchScript tracing) of `module` on `example`, batch dim 0 dynamic."""
     if opset >= 18:
         register_bitwise()
     buf = io.BytesIO()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import json
 
-from .imaging import RenderSpec
+from .imaging import PNG_COMPRESS_LEVEL, RenderSpec
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ def render_key(model, spec: RenderSpec, fmt: str, quality: int, finish: str = ""
         "background": [spec.background.mode, list(spec.background.rgb)],
         "format": fmt, "quality": quality if fmt in ("jpeg", "webp") else None,
     }
+    if fmt == "png":  # the bytes change with the zlib level: so does the strong ETag
+        canonical["png_level"] = PNG_COMPRESS_LEVEL
     if finish:
         canonical["finish"] = finish
     return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()

@@ -20,6 +20,9 @@ from .transform import apply
 
 Predict = Callable[[np.ndarray], np.ndarray]  # [N, 2] float32 → [N, 3]
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+# zlib level of rendered PNGs. On a photo-like 512² tile level 1 takes about 0.6× the time of level 3 for
+# about 3 % more bytes (docs/benchmarks.md §14): at a 70 ms tile budget the encoder is a large share.
+PNG_COMPRESS_LEVEL = 1
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def encode(pixels: np.ndarray | Image.Image, fmt: str, quality: int = 90) -> byt
     img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
     buf = io.BytesIO()
     if fmt == "png":
-        img.save(buf, "PNG", compress_level=3)
+        img.save(buf, "PNG", compress_level=PNG_COMPRESS_LEVEL)
     elif fmt == "jpeg":
         img.save(buf, "JPEG", quality=quality)
     elif fmt == "webp":

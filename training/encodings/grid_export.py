@@ -1,0 +1,173 @@
+"""The ONNX graph of a dense multiresolution grid, laid out for fast CPU renders (issue 26, item 3).
+
+Traced as it trains, a grid model's graph reads each level through its own `GridSample` node and
+concatenates the levels' [F, N] outputs into the head: on onnxruntime's CPU kernels that is one
+per-point, per-channel walk per level (about 40 % of a render) plus a transposed first Gemm.
+`DenseGridGraph` writes the same function another way, for grids whose levels are all dense:
+
+  - at load time (every node below depends on initializers only, so onnxruntime's constant
+    folding runs it once when the session is made, and the file keeps the small float16 tables):
+    each level's [F, ry, rx] table is edge-padded by one cell on every side and packed into
+    "corner cells": cell (i, j) holds the 4 corners of the bilinear square starting there,
+    [T(i, j), T(i, j+1), T(i+1, j), T(i+1, j+1)] × F features; the levels are stacked into one
+    [cells, 4F] table (32 bytes per cell for F = 2 in float32, so 8× the float16 file);
+  - per run: coordinates clipped to [0, 1]² (the padding then gives `grid_sample`'s border
+    padding); the source pixel of every level at once by one MatMul ([N, 2] → [N, 2L], in float64
+    so that it rounds once, like torch's fused multiply-add, align_corners=False); its floor and fraction;
+    one index per level and point (a Gemm on the floors); one `Gather` of all 4 corners of all
+    levels ([N, L, 4F]); the bilinear weights as the product of two Gemms of the fractions (so
+    no broadcasts over small axes, which onnxruntime runs slowly); the corner sum as a MatMul
+    into the head's [N, L·F] features, in the traced layout (level-major, coarsest first).
+
+The head (everything after the encoding) is traced from the model itself. Grids with a hashed
+level, or more than MAX_CELLS packed cells (memory: a 24 MP model would need about 290 MB steady),
+keep the traced graph. Export still runs the parity gate against torch on the result.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+from torch import nn
+
+from .grid import MultiresGrid
+
+FEATURES = "grid_features"     # the head's input inside the composed graph
+MAX_CELLS = 2 ** 21            # packed cells (a 4 MP model has 1.45M): 64 MiB of float32 corners at F = 2, and
+                               # about 4× that at the peak of the load-time folding; larger grids keep the traced graph
+
+
+def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
+    """The dense-grid layout for an image model (coords → rgb) on an all-dense grid; None otherwise."""
+    enc = getattr(module, "encoding", None)
+    if input_name != "coords" or not isinstance(enc, MultiresGrid) or enc.hashed or not hasattr(module, "body"):
+        return None
+    cells = sum((rx + 1) * (ry + 1) for rx, ry in enc.sizes)
+    return DenseGridGraph(module, enc) if cells <= MAX_CELLS else None
+
+
+class DenseGridGraph:
+    def __init__(self, module: nn.Module, enc: MultiresGrid):
+        self.module, self.enc = module, enc
+        self.features = enc.out_dim
+
+    @property
+    def head(self) -> nn.Module:
+        """The model with its encoding replaced by the identity: features [N, L·F] → rgb (its own forward)."""
+        head = copy.copy(self.module)
+        head._modules = dict(self.module._modules)
+        head.encoding = nn.Identity()
+        return head
+
+    def compose(self, head_onnx: bytes, input_name: str) -> bytes:
+        """The whole graph: this encoder in front of the traced head (whose input is FEATURES)."""
+        import onnx
+        from onnx import TensorProto, helper
+        model = onnx.load_from_string(head_onnx)
+        graph = model.graph
+        nodes, inits = self._nodes(input_name)
+        old = [n for n in graph.node]
+        del graph.node[:]
+        graph.node.extend(nodes + old)
+        graph.initializer.extend(inits)
+        del graph.input[:]
+        graph.input.append(helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["N", 2]))
+        onnx.checker.check_model(model)
+        return model.SerializeToString()
+
+    # -- the encoder ------------------------------------------------------------------------------
+    def _nodes(self, x: str) -> tuple[list, list]:
+        from onnx import TensorProto, helper, numpy_helper
+        enc, f = self.enc, self.enc.features
+        levels = len(enc.sizes)
+        consts: dict[str, np.ndarray] = {}
+        nodes: list = []
+
+        def const(name: str, value) -> str:
+            consts[f"grid.{name}"] = np.asarray(value)
+            return f"grid.{name}"
+
+        def node(op: str, inputs: list[str], out: str, output: str = "", **attrs) -> str:
+            output = output or f"grid/{out}"
+            nodes.append(helper.make_node(op, inputs, [output], name=f"grid/{out}", **attrs))
+            return output
+
+        tables = []
+        for level, table in enumerate(enc.tables):
+            name = f"encoding.tables.{level}"
+            consts[name] = table.detach().cpu().numpy().astype(np.float32)
+            tables.append(self._pack(node, const, name, level, f))
+        packed = node("Concat", tables, "corners", axis=0)                         # [cells, 4F]
+
+        rx = np.array([s[0] for s in enc.sizes], np.float32)
+        ry = np.array([s[1] for s in enc.sizes], np.float32)
+        r = np.zeros((2, 2 * levels), np.float32)
+        r[0, :levels], r[1, levels:] = rx / 2, ry / 2
+        offsets, rows, total = [], [], 0
+        for sx, sy in enc.sizes:
+            offsets.append(total)
+            rows.append(sx + 1)
+            total += (sx + 1) * (sy + 1)
+        # floor(ix) ∈ [-1, r-1] on the padded table: index (floor(iy)+1)·(rx+1) + floor(ix)+1 + offset
+        m = np.zeros((2 * levels, levels), np.float32)
+        m[np.arange(levels), np.arange(levels)] = 1
+        m[levels + np.arange(levels), np.arange(levels)] = rows
+        base = np.array(offsets, np.float32) + np.array(rows, np.float32) + 1
+        mx, bx, my, by, s = self._weights(levels, f)
+
+        v = node("Clip", [x, const("zero", np.float32(0)), const("one", np.float32(1))], "clipped")
+        v = node("Mul", [v, const("two", np.float32(2))], "times2")            # grid_sample's [-1, 1] coordinates,
+        v = node("Sub", [v, const("one", np.float32(1))], "normalised")           # rounded as torch rounds them
+        v = node("Add", [v, const("one", np.float32(1))], "plus1")
+        # torch computes fma(x+1, size/2, −½), rounded once: exact in float64, then rounded to float32
+        ix = node("Cast", [v], "plus1_f64", to=TensorProto.DOUBLE)
+        ix = node("MatMul", [ix, const("half_size", r.astype(np.float64))], "scaled")
+        ix = node("Sub", [ix, const("half", np.float64(0.5))], "source_f64")
+        ix = node("Cast", [ix], "source", to=TensorProto.FLOAT)                    # [N, 2L]
+        fl = node("Floor", [ix], "floor")
+        frac = node("Sub", [ix, fl], "frac")
+        idx = node("Gemm", [fl, const("index", m), const("base", base)], "index_f")
+        idx = node("Cast", [idx], "index_i", to=TensorProto.INT64)
+        idx = node("Clip", [idx, const("lo", np.int64(0)), const("hi", np.int64(total - 1))], "index")
+        g = node("Gather", [packed, idx], "corner_values", axis=0)                  # [N, L, 4F]
+        g = node("Reshape", [g, const("flat", np.array([-1, levels * 4 * f], np.int64))], "corner_flat")
+        wx = node("Gemm", [frac, const("wx", mx), const("wx_bias", bx)], "weight_x")
+        wy = node("Gemm", [frac, const("wy", my), const("wy_bias", by)], "weight_y")
+        g = node("Mul", [g, wx], "weighted_x")
+        g = node("Mul", [g, wy], "weighted")
+        node("MatMul", [g, const("corner_sum", s)], "features", output=FEATURES)  # [N, L·F]
+        return nodes, [numpy_helper.from_array(a, k) for k, a in consts.items()]
+
+    @staticmethod
+    def _pack(node, const, table: str, level: int, f: int) -> str:
+        """[1, F, ry, rx] → edge-padded corner cells [(ry+1)(rx+1), 4F], corners (y, x) = (0,0) (0,1) (1,0) (1,1)
+        with the F features inside each; constant-folded at load (as few full-size copies as it takes)."""
+        def sl(t, axis, a, b, tag):
+            return node("Slice", [t, const(f"s{a}", np.array([a], np.int64)), const(f"e{b}", np.array([b], np.int64)),
+                                  const(f"ax{axis}", np.array([axis], np.int64))], f"l{level}/{tag}")
+
+        end = 2 ** 62
+        t = node("Squeeze", [table, const("ax0", np.array([0], np.int64))], f"l{level}/fyx")          # [F, ry, rx]
+        t = node("Transpose", [t], f"l{level}/yxf", perm=[1, 2, 0])                                    # [ry, rx, F]
+        t = node("Concat", [sl(t, 0, 0, 1, "top"), t, sl(t, 0, -1, end, "bottom")], f"l{level}/pad_y", axis=0)
+        t = node("Concat", [sl(t, 1, 0, 1, "left"), t, sl(t, 1, -1, end, "right")], f"l{level}/pad_x", axis=1)
+        t = node("Concat", [sl(t, 1, 0, -1, "x0"), sl(t, 1, 1, end, "x1")], f"l{level}/pairs", axis=2)   # [ry+2, rx+1, 2F]
+        t = node("Concat", [sl(t, 0, 0, -1, "y0"), sl(t, 0, 1, end, "y1")], f"l{level}/quads", axis=2)   # [ry+1, rx+1, 4F]
+        return node("Reshape", [t, const("cells", np.array([-1, 4 * f], np.int64))], f"l{level}/packed")
+
+    @staticmethod
+    def _weights(levels: int, f: int):
+        """Gemm matrices of the fractions [N, 2L] (x of each level, then y) → the x and y factors of each corner
+        weight in the gathered layout (level, corner, feature); and the corner sum → (level, feature)."""
+        width = levels * 4 * f
+        mx, bx = np.zeros((2 * levels, width), np.float32), np.zeros(width, np.float32)
+        my, by = np.zeros_like(mx), np.zeros_like(bx)
+        s = np.zeros((width, levels * f), np.float32)
+        for level in range(levels):
+            for k in range(4):
+                for c in range(f):
+                    j = (level * 4 + k) * f + c
+                    mx[level, j], bx[j] = (1, 0) if k & 1 else (-1, 1)             # tx or 1 − tx
+                    my[levels + level, j], by[j] = (1, 0) if k & 2 else (-1, 1)    # ty or 1 − ty
+                    s[j, level * f + c] = 1
+        return mx, bx, my, by, s
