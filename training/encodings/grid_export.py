@@ -33,7 +33,7 @@ from torch import nn
 from .grid import MultiresGrid
 
 FEATURES = "grid_features"     # the head's input inside the composed graph
-MAX_CELLS = 2 ** 21            # packed cells (a 4 MP model has 1.45M): 64 MiB of float32 corners at F = 2, and
+MAX_CELLS = 2 ** 22            # packed cells (a 4 MP model with 8-bit tables has 2.9M): 128 MiB of float32 corners at F = 2, and
                                # about 4× that at the peak of the load-time folding; larger grids keep the traced graph
 
 
