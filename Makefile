@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: setup serve worker test models bench clean
+.PHONY: setup serve worker test models photo-model bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,11 +31,23 @@ DIGITS_DATA ?= ../shared/data/mnist-10k
 DIGITS_SEEDS := 0 1 2 3 4 5 6 7
 DIGITS_RECIPE = --data-dir $(DIGITS_DATA) --model sinekan --hidden 128 --grid 2 --epochs 60 --elastic --schedule cosine --no-progress
 
+# The photo (data/photos/README.md: CC0-1.0, 1920×1080) fitted whole at its native size with the grid preset's
+# options, read from modelrepo.fitjobs.PRESETS["grid"] when the recipe runs, so a changed preset is followed by
+# `make models` (or `make photo-model`) with no edit here; then its provenance goes into the model's metadata.
+PHOTO ?= dandelion
+PHOTO_STEPS ?= 1500
+GRID_PRESET = $(BIN)/python -c 'from modelrepo.fitjobs import PRESETS; print(" ".join(PRESETS["grid"]["argv"]))'
+
 # Regenerate the bundled models (minutes on 2 CPU cores).
-models: setup
+models: setup photo-model
 	$(BIN)/python -m training fit-image --image astronaut --size 256 --protocol full --scale 10 --width 128 --features 128 --batch-size 8192 --steps 1500 --lr 1e-3 --schedule constant --out models/astronaut --no-progress
 	for s in $(DIGITS_SEEDS); do $(BIN)/python -m training fit-digits $(DIGITS_RECIPE) --seed $$s --checkpoint build/digits-held$$s.pt && $(BIN)/python -m training fit-digits $(DIGITS_RECIPE) --refit --seed $$s --checkpoint build/digits-refit$$s.pt || exit 1; done
 	rm -rf models/digits && $(BIN)/python -m training export-digits --data-dir $(DIGITS_DATA) --fp16-weights --checkpoint $(foreach s,$(DIGITS_SEEDS),build/digits-refit$(s).pt) --chosen-with $(foreach s,$(DIGITS_SEEDS),build/digits-held$(s).pt) --out models/digits
+
+photo-model: setup
+	grid="$$($(GRID_PRESET))" && test -n "$$grid" && rm -rf models/$(PHOTO) && \
+	$(BIN)/python -m training fit-image --image data/photos/$(PHOTO).jpg $$grid --protocol full --steps $(PHOTO_STEPS) --no-progress --out models/$(PHOTO) && \
+	$(BIN)/python -m training.photo_provenance models/$(PHOTO) data/photos/$(PHOTO).json
 
 bench: setup
 	$(BIN)/python -m bench.quick

@@ -87,3 +87,17 @@ def test_every_copy_source_is_in_the_repository_and_on_the_dockerignore_allow_li
             for path in paths:
                 assert (ROOT / path).exists(), f"{stage.name}: {path} is not in the repository"
                 assert path.rstrip("/") in allowed, f"{stage.name}: .dockerignore does not let {path} in"
+
+
+def test_the_build_context_carries_the_bundled_models_but_not_their_source_photos():
+    """`COPY models` puts every bundled model in the serving images; the photo a model was fitted from
+    (data/photos, for `make models`) stays out of every build context, and the context stays small."""
+    allowed = [line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")]
+    files = [f for a in allowed for f in ([ROOT / a] if (ROOT / a).is_file() else (ROOT / a).rglob("*"))
+             if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")]
+    assert "models" in allowed and any(f.name == "model.onnx" for f in files)
+    photos = [p for p in (ROOT / "data").rglob("*") if p.is_file()]
+    assert photos and not set(photos) & set(files), "a source photo would be sent to the image build"
+    size = sum(f.stat().st_size for f in files)
+    assert size < 40e6, f"the build context holds {size / 1e6:.1f} MB"
