@@ -35,10 +35,21 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from modelrepo.fitjobs import PRESETS
+
 from .common import log, machine, median, setup_logging, write_json
 from .serving import Server
 
-PRESET = ["--encoding", "grid", "--lr", "1e-2", "--batch-size", "16384", "--fp16-weights"]
+def preset_argv() -> list[str]:
+    """The grid preset's fit-image options without its head (each --heads entry gives depth and width)."""
+    argv, out, i = PRESETS["grid"]["argv"], [], 0
+    while i < len(argv):
+        if argv[i] in ("--depth", "--width"):
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
 TILE = "/iiif/3/{name}/0,0,512,512/512,/0/default.png"
 
 
@@ -67,7 +78,7 @@ def interleaved(fns: dict, rounds: int) -> dict:
 def fit(image: str, head: str, steps: int, out: Path) -> None:
     depth, width = head.split("x")
     subprocess.run([sys.executable, "-m", "training", "fit-image", "--image", image, "--protocol", "full",
-                    "--steps", str(steps), "--no-progress", *PRESET, "--depth", depth, "--width", width,
+                    "--steps", str(steps), "--no-progress", *preset_argv(), "--depth", depth, "--width", width,
                     "--out", str(out)], check=True)
 
 

@@ -29,10 +29,10 @@ LIST_LIMIT = 200   # GET /v1/fits: the newest this many jobs
 # Sets of `fit-image` options; the worker parses them with fit-image's own parser. `size`: the default cap
 # on the longer side (None: the whole upload at its native size); a job's own `size` replaces it.
 PRESETS: dict[str, dict] = {
-    "grid": {"argv": ["--encoding", "grid", "--depth", "3", "--width", "64", "--lr", "1e-2",
-                      "--batch-size", "16384", "--fp16-weights"], "steps": 1000, "size": None,
-             "doc": "a multiresolution grid (instant-ngp: 8 levels × 2 features up to the native resolution, "
-                    "hashed above 2^T cells, float16 tables within 1.45 bytes per pixel, the file within 1.5) under a 3×64 MLP, "
+    "grid": {"argv": ["--encoding", "grid", "--depth", "2", "--width", "32", "--lr", "1e-3",
+                      "--batch-size", "16384", "--grid-table-bits", "8", "--fp16-weights"], "steps": 300, "size": None,
+             "doc": "a multiresolution grid (instant-ngp: 8 dense levels × 2 features, the finest as fine as 8-bit "
+                    "tables within 1.45 bytes per pixel allow) under a 16→32→3 MLP, started from the image's pyramid, "
                     "at the upload's native size (docs/benchmarks.md §14)"},
     "fourier": {"argv": [], "steps": 500, "size": 256,
                 "doc": "fit-image's defaults: a 4×256 MLP on 256 Gaussian Fourier features (σ 10)"},

@@ -129,7 +129,7 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
     preset = form.get("preset") or DEFAULT_PRESET
     if preset not in presets:
         raise InvalidOption(f"preset {preset[:40]!r} is unknown; valid presets: {', '.join(presets)}")
-    protocol = form.get("protocol") or "paper"
+    protocol = form.get("protocol") or "full"   # a user's photo: fit every pixel
     if protocol not in PROTOCOLS:
         raise InvalidOption(f"protocol {protocol[:40]!r} is unknown; valid: {', '.join(PROTOCOLS)}")
     return {"preset": preset,

@@ -32,7 +32,7 @@ UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-dat
         "size": {"type": "integer", "description": "cap on the longer side, 16 … INR_FIT_MAX_SIZE; default: the "
                  "whole image at its native size (at most INR_MAX_UPLOAD_PIXELS pixels)"},
         "steps": {"type": "integer", "description": "1 … INR_FIT_MAX_STEPS; default: the preset's"},
-        "protocol": {"type": "string", "enum": ["paper", "full"], "default": "paper"},
+        "protocol": {"type": "string", "enum": ["paper", "full"], "default": "full"},
         "seed": {"type": "integer", "default": 0},
         "name": {"type": "string", "description": "target model; default: from the file name, made unique"},
     }}}}}}
