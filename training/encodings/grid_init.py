@@ -70,9 +70,9 @@ def lattice(img: np.ndarray, protocol: str) -> tuple[torch.Tensor, torch.Tensor]
     [1, h, w, 2] (all pixels, or pixels [::2, ::2] under the paper protocol)."""
     h, w, _ = img.shape
     step = 2 if protocol == "paper" else 1
-    t = torch.from_numpy(np.ascontiguousarray(img[::step, ::step])).float().clamp(LOGIT_EPS, 1 - LOGIT_EPS)
-    logits = torch.log(t / (1 - t))
-    opp = torch.einsum("hwc,kc->khw", logits, BASIS)
+    logits = torch.logit(torch.from_numpy(np.ascontiguousarray(img[::step, ::step])).float(), eps=LOGIT_EPS)
+    opp = torch.einsum("hwc,kc->khw", logits, BASIS)   # one image-sized copy at a time (a 24 MP photo: 288 MB)
+    del logits
     ys = (torch.arange(0, h, step, dtype=torch.float32) + 0.5) / h * 2 - 1
     xs = (torch.arange(0, w, step, dtype=torch.float32) + 0.5) / w * 2 - 1
     coords = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).unsqueeze(0)
