@@ -42,12 +42,20 @@ def store_weights_fp16(onnx_bytes: bytes, min_elements: int = MIN_ELEMENTS) -> t
                                       name=f"{init.name}__to_fp32"))
         converted += 1
         values += arr.size
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    nodes = list(graph.node)
-    del graph.node[:]
-    graph.node.extend(casts + nodes)
-    onnx.checker.check_model(model)
-    out = model.SerializeToString()
+    out = restore_in_graph(model, kept, casts)
     return out, {"weights": "float16 storage, float32 compute", "fp16_initializers": converted,
                  "fp16_values": int(values), "bytes_fp32": len(onnx_bytes), "bytes": len(out)}
+
+
+def restore_in_graph(model, initializers: list, nodes: list) -> bytes:
+    """The graph with `initializers` as its initializers and `nodes` (which rebuild the values the rest of the
+    graph reads under their old names) in front of its nodes; checked and serialized."""
+    import onnx
+    graph = model.graph
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+    rest = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes + rest)
+    onnx.checker.check_model(model)
+    return model.SerializeToString()

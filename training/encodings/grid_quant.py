@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..fp16 import restore_in_graph
 from .grid import MultiresGrid
 
 LEVELS = 255   # q in 0..255
@@ -67,12 +68,6 @@ def store_tables_8bit(onnx_bytes: bytes, model: torch.nn.Module) -> tuple[bytes,
                   helper.make_node("Add", [names["scaled"], names["low"]], [init.name])]
         stored += 1
         values += arr.size
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    rest = list(graph.node)
-    del graph.node[:]
-    graph.node.extend(nodes + rest)
-    onnx.checker.check_model(proto)
-    out = proto.SerializeToString()
+    out = restore_in_graph(proto, kept, nodes)
     return out, {"tables": "uint8 storage, a float32 scale and low per level and feature", "u8_tables": stored,
                  "u8_values": int(values)}
