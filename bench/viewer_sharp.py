@@ -104,8 +104,8 @@ def one_round(browser, url: str, name: str, which: str, size: tuple[int, int], t
         wheel = page.evaluate("window.__wheel")
         zoomed = wait_marks(page, wheel, timeout_s)[0]
         reached = page.evaluate(ZOOM, selector) / home
-        state = page.evaluate(f"(() => {{ const e = document.querySelector('{selector}'); "
-                              "return {...e.dataset, width: e.width || e.clientWidth, height: e.height || e.clientHeight}; })()")
+        state = page.evaluate(f"(() => {{ const e = document.querySelector('{selector}'); return {{...e.dataset, "
+                              "width: e.width || e.clientWidth, height: e.height || e.clientHeight}; })()")
         return {"load_s": first["t"] / 1000, "zoom_s": (zoomed["t"] - wheel) / 1000, "zoom_factor": reached,
                 "zoomed_as_asked": abs(reached / factor - 1) < 0.02,
                 "load_requests": loaded, "zoom_requests": len(requests) - loaded, "state": state,
@@ -128,7 +128,8 @@ def run(args) -> dict:
         if name not in args.models:
             args.models.append(name)
     env = {"INR_RENDER_CACHE_BYTES": "0"}
-    out = {"machine": machine(), "uptime_start": uptime(), "command": " ".join(["python -m bench.viewer_sharp", *sys.argv[1:]]),
+    command = " ".join(["python -m bench.viewer_sharp", *sys.argv[1:]])
+    out = {"machine": machine(), "uptime_start": uptime(), "command": command,
            "env": env, "browser_viewport": list(args.size), "rounds": args.rounds, "models": {}}
     server = Server(repo, "viewer_sharp", env).wait()
     try:

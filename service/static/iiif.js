@@ -32,7 +32,8 @@ function readout() {
   if (zoom > 1.005) {
     const magnified = zoom / scale;
     parts.push(scale > 1 ? `past native: tiles rendered by the model at ${scale}× native` : "past native");
-    if (magnified > 1.005) parts.push(`magnified ${fixed(magnified)}× from the ${scale === 1 ? "native" : `${scale}×`} tiles`);
+    const from = scale === 1 ? "native" : `${scale}×`;
+    if (magnified > 1.005) parts.push(`magnified ${fixed(magnified)}× from the ${from} tiles`);
   }
   $("#readout").textContent = parts.join(" · ");
   const osd = $("#osd").dataset;
