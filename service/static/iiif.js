@@ -1,46 +1,99 @@
 // /iiif.html?id=NAME: the image model as a IIIF Image API 3.0 service in OpenSeadragon (vendored).
 // Tiles come from /iiif/3/NAME/…; info.json gives the model's native size and aspect, and the model
-// renders each tile at its own coordinates. Past the native size (1 screen px per image px)
-// OpenSeadragon magnifies its deepest tiles (maxZoomPixelRatio); the readout says how far.
+// renders each tile at its own coordinates. Past the native size the tile source adds levels at 2×,
+// 4×, … native whose tiles are IIIF upscaled (`^`) requests, rendered by the model (iiif-levels.js);
+// the readout says how far past native the view is and which tiles it shows.
+//
+// For the tests and bench/viewer_sharp.py: #osd carries data-state (loading, open, failed),
+// data-image-zoom (device px per native image px), data-tile-scale (level px per native px of the
+// tiles drawn), data-sharp (views fully drawn so far); each fully drawn view also leaves a
+// performance mark "inr-sharp": the moment the last tile of a settled view is drawn.
 import { listModels } from "./api.js";
+import { MIN_PIXEL_RATIO, nativeTileSource, tileScale } from "./iiif-levels.js";
 
 const $ = (sel) => document.querySelector(sel);
 const params = new URLSearchParams(location.search);
+const MAX_MAGNIFIED = 4;  // screen px per native px reachable even where the service allows no upscaling
 let viewer = null;
+let source = null;        // the tile source with levels past native (null: OpenSeadragon's own)
 
 function say(text) { $("#message").textContent = text; }
+
+const fixed = (v) => v.toFixed(v < 10 ? 2 : 1);
 
 function readout() {
   if (!viewer || !viewer.world.getItemCount()) return;
   const item = viewer.world.getItemAt(0);
-  const imageZoom = item.viewportToImageZoom(viewer.viewport.getZoom(true));  // screen px per IIIF px
+  // device px per native IIIF px (OpenSeadragon's image coordinates are the native pixels)
+  const zoom = item.viewportToImageZoom(viewer.viewport.getZoom(true)) * OpenSeadragon.pixelDensityRatio;
   const size = item.getContentSize();
-  const parts = [`${size.x}×${size.y} px (native)`, `${imageZoom.toFixed(3)} screen px per image pixel`];
-  if (imageZoom > 1) parts.push("past native: magnified");
+  const scale = tileScale(zoom, source);
+  const parts = [`${size.x}×${size.y} px (native)`, `${fixed(zoom)} screen px per image pixel`];
+  if (zoom > 1.005) {
+    const magnified = zoom / scale;
+    parts.push(scale > 1 ? `past native: tiles rendered by the model at ${scale}× native` : "past native");
+    const from = scale === 1 ? "native" : `${scale}×`;
+    if (magnified > 1.005) parts.push(`magnified ${fixed(magnified)}× from the ${from} tiles`);
+  }
   $("#readout").textContent = parts.join(" · ");
-  $("#osd").dataset.imageZoom = String(imageZoom);
+  const osd = $("#osd").dataset;
+  osd.imageZoom = String(zoom);
+  osd.tileScale = String(scale);
+  osd.pastNative = String(zoom > 1.005);
 }
 
-function show(name) {
+// A view is sharp when OpenSeadragon has stopped animating and every tile it wants is drawn.
+let animating = false, sharpViews = 0, wasSharp = false;
+function checkSharp() {
+  const item = viewer && viewer.world.getItemAt(0);
+  const sharp = Boolean(item && !animating && item.getFullyLoaded());
+  if (sharp && !wasSharp) {
+    sharpViews += 1;
+    $("#osd").dataset.sharp = String(sharpViews);
+    performance.mark("inr-sharp", { detail: { views: sharpViews, zoom: Number($("#osd").dataset.imageZoom) } });
+  }
+  wasSharp = sharp;
+}
+
+async function tileSourceFor(info) {
+  try {
+    const r = await fetch(info);
+    if (r.ok) return nativeTileSource(await r.json(), info);
+  } catch (_) { /* OpenSeadragon fetches it again and reports the failure */ }
+  return null;
+}
+
+async function show(name) {
   const info = `iiif/3/${encodeURIComponent(name)}/info.json`;
   $("#info").href = info;
   $("#mirador").href = `mirador.html?id=${encodeURIComponent(name)}`;  // its manifest.json in Mirador
   if (viewer) viewer.destroy();
+  viewer = null;
   $("#osd").dataset.state = "loading";
+  source = await tileSourceFor(info);
+  const deepest = source ? 2 ** source.extraLevels : 1;
+  animating = false; sharpViews = 0; wasSharp = false;
   viewer = OpenSeadragon({
     element: $("#osd"),
     prefixUrl: "vendor/openseadragon/images/",
-    tileSources: info,
+    tileSources: source || info,
     drawer: "canvas",            // a 2D canvas, so the tests can read its pixels
     crossOriginPolicy: "Anonymous",
-    maxZoomPixelRatio: 4,        // up to 4 screen px per native image px (OpenSeadragon magnifies past 1)
+    minPixelRatio: MIN_PIXEL_RATIO,
+    // up to the deepest upscaled level at 1 screen px per level px (or magnified, without upscaling)
+    maxZoomPixelRatio: Math.max(deepest, MAX_MAGNIFIED),
     showNavigator: true,
     immediateRender: false,
   });
-  viewer.addHandler("open", () => { $("#osd").dataset.state = "open"; readout(); });
+  viewer.addHandler("open", () => {
+    $("#osd").dataset.state = "open";
+    readout();
+    viewer.world.getItemAt(0).addHandler("fully-loaded-change", checkSharp);
+  });
   viewer.addHandler("open-failed", (e) => { $("#osd").dataset.state = "failed"; say(`cannot open ${info}: ${e.message}`); });
+  viewer.addHandler("animation-start", () => { animating = true; checkSharp(); });
   viewer.addHandler("animation", readout);
-  viewer.addHandler("animation-finish", readout);
+  viewer.addHandler("animation-finish", () => { animating = false; readout(); checkSharp(); });
   viewer.addHandler("tile-load-failed", (e) => say(`tile failed: ${e.message || e.tile.getUrl()}`));
   window.iiifViewer = viewer;    // for the tests and the console
 }

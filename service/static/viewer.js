@@ -8,6 +8,8 @@
 //
 // State for tests and the readout is mirrored on the canvas: data-state (pending, loading,
 // preview, sharp, error), data-renders (sharp renders shown so far), data-viewport, data-zoom.
+// Each sharp render also leaves a performance mark "inr-sharp" (detail: renders, ms) at the moment its
+// last strip is drawn to the canvas, which bench/viewer_sharp.py times against navigation and input.
 import * as camera from "./camera.js";
 import { render } from "./api.js";
 
@@ -139,6 +141,7 @@ export class Viewer {
       this.lastMs = performance.now() - t0;
       this.renders += 1;
       this.canvas.dataset.renders = String(this.renders);
+      performance.mark("inr-sharp", { detail: { renders: this.renders, ms: this.lastMs } });
       this.setState("sharp");
     } catch (err) {
       if (err.name === "AbortError") return;  // superseded by a newer view

@@ -100,3 +100,64 @@ def test_deep_zoom_loads_tiles_at_several_levels_and_zooms_into_the_render_route
         assert ref.status_code == 200 and ref.content == body, r.url
     assert errors == []
     context.close()
+
+
+UPSCALED = re.compile(r"/iiif/3/cat/(\d+),(\d+),(\d+),(\d+)/(?:\^|%5E)(\d+),(\d+)/0/default\.jpg$")
+
+
+def zoom_to(page, image_zoom: float) -> None:
+    """Zoom at once to `image_zoom` screen px per native IIIF px (the test page has device scale 1)."""
+    page.evaluate(f"(() => {{ const v = iiifViewer.viewport, t = iiifViewer.world.getItemAt(0);"
+                  f"v.zoomTo(t.imageToViewportZoom({image_zoom}), null, true); v.applyConstraints(true); }})()")
+
+
+def test_zooming_past_native_asks_the_model_for_upscaled_tiles_and_the_readout_says_so(browser, iiif_server):
+    info = httpx.get(f"{iiif_server.url}/iiif/3/cat/info.json").json()
+    W, H = info["width"], info["height"]
+    assert "sizeUpscaling" in info["extraFeatures"] and info["maxWidth"] >= 8 * W   # INR_IIIF_ZOOM=64
+    context = browser.new_context(viewport={"width": 800, "height": 600})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors, upscaled = [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", lambda r: upscaled.append(r) if UPSCALED.search(r.url) else None)
+    page.goto(f"{iiif_server.url}/iiif.html?id=cat")
+    page.wait_for_function("document.querySelector('#osd').dataset.sharp >= 1")
+    assert upscaled == [], "the whole image at its home zoom needs no tile past native"
+    assert "past native" not in page.locator("#readout").inner_text()
+
+    zoom_to(page, 2.0)                                    # 2 screen px per native image px
+    page.wait_for_function("document.querySelector('#osd').dataset.sharp >= 2")
+    osd = page.locator("#osd")
+    assert float(osd.get_attribute("data-image-zoom")) == pytest.approx(2.0, rel=1e-3)
+    assert osd.get_attribute("data-tile-scale") == "2"
+    text = page.locator("#readout").inner_text()
+    assert "2.00 screen px per image pixel" in text and "past native: tiles rendered by the model at 2× native" in text
+    assert "magnified" not in text
+    assert upscaled, "no tile past native was requested"
+    for r in upscaled[:3]:
+        x, y, w, h, sw, sh = (int(v) for v in UPSCALED.search(r.url).groups())
+        assert r.status == 200, r.url
+        assert (sw, sh) == (2 * w, 2 * h), r.url               # 2 tile px per native px
+        body = r.body()
+        assert Image.open(io.BytesIO(body)).size == (sw, sh)
+        ref = httpx.get(f"{iiif_server.url}/v1/models/cat/render", timeout=60, params={
+            "width": sw, "height": sh, "format": "jpeg",
+            "viewport": f"{x / W!r},{y / H!r},{(x + w) / W!r},{(y + h) / H!r}"})
+        assert ref.status_code == 200 and ref.content == body, r.url   # the model's own pixels at 2×
+
+    # The deepest zoom: 8 screen px per native px, drawn from 8× tiles (64² native px each), not magnified.
+    seen = len(upscaled)
+    page.evaluate("(() => { const v = iiifViewer.viewport; v.zoomTo(v.getMaxZoom(), null, true); "
+                  "v.applyConstraints(true); })()")
+    page.wait_for_function("document.querySelector('#osd').dataset.sharp >= 3")
+    assert float(osd.get_attribute("data-image-zoom")) == pytest.approx(8.0, rel=1e-3)
+    assert osd.get_attribute("data-tile-scale") == "8"
+    deep = [UPSCALED.search(r.url).groups() for r in upscaled[seen:]]
+    scales = {int(sw) / int(w) for _, _, w, _, sw, _ in deep}    # OpenSeadragon may fill in from 4× first
+    assert 8 in scales and scales <= {2, 4, 8}, scales
+    assert all(r.status == 200 for r in upscaled[seen:])
+    assert "8.00 screen px per image pixel · past native: tiles rendered by the model at 8× native" in \
+        page.locator("#readout").inner_text()
+    assert page.locator("#message").inner_text() == "" and errors == []
+    context.close()

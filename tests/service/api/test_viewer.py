@@ -101,6 +101,9 @@ def test_the_image_appears_on_the_canvas(page):
     })()""")
     assert stats["opaque"] > 0.5 and stats["std"] > 5
     assert "px per image pixel" in page.page.locator("#readout").inner_text()
+    # bench/viewer_sharp.py times the sharp view by the viewer's own mark, one per sharp render.
+    marks = page.page.evaluate("performance.getEntriesByName('inr-sharp').map(m => m.detail.renders)")
+    assert marks == list(range(1, int(page.canvas("c.dataset.renders")) + 1))
 
 
 def test_the_render_has_the_canvas_device_pixel_size_and_a_quarter_size_preview_first(browser, server):
