@@ -88,6 +88,7 @@ def traced_copy(folder: Path, dest: Path) -> None:
     import torch
     from onnx import numpy_helper
     from training.export import check_parity, set_metadata_props, trace
+    from training.encodings.grid_quant import store_tables_8bit
     from training.fp16 import store_weights_fp16
     from training.image_models import ImageINR, ImageModelConfig
     meta = json.loads((folder / "1" / "metadata.json").read_text())
@@ -96,9 +97,15 @@ def traced_copy(folder: Path, dest: Path) -> None:
     graph = onnx.load(str(folder / "1" / "model.onnx")).graph
     weights = {i.name.removesuffix("__fp16"): torch.from_numpy(numpy_helper.to_array(i).astype(np.float32))
                for i in graph.initializer}
+    for name in [k for k in weights if k.endswith("__u8")]:   # 8-bit tables: q·scale + low (grid_quant)
+        base = name.removesuffix("__u8")
+        weights[base] = weights[name] * weights[f"{base}__scale"] + weights[f"{base}__low"]
     model.load_state_dict({k: v for k, v in weights.items() if k in model.state_dict()})
     model.eval()
-    onnx_bytes, _ = store_weights_fp16(trace(model, torch.rand(8, 2), "coords", ["rgb"], 17))
+    traced = trace(model, torch.rand(8, 2), "coords", ["rgb"], 17)
+    if any(k.endswith("__u8") for k in weights):
+        traced, _ = store_tables_8bit(traced, model)
+    onnx_bytes, _ = store_weights_fp16(traced)
     w, h = meta["source"]["size"]
     onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(w), "image_height": str(h)})
     probe = np.random.default_rng(0).random((4096, 2), dtype=np.float32)

@@ -37,10 +37,11 @@ class Clock:
     def __init__(self, img: np.ndarray, budget: float, checkpoints: list[float]):
         self.img, self.budget, self.todo = img, budget, sorted(checkpoints)
         self.coords = pixel_centres(*img.shape[:2]).reshape(-1, 2)
-        self.clock, self.curve, self.last = 0.0, [], time.perf_counter()
+        self.clock, self.curve, self.last, self.steps = 0.0, [], time.perf_counter(), 0
 
     def __call__(self, step: int, loss: float, model: torch.nn.Module) -> bool:
         self.clock += time.perf_counter() - self.last
+        self.steps = step + 1
         while self.todo and self.clock >= self.todo[0]:
             self.todo.pop(0)
             full = predict(model, self.coords, next(model.parameters()).device)
@@ -88,7 +89,7 @@ def run_preset(name: str, a: argparse.Namespace, extra: list[str]) -> dict:
         export_image_model(model, cfg, Path(tmp) / "m", source, metrics, history, full)
         files = sum(f.stat().st_size for f in (Path(tmp) / "m" / "1").glob("*.onnx"))
     row = {"preset": name, "argv": " ".join(argv), "width": w, "height": h, "train_seconds": round(clock.clock, 2),
-           "steps": clock.curve[-1][0] if clock.curve else None, "curve": clock.curve, **metrics,
+           "steps": clock.steps, "curve": clock.curve, **metrics,
            "best_step": history["best_step"], "model_bytes": files, "bytes_per_pixel": round(files / (w * h), 4)}
     row["codecs"] = [codec_at(img, fmt, files) for fmt in ("JPEG", "WEBP")]
     log.info("%s: %.1f s, all pixels %.2f dB, held-out %s dB, %.3f B/px; %s", name, row["train_seconds"],

@@ -21,6 +21,8 @@ def variant(row: dict) -> str:
     extra = []
     if "--init" in argv:
         extra.append(f"{argv[argv.index('--init') + 1]} start")
+    if "--protocol" in argv and argv[argv.index("--protocol") + 1] == "paper":
+        extra.append("trained on pixels [::2, ::2]")
     if "--encoding" in argv and row["preset"] != "grid":
         extra.append(argv[argv.index("--encoding") + 1])
     return row["preset"] + (f" ({', '.join(extra)})" if extra else "")
@@ -31,7 +33,7 @@ def load(paths: list[str]) -> list[dict]:
     for p in paths:
         result = json.loads(Path(p).read_text())
         for row in result["rows"]:
-            rows.append({**row, "photo": Path(result["image"]).stem, "variant": variant(row),
+            rows.append({**row, "photo": Path(result["image"]).stem, "variant": variant(row), "budget": result["budget_s"],
                          "load": (result.get("load_before", [None])[0], result.get("load_after", [None])[0])})
     return rows
 
@@ -39,16 +41,16 @@ def load(paths: list[str]) -> list[dict]:
 def medians(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[(r["photo"], r["variant"])].append(r)
-    lines = ["| photo | W×H | variant | rounds | fit s | steps | PSNR all px (median) | held-out | B/px | "
-             "JPEG / WebP same bytes |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for (photo, name), rs in sorted(groups.items()):
+        groups[(r["photo"], r["variant"], r["budget"])].append(r)
+    lines = ["| photo | W×H | variant | budget s | rounds | fit s | steps (about) | PSNR all px (median) | held-out | B/px | "
+             "JPEG / WebP same bytes |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (photo, name, budget), rs in sorted(groups.items()):
         med = lambda k: statistics.median(r[k] for r in rs if r.get(k) is not None)   # noqa: E731
         codecs = " / ".join(f"{c['psnr']:.2f}" if c.get("psnr") else "–" for c in rs[0]["codecs"])
         held = [r["test_psnr"] for r in rs if r.get("test_psnr") is not None]
         runs = ", ".join(f"{r['full_psnr']:.2f}" for r in rs)
         held_text = f"{statistics.median(held):.2f}" if held else "–"
-        lines.append(f"| {photo} | {rs[0]['width']}×{rs[0]['height']} | {name} | {len(rs)} | {med('train_seconds'):.1f} "
+        lines.append(f"| {photo} | {rs[0]['width']}×{rs[0]['height']} | {name} | {budget:.0f} | {len(rs)} | {med('train_seconds'):.1f} "
                      f"| {med('steps'):.0f} | **{med('full_psnr'):.2f}** ({runs}) | {held_text} "
                      f"| {med('bytes_per_pixel'):.3f} | {codecs} |")
     return "\n".join(lines)

@@ -30,7 +30,7 @@ LIST_LIMIT = 200   # GET /v1/fits: the newest this many jobs
 # on the longer side (None: the whole upload at its native size); a job's own `size` replaces it.
 PRESETS: dict[str, dict] = {
     "grid": {"argv": ["--encoding", "grid", "--depth", "2", "--width", "32", "--lr", "2e-3",
-                      "--batch-size", "65536", "--grid-table-bits", "8", "--fp16-weights"], "steps": 800, "size": None,
+                      "--batch-size", "65536", "--grid-table-bits", "8", "--fp16-weights"], "steps": 280, "size": None,
              "doc": "a multiresolution grid (instant-ngp: 8 dense levels × 2 features, the finest as fine as 8-bit "
                     "tables within 1.45 bytes per pixel allow) under a 16→32→3 MLP, started from the image's pyramid, "
                     "at the upload's native size (docs/benchmarks.md §14)"},
