@@ -135,7 +135,7 @@ def test_a_dropped_file_is_queued_with_its_options_and_the_no_worker_note(browse
         assert record["note"] in p.message()
         # The sizes and steps left empty are the API's defaults.
         assert record["options"] == {"preset": "sinekan", "size": 256, "steps": int(PRESETS["sinekan"]["steps"]),
-                                     "protocol": "paper", "seed": 0}
+                                     "protocol": "full", "seed": 0}
         assert record["source"]["filename"] == "dropped.png"
         assert (record["source"]["width"], record["source"]["height"]) == photo().size
         stored = Image.open(io.BytesIO(store.image(record["id"]))).convert("RGB")
