@@ -70,7 +70,9 @@ class TileScheduler:
             least = min((j.service for j in self.jobs), default=0)
             job.service = max(0, least - self.head_start)
             self.jobs.append(job)
-            self.cond.notify()
+            # every idle worker: a lone render's tiles run side by side (notify() woke one, and that one
+            # then computed every tile of the render while the others slept)
+            self.cond.notify_all()
         return job.future
 
     def in_flight(self) -> int:

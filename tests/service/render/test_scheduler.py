@@ -154,3 +154,20 @@ def test_a_render_whose_waiter_cancelled_its_future_ends_without_an_escaped_exce
         sched.close()
     assert future.cancelled()
     assert thread_errors == []
+
+
+def test_a_lone_render_runs_its_tiles_on_every_worker():
+    """Each tile waits at a barrier of 2: only two workers running tiles of the one render at the same time get
+    past it (when submit woke one worker, that one ran every tile and the barrier broke)."""
+    s = TileScheduler(workers=2)
+    try:
+        barrier, threads = threading.Barrier(2, timeout=10), set()
+
+        def tile(_):
+            threads.add(threading.get_ident())
+            barrier.wait()
+
+        s.submit(TileJob(range(4), tile)).result(30)
+        assert len(threads) == 2
+    finally:
+        s.close()
