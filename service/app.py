@@ -80,7 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
     metrics = Metrics()
-    options = RuntimeOptions(device=settings.device, threads=threads, spin=settings.spin, metrics=metrics)
+    options = RuntimeOptions(device=settings.device, threads=threads, render_threads=settings.render_threads,
+                             spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
     control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
     drain = Drain(settings.graceful_shutdown_s)

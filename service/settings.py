@@ -54,12 +54,18 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
     render_concurrency: int = Field(4, ge=1, le=64, description="renders in flight (memory bound: one output "
                                                                "image each); more wait for a slot")
-    # 8192 keeps a tile's [N, features] intermediates in L2: 1.2-1.6x the coordinates/s of 65 536
-    # (docs/benchmarks.md §3).
-    render_tile_samples: int = Field(8_192, ge=256, description="model samples per render tile (memory bound)")
+    # Small tiles keep a tile's [N, features] intermediates in L2: 8192 ran at 1.2-1.6x the coordinates/s of
+    # 65 536 (docs/benchmarks.md §3); with tiles side by side on one-thread sessions 4096 is ahead of 8192 on a
+    # grid model and a Fourier one (§14a).
+    render_tile_samples: int = Field(4_096, ge=256, description="model samples per render tile (memory bound)")
     # Render core (service/render/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
-    render_workers: int = Field(2, ge=1, le=64, description="threads computing render tiles; the tiles of "
-                                                            "the renders in flight take turns on them")
+    # Tiles side by side on one-thread sessions beat one tile at a time on a multi-thread session: a grid
+    # model's graph is many small passes, each a fork and join of the intra-op pool (docs/benchmarks.md §14a).
+    render_workers: int = Field(0, ge=0, le=64, description="threads computing render tiles; the tiles of "
+                                                            "the renders in flight take turns on them; 0 = CPUs "
+                                                            "this process may use / INR_RENDER_THREADS")
+    render_threads: int = Field(1, ge=1, le=256, description="onnxruntime intra-op threads of the sessions that "
+                                                             "compute render tiles (image models on CPU)")
     render_timeout_s: float = Field(60.0, gt=0, description="a render still running after this many seconds "
                                                             "stops at its next tile and answers 503")
     render_cache_bytes: int = Field(64 * MiB, ge=0, description="bytes of encoded renders kept in memory "

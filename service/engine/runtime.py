@@ -35,6 +35,7 @@ CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 class RuntimeOptions:
     device: str = "cpu"   # cpu | cuda | auto
     threads: int = 1      # intra-op threads per session
+    render_threads: int = 0  # intra-op threads of the sessions render tiles run on; 0 = `threads`
     spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
     metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
 
@@ -103,6 +104,7 @@ class ModelRuntime:
         self.error: str | None = None
         self.provider: str | None = None
         self.session: ort.InferenceSession | None = None
+        self.render_session: ort.InferenceSession | None = None   # renders' tiles: see _render_sessions
         self.retired = False
         self.separable: SeparableBody | None = None
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
@@ -177,24 +179,37 @@ class ModelRuntime:
                                     self.session.get_modelmeta().custom_metadata_map, self.version)
             except ContractError as e:
                 raise ModelLoadError(str(e)) from None
-        # the body graph for separable renders (service/render/separable.py); None = render the plain way
-        self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, self._session)
+        self._render_sessions(onnx_path)
         # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)
         self.warmup_seconds = run_warmups(self.session, self.spec, self.path, self.version)
 
-    def _session_options(self) -> ort.SessionOptions:
+    def _render_sessions(self, onnx_path: Path) -> None:
+        """The sessions render tiles run on. On CPU they have `render_threads` intra-op threads: the render
+        workers run tiles side by side, and a one-thread session has no fork and join per node (a grid
+        model's graph is many small passes). The separable body (service/render/separable.py) serves only
+        renders; a model without one gets a second session of its graph when the thread counts differ."""
+        threads = self.options.render_threads or self.options.threads
+        own = self.provider == CPU and threads != self.options.threads
+        make = (lambda path: self._make_session(path, [CPU], threads)) if own else self._session
+        # the body graph for separable renders; None = render the plain way
+        self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, make)
+        self.render_session = self.session
+        if self.task == "image" and self.separable is None and own:
+            self.render_session = make(onnx_path)
+
+    def _session_options(self, threads: int | None = None) -> ort.SessionOptions:
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.options.threads
+        opts.intra_op_num_threads = threads or self.options.threads
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.options.spin else "0")
         opts.log_severity_level = 3
         return opts
 
-    def _make_session(self, onnx_path: Path, providers: list[str]) -> ort.InferenceSession:
+    def _make_session(self, onnx_path: Path, providers: list[str], threads: int | None = None) -> ort.InferenceSession:
         try:
             with warnings.catch_warnings():  # a missing provider is reported by _session, not as a warning
                 warnings.simplefilter("ignore", UserWarning)
-                return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(),
+                return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(threads),
                                             providers=providers)
         except Exception as e:  # onnxruntime raises several types for a bad file
             first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
@@ -242,6 +257,15 @@ class ModelRuntime:
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start, self.version)
         return dict(zip(names, outs))
+
+    def render_rgb(self, x: np.ndarray) -> np.ndarray:
+        """A plain render's tile: coordinates [N, 2] → rgb [N, 3] on the render session. Counted as one run of
+        N rows, like `predict`."""
+        start = time.perf_counter()
+        rgb = self.render_session.run(["rgb"], {self.spec.input.name: np.ascontiguousarray(x, np.float32)})[0]
+        if self.options.metrics is not None:
+            self.options.metrics.execution(self.name, len(x), 1, time.perf_counter() - start, self.version)
+        return rgb
 
     def predict_features(self, features: np.ndarray) -> np.ndarray:
         """A separable render's tile: the body graph on the first stage's features [N, F] → rgb [N, 3]

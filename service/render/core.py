@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ClientGone, QueueTimeout, RenderTimeout
 from .imaging import RenderSpec, new_image, plain_sampler, render_tile
 from ..metrics import Metrics
-from ..engine.runtime import ModelRuntime
+from ..engine.runtime import ModelRuntime, available_cpus
 from .scheduler import TileJob, TileScheduler
 from .separable import separable_sampler
 from ..settings import Settings
@@ -43,8 +43,8 @@ class RenderCore:
 
     @classmethod
     def start(cls, settings: Settings, metrics: Metrics) -> "RenderCore":
-        return cls(settings, TileScheduler(settings.render_workers), asyncio.Semaphore(settings.render_concurrency),
-                   metrics)
+        workers = settings.render_workers or max(1, available_cpus() // settings.render_threads)
+        return cls(settings, TileScheduler(workers), asyncio.Semaphore(settings.render_concurrency), metrics)
 
     def close(self) -> None:
         self.scheduler.close()
@@ -53,7 +53,7 @@ class RenderCore:
 def sampler_for(model: ModelRuntime, spec: RenderSpec):
     if model.separable is not None:
         return separable_sampler(model.separable, spec, model.predict_features)
-    return plain_sampler(lambda x: model.predict(x)["rgb"], spec)
+    return plain_sampler(model.render_rgb, spec)
 
 
 async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec,

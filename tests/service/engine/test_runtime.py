@@ -1,5 +1,6 @@
 """The ONNX runtime: loading checks, providers, thread counts."""
 import os
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -81,3 +82,20 @@ def test_broken_models_fail_with_their_reason(model_repo, name, reason):
 def test_default_threads_share_the_cpus_between_workers():
     assert default_threads(1) == available_cpus()
     assert default_threads(available_cpus() * 2) == 1
+
+
+def test_render_tiles_run_on_one_thread_sessions_beside_the_query_session(model_repo):
+    """INR_RENDER_THREADS: a grid model (no body graph) gets a second session for render tiles, a separable one
+    loads its body on it; both with the render threads, the query session keeps its own; equal counts share."""
+    root = Path(__file__).resolve().parents[3]
+    grid = version_1(root / "models" / "dandelion", RuntimeOptions(threads=2, render_threads=1))
+    assert grid.load() and grid.separable is None and grid.render_session is not grid.session
+    assert grid.session.get_session_options().intra_op_num_threads == 2
+    assert grid.render_session.get_session_options().intra_op_num_threads == 1
+    coords = np.random.default_rng(0).random((500, 2), dtype=np.float32)
+    assert np.array_equal(grid.render_rgb(coords), grid.predict(coords)["rgb"])
+    fourier = version_1(model_repo / "astronaut", RuntimeOptions(threads=2, render_threads=1))
+    assert fourier.load() and fourier.separable is not None and fourier.render_session is fourier.session
+    assert fourier.separable.session.get_session_options().intra_op_num_threads == 1
+    same = version_1(root / "models" / "dandelion", RuntimeOptions(threads=1, render_threads=1))
+    assert same.load() and same.render_session is same.session
