@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageColor
 
-from .tiling import Tile, block_mean, sample_coords, tiles
+from .tiling import Tile, block_mean, grid_axes, sample_coords, tiles
 from .transform import apply
 
 Predict = Callable[[np.ndarray], np.ndarray]  # [N, 2] float32 → [N, 3]
@@ -90,23 +90,34 @@ def fill_points(rgb: np.ndarray, src: np.ndarray, background: Background) -> np.
 Sampler = Callable[[Tile], np.ndarray]  # a tile → its samples' rgb, [rows·k·cols·k, 3]
 
 
+def tile_points(spec: RenderSpec, t: Tile) -> np.ndarray:
+    """The model's input for a tile: `apply(spec.matrix, sample_coords(…))` as float32 [N, 2], computed per row
+    and column and broadcast (the same float64 sums, without [rows, cols, 2] float64 intermediates)."""
+    xs, ys = grid_axes(t, spec.width, spec.height, spec.supersample, spec.viewport)
+    (a, b, c), (d, e, f) = spec.matrix
+    points = np.empty((len(ys), len(xs), 2), np.float32)
+    points[..., 0] = a * xs[None, :] + b * ys[:, None] + c
+    points[..., 1] = d * xs[None, :] + e * ys[:, None] + f
+    return points.reshape(-1, 2)
+
+
 def plain_sampler(predict: Predict, spec: RenderSpec) -> Sampler:
     """Samples of a tile through the whole coords → rgb model."""
-    def sample(t: Tile) -> np.ndarray:
-        src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, spec.supersample, spec.viewport))
-        return predict(src.reshape(-1, 2).astype(np.float32))
-    return sample
+    return lambda t: predict(tile_points(spec, t))
 
 
 def render_tile(spec: RenderSpec, t: Tile, rgb: np.ndarray, out: np.ndarray) -> None:
     """Clip a tile's sampled rgb, paint the background, average the supersamples, write into `out`."""
     k = spec.supersample
-    rgb = np.clip(np.nan_to_num(rgb, nan=0.0), 0.0, 1.0).reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
+    rgb = np.fmax(rgb, 0.0)            # NaN → 0 (fmax ignores it), −inf → 0
+    np.fmin(rgb, 1.0, out=rgb)         # +inf → 1
+    rgb = rgb.reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
     src = None
     if spec.background.mode != "extrapolate":
         src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, k, spec.viewport))
-    pixels = _fill(rgb, src, spec.background, k)
-    out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels * 255.0).astype(np.uint8)
+    pixels = _fill(rgb, src, spec.background, k)      # rgb itself, or a new array
+    np.multiply(pixels, 255.0, out=pixels)
+    out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels, out=pixels)
 
 
 def new_image(spec: RenderSpec) -> np.ndarray:
