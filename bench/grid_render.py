@@ -2,14 +2,15 @@
 
 For each head (`--heads 3x64,2x32`: depth × width of the MLP on the grid features) a grid model of the
 photo's native size is fitted with `python -m training fit-image` (the grid preset's options, `--steps`
-steps: the weights hardly change the cost, but a few steps give the PNG encoder a real picture), and beside
-it the same weights in the traced graph (one GridSample per level, as exported before issue 26 item 3; model
-name suffixed `-traced`). Both are served by one service per `--tile-samples` value (render cache off) and
+steps: the weights hardly change the cost, but a few steps give the encoders a real picture), and with
+`--traced` beside it the same weights in the traced graph (one GridSample per level, as exported before issue
+26 item 3; model name suffixed `-traced`). They are served by one service per `--tile-samples` value (render cache off) and
 timed in interleaved rounds:
-  - a 512² tile at native scale: GET /iiif/3/NAME/0,0,512,512/512,/0/default.png (PNG encoding included);
-  - the whole image at native size: GET /v1/models/NAME/render?width=W (PNG);
-  - bare onnxruntime (the same model.onnx, `--threads` threads) on the same pixel centres, in one run and in
-    the service's tiles, without HTTP or encoding.
+  - a 512² tile at native scale: GET /iiif/3/NAME/0,0,512,512/512,/0/default.jpg (the viewer's format) and .png;
+  - the whole image at native size: GET /v1/models/NAME/render?width=W, PNG and JPEG;
+  - bare onnxruntime (the same model.onnx) on the same pixel centres in the service's tiles, without HTTP or
+    encoding: one session of `--threads` threads running the tiles one after another ("seq"), and the
+    service's way since issue 26 ("par": `--threads` threads each running tiles on a one-thread session).
 Then onnxruntime's profiler on the 512² tile in the service's tiles (share of each operator type), and the
 PNG encoding of the rendered tile and image at Pillow compress levels 1, 3 and 6.
 
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -50,7 +52,7 @@ def preset_argv() -> list[str]:
         out.append(argv[i])
         i += 1
     return out
-TILE = "/iiif/3/{name}/0,0,512,512/512,/0/default.png"
+TILE = "/iiif/3/{name}/0,0,512,512/512,/0/default.{fmt}"
 
 
 def centres(x0: int, y0: int, w: int, h: int, width: int, height: int) -> np.ndarray:
@@ -166,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--heads", default="3x64,2x32", help="MLP heads to measure, DEPTHxWIDTH, comma-separated")
     p.add_argument("--steps", type=int, default=30, help="fit steps per model (a picture for the PNG encoder)")
     p.add_argument("--tile-samples", default="8192", help="INR_RENDER_TILE_SAMPLES values, comma-separated")
+    p.add_argument("--traced", action="store_true", help="also the same weights in the traced graph")
     p.add_argument("--out", default="grid_render", help="name of the results file in bench/results/")
     a = p.parse_args(argv)
     setup_logging()
@@ -177,26 +180,31 @@ def main(argv: list[str] | None = None) -> dict:
         names = {}
         for head in a.heads.split(","):
             fit(a.image, head, a.steps, repo / f"grid-{head}")
-            traced_copy(repo / f"grid-{head}", repo / f"grid-{head}-traced")
-            names[head] = {"packed": f"grid-{head}", "traced": f"grid-{head}-traced"}
+            names[head] = {"packed": f"grid-{head}"}
+            if a.traced:
+                traced_copy(repo / f"grid-{head}", repo / f"grid-{head}-traced")
+                names[head]["traced"] = f"grid-{head}-traced"
         meta = json.loads((repo / f"grid-{a.heads.split(',')[0]}" / "1" / "metadata.json").read_text())
         width, height = meta["source"]["size"]
         tile, full = centres(0, 0, 512, 512, width, height), centres(0, 0, width, height, width, height)
         models = {(h, kind): repo / n / "1" / "model.onnx" for h, d in names.items() for kind, n in d.items()}
         sessions = {k: session(path, a.threads) for k, path in models.items()}
+        singles = {k: session(path, 1) for k, path in models.items()}
+        pool = ThreadPoolExecutor(a.threads)
         bare = {}
         for n in tile_samples:
             fns = {}
-            for k, s in sessions.items():
-                fns[k + ("tile", n)] = lambda s=s, n=n: [s.run(None, {"coords": c}) for c in chunked(tile, n)]
-                fns[k + ("full", n)] = lambda s=s, n=n: [s.run(None, {"coords": c}) for c in chunked(full, n)]
+            for k in models:
+                s, one = sessions[k], singles[k]
+                for what, xy in (("tile", tile), ("full", full)):
+                    fns[k + (what, n, "seq")] = lambda s=s, n=n, xy=xy: [s.run(None, {"coords": c}) for c in chunked(xy, n)]
+                    fns[k + (what, n, "par")] = lambda s=one, n=n, xy=xy: list(pool.map(
+                        lambda c: s.run(None, {"coords": c}), chunked(xy, n)))
             bare.update(interleaved(fns, a.rounds))
-        bare.update({k + ("tile", "one run"): v for k, v in interleaved(
-            {k: (lambda s=s: s.run(None, {"coords": tile})) for k, s in sessions.items()}, a.rounds).items()})
         served = {}
         for n in tile_samples:
             env = {"INR_RENDER_CACHE_BYTES": "0", "INR_THREADS": str(a.threads), "INR_RENDER_TILE_SAMPLES": str(n),
-                   "INR_MAX_RENDER_PIXELS": str(width * height)}
+                   "INR_MAX_RENDER_PIXELS": str(width * height), "INR_RENDER_WORKERS": str(a.threads)}
             srv = Server(repo, "grid-render", env=env).wait()
             try:
                 with httpx.Client(base_url=srv.url, timeout=600) as c:
@@ -207,12 +215,14 @@ def main(argv: list[str] | None = None) -> dict:
                     fns = {}
                     for k in models:
                         name = names[k[0]][k[1]]
-                        fns[k + ("tile", n)] = lambda name=name: get(TILE.format(name=name))
-                        fns[k + ("full", n)] = lambda name=name: get(f"/v1/models/{name}/render", width=width)
+                        for fmt in ("jpg", "png"):
+                            fns[k + ("tile", n, fmt)] = lambda name=name, fmt=fmt: get(TILE.format(name=name, fmt=fmt))
+                            fns[k + ("full", n, fmt)] = lambda name=name, fmt=fmt: get(
+                                f"/v1/models/{name}/render", width=width, format="jpeg" if fmt == "jpg" else fmt)
                     served.update(interleaved(fns, a.rounds))
                     from PIL import Image
                     pixels = {what: np.asarray(Image.open(io.BytesIO(get(path, **params))).convert("RGB")) for what, path, params in (
-                        ("tile", TILE.format(name=names[a.heads.split(",")[0]]["packed"]), {}),
+                        ("tile", TILE.format(name=names[a.heads.split(",")[0]]["packed"], fmt="png"), {}),
                         ("full", f"/v1/models/{names[a.heads.split(',')[0]]['packed']}/render", {"width": width}))}
             finally:
                 srv.stop()
@@ -220,11 +230,14 @@ def main(argv: list[str] | None = None) -> dict:
             for n in tile_samples:
                 row = {"head": head, "graph": kind, "tile_samples": n}
                 for what in ("tile", "full"):
-                    row[f"service_{what}_s"] = served[(head, kind, what, n)]
-                    row[f"bare_{what}_s"] = bare[(head, kind, what, n)]
-                    row[f"service_over_bare_{what}"] = round(row[f"service_{what}_s"] / row[f"bare_{what}_s"], 2)
-                row["bare_tile_one_run_s"] = bare[(head, kind, "tile", "one run")]
-                row["ort_profile_tile"] = profile(path, tile, a.threads, n)
+                    for fmt in ("jpg", "png"):
+                        row[f"service_{what}_{fmt}_s"] = served[(head, kind, what, n, fmt)]
+                    for how in ("seq", "par"):
+                        row[f"bare_{what}_{how}_s"] = bare[(head, kind, what, n, how)]
+                    best = min(row[f"bare_{what}_seq_s"], row[f"bare_{what}_par_s"])
+                    for fmt in ("jpg", "png"):
+                        row[f"service_{fmt}_over_best_bare_{what}"] = round(row[f"service_{what}_{fmt}_s"] / best, 2)
+                row["ort_profile_tile"] = profile(path, tile, 1, n)   # one thread: the par sessions
                 rows.append(row)
         png = {what: png_costs(px, a.rounds) for what, px in pixels.items()}
         sizes = {k[0]: models[k].stat().st_size for k in models if k[1] == "packed"}
@@ -232,8 +245,10 @@ def main(argv: list[str] | None = None) -> dict:
               "image": a.image, "width": width, "height": height, "rounds": a.rounds,
               "threads": a.threads, "steps": a.steps, "model_bytes": sizes, "rows": rows, "png": png}
     for r in rows:
-        log.info("%-5s %-6s tiles %6d: tile %.3f s (bare %.3f), full %.2f s (bare %.2f)", r["head"], r["graph"],
-                 r["tile_samples"], r["service_tile_s"], r["bare_tile_s"], r["service_full_s"], r["bare_full_s"])
+        log.info("%-5s %-6s tiles %6d: tile jpg %.3f png %.3f s (bare seq %.3f par %.3f), full jpg %.2f png %.2f s "
+                 "(bare seq %.2f par %.2f)", r["head"], r["graph"], r["tile_samples"], r["service_tile_jpg_s"],
+                 r["service_tile_png_s"], r["bare_tile_seq_s"], r["bare_tile_par_s"], r["service_full_jpg_s"],
+                 r["service_full_png_s"], r["bare_full_seq_s"], r["bare_full_par_s"])
     write_json(a.out, result)
     return result
 
