@@ -21,7 +21,9 @@ import torch
 from modelrepo import SpecError, read_spec, version_numbers
 
 from .errors import UsageError
+from .encodings.grid_quant import round_tables_8bit, store_tables_8bit
 from .export import check_parity, export_onnx, ort_session
+from .fp16 import store_weights_fp16
 from .image_models import ImageINR, ImageModelConfig, fold_batchnorm
 from .repository import TensorSpec, command_line, write_model_dir
 from .separable import write_separable
@@ -36,7 +38,6 @@ WRITTEN = {"name", "task", "version", "onnx_sha256", "created", "command", "sepa
 def load_from_onnx(folder: Path) -> tuple[torch.nn.Module, dict, bytes, Path]:
     """(the rebuilt torch model, the latest version's metadata, its ONNX bytes, its folder)."""
     import onnx
-    from onnx import numpy_helper
 
     versions = version_numbers(folder) if folder.is_dir() else []
     if not versions:
@@ -59,13 +60,40 @@ def load_from_onnx(folder: Path) -> tuple[torch.nn.Module, dict, bytes, Path]:
     model = ImageINR(ImageModelConfig.from_dict(arch))
     if arch.get("model") == "mlp-bn":
         fold_batchnorm(model)  # the exported graph holds folded weights
-    weights = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy())
-               for i in onnx.load_from_string(old).graph.initializer}
-    missing, _ = model.load_state_dict(weights, strict=False)
+    missing, _ = model.load_state_dict(stored_weights(onnx.load_from_string(old).graph), strict=False)
     if missing:
         raise UsageError(f"{vdir}: the ONNX file lacks the weights {missing[:4]}; only a graph that keeps them "
                          "by name (encoding.B, body.N.weight) can be re-exported")
     return model.eval(), meta, old, vdir
+
+
+def stored_weights(graph) -> dict[str, torch.Tensor]:
+    """The graph's initializers by their state_dict names, as float32: float16 storage (`NAME__fp16`,
+    training/fp16.py) and 8-bit tables (`NAME__u8` · `NAME__scale` + `NAME__low`, computed in float32 as the
+    graph's Cast → Mul → Add does; training/encodings/grid_quant.py) read back."""
+    from onnx import numpy_helper
+    arrays = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    out = {}
+    for name, a in arrays.items():
+        if name.endswith("__fp16"):
+            out[name.removesuffix("__fp16")] = a.astype(np.float32)
+        elif name.endswith("__u8"):
+            base = name.removesuffix("__u8")
+            out[base] = a.astype(np.float32) * arrays[f"{base}__scale"] + arrays[f"{base}__low"]
+        elif not name.endswith(("__scale", "__low")):
+            out[name] = a
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in out.items()}
+
+
+def stored_as_before(onnx_bytes: bytes, model: torch.nn.Module, export: dict) -> bytes:
+    """The new graph with the storage the old one had: 8-bit tables, float16 weights (both lossless here, the
+    values being already rounded to them)."""
+    if "tables" in export:
+        round_tables_8bit(model)
+        onnx_bytes, _ = store_tables_8bit(onnx_bytes, model)
+    if str(export.get("weights", "")).startswith("float16"):
+        onnx_bytes, _ = store_weights_fp16(onnx_bytes)
+    return onnx_bytes
 
 
 def reexport_image(folder: Path) -> dict:
@@ -78,7 +106,8 @@ def reexport_image(folder: Path) -> dict:
         diff = float(np.max(np.abs(model(torch.from_numpy(probe)).numpy() - ref)))
     if not diff <= REBUILD_ATOL:
         raise UsageError(f"{folder}: the rebuilt model differs from its ONNX file by {diff:.3g} > {REBUILD_ATOL}")
-    onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"])
+    onnx_bytes = stored_as_before(export_onnx(model, torch.rand(8, 2), "coords", ["rgb"]), model,
+                                  meta.get("export", {}))
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
     keep = {k: v for k, v in meta.items() if k not in WRITTEN}
     keep["export"] = {**meta.get("export", {}), "max_abs_diff_vs_torch": parity}

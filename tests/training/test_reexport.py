@@ -76,3 +76,25 @@ def test_what_cannot_be_reexported_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
     r = run(str(ROOT / "models" / "digits"))
     assert r.returncode == 2 and "image models only" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_grid_model_with_8bit_tables_is_reexported_as_it_was_stored(tmp_path):
+    """The bundled dandelion: 8-bit tables (NAME__u8, __scale, __low) are read back, and the new file stores them
+    as uint8 again, so it is no larger and answers as the old one did."""
+    import shutil
+    folder = tmp_path / "dandelion"
+    shutil.copytree(ROOT / "models" / "dandelion", folder)
+    old = folder / "1" / "model.onnx"
+    old_bytes, old_size = old.read_bytes(), old.stat().st_size
+    r = subprocess.run([sys.executable, "-m", "training", "reexport-image", str(folder)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    new = folder / "1" / "model.onnx"
+    assert new.stat().st_size <= old_size * 1.01
+    assert any(i.name.endswith("__u8") for i in onnx.load(str(new)).graph.initializer)
+    coords = np.random.default_rng(1).random((2000, 2), dtype=np.float32)
+    a = ort.InferenceSession(old_bytes).run(["rgb"], {"coords": coords})[0]
+    b = ort.InferenceSession(str(new)).run(["rgb"], {"coords": coords})[0]
+    assert np.abs(a - b).max() < 1e-4
+    meta = json.loads((folder / "1" / "metadata.json").read_text())
+    assert meta["reexport"]["max_abs_diff_vs_old_onnx"] <= 1e-4 and meta["export"]["tables"]["u8_tables"] == 8
