@@ -55,9 +55,9 @@ class Settings(BaseSettings):
     render_concurrency: int = Field(4, ge=1, le=64, description="renders in flight (memory bound: one output "
                                                                "image each); more wait for a slot")
     # Small tiles keep a tile's [N, features] intermediates in L2: 8192 ran at 1.2-1.6x the coordinates/s of
-    # 65 536 (docs/benchmarks.md §3); with tiles side by side on one-thread sessions 4096 is ahead of 8192 on a
-    # grid model and a Fourier one (§14a).
-    render_tile_samples: int = Field(4_096, ge=256, description="model samples per render tile (memory bound)")
+    # 65 536 (docs/benchmarks.md §3). 4096 was measured beside it in §14a: faster bare, but a 512² IIIF tile
+    # has 64 tiles' Python work instead of 36, and through the service it came out 11 % slower.
+    render_tile_samples: int = Field(8_192, ge=256, description="model samples per render tile (memory bound)")
     # Render core (service/render/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
     # Tiles side by side on one-thread sessions beat one tile at a time on a multi-thread session: a grid
     # model's graph is many small passes, each a fork and join of the intra-op pool (docs/benchmarks.md §14a).
