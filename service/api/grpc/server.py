@@ -10,9 +10,7 @@ registry, the dataplane (batching), the metrics and the drain with HTTP.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -32,20 +30,10 @@ class GrpcServer:
 
     async def start(self) -> None:
         s = self.settings
-        options = [("grpc.max_receive_message_length", s.max_body_bytes), ("grpc.so_reuseport", int(s.workers > 1))]
-        self.sync = os.environ.get("INR_GRPC_SERVER") == "sync"
-        if self.sync:  # an experiment (issue 27)
-            from .threaded import sync_server
-            self.server, self.health = sync_server(self.service, options, int(os.environ.get("INR_GRPC_THREADS", 8)))
-        else:
-            extra = [(k, int(v)) for k, _, v in (o.partition("=") for o in os.environ.get("INR_GRPC_OPTIONS", "").split(";") if o)]
-            limit = os.environ.get("INR_GRPC_MAX_RPCS")
-            self.server = grpc.aio.server(options=options + extra, maximum_concurrent_rpcs=int(limit) if limit else None)
-            generic = handlers(self.service)
-            if os.environ.get("INR_GRPC_REGISTERED"):
-                self.server.add_registered_method_handlers(SERVICE, {"ModelInfer": generic._method_handlers[f"/{SERVICE}/ModelInfer"]})
-            self.server.add_generic_rpc_handlers((generic,))
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", s.max_body_bytes),
+                                               ("grpc.so_reuseport", int(s.workers > 1))])
+        self.server.add_generic_rpc_handlers((handlers(self.service),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"[{s.host}]:{s.grpc_port}" if ":" in s.host else f"{s.host}:{s.grpc_port}"
         try:
             self.port = self.server.add_insecure_port(address)
@@ -54,24 +42,14 @@ class GrpcServer:
             log.error("gRPC: cannot listen on %s (%s)", address, e)
         if not self.port:
             raise RuntimeError(f"gRPC cannot listen on {address} (--grpc-port / INR_GRPC_PORT; 0 turns gRPC off)")
-        if self.sync:
-            self.server.start()
-            for name in ("", SERVICE):
-                self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-            return
         await self.server.start()
         for name in ("", SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("gRPC (KServe V2) on %s", address)
 
     async def draining(self) -> None:
-        if self.sync:
-            self.health.enter_graceful_shutdown()
-            return
         await self.health.enter_graceful_shutdown()
 
     async def stop(self, grace: float = 1.0) -> None:
-        if self.server is not None and self.sync:
-            await asyncio.to_thread(self.server.stop(grace).wait)
-        elif self.server is not None:
+        if self.server is not None:
             await self.server.stop(grace)
