@@ -64,3 +64,19 @@ def test_ours_times_the_servicer_and_the_http_route_beside_the_model(model_repo)
     cells = [c.strip() for c in table[2].split("|")[1:-1]]
     assert cells[0] == "one digit" and float(cells[1]) > 0
     assert all(float(c.split(" ")[0]) > 0 for c in cells[2:])
+
+
+def test_the_profile_puts_each_sample_in_the_category_of_its_innermost_known_frame():
+    import os
+
+    from bench.grpc_profile import summarise, thread_cpu
+    raw = "\n".join([
+        "run (uvicorn/server.py:86);handler (service/api/grpc/servicer.py:57);run (onnxruntime/capi/x.py:1) 7",
+        "handler (service/api/grpc/servicer.py:57);infer_request (service/api/grpc/convert.py:9) 2",
+        "Runner.run (asyncio/runners.py:118) 5",
+        "main (<frozen runpy>:1) 1",
+        "not a sample line",
+    ])
+    assert summarise(raw) == {"model (onnxruntime)": 7, "ours: gRPC ↔ V2 conversion": 2, "asyncio / threads": 5,
+                              "other": 1}
+    assert thread_cpu(os.getpid())["main (the event loop)"] > 0
