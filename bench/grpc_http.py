@@ -10,14 +10,22 @@ round; the table gives the median of `--rounds` rounds.
 against one without, on a repeated workload (every request the same tensor) and on one that never repeats
 (every request new coordinates), V2 HTTP binary.
 
+`--variant NAME:K=V,...` adds the service with those settings over gRPC, `--baseline DIR` the service of another
+checkout (both protocols), and `--floor` the floors: uvicorn answering a constant body (bench/floor_app.py) and
+grpc.aio and the sync grpc.server answering the service's own serialised answer (bench/grpc_floor.py). Every
+server is measured in every round, in an order that rotates by round.
+
     python -m bench.grpc_http                       # gRPC vs HTTP binary, 1 and 8 clients, 3 rounds
+    python -m bench.grpc_http --workload "2,000 coordinates" --floor --variant inline0:INR_INLINE_RUN_MS=0
     python -m bench.grpc_http --cache               # response cache on and off
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -104,16 +112,53 @@ def side_by_side(rows: list[dict], keys: list[str], a: str, b: str) -> str:
     return "\n".join(lines)
 
 
+def wide(rows: list[dict], names: list[str]) -> str:
+    """Per workload and clients: each target's req/s (server CPU ms/req, × the first target's req/s)."""
+    by = {(r["workload"], r["clients"], r["target"]): r for r in rows}
+    lines = ["| workload | clients | " + " | ".join(names) + " | errors |", "|---|---:|" + "---:|" * (len(names) + 1)]
+    for w, c in dict.fromkeys((r["workload"], r["clients"]) for r in rows):
+        first = by[(w, c, names[0])]["req_s"] or 1
+        cells = [f"{x['req_s']:.0f} ({x['cpu_ms']:.2f}, {x['req_s'] / first:.2f}×)"
+                 for x in (by[(w, c, n)] for n in names)]
+        lines.append(f"| {w} | {c} | " + " | ".join(cells) + f" | {sum(by[(w, c, n)]['errors'] for n in names)} |")
+    return "\n".join(lines)
+
+
 def protocols(args) -> str:
-    srv = Server(args.models, "grpc-http", args=("--threads", "1")).wait()
+    from .grpc_floor import floors
+    servers = {"": Server(args.models, "grpc-http", args=("--threads", "1"))}
+    targets = [("HTTP binary", "", "http"), ("gRPC", "", "grpc")]
+    if args.baseline:
+        servers["before"] = Server(args.models, "before", args=("--threads", "1"), cwd=args.baseline)
+        targets += [("before: HTTP binary", "before", "http"), ("before: gRPC", "before", "grpc")]
+    for v in args.variant:
+        name, _, pairs = v.partition(":")
+        env = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
+        servers[name] = Server(args.models, name, env, args=("--threads", "1"))
+        targets.append((f"gRPC, {name}", name, "grpc"))
+    workloads = args.workload or list(WORKLOADS)
     try:
-        rounds = []
-        for _ in range(args.rounds):
-            rounds.append([measure(srv, p, w, c, args.duration) for w in WORKLOADS for c in args.clients
-                           for p in ("http", "grpc")])
+        for s in servers.values():
+            s.wait()
+        if args.floor:
+            for name, protocol, server in floors(servers[""], {w: WORKLOADS[w] for w in workloads}):
+                servers[name] = server
+                targets.append((name, name, protocol))
+        results: dict[tuple, list[dict]] = {}
+        for rnd in range(args.rounds):
+            for w in workloads:
+                for c in args.clients:
+                    order = targets[rnd % len(targets):] + targets[:rnd % len(targets)]
+                    for label, name, protocol in order:
+                        r = measure(servers[name], protocol, w, c, args.duration)
+                        results.setdefault((w, c, label), []).append(r)
+                        print(f"{w} c={c} {label}: {r['req_s']:.0f} req/s {r['cpu_ms']:.2f} CPU ms/req "  # noqa: T201
+                              f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     finally:
-        srv.stop()
-    return side_by_side(median_rows(rounds), ["clients"], "HTTP binary", "gRPC")
+        for s in servers.values():
+            s.stop()
+    rows = [{**median_rows([[r] for r in rs])[0], "target": label} for (_, _, label), rs in results.items()]
+    return wide(rows, [t[0] for t in targets])
 
 
 def cache(args) -> str:
@@ -144,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=lambda s: [int(v) for v in s.split(",")], default=[1, 8])
     p.add_argument("--duration", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workload", action="append", choices=list(WORKLOADS), help="only these (repeatable)")
+    p.add_argument("--variant", action="append", default=[], help="NAME:K=V,...: the service with these settings")
+    p.add_argument("--baseline", type=Path, help="also the service of this checkout (git archive COMMIT service ...)")
+    p.add_argument("--floor", action="store_true", help="also the HTTP and gRPC floors")
     p.add_argument("--cache", action="store_true", help="the response cache on and off instead of the protocols")
     args = p.parse_args(argv)
     print(cache(args) if args.cache else protocols(args))  # noqa: T201  (a command's result)

@@ -1,14 +1,19 @@
 """`python -m service`: serve the model repository with uvicorn.
 
-Options override INR_* environment variables. Bad input prints one line,
-`error: …`, and exits with code 2.
+Options override INR_* environment variables. A start that cannot go on prints one line, `error: …`, naming
+the option, and exits with a code (README, "Serving"):
+
+* 2: a bad option or setting, or a model repository that is not a readable folder;
+* 3: a port that cannot be listened on (taken, or not allowed): --port / INR_PORT, --grpc-port / INR_GRPC_PORT.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import errno
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -22,6 +27,11 @@ from .settings import Settings
 OPTIONS = ("models", "host", "port", "grpc_port", "device", "workers", "threads", "log_level",
            "cache_config", "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
 SECRET = {"http_restricted_api"}  # never echoed in an error
+BAD_SETTING, NO_PORT = 2, 3  # exit codes
+
+
+class PortUnavailable(Exception):
+    """A port the service is to listen on cannot be bound (exit code 3)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,10 +75,40 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise ValueError(f"--{where.replace('_', '-')}: {msg}{got}") from None
     if not settings.models.is_dir():
         raise ValueError(f"--models '{settings.models}' is not a directory")
+    try:
+        os.listdir(settings.models)
+    except OSError as e:
+        raise ValueError(f"--models '{settings.models}' cannot be read ({e.strerror})") from None
     missing = [n for n in settings.load_model if n != "*" and not (settings.models / n).is_dir()]
     if missing:
         raise ValueError(f"--load-model {missing[0]}: no model folder '{missing[0]}' in {settings.models}")
     return settings
+
+
+def check_port(host: str, port: int, option: str) -> None:
+    """Bind `host:port` and let it go, as the server will bind it (SO_REUSEADDR, as uvicorn and gRPC do), so
+    that a taken port is one line before the models load; PortUnavailable names the option."""
+    if not port:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host!r}: {e.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            why = "is taken by another process" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+            raise PortUnavailable(f"{option}: port {port} on {host} {why}") from None
+
+
+def check_ports(settings: Settings) -> None:
+    check_port(settings.host, settings.port, "--port / INR_PORT")
+    if settings.grpc_port == settings.port and settings.port:
+        raise ValueError(f"--grpc-port / INR_GRPC_PORT: {settings.grpc_port} is also the HTTP port (--port)")
+    check_port(settings.host, settings.grpc_port, "--grpc-port / INR_GRPC_PORT (0 turns gRPC off)")
 
 
 def probe_cuda(models: Path) -> bool:
@@ -118,9 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from(args)
         logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
         settings = resolve_device(settings)
-    except (ValueError, DeviceError) as e:
+        check_ports(settings)
+    except (ValueError, DeviceError, PortUnavailable) as e:
         sys.stderr.write(f"error: {e}\n")
-        return 2
+        return NO_PORT if isinstance(e, PortUnavailable) else BAD_SETTING
     import uvicorn
     # Worker processes build their own app from the environment, so pass the settings that way.
     os.environ.update(settings.environment())
