@@ -113,7 +113,7 @@ class DenseGridGraph:
         m[np.arange(levels), np.arange(levels)] = 1
         m[levels + np.arange(levels), np.arange(levels)] = rows
         base = np.array(offsets, np.float32) + np.array(rows, np.float32) + 1
-        mx, bx, my, by, s = self._weights(levels, f)
+        mw, bw, s = self._weights(levels, f)
 
         v = node("Clip", [x, const("zero", np.float32(0)), const("one", np.float32(1))], "clipped")
         v = node("Mul", [v, const("two", np.float32(2))], "times2")            # grid_sample's [-1, 1] coordinates,
@@ -131,10 +131,16 @@ class DenseGridGraph:
         idx = node("Clip", [idx, const("lo", np.int64(0)), const("hi", np.int64(total - 1))], "index")
         g = node("Gather", [packed, idx], "corner_values", axis=0)                  # [N, L, 4F]
         g = node("Reshape", [g, const("flat", np.array([-1, levels * 4 * f], np.int64))], "corner_flat")
-        wx = node("Gemm", [frac, const("wx", mx), const("wx_bias", bx)], "weight_x")
-        wy = node("Gemm", [frac, const("wy", my), const("wy_bias", by)], "weight_y")
-        g = node("Mul", [g, wx], "weighted_x")
-        g = node("Mul", [g, wy], "weighted")
+        # the corner weights are linear in (tx, ty, tx·ty): one Gemm writes them all, [N, L·4F]
+        fx = node("Slice", [frac, const("s0", np.array([0], np.int64)), const("sl", np.array([levels], np.int64)),
+                            const("ax1", np.array([1], np.int64))], "frac_x")
+        fy = node("Slice", [frac, const("sl", np.array([levels], np.int64)),
+                            const("s2l", np.array([2 * levels], np.int64)), const("ax1", np.array([1], np.int64))],
+                  "frac_y")
+        fxy = node("Mul", [fx, fy], "frac_xy")
+        basis = node("Concat", [frac, fxy], "basis", axis=1)                           # [N, 3L]
+        w = node("Gemm", [basis, const("w", mw), const("w_bias", bw)], "weight")
+        g = node("Mul", [g, w], "weighted")
         node("MatMul", [g, const("corner_sum", s)], "features", output=FEATURES)  # [N, L·F]
         return nodes, [numpy_helper.from_array(a, k) for k, a in consts.items()]
 
@@ -157,17 +163,17 @@ class DenseGridGraph:
 
     @staticmethod
     def _weights(levels: int, f: int):
-        """Gemm matrices of the fractions [N, 2L] (x of each level, then y) → the x and y factors of each corner
-        weight in the gathered layout (level, corner, feature); and the corner sum → (level, feature)."""
+        """The Gemm of the basis [N, 3L] (x fractions, y fractions, their products, level by level) → the bilinear
+        weight of each corner in the gathered layout (level, corner, feature): (1−tx)(1−ty) = 1 − tx − ty + tx·ty,
+        tx(1−ty) = tx − tx·ty, (1−tx)ty = ty − tx·ty, tx·ty; and the corner sum → (level, feature)."""
         width = levels * 4 * f
-        mx, bx = np.zeros((2 * levels, width), np.float32), np.zeros(width, np.float32)
-        my, by = np.zeros_like(mx), np.zeros_like(bx)
+        mw, bw = np.zeros((3 * levels, width), np.float32), np.zeros(width, np.float32)
         s = np.zeros((width, levels * f), np.float32)
         for level in range(levels):
-            for k in range(4):
+            x, y, xy = level, levels + level, 2 * levels + level
+            for k, (cx, cy, cxy, c1) in enumerate(((-1, -1, 1, 1), (1, 0, -1, 0), (0, 1, -1, 0), (0, 0, 1, 0))):
                 for c in range(f):
                     j = (level * 4 + k) * f + c
-                    mx[level, j], bx[j] = (1, 0) if k & 1 else (-1, 1)             # tx or 1 − tx
-                    my[levels + level, j], by[j] = (1, 0) if k & 2 else (-1, 1)    # ty or 1 − ty
+                    mw[x, j], mw[y, j], mw[xy, j], bw[j] = cx, cy, cxy, c1
                     s[j, level * f + c] = 1
-        return mx, bx, my, by, s
+        return mw, bw, s
