@@ -1,4 +1,4 @@
-"""The fit job store on its embedded backend (SQLite) and a real one (redis-server): records, events,
+"""The fit job store on its embedded backend (SQLite) and real servers (redis-server, PostgreSQL): records, events,
 limits, cancel, one claim per attempt under a race, fit slots, and dead workers retried once then failed."""
 from __future__ import annotations
 
@@ -8,24 +8,7 @@ import time
 import pytest
 
 from modelrepo.fitjobs import FitStore, JobFinished, QueueFull, StoreError
-from tests.fits import RedisServer, png, submit
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fits.sqlite"
-    server = request.getfixturevalue("redis_server")
-    import redis
-    redis.Redis.from_url(server.url).flushall()
-    return server.url
+from tests.fits import png, submit
 
 
 def test_a_submitted_job_is_listed_with_its_queued_event_and_image(url):
