@@ -56,7 +56,15 @@ def open_huey(url: str, name: str = "inr-fits"):
         return SqliteHuey(name, filename=str(path), results=False, timeout=30)
     if kind == "redis":
         return RedisHuey(name, url=url, results=False)
-    return PostgresHuey(name, dsn=url, results=False, connect_timeout=10)
+    huey = PostgresHuey(name, dsn=url, results=False, connect_timeout=10, create_tables=False)
+    storage = huey.storage
+    # huey runs its CREATE TABLE IF NOT EXISTS unlocked: PostgreSQL lets two of them on one new table race
+    # (one fails on pg_type's unique index), as when several processes open a new store at once.
+    with storage.db(commit=True, close=True) as curs:
+        curs.execute("select pg_advisory_xact_lock(hashtext(%s))", (f"{storage.table_kv}:ddl",))
+        for sql in storage.ddl:
+            curs.execute(sql)
+    return huey
 
 
 LUA_TXN = """
