@@ -132,9 +132,10 @@ class FitStore(Recovery):
         return self._get(f"job:{job_id}")
 
     def _seq(self) -> tuple[int, bytes | None]:
-        """The number of the newest job, and its stored bytes (the submit transaction's expectation)."""
+        """The number of the newest job, and its stored bytes (the submit transaction's expectation). A store
+        written before `jobseq` numbered its jobs with huey's counter `jobs`: numbering goes on from there."""
         raw = self.kv.peek_data("jobseq")
-        return (0, None) if raw is EmptyData else (int(bytes(raw)), bytes(raw))
+        return (self.kv.incr("jobs", 0), None) if raw is EmptyData else (int(bytes(raw)), bytes(raw))
 
     def list(self, n: int | None = None) -> list[dict]:
         """The newest LIST_LIMIT jobs, newest first."""

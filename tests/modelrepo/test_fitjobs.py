@@ -140,3 +140,14 @@ def test_a_stopping_worker_hands_its_job_back_without_counting_a_failure(url):
 def test_an_unknown_store_url_is_refused_naming_the_forms(bad):
     with pytest.raises(StoreError, match="sqlite:///"):
         FitStore(bad)
+
+
+def test_a_store_written_before_jobseq_keeps_its_jobs_listed_and_numbering(url):
+    """Stores made by the earlier code numbered jobs with huey's counter `jobs`; an upgrade goes on from it."""
+    old = submit(FitStore(url), "old")
+    store = FitStore(url)
+    store.kv.delete_data("jobseq")      # as the earlier code left it: the number only in the counter
+    store.kv.incr("jobs", 1)
+    new = submit(store, "new")
+    assert [r["id"] for r in store.list()] == [new["id"], old["id"]]
+    assert store.kv.peek_many(["jobno:2"]) and store.kv.peek_many(["jobno:1"])
