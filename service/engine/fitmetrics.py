@@ -15,7 +15,6 @@ worker that died still counts.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -27,8 +26,7 @@ log = logging.getLogger(__name__)
 
 def snapshot(fits) -> dict | None:
     """What a scrape shows, read from the store; None while a SQLite store has not been created (no fit yet)."""
-    url = fits.settings.fit_store
-    if url.startswith("sqlite:///") and fits._store is None and not Path(url[len("sqlite:///"):]).exists():
+    if not fits.created():
         return None
     store = fits.store()
     now = store.now()

@@ -48,6 +48,11 @@ class Fits:
                 self._store = FitStore(url, stale_s=self.settings.fit_stale_s)
             return self._store
 
+    def created(self) -> bool:
+        """False while the store is a SQLite file nobody has created (no fit yet): a scrape does not create it."""
+        url = self.settings.fit_store
+        return self._store is not None or not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).exists()
+
     async def call(self, method: str, *args, **kwargs):
         return await anyio.to_thread.run_sync(lambda: getattr(self.store(), method)(*args, **kwargs))
 
