@@ -223,20 +223,6 @@ class FitStore(Recovery):
         return rec
 
     # -- the worker's side -----------------------------------------------------------------------
-    def register_worker(self, wid: str, info: dict) -> int:
-        for k in range(SEATS):
-            if self.kv.put_if_empty(f"hb:{k}", json.dumps({"worker": wid, "time": self.now(), **info}).encode()):
-                return k
-        raise RuntimeError(f"{SEATS} workers already hold a heartbeat seat in this store")
-
-    def beat(self, seat: int, wid: str, info: dict) -> None:
-        self._put(f"hb:{seat}", {"worker": wid, "time": self.now(), **info})
-
-    def unregister_worker(self, seat: int, wid: str) -> None:
-        held = self._get(f"hb:{seat}")
-        if held and held["worker"] == wid:
-            self.kv.delete_data(f"hb:{seat}")
-
     def claim(self, job_id: str, attempt: int, wid: str) -> dict | None | bool:
         """Take the job's attempt and a fit slot: the record (now running), None if the attempt is not
         this message's to run (already claimed, cancelled, superseded), False if every slot is held
@@ -254,7 +240,10 @@ class FitStore(Recovery):
         rec = self.get(job_id)
         now = self.now()
         rec.update(state="running", worker=wid, started=rec["started"] or now, attempt_started=now)
-        return self._write(rec, "started", {"attempt": attempt, "worker": wid}, now=now)
+        done = self._write(rec, "started", {"attempt": attempt, "worker": wid}, expect=self._mine(rec), now=now)
+        if done is None:  # declared dead between its claim and now: the attempt is the reaper's
+            self._release_slots(job_id)
+        return done
 
     def _take_slot(self, job_id: str, wid: str) -> int | None:
         n = (self._get("config") or {}).get("max_running", 1)
@@ -268,6 +257,11 @@ class FitStore(Recovery):
             if held["job"] == job_id:
                 self.kv.delete_data(key)
 
+    @staticmethod
+    def _mine(rec: dict) -> dict:
+        """What the attempt's writer expects of each write: nobody declared it dead (fitreap)."""
+        return {f"reap:{rec['id']}:{rec['attempt']}": None}
+
     def still_mine(self, rec: dict) -> bool:
         """False once another process declared this attempt's worker dead."""
         return not self.kv.has_data_for_key(f"reap:{rec['id']}:{rec['attempt']}")
@@ -275,14 +269,18 @@ class FitStore(Recovery):
     def cancel_requested(self, job_id: str) -> bool:
         return self.kv.has_data_for_key(f"cancel:{job_id}")
 
-    def progress(self, rec: dict, data: dict, preview: bytes | None = None) -> dict:
+    def progress(self, rec: dict, data: dict, preview: bytes | None = None) -> dict | None:
+        """The record with the progress event; None once the attempt was reaped (nothing written: a worker
+        thought dead must not write over the retried record)."""
         rec.update({k: data[k] for k in ("step", "loss", "psnr", "eta_s") if k in data})
-        return self._write(rec, "progress", data, preview=preview)
+        return self._write(rec, "progress", data, preview=preview, expect=self._mine(rec))
 
     def finish(self, rec: dict, state: str, reason: str | None = None, expect: dict | None = None,
                puts: dict | None = None, **fields) -> dict | None:
         """End the job: `state`, the fields, its event and metric counters (`reason`: why it failed, one of
-        fitmetrics.FAILURES) in one transaction, done only if `expect` holds; the upload and slot go."""
+        fitmetrics.FAILURES) in one transaction, done only if `expect` holds (by default: the attempt was not
+        reaped); the upload and slot go."""
+        expect = self._mine(rec) if expect is None else expect
         now = self.now()
         rec = dict(rec, state=state, finished=now, eta_s=None, **fields)
         data = {k: rec.get(k) for k in ("error", "version", "metrics", "name") if rec.get(k) is not None}
@@ -294,4 +292,4 @@ class FitStore(Recovery):
 
     def hand_back(self, rec: dict, reason: str) -> dict:
         """The worker is stopping (SIGTERM): the job goes back to the queue as a new attempt; not a failure."""
-        return self._requeue(rec, reason, failed=False, why="worker_stopped")
+        return self._requeue(rec, reason, failed=False, why="worker_stopped", expect=self._mine(rec))

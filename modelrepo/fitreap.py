@@ -1,4 +1,4 @@
-"""Recovery in the fit store (docs/fits.md, "Life of a job"): jobs whose worker died are retried once, then
+"""Heartbeats and recovery in the fit store (docs/fits.md, "Life of a job"): jobs whose worker died are retried once, then
 failed; queued jobs whose queue message was lost are sent again. Any process may run it (every worker's
 heartbeat thread, the API on its reads and submits); all times are the store's clock.
 
@@ -24,7 +24,22 @@ MAX_FAILURES = 2   # a job whose worker died is retried once; the second death f
 
 
 class Recovery:
-    """The FitStore methods that recover from dead processes (mixed into modelrepo.fitjobs.FitStore)."""
+    """The FitStore methods that keep heartbeats and recover from dead processes (mixed into
+    modelrepo.fitjobs.FitStore)."""
+
+    def register_worker(self, wid: str, info: dict) -> int:
+        for k in range(self.seats):
+            if self.kv.put_if_empty(f"hb:{k}", json.dumps({"worker": wid, "time": self.now(), **info}).encode()):
+                return k
+        raise RuntimeError(f"{self.seats} workers already hold a heartbeat seat in this store")
+
+    def beat(self, seat: int, wid: str, info: dict) -> None:
+        self._put(f"hb:{seat}", {"worker": wid, "time": self.now(), **info})
+
+    def unregister_worker(self, seat: int, wid: str) -> None:
+        held = self._get(f"hb:{seat}")
+        if held and held["worker"] == wid:
+            self.kv.delete_data(f"hb:{seat}")
 
     def _requeue(self, rec: dict, reason: str, failed: bool, why: str, expect: dict | None = None,
                  puts: dict | None = None) -> dict | None:

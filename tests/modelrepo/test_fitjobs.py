@@ -151,3 +151,18 @@ def test_a_store_written_before_jobseq_keeps_its_jobs_listed_and_numbering(url):
     new = submit(store, "new")
     assert [r["id"] for r in store.list()] == [new["id"], old["id"]]
     assert store.kv.peek_many(["jobno:2"]) and store.kv.peek_many(["jobno:1"])
+
+
+def test_a_worker_declared_dead_writes_nothing_over_the_retried_record(url):
+    """A worker that was only slow (its heartbeat stale, then back): once reaped, its progress, its end and its
+    hand-back are refused, so the retried record and its queued attempt stand."""
+    store = FitStore(url, stale_s=0.3)
+    rec = store.claim(submit(store)["id"], 1, "slow")  # "slow" never beat: dead to the reaper
+    time.sleep(0.4)
+    assert store.reap() == [rec["id"]]
+    assert store.progress(dict(rec), {"step": 5, "loss": 0.1}) is None
+    assert store.finish(dict(rec), "succeeded", version=1) is None
+    assert store.hand_back(dict(rec), "SIGTERM") is None
+    got = store.get(rec["id"])
+    assert got["state"] == "queued" and got["attempt"] == 2 and got["step"] == 0
+    assert store.claim(rec["id"], 2, "w2")["state"] == "running"

@@ -149,9 +149,12 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         preview = (preview_png(model, next(model.parameters()).device, (img.shape[1], img.shape[0]))
                    if emitted["events"] % PREVIEW_EVERY == 1 or last else None)
         elapsed = now - t0
-        rec = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
-                                   "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
-                                   "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
+        written = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
+                                       "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
+                                       "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
+        if written is None:
+            raise Stop(None, "another process declared this worker dead; dropping the fit")
+        rec = written
         return False
 
     model, history = train(cfg, img, on_step=on_step, every=check_every)
