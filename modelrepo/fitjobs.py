@@ -5,47 +5,32 @@ docs/fits.md lists the keys. A job record has one writer at a time: the API unti
 then that worker, or whoever declares the worker dead. Each hand-over goes through huey's atomic
 `put_if_empty` on a key named after the job and its attempt, so exactly one process wins it. Queue
 messages carry only (job id, attempt); a message for an attempt that is no longer the record's is
-dropped by `claim`.
+dropped by `claim`, so a duplicate message is harmless.
+
+A record, its event and its queue message are written in one transaction (modelrepo.fitatomic), and a
+submit checks the queue limit and a derived name in the transaction that inserts the job. Times are the
+store's clock (`now`). Dead workers and lost messages are recovered in modelrepo.fitreap.
 """
 from __future__ import annotations
 
 import json
 import socket
-import time
 import uuid
-from pathlib import Path
 
-from huey import PostgresHuey, RedisHuey, SqliteHuey
 from huey.constants import EmptyData
+
+from . import fitmetrics
+from .fitatomic import StoreError, atomic_for, check_url, open_huey  # noqa: F401 - re-exported
+from .fitpresets import DEFAULT_PRESET, PRESETS  # noqa: F401 - re-exported
+from .fitreap import MAX_FAILURES, Recovery  # noqa: F401 - re-exported
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+NAME_TAKEN = frozenset({"queued", "running", "succeeded"})  # a derived name is not given while a job has it
 TASK = "inr.fit"
-MAX_FAILURES = 2   # a job whose worker died is retried once; the second death fails it
 SEATS = 64         # live workers one store keeps track of (heartbeat seats)
 SLOTS = 64         # the most fit slots (INR_FIT_MAX_RUNNING) a store may be configured with
 LIST_LIMIT = 200   # GET /v1/fits: the newest this many jobs
-
-# Sets of `fit-image` options; the worker parses them with fit-image's own parser. `size`: the default cap
-# on the longer side (None: the whole upload at its native size); a job's own `size` replaces it.
-PRESETS: dict[str, dict] = {
-    "grid": {"argv": ["--encoding", "grid", "--depth", "2", "--width", "32", "--lr", "2e-3",
-                      "--batch-size", "65536", "--grid-table-bits", "8", "--fp16-weights"], "steps": 280, "size": None,
-             "doc": "a multiresolution grid (instant-ngp: 8 dense levels × 2 features, the finest as fine as 8-bit "
-                    "tables within 1.45 bytes per pixel allow) under a 16→32→3 MLP, started from the image's pyramid, "
-                    "at the upload's native size (docs/benchmarks.md §14)"},
-    "fourier": {"argv": [], "steps": 500, "size": 256,
-                "doc": "fit-image's defaults: a 4×256 MLP on 256 Gaussian Fourier features (σ 10)"},
-    "fourier-small": {"argv": ["--depth", "3", "--width", "64", "--features", "64"], "steps": 300, "size": 256,
-                      "doc": "a 3×64 MLP on 64 Gaussian Fourier features: a quick look"},
-    "sinekan": {"argv": ["--model", "sinekan"], "steps": 500, "size": 256,
-                "doc": "fit-image --model sinekan's defaults (docs/benchmarks.md §1)"},
-}
-DEFAULT_PRESET = "grid"
-
-
-class StoreError(ValueError):
-    """A store URL this module cannot open."""
 
 
 class QueueFull(Exception):
@@ -54,36 +39,14 @@ class QueueFull(Exception):
         self.active, self.limit, self.retry_after = active, limit, retry_after
 
 
+class NameTaken(Exception):
+    """A derived name another submit took first; the API derives the next one."""
+
+
 class JobFinished(Exception):
     def __init__(self, record: dict):
         super().__init__(f"fit {record['id']} is already {record['state']}")
         self.record = record
-
-
-def check_url(url: str) -> str:
-    """The backend a store URL names (sqlite, redis, postgresql), or StoreError naming the valid forms."""
-    if url.startswith("sqlite:///"):
-        if not Path(url[len("sqlite:///"):]).name:
-            raise StoreError(f"store URL {url!r} names no file: sqlite:///path/to/fits.sqlite")
-        return "sqlite"
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        return "redis"
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql"
-    raise StoreError(f"unknown job store {url!r}: expected sqlite:///PATH, redis://HOST:PORT/DB or "
-                     "postgresql://USER@HOST/DB")
-
-
-def open_huey(url: str, name: str = "inr-fits"):
-    """huey on `sqlite:///relative/path`, `sqlite:////absolute/path`, `redis://…` or `postgresql://…`."""
-    kind = check_url(url)
-    if kind == "sqlite":
-        path = Path(url[len("sqlite:///"):])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return SqliteHuey(name, filename=str(path), results=False, timeout=30)
-    if kind == "redis":
-        return RedisHuey(name, url=url, results=False)
-    return PostgresHuey(name, dsn=url, results=False)
 
 
 def _runs_in_a_worker(job_id: str, attempt: int) -> None:
@@ -94,11 +57,15 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
 
 
-class FitStore:
+class FitStore(Recovery):
+    seats, slots = SEATS, SLOTS
+
     def __init__(self, url: str, *, stale_s: float = 15.0, run=None):
         self.url, self.stale_s = url, stale_s
         self.huey = open_huey(url)
         self.kv = self.huey.storage
+        self.atomic = atomic_for(self.kv)
+        self.suspects: dict[tuple[str, int], tuple] = {}  # modelrepo.fitreap: possibly lost messages
         # The API registers a placeholder (it only enqueues); a worker registers the fit itself.
         target = run or _runs_in_a_worker
 
@@ -109,6 +76,10 @@ class FitStore:
 
     def close(self) -> None:
         self.kv.close()
+
+    def now(self) -> float:
+        """The store's clock (modelrepo.fitatomic): heartbeats, staleness, record times and deadlines."""
+        return self.atomic.now()
 
     # -- key-value helpers -------------------------------------------------------------------
     def _get(self, key: str):
@@ -122,18 +93,33 @@ class FitStore:
         found = self.kv.peek_many(keys) if keys else {}
         return {k: json.loads(bytes(v)) for k, v in found.items()}
 
-    def _event(self, rec: dict, kind: str, data: dict | None = None, preview: bytes | None = None) -> dict:
-        """Append event `kind` to the job's history and save the record (its writer only)."""
-        seq = rec["seq"] + 1
-        event = {"seq": seq, "type": kind, "time": time.time(), **(data or {})}
+    def _message(self, job_id: str, attempt: int) -> bytes:
+        return self.huey.serialize_task(self.task.s(job_id, attempt))
+
+    def _write(self, rec: dict, kind: str, data: dict | None = None, *, preview: bytes | None = None,
+               expect: dict | None = None, puts: dict | None = None, deletes=(), enqueue: bool = False,
+               incr: dict | None = None, now: float | None = None) -> dict | None:
+        """Append event `kind` to the job's history and save the record (its writer only), with `puts`,
+        `deletes`, the counters `incr` and, with `enqueue`, the attempt's queue message and its `enq` marker:
+        one transaction, done only if `expect` holds. The record, or None when `expect` did not hold."""
+        now = self.now() if now is None else now
+        rec = dict(rec, seq=rec["seq"] + 1)
+        event = {"seq": rec["seq"], "type": kind, "time": now, **(data or {})}
+        puts = dict(puts or {})
         if preview is not None:
-            self.kv.put_data(f"pv:{rec['id']}:{seq}", preview)
+            puts[f"pv:{rec['id']}:{rec['seq']}"] = preview
             event["preview"] = True
-            rec["preview_seq"] = seq
-        self._put(f"ev:{rec['id']}:{seq}", event)
-        rec["seq"] = seq
-        self._put(f"job:{rec['id']}", rec)
-        return rec
+            rec["preview_seq"] = rec["seq"]
+        puts[f"ev:{rec['id']}:{rec['seq']}"] = json.dumps(event).encode()
+        puts[f"job:{rec['id']}"] = json.dumps(rec).encode()
+        message = []
+        if enqueue:
+            puts[f"enq:{rec['id']}:{rec['attempt']}"] = json.dumps(now).encode()
+            message = [self._message(rec["id"], rec["attempt"])]
+        return rec if self.atomic.txn(expect or {}, puts, deletes, message, incr) else None
+
+    def _event(self, rec: dict, kind: str, data: dict | None = None, preview: bytes | None = None) -> dict:
+        return self._write(rec, kind, data, preview=preview)
 
     def enqueue(self, job_id: str, attempt: int, delay: float | None = None) -> None:
         if delay:
@@ -145,16 +131,22 @@ class FitStore:
     def get(self, job_id: str) -> dict | None:
         return self._get(f"job:{job_id}")
 
-    def list(self) -> list[dict]:
+    def _seq(self) -> tuple[int, bytes | None]:
+        """The number of the newest job, and its stored bytes (the submit transaction's expectation). A store
+        written before `jobseq` numbered its jobs with huey's counter `jobs`: numbering goes on from there."""
+        raw = self.kv.peek_data("jobseq")
+        return (self.kv.incr("jobs", 0), None) if raw is EmptyData else (int(bytes(raw)), bytes(raw))
+
+    def list(self, n: int | None = None) -> list[dict]:
         """The newest LIST_LIMIT jobs, newest first."""
-        n = self.kv.incr("jobs", 0)
+        n = self._seq()[0] if n is None else n
         ids = self._many([f"jobno:{k}" for k in range(n, max(0, n - LIST_LIMIT), -1)])
         records = self._many([f"job:{ids[f'jobno:{k}']}" for k in range(n, max(0, n - LIST_LIMIT), -1)
                               if f"jobno:{k}" in ids])
         return sorted(records.values(), key=lambda r: r["created"], reverse=True)
 
     def active_names(self) -> set[str]:
-        return {r["name"] for r in self.list() if r["state"] not in FINISHED}
+        return {r["name"] for r in self.list() if r["state"] in NAME_TAKEN}
 
     def events(self, job_id: str, after: int = 0) -> list[dict]:
         rec = self.get(job_id)
@@ -171,31 +163,45 @@ class FitStore:
         value = self.kv.peek_data(f"img:{job_id}")
         return None if value is EmptyData else bytes(value)
 
-    def workers(self) -> list[dict]:
-        """Workers whose heartbeat is younger than stale_s."""
-        now = time.time()
+    def workers(self, now: float | None = None) -> list[dict]:
+        """Workers whose heartbeat is younger than stale_s, by the store's clock."""
+        now = self.now() if now is None else now
         seats = self._many([f"hb:{k}" for k in range(SEATS)])
         return [hb for hb in seats.values() if now - hb["time"] <= self.stale_s]
 
+    def metric_counters(self) -> dict[str, int]:
+        return self.atomic.counters(fitmetrics.PREFIX)
+
     # -- the API's side --------------------------------------------------------------------------
     def submit(self, *, name: str, options: dict, image_png: bytes, source: dict, deadline_s: float,
-               max_running: int, queue_limit: int) -> dict:
+               max_running: int, queue_limit: int, derived: bool = False) -> dict:
+        """Queue a job. The queue limit and, for a `derived` name, that no queued, running or succeeded job
+        among the newest has it, are checked in the transaction that inserts the job: it is done only if
+        no other submit took the next job number meanwhile, else read again and retried."""
         self._put("config", {"max_running": min(max_running, SLOTS), "stale_s": self.stale_s})
         self.reap()
-        active = sum(r["state"] not in FINISHED for r in self.list())
-        if active >= max_running + queue_limit:
-            raise QueueFull(active, max_running + queue_limit, retry_after=max(1, int(self.stale_s)))
+        limit = max_running + queue_limit
         job_id = uuid.uuid4().hex[:12]
-        rec = {"id": job_id, "state": "queued", "name": name, "version": None, "options": options,
-               "source": source, "created": time.time(), "started": None, "finished": None,
-               "deadline_s": deadline_s, "attempt": 1, "failures": 0, "worker": None, "step": 0,
-               "steps": options["steps"], "loss": None, "psnr": None, "eta_s": None, "error": None,
-               "metrics": None, "seq": 0, "preview_seq": None}
-        self.kv.put_data(f"img:{job_id}", image_png)
-        rec = self._event(rec, "queued", {"name": name})
-        self._put(f"jobno:{self.kv.incr('jobs')}", job_id)
-        self.enqueue(job_id, 1)
-        return rec
+        while True:
+            n, raw = self._seq()
+            records = self.list(n)
+            active = sum(r["state"] not in FINISHED for r in records)
+            if active >= limit:
+                raise QueueFull(active, limit, retry_after=max(1, int(self.stale_s)))
+            if derived and any(r["name"] == name and r["state"] in NAME_TAKEN for r in records):
+                raise NameTaken(name)
+            now = self.now()
+            rec = {"id": job_id, "state": "queued", "name": name, "version": None, "options": options,
+                   "source": source, "created": now, "started": None, "finished": None,
+                   "deadline_s": deadline_s, "attempt": 1, "failures": 0, "worker": None, "step": 0,
+                   "steps": options["steps"], "loss": None, "psnr": None, "eta_s": None, "error": None,
+                   "metrics": None, "seq": 0, "preview_seq": None}
+            puts = {"jobseq": str(n + 1).encode(), f"jobno:{n + 1}": json.dumps(job_id).encode(),
+                    f"img:{job_id}": image_png}
+            done = self._write(rec, "queued", {"name": name}, expect={"jobseq": raw}, puts=puts, enqueue=True,
+                               now=now)
+            if done is not None:
+                return done
 
     def cancel(self, job_id: str) -> dict:
         """Cancel a queued job at once, or ask a running job's worker to stop (`cancel_requested`)."""
@@ -206,33 +212,17 @@ class FitStore:
             raise JobFinished(rec)
         if rec["state"] == "queued" and self.kv.put_if_empty(f"claim:{job_id}:{rec['attempt']}", b"api:cancelled"):
             rec = self.get(job_id)  # nobody else may write it now
-            rec.update(state="cancelled", finished=time.time())
-            self._drop_image(job_id)
-            return self._event(rec, "cancelled", {"reason": "cancelled while queued"})
+            now = self.now()
+            rec.update(state="cancelled", finished=now)
+            return self._write(rec, "cancelled", {"reason": "cancelled while queued"}, deletes=[f"img:{job_id}"],
+                               incr=fitmetrics.finished(rec, "cancelled", None, now), now=now)
         self.kv.put_data(f"cancel:{job_id}", b"1")
         rec = self.get(job_id)
         if rec["state"] not in FINISHED:
             rec["cancel_requested"] = True
         return rec
 
-    def _drop_image(self, job_id: str) -> None:
-        self.kv.delete_data(f"img:{job_id}")
-
     # -- the worker's side -----------------------------------------------------------------------
-    def register_worker(self, wid: str, info: dict) -> int:
-        for k in range(SEATS):
-            if self.kv.put_if_empty(f"hb:{k}", json.dumps({"worker": wid, "time": time.time(), **info}).encode()):
-                return k
-        raise RuntimeError(f"{SEATS} workers already hold a heartbeat seat in this store")
-
-    def beat(self, seat: int, wid: str, info: dict) -> None:
-        self._put(f"hb:{seat}", {"worker": wid, "time": time.time(), **info})
-
-    def unregister_worker(self, seat: int, wid: str) -> None:
-        held = self._get(f"hb:{seat}")
-        if held and held["worker"] == wid:
-            self.kv.delete_data(f"hb:{seat}")
-
     def claim(self, job_id: str, attempt: int, wid: str) -> dict | None | bool:
         """Take the job's attempt and a fit slot: the record (now running), None if the attempt is not
         this message's to run (already claimed, cancelled, superseded), False if every slot is held
@@ -244,13 +234,16 @@ class FitStore:
         if not self.kv.put_if_empty(claim, wid.encode()):
             return None
         if self._take_slot(job_id, wid) is None:
-            self.kv.delete_data(claim)
+            self.kv.delete_data(claim)  # a crash before the next line leaves the job to the sweep (fitreap)
             self.enqueue(job_id, attempt, delay=2)
             return False
         rec = self.get(job_id)
-        now = time.time()
+        now = self.now()
         rec.update(state="running", worker=wid, started=rec["started"] or now, attempt_started=now)
-        return self._event(rec, "started", {"attempt": attempt, "worker": wid})
+        done = self._write(rec, "started", {"attempt": attempt, "worker": wid}, expect=self._mine(rec), now=now)
+        if done is None:  # declared dead between its claim and now: the attempt is the reaper's
+            self._release_slots(job_id)
+        return done
 
     def _take_slot(self, job_id: str, wid: str) -> int | None:
         n = (self._get("config") or {}).get("max_running", 1)
@@ -264,6 +257,11 @@ class FitStore:
             if held["job"] == job_id:
                 self.kv.delete_data(key)
 
+    @staticmethod
+    def _mine(rec: dict) -> dict:
+        """What the attempt's writer expects of each write: nobody declared it dead (fitreap)."""
+        return {f"reap:{rec['id']}:{rec['attempt']}": None}
+
     def still_mine(self, rec: dict) -> bool:
         """False once another process declared this attempt's worker dead."""
         return not self.kv.has_data_for_key(f"reap:{rec['id']}:{rec['attempt']}")
@@ -271,57 +269,27 @@ class FitStore:
     def cancel_requested(self, job_id: str) -> bool:
         return self.kv.has_data_for_key(f"cancel:{job_id}")
 
-    def progress(self, rec: dict, data: dict, preview: bytes | None = None) -> dict:
+    def progress(self, rec: dict, data: dict, preview: bytes | None = None) -> dict | None:
+        """The record with the progress event; None once the attempt was reaped (nothing written: a worker
+        thought dead must not write over the retried record)."""
         rec.update({k: data[k] for k in ("step", "loss", "psnr", "eta_s") if k in data})
-        return self._event(rec, "progress", data, preview)
+        return self._write(rec, "progress", data, preview=preview, expect=self._mine(rec))
 
-    def finish(self, rec: dict, state: str, **fields) -> dict:
-        rec.update(state=state, finished=time.time(), eta_s=None, **fields)
-        self._drop_image(rec["id"])
-        self._release_slots(rec["id"])
+    def finish(self, rec: dict, state: str, reason: str | None = None, expect: dict | None = None,
+               puts: dict | None = None, **fields) -> dict | None:
+        """End the job: `state`, the fields, its event and metric counters (`reason`: why it failed, one of
+        fitmetrics.FAILURES) in one transaction, done only if `expect` holds (by default: the attempt was not
+        reaped); the upload and slot go."""
+        expect = self._mine(rec) if expect is None else expect
+        now = self.now()
+        rec = dict(rec, state=state, finished=now, eta_s=None, **fields)
         data = {k: rec.get(k) for k in ("error", "version", "metrics", "name") if rec.get(k) is not None}
-        return self._event(rec, state, data)
+        done = self._write(rec, state, data, expect=expect, puts=puts, deletes=[f"img:{rec['id']}"],
+                           incr=fitmetrics.finished(rec, state, reason, now), now=now)
+        if done is not None:
+            self._release_slots(rec["id"])
+        return done
 
     def hand_back(self, rec: dict, reason: str) -> dict:
         """The worker is stopping (SIGTERM): the job goes back to the queue as a new attempt; not a failure."""
-        return self._requeue(rec, reason, failed=False)
-
-    def _requeue(self, rec: dict, reason: str, failed: bool) -> dict:
-        rec.update(state="queued", attempt=rec["attempt"] + 1, failures=rec["failures"] + failed, worker=None,
-                   step=0, loss=None, psnr=None, eta_s=None)
-        self._release_slots(rec["id"])
-        rec = self._event(rec, "retrying", {"reason": reason, "attempt": rec["attempt"]})
-        self.enqueue(rec["id"], rec["attempt"])
-        return rec
-
-    # -- dead workers ----------------------------------------------------------------------------
-    def reap(self) -> list[str]:
-        """Retry once, or fail, each running job whose worker has no live heartbeat; free the heartbeat
-        seats and fit slots that dead workers held. Any process may call it; each job is reaped once."""
-        now = time.time()
-        seats = self._many([f"hb:{k}" for k in range(SEATS)])
-        live = {hb["worker"] for hb in seats.values() if now - hb["time"] <= self.stale_s}
-        for key, hb in seats.items():
-            if hb["worker"] not in live:
-                self.kv.delete_data(key)
-        reaped = []
-        for rec in self.list():
-            if rec["state"] != "running" or rec["worker"] in live:
-                continue
-            if not self.kv.put_if_empty(f"reap:{rec['id']}:{rec['attempt']}", str(now).encode()):
-                continue
-            rec = self.get(rec["id"])  # ours to write now
-            step = rec["step"]
-            reason = (f"worker {rec['worker']} stopped answering (no heartbeat for {self.stale_s:g} s, "
-                      f"INR_FIT_STALE_S) at step {step}")
-            if rec["failures"] + 1 < MAX_FAILURES:
-                self._requeue(rec, reason, failed=True)
-            else:
-                self.finish(rec, "failed", failures=rec["failures"] + 1,
-                            error=f"{reason}; the fit was already retried once after its worker died")
-            reaped.append(rec["id"])
-        for key, held in self._many([f"slot:{k}" for k in range(SLOTS)]).items():
-            job = self.get(held["job"])
-            if held["worker"] not in live or job is None or job["state"] in FINISHED:
-                self.kv.delete_data(key)
-        return reaped
+        return self._requeue(rec, reason, failed=False, why="worker_stopped", expect=self._mine(rec))

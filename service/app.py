@@ -36,6 +36,7 @@ from .render.cache import RenderCache
 from .render.service import RenderService
 from .server.restricted import RestrictedApi
 from .api.v1 import classify, fits, health, models, query, render
+from .engine.fitmetrics import FitCollector
 from .engine.fits import Fits
 from .api.v2 import repository as v2_repository
 from .engine.runtime import RuntimeOptions, default_threads
@@ -130,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache, inflight=lambda: drain.inflight)
     app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
     app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/engine/fits.py)
+    metrics.registry.register(FitCollector(app.state.fits))  # read from the store at each scrape
     metrics.cache_info = app.state.render_cache.info
     install_error_handlers(app)
     # innermost: the inference routes' endpoints, reached without FastAPI's routing (service/server/hotpath.py)

@@ -15,7 +15,8 @@ Two kinds of series:
   INR_QUEUE_TIMEOUT_S, by model and queue) and `inr_models` (models by state).
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
-answered it.
+answered it. The fit metrics (`inr_fit_*`) are not counted here but read from the job store at each scrape
+(service/engine/fitmetrics.py), so every process and replica shows the same figures.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import anyio
 
-from modelrepo.fitjobs import FINISHED, PRESETS, FitStore, JobFinished, QueueFull
+from modelrepo.fitjobs import FINISHED, PRESETS, FitStore, JobFinished, NameTaken, QueueFull
 
 from ..errors import Conflict, NotFound, TooManyRequests
 from ..settings import Settings
@@ -48,6 +48,11 @@ class Fits:
                 self._store = FitStore(url, stale_s=self.settings.fit_stale_s)
             return self._store
 
+    def created(self) -> bool:
+        """False while the store is a SQLite file nobody has created (no fit yet): a scrape does not create it."""
+        url = self.settings.fit_store
+        return self._store is not None or not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).exists()
+
     async def call(self, method: str, *args, **kwargs):
         return await anyio.to_thread.run_sync(lambda: getattr(self.store(), method)(*args, **kwargs))
 
@@ -65,24 +70,33 @@ class Fits:
     # -- what routes need ----------------------------------------------------------------------------
     async def submit(self, upload: Upload, options: dict, name: str | None) -> dict:
         """Queue a normalised upload; without a name, one derived from the file name and made unique
-        against the repository's folders and the targets of queued and running jobs. 429 when full."""
+        against the repository's folders and the targets of queued, running and succeeded jobs: the store
+        checks it again in the transaction that inserts the job, and a name another process took first
+        is passed over for the next. 429 when full."""
         s = self.settings
+        derived, passed = name is None, set()
+        if not derived:
+            await anyio.to_thread.run_sync(check_target, name, s.models)
         async with self._naming:
-            if name is None:
-                active = await self.call("active_names")
-                name = await anyio.to_thread.run_sync(derive_name, upload.source.get("filename", ""),
-                                                      lambda n: n in active or (s.models / n).exists())
-            else:
-                await anyio.to_thread.run_sync(check_target, name, s.models)
-            try:
-                record = await self.call("submit", name=name, options=options, image_png=upload.png,
-                                         source=upload.source, deadline_s=s.fit_deadline_s,
-                                         max_running=s.fit_max_running, queue_limit=s.fit_queue_limit)
-            except QueueFull as e:
-                raise TooManyRequests(
-                    f"{e.active} fits are queued or running; the limit is {e.limit} (INR_FIT_MAX_RUNNING="
-                    f"{s.fit_max_running} + INR_FIT_QUEUE_LIMIT={s.fit_queue_limit}): retry after "
-                    f"{math.ceil(e.retry_after)} s", e.retry_after) from None
+            while True:
+                if derived:
+                    active = await self.call("active_names")
+                    name = await anyio.to_thread.run_sync(
+                        derive_name, upload.source.get("filename", ""),
+                        lambda n: n in active or n in passed or (s.models / n).exists())
+                try:
+                    record = await self.call("submit", name=name, options=options, image_png=upload.png,
+                                             source=upload.source, deadline_s=s.fit_deadline_s,
+                                             max_running=s.fit_max_running, queue_limit=s.fit_queue_limit,
+                                             derived=derived)
+                    break
+                except NameTaken:
+                    passed.add(name)
+                except QueueFull as e:
+                    raise TooManyRequests(
+                        f"{e.active} fits are queued or running; the limit is {e.limit} (INR_FIT_MAX_RUNNING="
+                        f"{s.fit_max_running} + INR_FIT_QUEUE_LIMIT={s.fit_queue_limit}): retry after "
+                        f"{math.ceil(e.retry_after)} s", e.retry_after) from None
         return await self.present(record)
 
     async def record(self, job_id: str) -> dict:

@@ -1,4 +1,4 @@
-"""The fit job store on its embedded backend (SQLite) and a real one (redis-server): records, events,
+"""The fit job store on its embedded backend (SQLite) and real servers (redis-server, PostgreSQL): records, events,
 limits, cancel, one claim per attempt under a race, fit slots, and dead workers retried once then failed."""
 from __future__ import annotations
 
@@ -8,24 +8,7 @@ import time
 import pytest
 
 from modelrepo.fitjobs import FitStore, JobFinished, QueueFull, StoreError
-from tests.fits import RedisServer, png, submit
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fits.sqlite"
-    server = request.getfixturevalue("redis_server")
-    import redis
-    redis.Redis.from_url(server.url).flushall()
-    return server.url
+from tests.fits import png, submit
 
 
 def test_a_submitted_job_is_listed_with_its_queued_event_and_image(url):
@@ -157,3 +140,29 @@ def test_a_stopping_worker_hands_its_job_back_without_counting_a_failure(url):
 def test_an_unknown_store_url_is_refused_naming_the_forms(bad):
     with pytest.raises(StoreError, match="sqlite:///"):
         FitStore(bad)
+
+
+def test_a_store_written_before_jobseq_keeps_its_jobs_listed_and_numbering(url):
+    """Stores made by the earlier code numbered jobs with huey's counter `jobs`; an upgrade goes on from it."""
+    old = submit(FitStore(url), "old")
+    store = FitStore(url)
+    store.kv.delete_data("jobseq")      # as the earlier code left it: the number only in the counter
+    store.kv.incr("jobs", 1)
+    new = submit(store, "new")
+    assert [r["id"] for r in store.list()] == [new["id"], old["id"]]
+    assert store.kv.peek_many(["jobno:2"]) and store.kv.peek_many(["jobno:1"])
+
+
+def test_a_worker_declared_dead_writes_nothing_over_the_retried_record(url):
+    """A worker that was only slow (its heartbeat stale, then back): once reaped, its progress, its end and its
+    hand-back are refused, so the retried record and its queued attempt stand."""
+    store = FitStore(url, stale_s=0.3)
+    rec = store.claim(submit(store)["id"], 1, "slow")  # "slow" never beat: dead to the reaper
+    time.sleep(0.4)
+    assert store.reap() == [rec["id"]]
+    assert store.progress(dict(rec), {"step": 5, "loss": 0.1}) is None
+    assert store.finish(dict(rec), "succeeded", version=1) is None
+    assert store.hand_back(dict(rec), "SIGTERM") is None
+    got = store.get(rec["id"])
+    assert got["state"] == "queued" and got["attempt"] == 2 and got["step"] == 0
+    assert store.claim(rec["id"], 2, "w2")["state"] == "running"

@@ -103,3 +103,19 @@ def test_requests_in_flight_counts_the_scrape_itself_and_a_running_render(server
     status, headers, _ = render.answer()
     assert status == 200 and headers["content-type"] == "image/png"
     assert value(scrape(httpx.Client(base_url=server.url)), "inr_requests_in_flight") == 1
+
+
+def test_fit_metrics_read_an_unmade_store_as_zeros_and_an_unreachable_one_as_down(model_repo, tmp_path):
+    """The fit metrics come from the job store at each scrape (docs/fits.md, "Metrics"): a SQLite store nobody
+    made yet reads as zeros and is not made by the scrape; a store that does not answer is inr_fit_store_up 0,
+    never a failed scrape."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+    for store, up in ((f"sqlite:///{tmp_path}/fits.sqlite", 1), ("redis://127.0.0.1:1/0", 0)):
+        with TestClient(create_app(Settings(models=model_repo, grpc_port=0, fit_store=store))) as c:
+            samples = scrape(c)
+        assert samples["inr_fit_store_up", ()] == up
+        assert (("inr_fit_jobs", (("state", "queued"),)) in samples) == bool(up)
+    assert samples["inr_fit_store_up", ()] == 0 and not (tmp_path / "fits.sqlite").exists()

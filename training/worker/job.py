@@ -100,13 +100,14 @@ def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
             return None
         if stop.state == "queued":
             return store.hand_back(rec, stop.reason)
-        return store.finish(rec, stop.state, error=stop.reason if stop.state == "failed" else None)
-    except (UsageError, SpecError, ValueError, OSError) as e:
-        return store.finish(rec, "failed", error=f"{e.__class__.__name__}: {e}" if not isinstance(e, UsageError)
-                            else str(e))
+        return store.finish(rec, stop.state, reason="deadline" if stop.state == "failed" else None,
+                            error=stop.reason if stop.state == "failed" else None)
+    except (UsageError, SpecError, ValueError) as e:  # fitmetrics' reason: the job's input or options
+        return store.finish(rec, "failed", reason="invalid", error=f"{e.__class__.__name__}: {e}"
+                            if not isinstance(e, UsageError) else str(e))
     except Exception as e:  # noqa: BLE001 - a job fails with its reason; the worker carries on
         log.exception("fit %s failed", job_id)
-        return store.finish(rec, "failed", error=f"{e.__class__.__name__}: {e}")
+        return store.finish(rec, "failed", reason="error", error=f"{e.__class__.__name__}: {e}")
 
 
 def fit(ctx: JobContext, rec: dict) -> dict:
@@ -130,7 +131,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             raise Stop("cancelled", f"cancelled at step {step}")
         if not store.still_mine(rec):
             raise Stop(None, "another process declared this worker dead; dropping the fit")
-        if time.time() > deadline:
+        if store.now() > deadline:  # the store's clock, which set `started`
             raise Stop("failed", f"the fit ran past its deadline of {rec['deadline_s']:g} s (INR_FIT_DEADLINE_S) "
                                  f"at step {step}")
         if ctx.stopping is not None and ctx.stopping.is_set():
@@ -148,9 +149,12 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         preview = (preview_png(model, next(model.parameters()).device, (img.shape[1], img.shape[0]))
                    if emitted["events"] % PREVIEW_EVERY == 1 or last else None)
         elapsed = now - t0
-        rec = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
-                                   "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
-                                   "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
+        written = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
+                                       "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
+                                       "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
+        if written is None:
+            raise Stop(None, "another process declared this worker dead; dropping the fit")
+        rec = written
         return False
 
     model, history = train(cfg, img, on_step=on_step, every=check_every)

@@ -212,3 +212,36 @@ def test_a_real_photo_is_fitted_whole_by_the_default_preset_and_served_at_its_na
     canvas = client.get("/iiif/3/chelsea/manifest.json").json()["items"][-1]
     assert (canvas["width"], canvas["height"]) == (90, 60)
     assert client.get("/", params={"model": "chelsea"}).status_code == 200
+
+
+def fit_metrics(client: httpx.Client) -> dict:
+    """The fit samples of the real /metrics: {(name, labels as a sorted tuple): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) if family.name.startswith("inr_fit_")
+            for s in family.samples}
+
+
+def test_fit_metrics_reach_metrics_through_the_store(stack):
+    """Issue 28, item 2: after a real fit by the real worker, the API's /metrics counts it (read from the store)."""
+    srv, worker, client, repo = stack
+    before = fit_metrics(client)
+    r = client.post("/v1/fits", files={"file": ("metered.png", png())}, data={**FAST, "name": "metered"})
+    assert r.status_code == 202, r.text
+    rec = wait_state(client, r.json()["id"], {"succeeded", "failed", "cancelled"})
+    assert rec["state"] == "succeeded", (rec, worker.output()[-3000:])
+    after = fit_metrics(client)
+    assert after["inr_fit_store_up", ()] == 1 and after["inr_fit_workers", ()] == 1
+    done = ("inr_fit_finished_total", (("state", "succeeded"),))
+    assert after[done] == before.get(done, 0) + 1
+    assert after["inr_fit_duration_seconds_count", ()] == before.get(("inr_fit_duration_seconds_count", ()), 0) + 1
+    assert after["inr_fit_steps_per_second_count", ()] == after["inr_fit_duration_seconds_count", ()]
+    assert after["inr_fit_duration_seconds_sum", ()] > before.get(("inr_fit_duration_seconds_sum", ()), 0)
+    assert after["inr_fit_duration_seconds_bucket", (("le", "+Inf"),)] == after["inr_fit_duration_seconds_count", ()]
+    assert after["inr_fit_running", ()] == 0 and after["inr_fit_queue_depth", ()] == 0
+    assert after["inr_fit_jobs", (("state", "succeeded"),)] >= 1
+    for reason in ("deadline", "worker_died", "invalid", "error"):
+        assert ("inr_fit_failures_total", (("reason", reason),)) in after
+    assert ("inr_fit_retries_total", (("reason", "worker_died"),)) in after
