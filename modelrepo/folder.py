@@ -59,7 +59,7 @@ def sha256_file(path: Path) -> str:
 
 def _json(path: Path, what: str):
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"missing {what}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -148,13 +148,22 @@ def _mkdtemp(parent: Path, prefix: str) -> Path:
 
 
 def _write_spec_files(folder: Path, spec: ModelSpec) -> None:
-    (folder / "metadata.json").write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    _write_json(folder / "metadata.json", spec.to_json())
     (folder / "config.pbtxt").write_text(config_text(spec))
+
+
+def _json_text(obj) -> str:
+    """metadata.json as people read it: indented, with the provenance's own characters (×, é) kept."""
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def _write_json(path: Path, obj) -> None:
+    path.write_text(_json_text(obj), encoding="utf-8")
 
 
 def _replace_file(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     tmp.chmod(0o644 & ~_umask())
     os.replace(tmp, path)
 
@@ -194,7 +203,7 @@ def _fill_version(vdir: Path, version: int, onnx_bytes: bytes, metadata: dict, e
     if extras is not None:
         extras(vdir)
     record = VersionRecord(version, sha256_bytes(onnx_bytes), dict(metadata))
-    (vdir / "metadata.json").write_text(json.dumps(record.to_json(), indent=2) + "\n")
+    _write_json(vdir / "metadata.json", record.to_json())
     return record
 
 
@@ -205,7 +214,7 @@ def _next_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: di
     except SpecError:
         old = None
     if old is None or old != spec or old.to_json() != spec.to_json():
-        _replace_file(folder / "metadata.json", json.dumps(spec.to_json(), indent=2) + "\n")
+        _replace_file(folder / "metadata.json", _json_text(spec.to_json()))
         _replace_file(folder / "config.pbtxt", config_text(spec))
     while True:
         version = (version_numbers(folder) or [0])[-1] + 1

@@ -50,7 +50,7 @@ def load_from_onnx(folder: Path) -> tuple[torch.nn.Module, dict, bytes, Path]:
         raise UsageError(f"{folder} is a '{task}' model; reexport-image re-exports image models only")
     vdir = folder / str(versions[-1])
     try:
-        meta = json.loads((vdir / "metadata.json").read_text())
+        meta = json.loads((vdir / "metadata.json").read_text(encoding="utf-8"))
         old = (vdir / "model.onnx").read_bytes()
     except (OSError, ValueError) as e:
         raise UsageError(f"{vdir} is not a readable model version: {e}") from None
