@@ -32,6 +32,7 @@ INITS = ("pyramid", "random")
 LOGIT_EPS = 0.5 / 255   # targets are clipped to [eps, 1 − eps] before the logit
 BASIS = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, -1.0], [1.0, -2.0, 1.0]])
 BASIS = BASIS / BASIS.norm(dim=1, keepdim=True)   # rows: luma, two opponent chroma; orthonormal
+BACKPROJECTIONS = 8     # per level (fit_level); chosen on the validation photo, docs/benchmarks.md §14a
 
 
 def linear_head(body: nn.Module, d: int) -> torch.Tensor | None:
@@ -85,11 +86,13 @@ def up(v: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
 
 
 def fit_level(residual: torch.Tensor, coords: torch.Tensor, rx: int, ry: int) -> torch.Tensor:
-    """Cells [ry, rx] whose bilinear reading approximates residual [h, w]: the area average, then one
-    back-projection step (its own reading's error, averaged back onto the cells)."""
+    """Cells [ry, rx] whose bilinear reading approximates residual [h, w]: the area average, then
+    BACKPROJECTIONS steps of back-projection (its own reading's error, averaged back onto the cells)."""
     down = lambda r: F.interpolate(r[None, None], size=(ry, rx), mode="area")[0, 0]   # noqa: E731
     v = down(residual)
-    return v + down(residual - up(v, coords))
+    for _ in range(BACKPROJECTIONS):
+        v += down(residual - up(v, coords))
+    return v
 
 
 @torch.no_grad()
