@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 
 from modelrepo.fitjobs import PRESETS
+from training.encodings import grid_init
 from training.fit_image import evaluate, export_image_model, finish, predict, train
 from training.images import load_image, pixel_centres
 from training.metrics import psnr
@@ -122,12 +123,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--name", default="native_fit")
     p.add_argument("--out-dir", default=None)
+    p.add_argument("--backprojections", type=int, default=grid_init.BACKPROJECTIONS,
+                   help="back-projection steps per level of the grid start (default: the shipped %(default)s)")
     a, extra = p.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     a.checkpoints = [float(t) for t in a.checkpoints.split(",") if t.strip()]
     setup_logging()
     set_threads(a.threads)
+    grid_init.BACKPROJECTIONS = a.backprojections
     result = {"machine": machine(), "image": a.image, "budget_s": a.budget, "threads": a.threads,
+              "backprojections": a.backprojections,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": list(os.getloadavg()),
               "rows": []}
     for name in [n.strip() for n in a.presets.split(",") if n.strip()]:
