@@ -1,6 +1,7 @@
 """POST /v1/models/{name}/query: RGB at coordinates, through an optional transform.
 
-The body is parsed with orjson and the coordinates go straight into numpy (service/api/jsonbody.py);
+The coordinates of the usual body are read from its text (`leading_rows`, service/engine/numbers.py); any other
+body is parsed with orjson and its coordinates go straight into numpy (service/api/jsonbody.py);
 `QueryRequest` documents the body and validates everything but well-formed coordinates, and all of
 the body when the coordinates are not well-formed, so that its messages name the bad value."""
 from __future__ import annotations
@@ -10,8 +11,8 @@ from fastapi import APIRouter, Request
 
 from ..deps import ModelName
 from ...render.imaging import Background
-from ...engine.numbers import float_rows
-from ..jsonbody import json_response, openapi_body, read_json, validate
+from ...engine.numbers import float_rows, leading_rows
+from ..jsonbody import collector_paused, json_response, openapi_body, parse_body, read_body, validate
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
 router = APIRouter(prefix="/v1/models", tags=["image models"])
@@ -26,13 +27,21 @@ async def query(request: Request, name: ModelName):
     state = request.app.state  # not dependencies: the name is the only parameter (service/api/deps.py)
     model = state.registry.ready_model(name, "image", "/query")
     dataplane = state.dataplane
-    doc = await read_json(request)
-    coords = float_rows(doc.get("coords"), 2) if isinstance(doc, dict) else None
+    raw = await read_body(request)
+    fast = leading_rows(raw, "coords", 2)  # the usual body, read from its text
+    if fast is not None:
+        coords, doc = fast[0], {"coords": PLACEHOLDER, **fast[1]}
+    else:
+        with collector_paused():  # a list per coordinate: no collection while they live (service/api/jsonbody.py)
+            doc = parse_body(raw)
+            coords = float_rows(doc.get("coords"), 2) if isinstance(doc, dict) else None
+            if coords is not None:
+                doc = {**doc, "coords": PLACEHOLDER}  # the lists are freed here, before the collector resumes
     if coords is None:  # the slow path, for its messages
         body = validate(QueryRequest, doc)
         coords = np.asarray(body.coords, dtype=np.float64)
     else:
-        body = validate(QueryRequest, {**doc, "coords": PLACEHOLDER})
+        body = validate(QueryRequest, doc)
     matrix = sampling_matrix(body.transform, model.image_size)  # rotation and scale in the model's square pixels
     rgb = await dataplane.query(model, coords, matrix, Background.parse(body.background))
     return json_response({"rgb": np.round(rgb.astype(np.float64), 6)})
