@@ -20,6 +20,9 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from modelrepo import tracing
+from modelrepo.telemetry import read_config
+
 from .server.drain import Drain, DrainGuard
 from .errors import install_error_handlers
 from . import metrics as metrics_router
@@ -35,6 +38,7 @@ from .engine.registry import Registry
 from .render.cache import RenderCache
 from .render.service import RenderService
 from .server.restricted import RestrictedApi
+from .server.spans import TraceRequests
 from .api.v1 import classify, fits, health, models, query, render
 from .engine.fitmetrics import FitCollector
 from .engine.fits import Fits
@@ -81,6 +85,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
     metrics = Metrics()
+    traces = read_config()  # OTEL_* (python -m service has checked them, and turned --trace-config into them)
+    if traces is not None:
+        tracing.install(traces, "inr-serve", on_drop=metrics.spans_dropped)
+        for reason in ("queue_full", "export_failed"):
+            metrics.trace_drops.labels(reason)  # both series at 0 from the start
     options = RuntimeOptions(device=settings.device, threads=threads, render_threads=settings.render_threads,
                              spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
@@ -118,6 +127,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await app.state.dataplane.close()
             app.state.renderer.close()
             await asyncio.to_thread(app.state.fits.close)
+            await asyncio.to_thread(tracing.shutdown)  # the last spans, within tracing.SHUTDOWN_S
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
@@ -145,7 +155,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
-    app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
+    app.add_middleware(DrainGuard, drain=drain)  # counts every request in flight
+    if tracing.ON:  # outermost, and only with traces on: the server span and `traceparent` (service/server/spans.py)
+        app.add_middleware(TraceRequests)
     for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_router, iiif):
         app.include_router(r.router)
     openapi = app.openapi

@@ -99,6 +99,9 @@ class Metrics:
                                         "INR_RENDER_TIMEOUT_S", ["model"], registry=self.registry)
         self.in_flight = Gauge("inr_requests_in_flight", "HTTP requests being answered now (a drain waits for "
                                "them; set by the app from its Drain)", registry=self.registry)
+        self.trace_drops = Counter("inr_trace_spans_dropped", "spans that never reached the trace collector: "
+                                   "queue_full (OTEL_BSP_MAX_QUEUE_SIZE) or export_failed", ["reason"],
+                                   registry=self.registry)
         self.cache_info = None  # () -> RenderCache.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
         # several times per request (issue 27). Keys are known models, route templates and status codes.
@@ -106,6 +109,10 @@ class Metrics:
         self._model_children: dict[str, tuple] = {}
 
     # -- recording -------------------------------------------------------------------------------
+    def spans_dropped(self, reason: str, n: int) -> None:
+        """modelrepo.tracing's drop hook (called from the span processor's threads)."""
+        self.trace_drops.labels(reason).inc(n)
+
     # `version` is the version that ran (ModelRuntime.version); None = the model's serving version.
     def _stats(self, model: str, version: int | str | None) -> ModelStats:
         return self.models[model, self.versions.get(model, "1") if version is None else str(version)]
