@@ -99,6 +99,12 @@ def span(name: str, context: Context | None = None, attributes: dict | None = No
     return tracer.start_as_current_span(name, context=context, attributes=attributes, **kw)
 
 
+def annotate(attributes: dict) -> None:
+    """Attributes on the current span (nothing when traces are off)."""
+    if ON:
+        trace.get_current_span().set_attributes(attributes)
+
+
 def parent_from(traceparent: str | bytes | None, tracestate: str | bytes | None = None) -> Context | None:
     """The remote parent a W3C `traceparent` names; None (the span starts a new trace) when there is none or
     it is malformed."""

@@ -120,6 +120,11 @@ class Receiver:
         with self.lock:
             return [s for s in self.spans if s.name == name]
 
+    def wait_trace(self, trace_id: str, *names: str, timeout: float = 30.0) -> list[Span]:
+        """The spans of `trace_id` once one of each of `names` has arrived."""
+        self.wait(lambda rc: {s.name for s in rc.trace(trace_id)} >= set(names), timeout, f"{names} in {trace_id}")
+        return self.trace(trace_id)
+
     def wait(self, condition, timeout: float = 30.0, what: str = "spans"):
         """Poll `condition(self)` until truthy (returned); AssertionError naming what was received."""
         deadline = time.monotonic() + timeout
