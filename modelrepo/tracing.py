@@ -65,7 +65,9 @@ def install(config: TraceConfig, service_name: str, on_drop: DropHook | None = N
     attrs = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
         attrs["service.name"] = service_name
-    provider = TracerProvider(resource=Resource.create(attrs), sampler=_sampler(config))
+    # shutdown_on_exit=False: `shutdown` (bounded) is ours to call; the SDK's atexit hook could wait 30 s for a
+    # collector that is down
+    provider = TracerProvider(resource=Resource.create(attrs), sampler=_sampler(config), shutdown_on_exit=False)
     for name in config.exporters:
         provider.add_span_processor(CountingProcessor(
             _exporter(config, name), on_drop or (lambda reason, n: None), max_queue_size=config.queue_size,
