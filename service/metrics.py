@@ -12,7 +12,8 @@ Two kinds of series:
 * Histograms and gauges from prometheus_client: `inr_request_duration_seconds` per model and
   endpoint, `inr_inference_queue_duration_seconds`, `inr_inference_compute_duration_seconds`,
   `inr_batch_size` (rows per run), `inr_queue_timeouts_total` (503s after waiting longer than
-  INR_QUEUE_TIMEOUT_S, by model and queue) and `inr_models` (models by state).
+  INR_QUEUE_TIMEOUT_S, by model and queue), `inr_models` (models by state) and, with traces on,
+  `inr_trace_spans_dropped_total` (spans that never reached the collector, by reason; docs/deployment.md).
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
 answered it. The fit metrics (`inr_fit_*`) are not counted here but read from the job store at each scrape

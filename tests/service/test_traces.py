@@ -81,6 +81,7 @@ def test_an_http_classify_continues_the_clients_trace(stack):
     trace_id, span_id = ids(r.headers["traceparent"])
     assert trace_id == CLIENT[0] and span_id != CLIENT[1]
     spans = receiver.wait_trace(trace_id, "POST /v1/models/{name}/classify", "inr.infer", "inr.run")
+    print(f"\nan HTTP classify:\n{tree(spans)}")
     [root] = by_name(spans, "POST /v1/models/{name}/classify")
     assert root.span_id == span_id and root.parent_id == CLIENT[1] and root.kind == SERVER_KIND
     assert root.service == "inr-serve" and root.attributes["http.response.status_code"] == 200
@@ -111,6 +112,7 @@ def test_a_grpc_infer_continues_the_trace_in_its_metadata(stack):
         assert ids(dict(err.value.trailing_metadata())["traceparent"])[0] != trace_id
     assert ids(answered)[0] == trace_id
     spans = receiver.wait_trace(trace_id, "inference.GRPCInferenceService/ModelInfer", "inr.infer", "inr.run")
+    print(f"\na gRPC infer:\n{tree(spans)}")
     [root] = by_name(spans, "inference.GRPCInferenceService/ModelInfer")
     assert root.parent_id == "2" * 16 and root.kind == SERVER_KIND and root.span_id == ids(answered)[1]
     assert root.attributes["rpc.method"] == "ModelInfer"
@@ -138,6 +140,7 @@ def test_a_batch_links_its_requests_and_they_link_it(stack):
     if not runs:
         pytest.skip("no two requests shared a batch this time (the machine kept up with them one by one)")
     run = runs[0]
+    print(f"\na batch of {run.attributes['inr.batch.size']}:\n{tree(receiver.trace(run.trace_id))}")
     infers = {(s.trace_id, s.span_id): s for s in receiver.named("inr.infer")}
     linked = [infers[link] for link in run.links]
     assert len(linked) == run.attributes["inr.batch.size"] and run.parent_id == linked[0].span_id
@@ -155,6 +158,7 @@ def test_a_render_has_plan_tiles_encode_and_a_cache_hit(stack):
     assert miss != hit  # no traceparent sent: each request starts its own trace
     spans = receiver.wait_trace(miss, "GET /v1/models/{name}/render", "inr.render", "inr.render.plan",
                                 "inr.render.tiles", "inr.render.encode")
+    print(f"\na render:\n{tree(spans)}")
     [root] = by_name(spans, "GET /v1/models/{name}/render")
     [render] = by_name(spans, "inr.render")
     assert render.parent_id == root.span_id and render.attributes["inr.cache"] == "miss"
