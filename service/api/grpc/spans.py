@@ -2,13 +2,14 @@
 
 It continues a W3C `traceparent` (and `tracestate`) from the call's invocation metadata; a malformed one is
 ignored and the span starts a new trace. The call answers `traceparent` with the server span's context in its
-trailing metadata, which every call ends with, errors included. Attributes: `rpc.system`, `rpc.service`,
+trailing metadata, which every call ends with, errors included. A stream (ModelStreamInfer) is one server
+span, with each of its requests' `inr.infer` in it. Attributes: `rpc.system`, `rpc.service`,
 `rpc.method`; a call that ends with an error status marks the span as an error.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 import grpc
 from opentelemetry.trace import SpanKind, StatusCode
@@ -41,4 +42,13 @@ def traced(service: str, method: str, fn: Callable[..., Awaitable]) -> Callable[
     async def call(request, context: grpc.aio.ServicerContext):
         with server_span(service, method, context):
             return await fn(request, context)
+    return call
+
+
+def traced_stream(service: str, method: str, fn: Callable[..., AsyncIterator]) -> Callable[..., AsyncIterator]:
+    """The stream method `fn(requests, context)` (an async generator) in one server span."""
+    async def call(requests, context: grpc.aio.ServicerContext):
+        with server_span(service, method, context):
+            async for answer in fn(requests, context):
+                yield answer
     return call
