@@ -123,7 +123,8 @@ def read_config(env: Mapping[str, str] | None = None) -> TraceConfig | None:
     bsp = {var: int(_positive(var, env[var].strip())) if env.get(var, "").strip() else default
            for var, default in BSP.items()}
     if not env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "").strip():  # the default batch fits a smaller queue
-        bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = min(bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"], bsp["OTEL_BSP_MAX_QUEUE_SIZE"])
+        bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = min(BSP["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"],
+                                                    bsp["OTEL_BSP_MAX_QUEUE_SIZE"])
     if bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] > bsp["OTEL_BSP_MAX_QUEUE_SIZE"]:
         raise TraceConfigError(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE ({bsp['OTEL_BSP_MAX_EXPORT_BATCH_SIZE']}) must be at "
                                f"most OTEL_BSP_MAX_QUEUE_SIZE ({bsp['OTEL_BSP_MAX_QUEUE_SIZE']})")

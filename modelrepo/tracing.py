@@ -63,7 +63,8 @@ def install(config: TraceConfig, service_name: str, on_drop: DropHook | None = N
     from .spanqueue import CountingProcessor
     shutdown()
     attrs = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
-    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    if not named:
         attrs["service.name"] = service_name
     # shutdown_on_exit=False: `shutdown` (bounded) is ours to call; the SDK's atexit hook could wait 30 s for a
     # collector that is down

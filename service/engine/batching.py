@@ -207,7 +207,7 @@ class ModelQueue:
         self._pending(-len(batch))
         for p in batch:
             p.timer.cancel()
-            if p.future.done():
+            if p.trace is not None and p.future.done():
                 end_queue(p, "the client went away")
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
 

@@ -183,7 +183,8 @@ class ModelControl:
                 self.seen[name] = now
                 if failures(state):
                     log.warning("model %s: %s", name, failures(state))
-                if tracing.ON and state.serving is not None and (before is None or state.serving.version != before.version):
+                serving = state.serving
+                if tracing.ON and serving is not None and (before is None or serving.version != before.version):
                     served_span(state)
                 return state
         finally:

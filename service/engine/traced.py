@@ -9,8 +9,8 @@
   attributes `inr.batch.size`, `inr.batch.rows`. A request that runs alone or on the event loop has its
   own `inr.run`, a plain child.
 
-With traces off, `DataPlane` uses the plain `BatchingInference` (not `TracedBatching`) and the batcher's only trace work is a check
-of `tracing.ON` where a request is queued and where a batch starts.
+With traces off, `DataPlane` uses the plain `BatchingInference` (not `TracedBatching`), and the batcher's only
+trace work is a check of `tracing.ON` where a request is queued, runs alone or on the loop, and a batch starts.
 """
 from __future__ import annotations
 
