@@ -8,7 +8,9 @@ INR_HEADER_TIMEOUT_S (service.server.guards.HeaderTimeoutProtocol) and the one s
 adds after the drain. Plain `uvicorn --factory` uses uvicorn's own defaults (5 s keep-alive, no
 header timeout) unless given `--timeout-keep-alive 90 --timeout-graceful-shutdown 1
 --http service.server.guards:HeaderTimeoutProtocol`. The app-level parts work either way: the drain on
-SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts.
+SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts, and traces: the app reads the
+OTEL_* variables itself (modelrepo.telemetry; `python -m service` checks them first, for its one-line error, and
+turns --trace-config into them).
 """
 from __future__ import annotations
 

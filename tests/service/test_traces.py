@@ -7,7 +7,6 @@ server spans, continuing the client's `traceparent`; a fit arrives as one trace 
 version the API serves. A malformed `traceparent` starts a new trace and is never an error."""
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -44,12 +43,8 @@ def stack(tmp_path_factory):
     srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.5",
                  env={"INR_FIT_STORE": url, "INR_MAX_QUEUE_DELAY_MS": "20",
                       **otel(receiver.grpc_url, "grpc")}).wait_ready()
-    os.environ.update(otel(receiver.http_url, "http/protobuf"))  # the worker's environment (tests/fits.py)
-    try:
-        worker = Worker(url, repo, tmp_path_factory.mktemp("traces-log") / "worker.log")
-    finally:
-        for key in otel("", ""):
-            os.environ.pop(key, None)
+    worker = Worker(url, repo, tmp_path_factory.mktemp("traces-log") / "worker.log",
+                    env=otel(receiver.http_url, "http/protobuf"))
     store = FitStore(url)
     try:
         yield srv, worker, receiver, store
