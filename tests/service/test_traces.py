@@ -194,6 +194,21 @@ def test_a_render_has_plan_tiles_encode_and_a_cache_hit(stack):
     assert not [s for s in receiver.trace(hit) if s.name == "inr.render.tiles"]
 
 
+def test_an_iiif_tile_is_planned_then_rendered(stack):
+    srv, _, receiver, _ = stack
+    r = httpx.get(f"{srv.url}/iiif/3/astronaut/0,0,128,128/32,/0/default.png", timeout=30)
+    assert r.status_code == 200, r.text
+    trace_id, _ = ids(r.headers["traceparent"])
+    spans = receiver.wait_trace(trace_id, "GET /iiif/3/{name}/{region}/{size}/{rotation}/{quality_format}",
+                                "inr.iiif.plan", "inr.render", "inr.render.tiles")
+    [root] = by_name(spans, "GET /iiif/3/{name}/{region}/{size}/{rotation}/{quality_format}")
+    [planned] = by_name(spans, "inr.iiif.plan")
+    [render] = by_name(spans, "inr.render")
+    assert planned.parent_id == render.parent_id == root.span_id and planned.end_ns <= render.start_ns
+    assert (planned.attributes["inr.iiif.region"], planned.attributes["inr.iiif.size"]) == ("0,0,128,128", "32,")
+    assert render.attributes["inr.width"] == 32
+
+
 @pytest.mark.parametrize("header", ["garbage", "00-" + "0" * 32 + "-b7ad6b7169203331-01",
                                     "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
                                     "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-xyz-abc-01", ""])
