@@ -174,10 +174,12 @@ class FitStore(Recovery):
 
     # -- the API's side --------------------------------------------------------------------------
     def submit(self, *, name: str, options: dict, image_png: bytes, source: dict, deadline_s: float,
-               max_running: int, queue_limit: int, derived: bool = False) -> dict:
+               max_running: int, queue_limit: int, derived: bool = False, traceparent: str | None = None) -> dict:
         """Queue a job. The queue limit and, for a `derived` name, that no queued, running or succeeded job
         among the newest has it, are checked in the transaction that inserts the job: it is done only if
-        no other submit took the next job number meanwhile, else read again and retried."""
+        no other submit took the next job number meanwhile, else read again and retried. `traceparent`: the
+        W3C trace context of the API's enqueue span, kept in the record for the worker's spans (a record
+        written before it existed has none, and its fit starts a trace of its own)."""
         self._put("config", {"max_running": min(max_running, SLOTS), "stale_s": self.stale_s})
         self.reap()
         limit = max_running + queue_limit
@@ -195,7 +197,7 @@ class FitStore(Recovery):
                    "source": source, "created": now, "started": None, "finished": None,
                    "deadline_s": deadline_s, "attempt": 1, "failures": 0, "worker": None, "step": 0,
                    "steps": options["steps"], "loss": None, "psnr": None, "eta_s": None, "error": None,
-                   "metrics": None, "seq": 0, "preview_seq": None}
+                   "metrics": None, "seq": 0, "preview_seq": None, "traceparent": traceparent}
             puts = {"jobseq": str(n + 1).encode(), f"jobno:{n + 1}": json.dumps(job_id).encode(),
                     f"img:{job_id}": image_png}
             done = self._write(rec, "queued", {"name": name}, expect={"jobseq": raw}, puts=puts, enqueue=True,

@@ -5,6 +5,9 @@ the option, and exits with a code (README, "Serving"):
 
 * 2: a bad option or setting, or a model repository that is not a readable folder;
 * 3: a port that cannot be listened on (taken, or not allowed): --port / INR_PORT, --grpc-port / INR_GRPC_PORT.
+
+Traces (docs/deployment.md, "Traces") are off unless the standard OTEL_* variables or Triton's --trace-config
+turn them on; a bad value of either is exit code 2 as well.
 """
 from __future__ import annotations
 
@@ -20,11 +23,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from modelrepo.cliargs import OneLineParser
+from modelrepo.logs import configure
+from modelrepo.telemetry import read_config, trace_config_env
 
 from .errors import DeviceError
 from .settings import Settings
 
-OPTIONS = ("models", "host", "port", "grpc_port", "device", "workers", "threads", "log_level",
+OPTIONS = ("models", "host", "port", "grpc_port", "device", "workers", "threads", "log_level", "log_format",
            "cache_config", "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
 SECRET = {"http_restricted_api"}  # never echoed in an error
 BAD_SETTING, NO_PORT = 2, 3  # exit codes
@@ -44,6 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", help="uvicorn worker processes (INR_WORKERS, default: 1)")
     p.add_argument("--threads", help="onnxruntime threads per model, 0 = from the CPUs this process may use")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", choices=("text", "json"),
+                   help="json: one JSON object per line; both carry the trace and span ids when traces are on "
+                        "(INR_LOG_FORMAT, default: text)")
+    p.add_argument("--trace-config", action="append", metavar="[opentelemetry,]KEY=VALUE",
+                   help="traces, in Triton's form; repeatable: mode=opentelemetry turns them on; rate=N (one "
+                        "request in N; 0: only requests that bring a traceparent), level=OFF; opentelemetry,url="
+                        "URL, opentelemetry,protocol=grpc|http/protobuf (default: http/protobuf), "
+                        "opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N, bsp_schedule_delay="
+                        "MS, bsp_max_export_batch_size=N. Over the OTEL_* variables (docs/deployment.md, Traces)")
     p.add_argument("--cache-config", metavar="local,size=BYTES",
                    help="the byte budget of the cache store that renders and response caches share, in Triton's "
                         "form (INR_CACHE_CONFIG; default: INR_RENDER_CACHE_BYTES, 64 MiB)")
@@ -156,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = settings_from(args)
-        logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+        env = trace_config_env(args.trace_config)  # the OTEL_* variables, --trace-config over them
+        read_config(env)  # checked here, so that a bad one is one line before anything starts
+        configure(settings.log_level.upper(), settings.log_format)
         settings = resolve_device(settings)
         check_ports(settings)
     except (ValueError, DeviceError, PortUnavailable) as e:
@@ -164,21 +180,35 @@ def main(argv: list[str] | None = None) -> int:
         return NO_PORT if isinstance(e, PortUnavailable) else BAD_SETTING
     import uvicorn
     # Worker processes build their own app from the environment, so pass the settings that way.
+    os.environ.update(env)
     os.environ.update(settings.environment())
     # The app drains on SIGTERM for up to INR_GRACEFUL_SHUTDOWN_S (service/server/drain.py) before uvicorn's
     # own shutdown starts, which then gives what still runs one more second.
     uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=settings.log_level, log_config=log_config(settings.log_level),
+                workers=settings.workers, log_level=settings.log_level,
+                log_config=log_config(settings.log_level, settings.log_format),
                 timeout_keep_alive=settings.timeout_keep_alive, timeout_graceful_shutdown=1,
                 http="service.server.guards:HeaderTimeoutProtocol")
     return 0
 
 
-def log_config(level: str) -> dict:
-    """uvicorn's logging config plus the service's own loggers, so that every worker process logs them."""
+def log_config(level: str, fmt: str = "text") -> dict:
+    """uvicorn's logging config plus the service's own loggers (and modelrepo's), so that every worker process
+    logs them; every line with the trace and span ids when a span is current (modelrepo.logs), and with
+    `fmt` json, every line a JSON object."""
     from uvicorn.config import LOGGING_CONFIG
     config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"]["service"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    for name in ("service", "modelrepo"):
+        config["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    config["filters"] = {"trace": {"()": "modelrepo.logs.TraceIds"}}
+    for handler in config["handlers"].values():
+        handler["filters"] = ["trace"]
+    for formatter in config["formatters"].values():
+        if fmt == "json":
+            formatter.clear()
+            formatter["()"] = "modelrepo.logs.JsonFormatter"
+        else:
+            formatter["fmt"] += "%(trace)s"
     return config
 
 

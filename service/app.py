@@ -8,7 +8,9 @@ INR_HEADER_TIMEOUT_S (service.server.guards.HeaderTimeoutProtocol) and the one s
 adds after the drain. Plain `uvicorn --factory` uses uvicorn's own defaults (5 s keep-alive, no
 header timeout) unless given `--timeout-keep-alive 90 --timeout-graceful-shutdown 1
 --http service.server.guards:HeaderTimeoutProtocol`. The app-level parts work either way: the drain on
-SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts.
+SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts, and traces: the app reads the
+OTEL_* variables itself (modelrepo.telemetry; `python -m service` checks them first, for its one-line error, and
+turns --trace-config into them).
 """
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+
+from modelrepo import tracing
+from modelrepo.telemetry import read_config
 
 from .server.drain import Drain, DrainGuard
 from .errors import install_error_handlers
@@ -35,6 +40,7 @@ from .engine.registry import Registry
 from .render.cache import RenderCache
 from .render.service import RenderService
 from .server.restricted import RestrictedApi
+from .server.spans import TraceRequests
 from .api.v1 import classify, fits, health, models, query, render
 from .engine.fitmetrics import FitCollector
 from .engine.fits import Fits
@@ -81,6 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
     metrics = Metrics()
+    traces = read_config()  # OTEL_* (python -m service has checked them, and turned --trace-config into them)
+    if traces is not None:
+        tracing.install(traces, "inr-serve", on_drop=metrics.spans_dropped)
+        for reason in ("queue_full", "export_failed"):
+            metrics.trace_drops.labels(reason)  # both series at 0 from the start
     options = RuntimeOptions(device=settings.device, threads=threads, render_threads=settings.render_threads,
                              spin=settings.spin, metrics=metrics)
     registry = Registry(settings.models, options)
@@ -118,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await app.state.dataplane.close()
             app.state.renderer.close()
             await asyncio.to_thread(app.state.fits.close)
+            await asyncio.to_thread(tracing.shutdown)  # the last spans, within tracing.SHUTDOWN_S
 
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan,
                   description=DESCRIPTION)
@@ -145,7 +157,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
-    app.add_middleware(DrainGuard, drain=drain)  # outermost: counts every request in flight
+    app.add_middleware(DrainGuard, drain=drain)  # counts every request in flight
+    if tracing.ON:  # outermost, and only with traces on: the server span and `traceparent` (service/server/spans.py)
+        app.add_middleware(TraceRequests)
     for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_router, iiif):
         app.include_router(r.router)
     openapi = app.openapi

@@ -12,7 +12,8 @@ Two kinds of series:
 * Histograms and gauges from prometheus_client: `inr_request_duration_seconds` per model and
   endpoint, `inr_inference_queue_duration_seconds`, `inr_inference_compute_duration_seconds`,
   `inr_batch_size` (rows per run), `inr_queue_timeouts_total` (503s after waiting longer than
-  INR_QUEUE_TIMEOUT_S, by model and queue) and `inr_models` (models by state).
+  INR_QUEUE_TIMEOUT_S, by model and queue), `inr_models` (models by state) and, with traces on,
+  `inr_trace_spans_dropped_total` (spans that never reached the collector, by reason; docs/deployment.md).
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
 answered it. The fit metrics (`inr_fit_*`) are not counted here but read from the job store at each scrape
@@ -99,6 +100,9 @@ class Metrics:
                                         "INR_RENDER_TIMEOUT_S", ["model"], registry=self.registry)
         self.in_flight = Gauge("inr_requests_in_flight", "HTTP requests being answered now (a drain waits for "
                                "them; set by the app from its Drain)", registry=self.registry)
+        self.trace_drops = Counter("inr_trace_spans_dropped", "spans that never reached the trace collector: "
+                                   "queue_full (OTEL_BSP_MAX_QUEUE_SIZE) or export_failed", ["reason"],
+                                   registry=self.registry)
         self.cache_info = None  # () -> RenderCache.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
         # several times per request (issue 27). Keys are known models, route templates and status codes.
@@ -106,6 +110,10 @@ class Metrics:
         self._model_children: dict[str, tuple] = {}
 
     # -- recording -------------------------------------------------------------------------------
+    def spans_dropped(self, reason: str, n: int) -> None:
+        """modelrepo.tracing's drop hook (called from the span processor's threads)."""
+        self.trace_drops.labels(reason).inc(n)
+
     # `version` is the version that ran (ModelRuntime.version); None = the model's serving version.
     def _stats(self, model: str, version: int | str | None) -> ModelStats:
         return self.models[model, self.versions.get(model, "1") if version is None else str(version)]

@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     spin: bool = Field(False, description="onnxruntime threads busy-wait between runs: a little faster on "
                                           "dedicated cores, much slower when cores are shared")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = Field("text", description="json: one JSON object per line (with the "
+                                                                    "trace and span ids when traces are on)")
 
     # Limits: each one is answered with a 4xx naming it.
     max_query_coords: int | None = Field(None, ge=1, description="coordinates per query or V2 infer request; "

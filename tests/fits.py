@@ -63,12 +63,14 @@ def wait_finished(store: FitStore, job_id: str, timeout: float = 240) -> dict:
 
 
 class Worker:
-    """`python -m training worker` in a subprocess, on `store` and `models`; output kept in a log file."""
+    """`python -m training worker` in a subprocess, on `store` and `models`; output kept in a log file; `env`:
+    more environment variables."""
 
-    def __init__(self, store: str, models: Path, log: Path, *args: str, stale_s: float = 3, heartbeat_s: float = 0.5):
+    def __init__(self, store: str, models: Path, log: Path, *args: str, stale_s: float = 3, heartbeat_s: float = 0.5,
+                 env: dict | None = None):
         self.log_path = log
         self.log = open(log, "ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "training", "-v", "worker", "--store", store, "--models", str(models),
              "--stale-s", str(stale_s), "--heartbeat-s", str(heartbeat_s), "--poll-s", "0.2", "--nice", "0", *args],

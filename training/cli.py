@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from modelrepo.cliargs import OneLineParser, positive_float, positive_int  # noqa: F401 - re-exported
+from modelrepo.logs import check_format, configure
 
 from .errors import UsageError
 
@@ -32,8 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    try:  # INR_LOG_FORMAT=json: JSON lines, with the trace and span ids (modelrepo.logs), as the service
+        fmt = check_format(os.environ.get("INR_LOG_FORMAT", "text"))
+    except ValueError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    configure(logging.INFO if args.verbose else logging.WARNING, fmt)
     try:
         return int(args.func(args) or 0)
     except UsageError as e:

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from modelrepo import tracing
+
 from .device import pick_device
 from .errors import UsageError
 from .export import OPSET, check_parity, export_onnx, set_metadata_props
@@ -222,44 +224,48 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
     to the ONNX file's metadata_props `image_width`, `image_height`. With cfg.fp16_weights the model's weights
     are already float16 numbers (fit_image rounds them before scoring) and the file stores them so."""
     size = [int(v) for v in source.get("size") or (preview.shape[1], preview.shape[0])]
-    opset = graph_opset(model)
-    onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
-    storage = {"weights": "float32"}
-    if cfg.model.encoding.name == "grid" and cfg.model.encoding.grid_table_bits == 8:
-        onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
-        storage["tables"] = tables
-    if cfg.fp16_weights:
-        onnx_bytes, half = store_weights_fp16(onnx_bytes)
-        storage = {**storage, **half}
-    onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
-    probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
-    parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
-    arch = cfg.model.to_dict()
-    meta = {
-        "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' "
-                       f"at {size[0]}×{size[1]}",
-        "architecture": {**arch, "parameters": count_parameters(model),
-                         "batchnorm_folded": cfg.model.model == "mlp-bn"},
-        "encoding": arch["encoding"],
-        "source": {**source, "image": cfg.image, "size": size},
-        "training": {"steps": cfg.steps, "lr": cfg.lr, "schedule": cfg.schedule, "batch_size": cfg.batch_size,
-                     "protocol": cfg.protocol,
-                     "seed": cfg.seed, **history},
-        "metrics": metrics,
-        "export": {"opset": opset, "max_abs_diff_vs_torch": parity, **storage},
-        "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
-        "preview": "preview.png",
-    }
-    write_body = write_separable(model, probe, meta)  # the body graph for separable renders, if any
+    with tracing.span("inr.fit.export"):  # the ONNX file and its parity with torch (docs/deployment.md, "Traces")
+        opset = graph_opset(model)
+        onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
+        storage = {"weights": "float32"}
+        if cfg.model.encoding.name == "grid" and cfg.model.encoding.grid_table_bits == 8:
+            onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
+            storage["tables"] = tables
+        if cfg.fp16_weights:
+            onnx_bytes, half = store_weights_fp16(onnx_bytes)
+            storage = {**storage, **half}
+        onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
+        probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
+        parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
+        arch = cfg.model.to_dict()
+        meta = {
+            "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' "
+                           f"at {size[0]}×{size[1]}",
+            "architecture": {**arch, "parameters": count_parameters(model),
+                             "batchnorm_folded": cfg.model.model == "mlp-bn"},
+            "encoding": arch["encoding"],
+            "source": {**source, "image": cfg.image, "size": size},
+            "training": {"steps": cfg.steps, "lr": cfg.lr, "schedule": cfg.schedule, "batch_size": cfg.batch_size,
+                         "protocol": cfg.protocol,
+                         "seed": cfg.seed, **history},
+            "metrics": metrics,
+            "export": {"opset": opset, "max_abs_diff_vs_torch": parity, **storage},
+            "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
+            "preview": "preview.png",
+        }
+        write_body = write_separable(model, probe, meta)  # the body graph for separable renders, if any
 
     def extras(d: Path) -> None:
         save_png(preview, d / "preview.png", max_side=PREVIEW_SIDE)
         write_body(d)
 
-    return write_model_dir(
-        out, task="image", onnx_bytes=onnx_bytes,
-        inputs=[TensorSpec("coords", "FP32", [-1, 2])], outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
-        metadata=meta, extras=extras)
+    with tracing.span("inr.fit.write", attributes={"inr.model": out.name}):
+        written = write_model_dir(
+            out, task="image", onnx_bytes=onnx_bytes,
+            inputs=[TensorSpec("coords", "FP32", [-1, 2])], outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
+            metadata=meta, extras=extras)
+        tracing.annotate({"inr.model.version": written["version"]})
+        return written
 
 
 def finish(model: ImageINR, cfg: FitConfig) -> ImageINR:

@@ -54,21 +54,25 @@ from typing import Callable
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
+from modelrepo import tracing
+
 from ..errors import Overloaded
 from ..metrics import Metrics
 from .policy import BatchConfig, deadline, max_rows, queue_delay, queue_timeout
 from .runtime import ModelRuntime
+from .traced import end_queue, queue_span, run_span, start_run
 
 log = logging.getLogger(__name__)
 Outputs = dict[str, np.ndarray]
 
 
 class Pending:
-    __slots__ = ("x", "rows", "future", "arrived", "timer")
+    __slots__ = ("x", "rows", "future", "arrived", "timer", "trace")
 
     def __init__(self, x: np.ndarray, future: asyncio.Future):
         self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
         self.timer: asyncio.TimerHandle | None = None
+        self.trace = queue_span() if tracing.ON else None  # (its inr.queue span, its context): traced.py
 
 
 def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
@@ -137,7 +141,11 @@ class ModelQueue:
         """Run on the event loop now (see the module's docstring): no wait, so the queue time is 0."""
         if self.metrics:
             self.metrics.queued(self.model.name, [0.0], self.model.version)
-        [result] = self.timed_run([x])
+        if tracing.ON:
+            with run_span(len(x)):
+                [result] = self.timed_run([x])
+        else:
+            [result] = self.timed_run([x])
         if isinstance(result, BaseException):
             raise result
         return result
@@ -159,6 +167,7 @@ class ModelQueue:
             return
         self.rows -= item.rows
         self._pending(-1)
+        end_queue(item, "queue deadline passed")
         if self.metrics:
             self.metrics.queue_timeout(self.model.name, "batch")
         if not item.future.done():
@@ -198,6 +207,8 @@ class ModelQueue:
         self._pending(-len(batch))
         for p in batch:
             p.timer.cancel()
+            if p.trace is not None and p.future.done():
+                end_queue(p, "the client went away")
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
 
     def _expire(self, expired: list) -> None:
@@ -213,6 +224,7 @@ class ModelQueue:
             if self.metrics:
                 self.metrics.queued(self.model.name, [started - p.arrived for p in batch], self.model.version)
             self.running += 1
+            run = start_run(batch, sum(p.rows for p in batch)) if tracing.ON else None
             try:
                 results = await run_in_threadpool(self.timed_run, [p.x for p in batch])
             except BaseException as e:  # cancelled while running: fail the batch, then stop
@@ -222,6 +234,8 @@ class ModelQueue:
                 raise
             finally:
                 self.running -= 1
+                if run is not None:
+                    run.end()
             for p, result in zip(batch, results):
                 if p.future.done():
                     continue
@@ -242,6 +256,7 @@ class ModelQueue:
             task.cancel()
         for p in self.items:
             p.timer.cancel()
+            end_queue(p, "shutting down")
             if not p.future.done():
                 p.future.set_exception(Overloaded("the server is shutting down"))
         self.items.clear()
@@ -290,6 +305,9 @@ class BatchingInference:
                 if started is not None:  # the deadline passed first: the caller has its 503
                     return None
                 started = time.perf_counter()
+            if tracing.ON:  # in the pool thread, with the request's context (run_in_threadpool copies it)
+                with run_span(len(x)):
+                    return run_batch(model, [x])
             return run_batch(model, [x])
 
         run = asyncio.ensure_future(run_in_threadpool(timed))

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
+from modelrepo import tracing
+
 from ..errors import BadInput
 from .registry import ModelState, Registry
 
@@ -168,20 +170,47 @@ class ModelControl:
 
     # -- blocking helpers (worker threads) --------------------------------------------------------
     def _load(self, name: str, now: Fingerprint | None) -> ModelState:
+        """Traced as `inr.model.load` (a child of the repository API's request, or a root span for a poll);
+        a version a fit wrote starts serving in the fit's own trace (served_span)."""
         self.loading.add(name)
         try:
-            path = self.registry.root / name
-            now = now if now is not None else fingerprint(path)
-            state = self.registry.load(name)
-            self.seen[name] = now
-            if failures(state):
-                log.warning("model %s: %s", name, failures(state))
-            return state
+            with tracing.span("inr.model.load", attributes={"inr.model": name}):
+                before = self.registry.models.get(name)
+                before = before.serving if before is not None else None
+                path = self.registry.root / name
+                now = now if now is not None else fingerprint(path)
+                state = self.registry.load(name)
+                self.seen[name] = now
+                if failures(state):
+                    log.warning("model %s: %s", name, failures(state))
+                serving = state.serving
+                if tracing.ON and serving is not None and (before is None or serving.version != before.version):
+                    served_span(state)
+                return state
         finally:
             self.loading.discard(name)
 
     def _unload(self, name: str) -> None:
         if name not in self.registry.models and name in self.registry.scan():
             return  # a model folder that is not loaded: already unloaded, as Triton answers
-        self.registry.unload(name)
+        with tracing.span("inr.model.unload", attributes={"inr.model": name}):
+            self.registry.unload(name)
         self.seen.pop(name, None)
+
+
+def served_span(state: ModelState) -> None:
+    """`inr.fit.served`, in the trace of the fit that wrote the version now serving (its metadata's
+    `source.traceparent`, modelrepo's fit job record): the trace runs from the upload to the served version.
+    It links to the load that started serving it."""
+    from opentelemetry import trace
+    from opentelemetry.trace import Link
+    serving = state.serving
+    source = serving.metadata.get("source")
+    parent = tracing.parent_from(source.get("traceparent")) if isinstance(source, dict) else None
+    if parent is None:
+        return
+    load = trace.get_current_span()  # inr.model.load: the served span covers the load
+    span = tracing.tracer.start_span("inr.fit.served", context=parent, links=[Link(load.get_span_context())],
+                                     start_time=getattr(load, "start_time", None), attributes={
+        "inr.model": state.name, "inr.model.version": serving.version, "inr.fit.job": source.get("job", "")})
+    span.end()

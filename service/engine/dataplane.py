@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy as np
 
+from modelrepo import tracing
+
 from .batching import BatchConfig, BatchingInference, Outputs
 from ..render.imaging import Background
 from .limits import check_rows, row_limit
@@ -27,6 +29,15 @@ from ..metrics import Metrics
 from .runtime import ModelRuntime
 from ..settings import Settings
 from .tasks import DigitsRuntime, ImageRuntime
+from .traced import infer_span
+
+
+class TracedBatching(BatchingInference):
+    """The batcher with each request's `inr.infer` span (service/engine/traced.py): used only with traces on."""
+
+    async def __call__(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        with infer_span(model, len(x)):
+            return await super().__call__(model, x, timeout)
 
 
 class DataPlane:
@@ -34,7 +45,8 @@ class DataPlane:
                  inflight: Callable[[], int] | None = None):
         """`inflight`: requests in flight in the process (the drain's count), for the batcher's run on the loop."""
         self.settings, self.metrics, self.cache = settings, metrics, cache
-        self.batcher = BatchingInference(BatchConfig.from_settings(settings), metrics, inflight)
+        batching = TracedBatching if tracing.ON else BatchingInference  # nothing of traces on the path when off
+        self.batcher = batching(BatchConfig.from_settings(settings), metrics, inflight)
 
     # -- limits ------------------------------------------------------------------------------------
     def row_limit(self, model: ModelRuntime) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import anyio
 
+from modelrepo import tracing
 from modelrepo.fitjobs import FINISHED, PRESETS, FitStore, JobFinished, NameTaken, QueueFull
 
 from ..errors import Conflict, NotFound, TooManyRequests
@@ -73,7 +74,14 @@ class Fits:
         against the repository's folders and the targets of queued, running and succeeded jobs: the store
         checks it again in the transaction that inserts the job, and a name another process took first
         is passed over for the next. 429 when full."""
+        with tracing.span("inr.fit.enqueue", attributes={"inr.fit.preset": options.get("preset", ""),
+                                                         "inr.fit.steps": options.get("steps", 0)}):
+            return await self._submit(upload, options, name)
+
+    async def _submit(self, upload: Upload, options: dict, name: str | None) -> dict:
+        """submit, in the `inr.fit.enqueue` span whose context the record keeps (the worker's spans continue it)."""
         s = self.settings
+        trace = tracing.current_traceparent()
         derived, passed = name is None, set()
         if not derived:
             await anyio.to_thread.run_sync(check_target, name, s.models)
@@ -88,7 +96,7 @@ class Fits:
                     record = await self.call("submit", name=name, options=options, image_png=upload.png,
                                              source=upload.source, deadline_s=s.fit_deadline_s,
                                              max_running=s.fit_max_running, queue_limit=s.fit_queue_limit,
-                                             derived=derived)
+                                             derived=derived, traceparent=trace)
                     break
                 except NameTaken:
                     passed.add(name)
@@ -97,6 +105,7 @@ class Fits:
                         f"{e.active} fits are queued or running; the limit is {e.limit} (INR_FIT_MAX_RUNNING="
                         f"{s.fit_max_running} + INR_FIT_QUEUE_LIMIT={s.fit_queue_limit}): retry after "
                         f"{math.ceil(e.retry_after)} s", e.retry_after) from None
+        tracing.annotate({"inr.fit.job": record["id"], "inr.fit.name": record["name"]})
         return await self.present(record)
 
     async def record(self, job_id: str) -> dict:

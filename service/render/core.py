@@ -20,6 +20,8 @@ from typing import Awaitable, Callable
 import anyio
 import numpy as np
 
+from modelrepo import tracing
+
 from ..errors import ClientGone, QueueTimeout, RenderTimeout
 from .imaging import RenderSpec, new_image, plain_sampler, render_tile
 from ..metrics import Metrics
@@ -110,6 +112,14 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
                   lambda t: render_tile(spec, t, sample(t), out),
                   deadline=arrived + settings.render_timeout_s, on_deadline=deadline_error,
                   on_cancel=lambda: ClientGone("the client disconnected; render abandoned"))
+    with tracing.span("inr.render.tiles", attributes={"inr.tiles": job.total}):
+        await _tiles(core, job, model, spec, is_disconnected)
+    with tracing.span("inr.render.encode"):
+        return await anyio.to_thread.run_sync(encode, out)
+
+
+async def _tiles(core: RenderCore, job: TileJob, model: ModelRuntime, spec: RenderSpec, is_disconnected) -> None:
+    """The job's tiles on the scheduler, stopped when the client disconnects."""
     future = asyncio.wrap_future(core.scheduler.submit(job))
 
     async def watch() -> None:
@@ -128,5 +138,4 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
         raise
     finally:
         watcher.cancel()
-    return await anyio.to_thread.run_sync(encode, out)
 

@@ -21,6 +21,8 @@ from typing import Awaitable, Callable
 import numpy as np
 from fastapi.responses import Response
 
+from modelrepo import tracing
+
 from ..errors import BadInput, TooLarge
 from .imaging import MEDIA_TYPES, RenderSpec, check_render_coords, encode
 from ..metrics import Metrics
@@ -104,16 +106,28 @@ class RenderService:
                      if_none_match: str | None = None,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Rendered:
         """The encoded image, or 304 when `if_none_match` names its ETag; from the cache when it can be.
-        A caller that disconnects (a viewer that zoomed again) cancels the render at its next tile."""
+        A caller that disconnects (a viewer that zoomed again) cancels the render at its next tile.
+        Traced as `inr.render` (attribute `inr.cache`: hit, miss or not_modified) over `inr.render.plan`
+        and, on a miss, service/render/core.py's `inr.render.tiles` and `inr.render.encode`."""
+        spec = job.spec
+        with tracing.span("inr.render", attributes={"inr.model": model.name, "inr.model.version": model.version,
+                                                    "inr.width": spec.width, "inr.height": spec.height,
+                                                    "inr.supersample": spec.supersample, "inr.format": job.format}):
+            return await self._render(model, job, cache_control, if_none_match, is_disconnected)
+
+    async def _render(self, model, job, cache_control, if_none_match, is_disconnected) -> Rendered:
         start = time.perf_counter()
-        check_limits(job.spec, self.settings)
-        key = render_key(model, job.spec, job.format, job.quality, job.finish_key)
-        headers = {"ETag": etag_of(key), "Cache-Control": cache_control}
+        with tracing.span("inr.render.plan"):
+            check_limits(job.spec, self.settings)
+            key = render_key(model, job.spec, job.format, job.quality, job.finish_key)
+            headers = {"ETag": etag_of(key), "Cache-Control": cache_control}
         media_type = MEDIA_TYPES[job.format]
         if etag_matches(if_none_match, headers["ETag"]):
+            tracing.annotate({"inr.cache": "not_modified"})
             self.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
             return Rendered(304, b"", media_type, headers)
         cached = self.cache.get(key)
+        tracing.annotate({"inr.cache": "miss" if cached is None else "hit"})
         if cached is not None:
             self.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
             return Rendered(200, cached.data, cached.media_type, headers)

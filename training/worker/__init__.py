@@ -16,7 +16,9 @@ import threading
 import time
 from pathlib import Path
 
+from modelrepo import tracing
 from modelrepo.fitjobs import FitStore, StoreError, worker_id
+from modelrepo.telemetry import TraceConfigError, read_config
 
 from modelrepo.cliargs import positive_float, positive_int
 
@@ -55,7 +57,19 @@ def lower_priority(nice: int, threads: int) -> None:
     torch.set_num_interop_threads(1)
 
 
+def start_traces() -> None:
+    """OTEL_* as the service reads them (modelrepo.telemetry); a bad one is the CLI's one line, exit 2."""
+    try:
+        config = read_config()
+    except TraceConfigError as e:
+        raise UsageError(str(e)) from None
+    if config is not None:
+        tracing.install(config, "inr-fit-worker",
+                        on_drop=lambda reason, n: log.warning("traces: %d span(s) dropped (%s)", n, reason))
+
+
 def serve_jobs(args: argparse.Namespace) -> int:
+    start_traces()
     stopping = threading.Event()
     wid = worker_id()
     info = {"host": socket.gethostname(), "pid": os.getpid(), "job": None}
@@ -99,6 +113,7 @@ def serve_jobs(args: argparse.Namespace) -> int:
         beat.stop.set()
         store.unregister_worker(seat, wid)
         store.close()
+        tracing.shutdown()  # the last fit's spans, within tracing.SHUTDOWN_S
     return 0
 
 

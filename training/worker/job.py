@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from opentelemetry import trace
 from PIL import Image
 
-from modelrepo import SpecError
+from modelrepo import SpecError, tracing
 from modelrepo.cliargs import OneLineParser
 from modelrepo.fitjobs import PRESETS, FitStore
 
@@ -86,12 +87,28 @@ def check_target(out: Path) -> None:
 
 
 def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
-    """Claim the job's attempt and fit it; the record as it ends (None: not ours to run)."""
-    store = ctx.store
-    rec = store.claim(job_id, attempt, ctx.worker)
+    """Claim the job's attempt and fit it; the record as it ends (None: not ours to run). Traced, in the trace
+    of the API's enqueue span that the record keeps: `inr.fit.claim`, then `inr.fit` (progress as events) with
+    `inr.fit.export` and `inr.fit.write` in it."""
+    claimed = time.time_ns()
+    rec = ctx.store.claim(job_id, attempt, ctx.worker)
     if not rec:
         return None
-    log.info("fit %s attempt %d: %s", job_id, attempt, rec["options"])
+    if not tracing.ON:
+        return run_claimed(ctx, rec)
+    parent = tracing.parent_from(rec.get("traceparent"))
+    attrs = {"inr.fit.job": job_id, "inr.fit.attempt": attempt, "inr.fit.worker": ctx.worker}
+    tracing.tracer.start_span("inr.fit.claim", context=parent, attributes=attrs, start_time=claimed).end()
+    with tracing.span("inr.fit", context=parent, attributes={**attrs, "inr.fit.name": rec["name"],
+                                                             "inr.fit.steps": rec["steps"]}):
+        done = run_claimed(ctx, rec)
+        tracing.annotate({"inr.fit.state": (done or {}).get("state") or "dropped"})
+        return done
+
+
+def run_claimed(ctx: JobContext, rec: dict) -> dict | None:
+    store, job_id = ctx.store, rec["id"]
+    log.info("fit %s attempt %d: %s", job_id, rec["attempt"], rec["options"])
     try:
         return fit(ctx, rec)
     except Stop as stop:
@@ -155,6 +172,9 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         if written is None:
             raise Stop(None, "another process declared this worker dead; dropping the fit")
         rec = written
+        if tracing.ON:  # coarse progress (about PROGRESS_EVENTS per fit) as events of the `inr.fit` span
+            trace.get_current_span().add_event("progress", {"step": done, "loss": float(loss),
+                                                            "psnr": round(psnr_from_mse(loss), 3)})
         return False
 
     model, history = train(cfg, img, on_step=on_step, every=check_every)
@@ -163,6 +183,8 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched
     source = {"kind": "upload", "job": rec["id"], **{k: rec["source"][k] for k in ("filename", "width", "height")
                                                      if k in rec["source"]}, "size": loaded["size"]}
+    if tracing.ON:  # the API's load of this version joins the fit's trace (service/engine/control.py)
+        source["traceparent"] = tracing.current_traceparent()
     written = export_image_model(model, cfg, out, source, metrics, history, full)
     log.info("fit %s: wrote %s version %s", rec["id"], rec["name"], written["version"])
     return store.finish(rec, "succeeded", version=written["version"], metrics=metrics)

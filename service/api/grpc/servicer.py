@@ -16,11 +16,14 @@ import grpc
 from starlette.concurrency import run_in_threadpool
 from tritonclient.grpc import service_pb2 as pb
 
+from modelrepo import tracing
+
 from ...errors import BadInput, DeadlineExceeded, Forbidden, NotLoaded, QueueTimeout, ServiceError, grpc_code
 from ...server.restricted import carries_key
 from ..v2.infer import config_of, metadata_of, model_version, resolve, run
 from ..v2.routes import EXTENSIONS
 from .convert import from_json, infer_request, infer_response, model_config, parameter
+from .spans import traced, traced_stream
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
@@ -211,11 +214,18 @@ UNARY = {"ServerLive": pb.ServerLiveRequest, "ServerReady": pb.ServerReadyReques
 
 
 def handlers(service: InferenceService) -> grpc.GenericRpcHandler:
-    """The service's method handlers, with the stubs' messages and a deserializer that reports bad bytes."""
-    methods = {name: grpc.unary_unary_rpc_method_handler(getattr(service, name), request_deserializer=reader(cls),
+    """The service's method handlers, with the stubs' messages and a deserializer that reports bad bytes; with
+    traces on, each call in its server span (service/api/grpc/spans.py), else nothing more."""
+    def method(name: str):
+        fn = getattr(service, name)
+        if not tracing.ON:
+            return fn
+        return traced_stream(SERVICE, name, fn) if name == "ModelStreamInfer" else traced(SERVICE, name, fn)
+
+    methods = {name: grpc.unary_unary_rpc_method_handler(method(name), request_deserializer=reader(cls),
                                                          response_serializer=lambda m: m.SerializeToString())
                for name, cls in UNARY.items()}
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        service.ModelStreamInfer, request_deserializer=reader(pb.ModelInferRequest),
+        method("ModelStreamInfer"), request_deserializer=reader(pb.ModelInferRequest),
         response_serializer=lambda m: m.SerializeToString())
     return grpc.method_handlers_generic_handler(SERVICE, methods)

@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from modelrepo import tracing
+
 from ..deps import RegistryDep, SettingsDep
 from ...errors import NotFound, ServiceError, error_response, validation_message
 from ..schemas import ErrorBody
@@ -114,8 +116,10 @@ async def image(request: Request, name: str, region: str, size: str, rotation: s
     ident = Identifier.parse(name)
     model = resolve(registry, ident)
     width, height = image_size(model.metadata)
-    req = ImageRequest.parse(region, size, rotation, quality_format)
-    p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
+    with tracing.span("inr.iiif.plan", attributes={"inr.model": model.name, "inr.iiif.region": region,
+                                                   "inr.iiif.size": size, "inr.iiif.rotation": rotation}):
+        req = ImageRequest.parse(region, size, rotation, quality_format)
+        p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
     service_id = image_id(request, settings, ident)
     link = f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'

@@ -1,0 +1,57 @@
+"""The HTTP request's server span, as pure ASGI (docs/deployment.md, "Traces").
+
+Added by the app as its outermost middleware only while traces are on (modelrepo.tracing.ON); with traces off
+the app has no such layer and the hot routes (service/server/hotpath.py) are reached as before.
+
+The span continues a W3C `traceparent` (and `tracestate`) sent by the client or a proxy; a malformed one is
+ignored and the span starts a new trace. Every response answers `traceparent` with the server span's
+context. The span is named `METHOD ROUTE` once the router (or the hot path) has set the route template, and
+carries `http.request.method`, `url.path`, `http.route` and `http.response.status_code`; a 5xx marks it
+as an error.
+"""
+from __future__ import annotations
+
+from opentelemetry.trace import SpanKind, StatusCode
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from modelrepo import tracing
+
+
+class TraceRequests:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        parent = state = None
+        for key, value in scope["headers"]:
+            if key == b"traceparent":
+                parent = value
+            elif key == b"tracestate":
+                state = value
+        method = scope["method"]
+        with tracing.tracer.start_as_current_span(
+                method, context=tracing.parent_from(parent, state) if parent else None, kind=SpanKind.SERVER,
+                attributes={"http.request.method": method, "url.path": scope["path"]},
+                record_exception=False) as span:
+            answer = (b"traceparent", tracing.traceparent(span).encode())
+            status = 500
+
+            async def send_traced(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                    message = {**message, "headers": [*message.get("headers", ()), answer]}
+                await send(message)
+
+            try:
+                await self.app(scope, receive, send_traced)
+            finally:
+                route = getattr(scope.get("route"), "path", None)
+                if route:
+                    span.update_name(f"{method} {route}")
+                    span.set_attribute("http.route", route)
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(StatusCode.ERROR)
