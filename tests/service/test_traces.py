@@ -1,4 +1,4 @@
-"""Issue 28 item 1: OpenTelemetry traces, received by a real OTLP receiver (tests/otlp.py: opentelemetry-proto's
+"""Issue 28 item 1: OpenTelemetry traces, received by a real OTLP receiver (bench/otlp.py: opentelemetry-proto's
 TraceService over gRPC, and ExportTraceServiceRequest over HTTP).
 
 The real server (`python -m service`, poll mode) exports over OTLP/gRPC; a real `python -m training worker`
@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from modelrepo.fitjobs import FitStore
 from tests.fits import Worker, photo, png
-from tests.otlp import Receiver, tree
+from bench.otlp import Receiver, tree
 from tests.servers import ROOT, Server
 
 FAST = {"preset": "fourier-small", "size": "32", "steps": "60", "protocol": "paper", "seed": "0"}

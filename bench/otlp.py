@@ -1,4 +1,4 @@
-"""A real OTLP trace receiver for the tests: the collector's protocol from `opentelemetry-proto`'s service
+"""A real OTLP trace receiver for the tests and `bench.trace_cost`: the collector's protocol from `opentelemetry-proto`'s service
 definitions, over gRPC (`TraceService/Export` on a grpc server) and over HTTP (`POST /v1/traces` with an
 `ExportTraceServiceRequest` protobuf body), on free ports. What it receives is kept as `Span`s, and
 `tree()` prints them as the trace's tree (docs/deployment.md shows one)."""
@@ -49,13 +49,15 @@ def _attrs(kvs) -> dict:
 class Receiver:
     """Spans received by both endpoints, in arrival order; `grpc_url` and `http_url` to export to."""
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1", advertise: str | None = None):
+        """Listens on `host` (0.0.0.0 for containers); the URLs name `advertise` (default: `host`)."""
+        self.host, name = host, advertise or host
         self.spans: list[Span] = []
         self.requests = 0
         self.lock = threading.Lock()
         self.grpc_port, self.http_port = free_port(), free_port()
-        self.grpc_url = f"http://127.0.0.1:{self.grpc_port}"
-        self.http_url = f"http://127.0.0.1:{self.http_port}/v1/traces"
+        self.grpc_url = f"http://{name}:{self.grpc_port}"
+        self.http_url = f"http://{name}:{self.http_port}/v1/traces"
 
     def take(self, request: pb.ExportTraceServiceRequest) -> None:
         got = []
@@ -81,7 +83,7 @@ class Receiver:
 
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_TraceServiceServicer_to_server(Service(), self.grpc)
-        self.grpc.add_insecure_port(f"127.0.0.1:{self.grpc_port}")
+        self.grpc.add_insecure_port(f"{self.host}:{self.grpc_port}")
         self.grpc.start()
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,7 +104,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", self.http_port), Handler)
+        self.http = ThreadingHTTPServer((self.host, self.http_port), Handler)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
         return self
 
