@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import secrets
 import threading
 import time
 import urllib.error
@@ -15,12 +16,26 @@ import pytest
 import tritonclient.http as triton
 from PIL import Image
 
+from bench.otlp import Receiver
+
 from .stack import Stack, metric, settle
 
 
 @pytest.fixture(scope="module")
-def stack(make_stack, report) -> Stack:
+def otlp():
+    """A real OTLP receiver on this host, which the replicas reach as host.containers.internal (Podman's name for
+    the host; Docker's needs an extra_hosts entry, so the trace test runs under Podman only)."""
+    receiver = Receiver(host="0.0.0.0", advertise="host.containers.internal").start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(make_stack, report, otlp) -> Stack:
     s = make_stack("one")
+    if s.engine.cli == "podman":   # traces on, over OTLP/HTTP, for the traceparent test below
+        s.env.update({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                      "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.http_url.removesuffix("/v1/traces")})
     broken = s.models / "broken"  # a model folder whose ONNX file is not what its metadata says
     (broken / "1").mkdir(parents=True)
     for f in ("config.pbtxt",):
@@ -59,6 +74,26 @@ def test_query_render_and_classify_through_nginx(http):
     digit.save(buf, "PNG")
     r = http.post("/v1/models/digits/classify", files={"files": ("one.png", buf.getvalue(), "image/png")})
     assert r.status_code == 200 and r.json()["predictions"][0]["label"] == 1, r.text
+
+
+def test_a_traceparent_sent_through_nginx_comes_back_in_the_replicas_span(stack, http, otlp):
+    """Issue 28: nginx passes the caller's trace context on; the replica's server span continues it (exported
+    to the receiver on the host), and the answer's traceparent names that span; a malformed one starts anew."""
+    if stack.engine.cli != "podman":
+        pytest.skip("the replicas reach the host's receiver as host.containers.internal under Podman only")
+    trace_id, parent = secrets.token_hex(16), secrets.token_hex(8)
+    r = http.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]},
+                  headers={"traceparent": f"00-{trace_id}-{parent}-01"})
+    assert r.status_code == 200, r.text
+    version, answered_trace, answered_span, flags = r.headers["traceparent"].split("-")
+    assert (version, answered_trace, flags) == ("00", trace_id, "01") and answered_span != parent
+    spans = otlp.wait_trace(trace_id, "inr.infer", timeout=60)
+    server = next(s for s in spans if s.span_id == answered_span)
+    assert server.parent_id == parent and server.service == "inr-serve" and server.kind == 2   # SERVER
+    assert any(s.name == "inr.infer" and s.parent_id == answered_span for s in spans)
+    bad = http.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]},
+                    headers={"traceparent": f"00-{trace_id}-zz-01"})
+    assert bad.status_code == 200 and bad.headers["traceparent"].split("-")[1] != trace_id
 
 
 def test_v2_infer_with_tritonclient_through_nginx(stack):
