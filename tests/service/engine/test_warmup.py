@@ -70,9 +70,16 @@ class WarmupPipe:
                 return None
             raise
 
-    def give(self, fd: int) -> None:
-        os.write(fd, self.ROW)
-        os.close(fd)
+    def give(self, fd: int) -> bool:
+        """Writes the row; False when the reader closed between `reader()` and the write (a warmup that had
+        already read its row and was closing: nothing waits on this pipe then)."""
+        try:
+            os.write(fd, self.ROW)
+            return True
+        except BrokenPipeError:
+            return False
+        finally:
+            os.close(fd)
 
 
 def test_a_reload_under_load_serves_the_new_version_only_after_its_warmup_ran(model_repo, tmp_path):
@@ -105,7 +112,7 @@ def test_a_reload_under_load_serves_the_new_version_only_after_its_warmup_ran(mo
 
     threads = [threading.Thread(target=client) for _ in range(3)]
     try:
-        pipe.give(wait_for(pipe.reader, 120, "version 1's warmup to open its input"))
+        assert pipe.give(wait_for(pipe.reader, 120, "version 1's warmup to open its input"))
         srv.wait_ready()
         for t in threads:
             t.start()
@@ -116,12 +123,12 @@ def test_a_reload_under_load_serves_the_new_version_only_after_its_warmup_ran(mo
         wait_for(lambda: count() >= before + 50, 60, "answers while version 2 is in its warmup")
         with lock:
             during = list(answers)
-        pipe.give(held)
+        assert pipe.give(held), "version 2's warmup closed its input before it got its row"
 
         def fed_and_served() -> bool:  # a reload may load more than one version: each warmup gets its row
             fd = pipe.reader()
             if fd is not None:
-                pipe.give(fd)
+                pipe.give(fd)  # False: that reader had its row and was closing
             return count("2") >= 20
 
         wait_for(fed_and_served, 60, "answers from version 2")
