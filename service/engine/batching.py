@@ -49,6 +49,7 @@ import logging
 import threading
 import time
 from collections import deque
+from contextlib import nullcontext
 from typing import Callable
 
 import numpy as np
@@ -60,7 +61,7 @@ from ..errors import Overloaded
 from ..metrics import Metrics
 from .policy import BatchConfig, deadline, max_rows, queue_delay, queue_timeout
 from .runtime import ModelRuntime
-from .traced import end_queue, queue_span, run_span, start_run
+from .traced import recording, run_span, start_run
 
 log = logging.getLogger(__name__)
 Outputs = dict[str, np.ndarray]
@@ -72,7 +73,7 @@ class Pending:
     def __init__(self, x: np.ndarray, future: asyncio.Future):
         self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
         self.timer: asyncio.TimerHandle | None = None
-        self.trace = queue_span() if tracing.ON else None  # (its inr.queue span, its context): traced.py
+        self.trace = recording() if tracing.ON else None  # the request's recording `inr.infer`: traced.py
 
 
 def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
@@ -141,10 +142,7 @@ class ModelQueue:
         """Run on the event loop now (see the module's docstring): no wait, so the queue time is 0."""
         if self.metrics:
             self.metrics.queued(self.model.name, [0.0], self.model.version)
-        if tracing.ON:
-            with run_span(len(x)):
-                [result] = self.timed_run([x])
-        else:
+        with run_span(len(x)) if tracing.ON else nullcontext():
             [result] = self.timed_run([x])
         if isinstance(result, BaseException):
             raise result
@@ -167,7 +165,6 @@ class ModelQueue:
             return
         self.rows -= item.rows
         self._pending(-1)
-        end_queue(item, "queue deadline passed")
         if self.metrics:
             self.metrics.queue_timeout(self.model.name, "batch")
         if not item.future.done():
@@ -207,8 +204,6 @@ class ModelQueue:
         self._pending(-len(batch))
         for p in batch:
             p.timer.cancel()
-            if p.trace is not None and p.future.done():
-                end_queue(p, "the client went away")
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
 
     def _expire(self, expired: list) -> None:
@@ -224,7 +219,7 @@ class ModelQueue:
             if self.metrics:
                 self.metrics.queued(self.model.name, [started - p.arrived for p in batch], self.model.version)
             self.running += 1
-            run = start_run(batch, sum(p.rows for p in batch)) if tracing.ON else None
+            run = start_run(batch, sum(p.rows for p in batch), started) if tracing.ON else None
             try:
                 results = await run_in_threadpool(self.timed_run, [p.x for p in batch])
             except BaseException as e:  # cancelled while running: fail the batch, then stop
@@ -256,7 +251,6 @@ class ModelQueue:
             task.cancel()
         for p in self.items:
             p.timer.cancel()
-            end_queue(p, "shutting down")
             if not p.future.done():
                 p.future.set_exception(Overloaded("the server is shutting down"))
         self.items.clear()

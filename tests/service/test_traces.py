@@ -83,10 +83,26 @@ def test_an_http_classify_continues_the_clients_trace(stack):
     [infer] = by_name(spans, "inr.infer")
     assert infer.parent_id == root.span_id and infer.attributes["inr.model"] == "digits"
     assert infer.attributes["inr.rows"] == 1
-    [queue] = by_name(spans, "inr.queue")
     [run] = by_name(spans, "inr.run")  # alone in its batch: the run is in this request's trace
-    assert queue.parent_id == run.parent_id == infer.span_id and run.attributes["inr.batch.size"] == 1
-    assert queue.links == [(run.trace_id, run.span_id)] and run.links == [(infer.trace_id, infer.span_id)]
+    assert run.parent_id == infer.span_id and run.attributes["inr.batch.size"] == 1
+    assert infer.attributes["inr.batch.size"] == 1 and 0 <= infer.attributes["inr.queue.seconds"] < 30
+    assert infer.links == [(run.trace_id, run.span_id)] and run.links == [(infer.trace_id, infer.span_id)]
+    assert not [s for s in spans if s.name == "inr.queue"]  # the wait is inr.infer's attribute, not a span
+
+
+def test_a_request_the_sampler_left_out_makes_no_spans_and_answers_its_trace(stack):
+    """A parent that is not sampled (flags 00): the default parent-based sampler records nothing of the
+    request, the dataplane makes no spans for it, and the answer continues the trace, still unsampled."""
+    srv, _, receiver, _ = stack
+    image = np.zeros((28, 28)).tolist()
+    left_out, sampled = "5" * 32, "6" * 32
+    for trace_id, flags in ((left_out, "00"), (sampled, "01")):
+        r = httpx.post(f"{srv.url}/v1/models/digits/classify", json={"images": [image]},
+                       headers={"traceparent": f"00-{trace_id}-{'7' * 16}-{flags}"}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.headers["traceparent"].startswith(f"00-{trace_id}-") and r.headers["traceparent"].endswith(flags)
+    receiver.wait_trace(sampled, "POST /v1/models/{name}/classify", "inr.infer", "inr.run")
+    assert receiver.trace(left_out) == []  # exported in order: the sampled one came after it
 
 
 def digits_request(images: int) -> pb.ModelInferRequest:
@@ -167,9 +183,10 @@ def test_a_batch_links_its_requests_and_they_link_it(stack):
     infers = {(s.trace_id, s.span_id): s for s in receiver.named("inr.infer")}
     linked = [infers[link] for link in run.links]
     assert len(linked) == run.attributes["inr.batch.size"] and run.parent_id == linked[0].span_id
-    for request in linked:  # each request's inr.queue ends with a link back to the run
-        [queue] = [s for s in receiver.trace(request.trace_id) if s.name == "inr.queue"]
-        assert queue.parent_id == request.span_id and (run.trace_id, run.span_id) in queue.links
+    for request in linked:  # each request's inr.infer has the batch's size, its wait and a link back to the run
+        assert (run.trace_id, run.span_id) in request.links
+        assert request.attributes["inr.batch.size"] == run.attributes["inr.batch.size"]
+        assert 0 <= request.attributes["inr.queue.seconds"] < 30
 
 
 def test_a_render_has_plan_tiles_encode_and_a_cache_hit(stack):
