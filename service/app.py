@@ -33,6 +33,7 @@ from .api.grpc import GrpcServer
 from .engine.dataplane import DataPlane
 from .engine.control import ModelControl
 from .server.guards import BodyLimit, BodyTimeout
+from .server.heap import Heap, settle
 from .server.hotpath import HotRoutes
 from .api.jsonbody import add_body_schemas
 from .metrics import Metrics, MetricsMiddleware
@@ -104,10 +105,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
                  threads)
         loop = asyncio.get_running_loop()
+        heap = Heap(loop)
 
         def changed(reg: Registry, dropped: list) -> None:  # runs in the thread that loaded
             metrics.set_models(reg.models)
             if dropped:
+                heap.release(dropped)  # nothing of theirs stays frozen (service/server/heap.py)
                 loop.call_soon_threadsafe(app.state.dataplane.retire, dropped)
 
         registry.listeners.append(changed)
@@ -119,9 +122,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await grpc_server.start()
             drain.listeners.append(lambda: loop.create_task(grpc_server.draining()))
         drain.install()  # SIGTERM: finish what runs, refuse what comes (service/server/drain.py)
+        settle()  # later full collections skip what start-up left alive (service/server/heap.py)
         try:
             yield
         finally:
+            heap.close()
             drain.uninstall()
             if grpc_server is not None:
                 await grpc_server.stop()
