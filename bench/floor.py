@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", type=lambda t: t.split(","), default=list(POLICIES), help="adaptive,delay")
     p.add_argument("--loads", default="", help="only the workloads whose label contains this text")
     p.add_argument("--baseline", type=Path, help="a checkout of the service to run beside it as 'before'")
-    p.add_argument("--variant", action="append", default=[], help="NAME:K=V,...: the service with these settings")
+    p.add_argument("--variant", action="append", default=[], help="NAME[@DIR]:K=V,...: the service (or the checkout in DIR) with these settings")
     args = p.parse_args(argv)
     info = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-floor-"))
@@ -98,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     ours = {name: Server(args.models, name, {**env, **POLICIES[name]}) for name in args.policies}
     if args.baseline:
         ours["before"] = Server(args.models, "before", {**env, **POLICIES["adaptive"]}, cwd=args.baseline)
-    for v in args.variant:
+    for v in args.variant:  # NAME[@DIR]:K=V,...: DIR runs another checkout with these settings
         name, _, pairs = v.partition(":")
-        ours[name] = Server(args.models, name, {**env, **dict(kv.split("=", 1) for kv in pairs.split(","))})
+        name, _, cwd = name.partition("@")
+        ours[name] = Server(args.models, name, {**env, **dict(kv.split("=", 1) for kv in pairs.split(","))},
+                            cwd=Path(cwd) if cwd else ROOT)
     servers: dict[str, Server] = dict(ours)
     rows, results = [], {}
     try:

@@ -5,7 +5,9 @@
   - `traced`: this tree exporting every span (`OTEL_TRACES_EXPORTER=otlp`, sampler `always_on`) over OTLP (`--protocol`, gRPC by
     default) to a real receiver in this process (bench/otlp.py), which counts what arrives;
   - `sampled`: the same, sampling one trace in 1/`--ratio` (parentbased_traceidratio);
-  - `before` (with `--baseline DIR`): a checkout without the tracing code, for "off costs nothing".
+  - `before` (with `--baseline DIR`): a checkout without the tracing code, for "off costs nothing";
+  - `traced-old` and `sampled-old` (with `--compare DIR`): another checkout traced the same two ways, for a
+    change to the tracing code measured beside the code it replaces.
 The target: traced ≥ 0.95× adaptive in req/s. The receiver shares the machine, so the servers' CPU per
 request (from /proc) is the cleaner figure; both are in the table.
 
@@ -25,6 +27,7 @@ from .serving import ROOT
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.trace_cost", description=__doc__.splitlines()[0])
     p.add_argument("--baseline", type=Path, help="a checkout without tracing, run beside it as 'before'")
+    p.add_argument("--compare", type=Path, help="a checkout with other tracing code, traced beside this one")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=3.0)
     p.add_argument("--concurrency", default="8")
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         variants = [f"traced:{otlp},OTEL_TRACES_SAMPLER=always_on"]
         if a.ratio:   # what an operator does with a busy service: trace one request in 1/ratio
             variants.append(f"sampled:{otlp},OTEL_TRACES_SAMPLER=parentbased_traceidratio,OTEL_TRACES_SAMPLER_ARG={a.ratio}")
+        if a.compare:
+            variants += [v.replace(":", f"-old@{a.compare}:", 1) for v in variants]
         args = ["--loads", "classify", "--policies", "adaptive", "--concurrency", a.concurrency, "--rounds",
                 str(a.rounds), "--duration", str(a.duration), "--out", str(a.out)]
         for v in variants:
