@@ -45,8 +45,6 @@ calls the model from the thread pool directly) can run beside a batch.
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
 import time
 from collections import deque
 from contextlib import nullcontext
@@ -59,11 +57,11 @@ from modelrepo import tracing
 
 from ..errors import Overloaded
 from ..metrics import Metrics
+from .alone import run_alone, run_batch
 from .policy import BatchConfig, deadline, max_rows, queue_delay, queue_timeout
 from .runtime import ModelRuntime
 from .traced import recording, run_span, start_run
 
-log = logging.getLogger(__name__)
 Outputs = dict[str, np.ndarray]
 
 
@@ -74,29 +72,6 @@ class Pending:
         self.x, self.rows, self.future, self.arrived = x, len(x), future, time.perf_counter()
         self.timer: asyncio.TimerHandle | None = None
         self.trace = recording() if tracing.ON else None  # the request's recording `inr.infer`: traced.py
-
-
-def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseException]:
-    """Run the inputs as one batch (in a pool thread); per-input outputs or errors. `model.predict`
-    counts the run. If the merged run fails, each input runs alone so that only the bad one gets the error."""
-    try:
-        merged = model.predict(xs[0] if len(xs) == 1 else np.concatenate(xs), requests=len(xs))
-    except Exception as e:  # noqa: BLE001 - handed to the request(s) that caused it
-        if len(xs) == 1:
-            return [e]
-        log.warning("model %s: batched run of %d requests failed (%s); running them one by one",
-                    model.name, len(xs), e)
-        results: list[Outputs | BaseException] = []
-        for x in xs:
-            try:
-                results.append(model.predict(x))
-            except Exception as one:  # noqa: BLE001
-                results.append(one)
-        return results
-    if len(xs) == 1:
-        return [merged]
-    bounds = np.cumsum([0] + [len(x) for x in xs])
-    return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class ModelQueue:
@@ -287,45 +262,8 @@ class BatchingInference:
                 task.add_done_callback(self.closing.discard)
 
     async def alone(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
-        """Run `x` by itself in the thread pool; 503 if no pool thread took it within its deadline."""
-        arrived = time.perf_counter()
-        started: float | None = None
-        lock = threading.Lock()
-        limit, what = deadline(self.config, timeout)
-
-        def timed() -> list | None:
-            nonlocal started
-            with lock:
-                if started is not None:  # the deadline passed first: the caller has its 503
-                    return None
-                started = time.perf_counter()
-            if tracing.ON:  # in the pool thread, with the request's context (run_in_threadpool copies it)
-                with run_span(len(x)):
-                    return run_batch(model, [x])
-            return run_batch(model, [x])
-
-        run = asyncio.ensure_future(run_in_threadpool(timed))
-        try:
-            done, _ = await asyncio.wait({run}, timeout=limit)
-        except asyncio.CancelledError:  # the client went away: a run not yet in a thread never starts
-            run.cancel()
-            raise
-        if not done:
-            with lock:
-                gave_up = started is None
-                if gave_up:
-                    started = -1.0
-            if gave_up:
-                run.cancel()  # still waiting for a thread: give the slot back
-                if self.metrics:
-                    self.metrics.queue_timeout(model.name, "alone")
-                raise queue_timeout(model, "a pool thread", limit, what)
-        [result] = await run
-        if self.metrics:
-            self.metrics.queued(model.name, [started - arrived], model.version)
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        """Run `x` by itself in the thread pool (service/engine/alone.py); 503 if no pool thread took it in time."""
+        return await run_alone(model, x, self.config, self.metrics, timeout)
 
     async def close(self) -> None:
         for queue in self.queues.values():
