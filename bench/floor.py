@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", type=lambda t: t.split(","), default=list(POLICIES), help="adaptive,delay")
     p.add_argument("--loads", default="", help="only the workloads whose label contains this text")
     p.add_argument("--baseline", type=Path, help="a checkout of the service to run beside it as 'before'")
+    p.add_argument("--gap", type=float, default=0.0, help="seconds of rest after each server's run, so that its "
+                   "background work (a trace exporter's last batch) is not paid by the next one")
     p.add_argument("--variant", action="append", default=[], help="NAME[@DIR]:K=V,...: the service (or the checkout in DIR) with these settings")
     args = p.parse_args(argv)
     info = machine()
@@ -133,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                         run_wrk(s.url, load, c, 1, script)  # warm-up
                         r = wrk(s, load, c, args.duration * (2 if "coordinates" in w.label else 1), script)
                         results.setdefault((w.label, c, name), []).append(r)
+                        time.sleep(args.gap)
                         print(f"{w.label} c={c} {name}: {r['rps']:.0f} req/s p50 {r['p50_ms']:.2f} ms "
                               f"{r['cpu_ms_per_req']:.3f} CPU ms/req errors {r['errors']} "
                               f"(load {os.getloadavg()[0]:.1f})", flush=True)

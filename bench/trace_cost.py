@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=Path, help="a checkout without tracing, run beside it as 'before'")
     p.add_argument("--compare", type=Path, help="a checkout with other tracing code, traced beside this one")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--gap", type=float, default=6.0, help="rest after each run: longer than the exporter's 5 s "
+                   "schedule, so that the next server does not share the machine with the last one's export")
     p.add_argument("--duration", type=float, default=3.0)
     p.add_argument("--concurrency", default="8")
     p.add_argument("--protocol", default="grpc", choices=("grpc", "http/protobuf"), help="OTLP protocol of the traced one")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.compare:
             variants += [v.replace(":", f"-old@{a.compare}:", 1) for v in variants]
         args = ["--loads", "classify", "--policies", "adaptive", "--concurrency", a.concurrency, "--rounds",
-                str(a.rounds), "--duration", str(a.duration), "--out", str(a.out)]
+                str(a.rounds), "--duration", str(a.duration), "--gap", str(a.gap), "--out", str(a.out)]
         for v in variants:
             args += ["--variant", v]
         floor.main(args + (["--baseline", str(a.baseline)] if a.baseline else []))
