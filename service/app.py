@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from modelrepo import tracing
-from modelrepo.telemetry import read_config
+from modelrepo.telemetry import TraceConfigError, read_config
 
 from .server.drain import Drain, DrainGuard
 from .errors import install_error_handlers
@@ -88,7 +88,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     threads = settings.threads or default_threads(settings.workers)
     metrics = Metrics()
-    traces = read_config()  # OTEL_* (python -m service has checked them, and turned --trace-config into them)
+    try:  # OTEL_* (python -m service has checked them, and turned --trace-config into them)
+        traces = read_config()
+    except TraceConfigError as e:  # `uvicorn --factory` calls this first: one line and exit 2, as python -m service
+        log.error("%s", e)
+        raise SystemExit(2) from None
     if traces is not None:
         tracing.install(traces, "inr-serve", on_drop=metrics.spans_dropped)
         for reason in ("queue_full", "export_failed"):

@@ -92,3 +92,11 @@ def test_a_repository_that_cannot_be_listed_is_refused_before_start(tmp_path, mo
 ])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, starts):
     one_line(run_cli("--models", str(tmp_path), env={"INR_PORT": str(free_port()), **env}), 2, starts)
+
+
+def test_a_bad_otel_setting_under_plain_uvicorn_is_one_line_and_exit_2():
+    """`uvicorn --factory service.app:create_app` (README, "Serving") reads OTEL_* in the factory: the same line."""
+    r = subprocess.run([PY, "-m", "uvicorn", "--factory", "service.app:create_app", "--port", str(free_port())],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"})
+    one_line(r, 2, "OTEL_TRACES_SAMPLER: unknown sampler 'sometimes'")
