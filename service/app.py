@@ -35,8 +35,9 @@ from .engine.control import ModelControl
 from .server.guards import BodyLimit, BodyTimeout
 from .server.heap import Heap, settle
 from .server.hotpath import HotRoutes
+from .server.metered import MetricsMiddleware
 from .api.jsonbody import add_body_schemas
-from .metrics import Metrics, MetricsMiddleware
+from .metrics import Metrics
 from .engine.registry import Registry
 from .render.cache import RenderCache
 from .render.service import RenderService

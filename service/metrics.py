@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
 LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
@@ -263,47 +261,6 @@ class Metrics:
                                  "compute_output": zero} for size, d in sorted(s.batches.items())],
                 "memory_usage": [],
             }
-
-
-class MetricsMiddleware:
-    """Times every HTTP request and labels it with its route template and model (known models only,
-    so that made-up names in URLs cannot grow the label set)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics, known_models):
-        self.app, self.metrics, self.known_models = app, metrics, known_models
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start = time.perf_counter()
-        code = 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal code
-            if message["type"] == "http.response.start":
-                code = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            endpoint, name, version = self._route(scope)
-            model = name if name in self.known_models() else ""
-            self.metrics.request(model, endpoint, scope["method"], code, time.perf_counter() - start, version)
-
-    def _route(self, scope: Scope) -> tuple[str, str, str]:
-        route = scope.get("route")
-        params = scope.get("path_params") or {}
-        if route is None:  # answered before routing (e.g. 413 for the body size): match it here
-            for r in scope["app"].router.routes:
-                match, child = r.matches(scope)
-                if match is Match.FULL:
-                    route, params = r, child.get("path_params", {})
-                    break
-        path = getattr(route, "path", None)
-        if not path:  # the static files mounted at "/", or no route at all
-            return "other", "", ""
-        return path, str(params.get("name", "")), str(params.get("version", ""))
 
 
 router = APIRouter(tags=["metrics"])
