@@ -57,12 +57,10 @@ from modelrepo import tracing
 
 from ..errors import Overloaded
 from ..metrics import Metrics
-from .alone import run_alone, run_batch
+from .alone import Outputs, run_alone, run_batch
 from .policy import BatchConfig, deadline, max_rows, queue_delay, queue_timeout
 from .runtime import ModelRuntime
 from .traced import recording, run_span, start_run
-
-Outputs = dict[str, np.ndarray]
 
 
 class Pending:
