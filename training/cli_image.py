@@ -101,6 +101,10 @@ def add_grid_options(p: argparse.ArgumentParser) -> None:
                    "(default: %(default)s)")
     p.add_argument("--grid-features", type=int, default=2, help=f"grid: features per level F, "
                    f"{range_text(lim['features'])} (default: %(default)s)")
+    p.add_argument("--grid-finest-features", type=int, default=0,
+                   help=f"grid: features of the finest level, {range_text(lim['finest_features'])}; 0 = F (default). "
+                        "Fewer than F (1: the luma) puts the finest level on the native pixels and the others below it "
+                        "within --grid-bytes-per-pixel (encodings/grid.py)")
     p.add_argument("--grid-log2-table", type=int, default=0,
                    help=f"grid: a level of more than 2^T cells is hashed into 2^T entries, T in "
                         f"{range_text(lim['log2_table'])}; 0 = the largest T within --grid-bytes-per-pixel (default)")
@@ -140,7 +144,8 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
         levels=args.levels, max_freq=args.max_freq or max(side / 4, 1.0),
         bandwidth=args.bandwidth or max(side / 8, 1.0), damping=args.damping,
         nyquist=side / 4 if args.protocol == "paper" else side / 2, seed=args.seed,
-        grid_levels=args.grid_levels, grid_features=args.grid_features, grid_log2_table=args.grid_log2_table,
+        grid_levels=args.grid_levels, grid_features=args.grid_features,
+        grid_finest_features=args.grid_finest_features, grid_log2_table=args.grid_log2_table,
         grid_base=args.grid_base, grid_finest=args.grid_finest, grid_bytes_per_pixel=args.grid_bytes_per_pixel,
         grid_table_bits=args.grid_table_bits,
         image_size=[w, h])

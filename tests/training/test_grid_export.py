@@ -42,6 +42,19 @@ def test_a_dense_grid_exports_as_one_gather_and_matches_torch_everywhere(depth, 
     assert ort_session(onnx_bytes).run(["rgb"], {"coords": probe[:0]})[0].shape == (0, 3)
 
 
+@pytest.mark.parametrize("features", [2, 3])
+def test_a_native_finest_level_of_one_feature_exports_as_two_gathers_and_matches_torch(features):
+    net = grid_model(90, 60, 2, 32, grid_features=features, grid_finest_features=1, grid_table_bits=8)
+    assert net.encoding.sizes[-1] == (90, 60) and net.encoding.level_features == [features] * 3 + [1]
+    onnx_bytes = export_onnx(net, torch.rand(8, 2), "coords", ["rgb"])
+    graph = onnx.load_from_string(onnx_bytes).graph
+    assert [n.op_type for n in graph.node].count("Gather") == 2 and "GridSample" not in ops(onnx_bytes)
+    probe = np.random.default_rng(5).random((3000, 2), dtype=np.float32) * 1.5 - 0.25
+    centres = np.stack(np.meshgrid((np.arange(90) + 0.5) / 90, (np.arange(60) + 0.5) / 60), -1).reshape(-1, 2)
+    for points in (probe, EDGES, centres.astype(np.float32)):
+        assert check_parity(net, onnx_bytes, points, "coords", ["rgb"], atol=1e-5)["rgb"] <= 1e-5
+
+
 def test_the_packed_graph_is_closer_to_torch_than_the_traced_one():
     net = grid_model(700, 500, 3, 64, grid_levels=6)
     probe = np.random.default_rng(1).random((4000, 2), dtype=np.float32)
@@ -72,7 +85,7 @@ def test_tiny_and_extreme_images_export_and_match(size):
 
 def test_large_and_hashed_grids_keep_the_traced_graph(monkeypatch):
     net = grid_model(90, 60)
-    monkeypatch.setattr(grid_export, "MAX_CELLS", 100)
+    monkeypatch.setattr(grid_export, "MAX_PACKED", 3200)
     assert grid_export.plan(net, "coords") is None
     assert "GridSample" in ops(export_onnx(net, torch.rand(8, 2), "coords", ["rgb"]))
     monkeypatch.undo()

@@ -80,6 +80,7 @@ def test_crop_fits_the_centre_square(tmp_path):
 BAD_OPTIONS = {  # option and value → what the one line says
     "--grid-levels 0": "--grid-levels must be in 1..32",
     "--grid-features 0": "--grid-features must be in 1..16",
+    "--grid-finest-features 17": "--grid-finest-features must be in 1..16 (or 0: derived)",
     "--grid-log2-table 40": "--grid-log2-table must be in 8..26",
     "--grid-finest 40000": "--grid-finest must be in 1..32768",
     "--grid-base 0": "--grid-base must be in 1..32768",

@@ -22,6 +22,7 @@ class EncodingConfig:
     # that keeps the model within grid_bytes_per_pixel float16 bytes per native pixel).
     grid_levels: int = 8
     grid_features: int = 2
+    grid_finest_features: int = 0      # features of the finest level (0: grid_features); fewer puts it at the native pixels
     grid_log2_table: int = 0
     grid_base: int = 16
     grid_finest: int = 0

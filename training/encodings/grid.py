@@ -14,7 +14,15 @@ coordinates, and features are bilinear between centres and constant beyond the o
   h(x, y) = (x·1 ⊕ y·2654435761) mod T, its four corners gathered and blended by hand (ONNX Floor, Clip,
   Cast, Mul, BitwiseXor, BitwiseAnd, Gather; BitwiseXor needs opset 18, which `graph_opset` asks for).
 
-The features of all levels are concatenated, coarsest first: [N, L·F].
+The features of all levels are concatenated, coarsest first: [N, ΣF].
+
+**The finest level at the native pixels** (`grid_finest_features` below `grid_features`, e.g. 1: the luma).
+Cells that sit exactly on the pixels hold them exactly, while cells at 0.9× the pixels already lose the
+detail of a sharp photo (a Lanczos downscale to 0.92× and bilinear back: 35 dB on a mountain landscape, against
+55 dB for its luma at 1.0× with the chroma at 0.5×). So with fewer features on the finest level, and the finest
+level derived, it is put at the native size and the coarser levels are geometric from the base up to the
+largest size the rest of the byte budget allows (`native_ladder`); below about 1 byte per pixel that is not
+possible, and the ladder is geometric to the finest that fits, as for equal features.
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ from .config import EncodingConfig
 PRIME_Y = 2654435761          # instant-ngp's second prime (the first is 1)
 INIT = 1e-4                   # tables start uniform in ±INIT (instant-ngp)
 # The ranges the CLI, the worker and the constructor accept (inclusive).
-LIMITS = {"levels": (1, 32), "features": (1, 16), "log2_table": (8, 26), "base": (1, 32768),
+LIMITS = {"levels": (1, 32), "features": (1, 16), "finest_features": (1, 16), "log2_table": (8, 26), "base": (1, 32768),
           "finest": (1, 32768), "bytes_per_pixel": (0.01, 64.0)}
 TABLE_BITS = (8, 16)
 HASH_OPSET = 18
@@ -49,6 +57,7 @@ def validate_options(cfg: EncodingConfig) -> None:
     """Refuse grid options out of LIMITS, naming the range."""
     check_range("levels", cfg.grid_levels)
     check_range("features", cfg.grid_features)
+    check_range("finest_features", cfg.grid_finest_features, allow_zero=True)
     check_range("log2_table", cfg.grid_log2_table, allow_zero=True)
     check_range("base", cfg.grid_base)
     check_range("finest", cfg.grid_finest, allow_zero=True)
@@ -57,9 +66,19 @@ def validate_options(cfg: EncodingConfig) -> None:
         raise UsageError(f"--grid-table-bits must be one of {', '.join(map(str, TABLE_BITS))}, got {cfg.grid_table_bits}")
 
 
-def entries_budget(cfg: EncodingConfig, w: int, h: int) -> float:
-    """Table entries per feature that grid_bytes_per_pixel allows at grid_table_bits per entry."""
-    return cfg.grid_bytes_per_pixel * w * h / (cfg.grid_table_bits / 8 * cfg.grid_features)
+def level_features(cfg: EncodingConfig) -> list[int]:
+    """F per level, coarsest first: grid_features, the finest grid_finest_features when given."""
+    f = [cfg.grid_features] * cfg.grid_levels
+    f[-1] = cfg.grid_finest_features or cfg.grid_features
+    return f
+
+
+def fits_budget(cfg: EncodingConfig, entries: list[int]) -> bool:
+    """Whether tables of `entries` cells per level (× that level's features, at grid_table_bits per entry) keep to
+    grid_bytes_per_pixel bytes per native pixel."""
+    w, h = (int(s) for s in cfg.image_size)
+    values = sum(n * f for n, f in zip(entries, level_features(cfg)))
+    return values * cfg.grid_table_bits / 8 <= cfg.grid_bytes_per_pixel * w * h
 
 
 def validate(cfg: EncodingConfig) -> tuple[int, int]:
@@ -76,7 +95,33 @@ def validate(cfg: EncodingConfig) -> tuple[int, int]:
 def level_sizes(cfg: EncodingConfig) -> list[tuple[int, int]]:
     """[(rx, ry)] per level, coarsest first: geometric along the longer side, the shorter in proportion."""
     w, h = validate(cfg)
-    return sizes_for(cfg, cfg.grid_finest or derived_finest(cfg, w, h))
+    if cfg.grid_finest:
+        return sizes_for(cfg, cfg.grid_finest)
+    return native_ladder(cfg, w, h) or sizes_for(cfg, derived_finest(cfg, w, h))
+
+
+def native_ladder(cfg: EncodingConfig, w: int, h: int) -> list[tuple[int, int]] | None:
+    """With fewer features on the finest level than the others (and no table size): the finest level at the native
+    pixels, the coarser ones geometric from the base to the largest top level within the budget. None when the
+    features are equal, a table size is given, there is one level, or the native level alone is over the budget."""
+    fine = cfg.grid_finest_features
+    if not fine or fine >= cfg.grid_features or cfg.grid_log2_table or cfg.grid_levels < 2:
+        return None
+    side = max(w, h)
+
+    def ladder(top: int) -> list[tuple[int, int]]:
+        return sizes_for(cfg, top, levels=cfg.grid_levels - 1) + [(w, h)]
+
+    if not fits_budget(cfg, [rx * ry for rx, ry in ladder(1)]):
+        return None
+    lo, hi = 1, max(1, side // 2)     # the top coarse level at most half the native size
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits_budget(cfg, [rx * ry for rx, ry in ladder(mid)]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return ladder(lo)
 
 
 def derived_finest(cfg: EncodingConfig, w: int, h: int) -> int:
@@ -86,21 +131,21 @@ def derived_finest(cfg: EncodingConfig, w: int, h: int) -> int:
     side = max(w, h)
     if cfg.grid_log2_table:
         return side
-    budget = entries_budget(cfg, w, h)
     lo, hi = 1, side
     while lo < hi:   # the cell count grows with `finest`
         mid = (lo + hi + 1) // 2
-        if sum(rx * ry for rx, ry in sizes_for(cfg, mid)) <= budget:
+        if fits_budget(cfg, [rx * ry for rx, ry in sizes_for(cfg, mid)]):
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-def sizes_for(cfg: EncodingConfig, finest: int) -> list[tuple[int, int]]:
+def sizes_for(cfg: EncodingConfig, finest: int, levels: int = 0) -> list[tuple[int, int]]:
+    """`levels` (default grid_levels) sizes geometric from grid_base to `finest` along the longer side."""
     w, h = (int(s) for s in cfg.image_size)
     base = min(cfg.grid_base, finest)
-    n_levels = cfg.grid_levels
+    n_levels = levels or cfg.grid_levels
     sizes = []
     for level in range(n_levels):
         n = finest if n_levels == 1 else base * (finest / base) ** (level / (n_levels - 1))
@@ -112,38 +157,35 @@ def sizes_for(cfg: EncodingConfig, finest: int) -> list[tuple[int, int]]:
 
 def table_log2(cfg: EncodingConfig, sizes: list[tuple[int, int]]) -> int:
     """grid_log2_table; else, with grid_finest given, the largest T whose tables fit grid_bytes_per_pixel
-    float16 bytes per pixel; else (derived_finest: every level dense) the smallest T that holds every level."""
+    bytes per pixel; else (derived: every level dense) the smallest T that holds every level."""
     if cfg.grid_log2_table:
         return cfg.grid_log2_table
     lo, hi = LIMITS["log2_table"]
     if not cfg.grid_finest:
         return min(hi, max(lo, math.ceil(math.log2(max(rx * ry for rx, ry in sizes)))))
-    w, h = (int(s) for s in cfg.image_size)
-    budget = entries_budget(cfg, w, h)
     best = lo
     for k in range(lo, hi + 1):
-        if sum(min(rx * ry, 2 ** k) for rx, ry in sizes) <= budget:
+        if fits_budget(cfg, [min(rx * ry, 2 ** k) for rx, ry in sizes]):
             best = k
     return best
 
 
 class MultiresGrid(nn.Module):
-    """coords [N, 2] in [0,1]² → features [N, L·F]."""
+    """coords [N, 2] in [0,1]² → features [N, ΣF] (level l has level_features[l] features)."""
 
     def __init__(self, cfg: EncodingConfig):
         super().__init__()
         self.sizes = level_sizes(cfg)
         self.log2_table = table_log2(cfg, self.sizes)
         t = 2 ** self.log2_table
-        f = cfg.grid_features
+        self.level_features = level_features(cfg)
         self.dense = [rx * ry <= t for rx, ry in self.sizes]
         g = torch.Generator().manual_seed(cfg.seed)
         self.tables = nn.ParameterList()
-        for (rx, ry), dense in zip(self.sizes, self.dense):
+        for (rx, ry), dense, f in zip(self.sizes, self.dense, self.level_features):
             shape = (1, f, ry, rx) if dense else (t, f)
             self.tables.append(nn.Parameter((torch.rand(shape, generator=g) * 2 - 1) * INIT))
-        self.out_dim = cfg.grid_levels * f
-        self.features = f
+        self.out_dim = sum(self.level_features)
 
     @property
     def hashed(self) -> bool:
@@ -155,10 +197,10 @@ class MultiresGrid(nn.Module):
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         grid = (v * 2 - 1).reshape(1, 1, -1, 2)
         out = []
-        for table, (rx, ry), dense in zip(self.tables, self.sizes, self.dense):
+        for table, (rx, ry), dense, f in zip(self.tables, self.sizes, self.dense, self.level_features):
             if dense:
                 s = F.grid_sample(table, grid, mode="bilinear", padding_mode="border", align_corners=False)
-                out.append(s.reshape(self.features, -1).t())
+                out.append(s.reshape(f, -1).t())
             else:
                 out.append(self.hashed_level(table, v, rx, ry))
         return torch.cat(out, dim=1)

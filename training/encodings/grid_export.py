@@ -17,10 +17,13 @@ per-point, per-channel walk per level (about 40 % of a render) plus a transposed
     one index per level and point (a Gemm on the floors); one `Gather` of all 4 corners of all
     levels ([N, L, 4F]); the bilinear weights as the product of two Gemms of the fractions (so
     no broadcasts over small axes, which onnxruntime runs slowly); the corner sum as a MatMul
-    into the head's [N, L·F] features, in the traced layout (level-major, coarsest first).
+    into the head's [N, L·F] features, in the traced layout (level-major, coarsest first). Levels with different
+    F (a native finest level of one feature) are packed and gathered in runs of equal F, then concatenated.
+    Levels with different F (a native finest level of one feature) are packed and gathered in runs of equal F,
+    their features concatenated.
 
 The head (everything after the encoding) is traced from the model itself. Grids with a hashed
-level, or more than MAX_CELLS packed cells (memory: a 24 MP model would need about 290 MB steady),
+level, or more than MAX_PACKED bytes of packed corners (memory: a 24 MP model would need about 290 MB steady),
 keep the traced graph. Export still runs the parity gate against torch on the result.
 """
 from __future__ import annotations
@@ -33,8 +36,9 @@ from torch import nn
 from .grid import MultiresGrid
 
 FEATURES = "grid_features"     # the head's input inside the composed graph
-MAX_CELLS = 2 ** 22            # packed cells (a 4 MP model with 8-bit tables has 2.9M): 128 MiB of float32 corners at F = 2, and
-                               # about 4× that at the peak of the load-time folding; larger grids keep the traced graph
+MAX_PACKED = 2 ** 27           # bytes of float32 corners, 16·F per padded cell (128 MiB: a 4 MP model with 8-bit tables
+                               # has 93 MB), and about 4× that at the peak of the load-time folding; larger grids keep
+                               # the traced graph
 
 
 def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
@@ -42,8 +46,8 @@ def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
     enc = getattr(module, "encoding", None)
     if input_name != "coords" or not isinstance(enc, MultiresGrid) or enc.hashed or not hasattr(module, "body"):
         return None
-    cells = sum((rx + 1) * (ry + 1) for rx, ry in enc.sizes)
-    return DenseGridGraph(module, enc) if cells <= MAX_CELLS else None
+    packed = sum((rx + 1) * (ry + 1) * 16 * f for (rx, ry), f in zip(enc.sizes, enc.level_features))
+    return DenseGridGraph(module, enc) if packed <= MAX_PACKED else None
 
 
 class DenseGridGraph:
@@ -78,13 +82,16 @@ class DenseGridGraph:
     # -- the encoder ------------------------------------------------------------------------------
     def _nodes(self, x: str) -> tuple[list, list]:
         from onnx import TensorProto, helper, numpy_helper
-        enc, f = self.enc, self.enc.features
+        enc = self.enc
         levels = len(enc.sizes)
         consts: dict[str, np.ndarray] = {}
         nodes: list = []
 
         def const(name: str, value) -> str:
-            consts[f"grid.{name}"] = np.asarray(value)
+            value, old = np.asarray(value), consts.get(f"grid.{name}")
+            if old is not None and not (old.dtype == value.dtype and np.array_equal(old, value)):
+                raise ValueError(f"grid export: the constant {name!r} is already another value")
+            consts[f"grid.{name}"] = value
             return f"grid.{name}"
 
         def node(op: str, inputs: list[str], out: str, output: str = "", **attrs) -> str:
@@ -92,28 +99,24 @@ class DenseGridGraph:
             nodes.append(helper.make_node(op, inputs, [output], name=f"grid/{out}", **attrs))
             return output
 
-        tables = []
-        for level, table in enumerate(enc.tables):
-            name = f"encoding.tables.{level}"
-            consts[name] = table.detach().cpu().numpy().astype(np.float32)
-            tables.append(self._pack(node, const, name, level, f))
-        packed = node("Concat", tables, "corners", axis=0)                         # [cells, 4F]
-
+        groups = runs(enc.level_features)
         rx = np.array([s[0] for s in enc.sizes], np.float32)
         ry = np.array([s[1] for s in enc.sizes], np.float32)
         r = np.zeros((2, 2 * levels), np.float32)
         r[0, :levels], r[1, levels:] = rx / 2, ry / 2
-        offsets, rows, total = [], [], 0
-        for sx, sy in enc.sizes:
-            offsets.append(total)
-            rows.append(sx + 1)
-            total += (sx + 1) * (sy + 1)
+        offsets, rows, totals = [], [], []
+        for a, b, _ in groups:        # each run of levels with equal features has its own packed table
+            total = 0
+            for sx, sy in enc.sizes[a:b]:
+                offsets.append(total)
+                rows.append(sx + 1)
+                total += (sx + 1) * (sy + 1)
+            totals.append(total)
         # floor(ix) ∈ [-1, r-1] on the padded table: index (floor(iy)+1)·(rx+1) + floor(ix)+1 + offset
         m = np.zeros((2 * levels, levels), np.float32)
         m[np.arange(levels), np.arange(levels)] = 1
         m[levels + np.arange(levels), np.arange(levels)] = rows
         base = np.array(offsets, np.float32) + np.array(rows, np.float32) + 1
-        mw, bw, s = self._weights(levels, f)
 
         v = node("Clip", [x, const("zero", np.float32(0)), const("one", np.float32(1))], "clipped")
         v = node("Mul", [v, const("two", np.float32(2))], "times2")            # grid_sample's [-1, 1] coordinates,
@@ -129,11 +132,8 @@ class DenseGridGraph:
         idx = node("Gemm", [fl, const("index", m), const("base", base)], "index_f")
         # int32 indices: the Cast and the Clip cost a third of their int64 forms (3.8 → 0.9 ms of a 512² tile's
         # 67 ms on one thread); the Clip stays on the integers, where it also catches a NaN coordinate's index
-        idx = node("Cast", [idx], "index_i", to=TensorProto.INT32)
-        idx = node("Clip", [idx, const("lo", np.int32(0)), const("hi", np.int32(total - 1))], "index")
-        g = node("Gather", [packed, idx], "corner_values", axis=0)                  # [N, L, 4F]
-        g = node("Reshape", [g, const("flat", np.array([-1, levels * 4 * f], np.int64))], "corner_flat")
-        # the corner weights are linear in (tx, ty, tx·ty): one Gemm writes them all, [N, L·4F]
+        idx_all = node("Cast", [idx], "index_i", to=TensorProto.INT32)
+        # the corner weights are linear in (tx, ty, tx·ty): one Gemm per run writes them all, [N, Lr·4Fr]
         fx = node("Slice", [frac, const("s0", np.array([0], np.int64)), const("sl", np.array([levels], np.int64)),
                             const("ax1", np.array([1], np.int64))], "frac_x")
         fy = node("Slice", [frac, const("sl", np.array([levels], np.int64)),
@@ -141,10 +141,32 @@ class DenseGridGraph:
                   "frac_y")
         fxy = node("Mul", [fx, fy], "frac_xy")
         basis = node("Concat", [frac, fxy], "basis", axis=1)                           # [N, 3L]
-        w = node("Gemm", [basis, const("w", mw), const("w_bias", bw)], "weight")
-        g = node("Mul", [g, w], "weighted")
-        node("MatMul", [g, const("corner_sum", s)], "features", output=FEATURES)  # [N, L·F]
+        features = []
+        for k, ((a, b, f), total) in enumerate(zip(groups, totals)):
+            tag = "" if len(groups) == 1 else f"r{k}/"
+            tables = [self._pack(node, const, self._table(consts, level), level, f) for level in range(a, b)]
+            packed = node("Concat", tables, f"{tag}corners", axis=0)                   # [cells, 4F]
+            idx = idx_all if len(groups) == 1 else node(
+                "Slice", [idx_all, const(f"s{a}", np.array([a], np.int64)), const(f"e{b}", np.array([b], np.int64)),
+                          const("ax1", np.array([1], np.int64))], f"{tag}index_run")
+            idx = node("Clip", [idx, const("lo", np.int32(0)), const(f"hi{total}", np.int32(total - 1))],
+                       f"{tag}index")
+            g = node("Gather", [packed, idx], f"{tag}corner_values", axis=0)           # [N, Lr, 4F]
+            g = node("Reshape", [g, const(f"flat{(b - a) * 4 * f}", np.array([-1, (b - a) * 4 * f], np.int64))],
+                     f"{tag}corner_flat")
+            mw, bw, s = self._weights(levels, a, b, f)
+            w = node("Gemm", [basis, const(f"{tag}w", mw), const(f"{tag}w_bias", bw)], f"{tag}weight")
+            g = node("Mul", [g, w], f"{tag}weighted")
+            features.append(node("MatMul", [g, const(f"{tag}corner_sum", s)], f"{tag}features",
+                                 output=FEATURES if len(groups) == 1 else ""))  # [N, Lr·F]
+        if len(groups) > 1:
+            node("Concat", features, "features", output=FEATURES, axis=1)             # [N, ΣF], coarsest first
         return nodes, [numpy_helper.from_array(a, k) for k, a in consts.items()]
+
+    def _table(self, consts: dict, level: int) -> str:
+        name = f"encoding.tables.{level}"
+        consts[name] = self.enc.tables[level].detach().cpu().numpy().astype(np.float32)
+        return name
 
     @staticmethod
     def _pack(node, const, table: str, level: int, f: int) -> str:
@@ -161,21 +183,34 @@ class DenseGridGraph:
         t = node("Concat", [sl(t, 1, 0, 1, "left"), t, sl(t, 1, -1, end, "right")], f"l{level}/pad_x", axis=1)
         t = node("Concat", [sl(t, 1, 0, -1, "x0"), sl(t, 1, 1, end, "x1")], f"l{level}/pairs", axis=2)   # [ry+2, rx+1, 2F]
         t = node("Concat", [sl(t, 0, 0, -1, "y0"), sl(t, 0, 1, end, "y1")], f"l{level}/quads", axis=2)   # [ry+1, rx+1, 4F]
-        return node("Reshape", [t, const("cells", np.array([-1, 4 * f], np.int64))], f"l{level}/packed")
+        return node("Reshape", [t, const(f"cells{4 * f}", np.array([-1, 4 * f], np.int64))], f"l{level}/packed")
 
     @staticmethod
-    def _weights(levels: int, f: int):
-        """The Gemm of the basis [N, 3L] (x fractions, y fractions, their products, level by level) → the bilinear
-        weight of each corner in the gathered layout (level, corner, feature): (1−tx)(1−ty) = 1 − tx − ty + tx·ty,
-        tx(1−ty) = tx − tx·ty, (1−tx)ty = ty − tx·ty, tx·ty; and the corner sum → (level, feature)."""
-        width = levels * 4 * f
+    def _weights(levels: int, a: int, b: int, f: int):
+        """For the run of levels a..b−1 (F features each): the Gemm of the basis [N, 3L] (x fractions, y fractions,
+        their products, level by level) → the bilinear weight of each corner in the gathered layout (level, corner,
+        feature): (1−tx)(1−ty) = 1 − tx − ty + tx·ty, tx(1−ty) = tx − tx·ty, (1−tx)ty = ty − tx·ty, tx·ty; and the
+        corner sum → (level, feature)."""
+        width = (b - a) * 4 * f
         mw, bw = np.zeros((3 * levels, width), np.float32), np.zeros(width, np.float32)
-        s = np.zeros((width, levels * f), np.float32)
-        for level in range(levels):
+        s = np.zeros((width, (b - a) * f), np.float32)
+        for i, level in enumerate(range(a, b)):
             x, y, xy = level, levels + level, 2 * levels + level
             for k, (cx, cy, cxy, c1) in enumerate(((-1, -1, 1, 1), (1, 0, -1, 0), (0, 1, -1, 0), (0, 0, 1, 0))):
                 for c in range(f):
-                    j = (level * 4 + k) * f + c
+                    j = (i * 4 + k) * f + c
                     mw[x, j], mw[y, j], mw[xy, j], bw[j] = cx, cy, cxy, c1
-                    s[j, level * f + c] = 1
+                    s[j, i * f + c] = 1
         return mw, bw, s
+
+
+def runs(features: list[int]) -> list[tuple[int, int, int]]:
+    """(first level, end, F) of each run of consecutive levels with equal features: one packed table and one
+    Gather each."""
+    out: list[tuple[int, int, int]] = []
+    for level, f in enumerate(features):
+        if out and out[-1][2] == f:
+            out[-1] = (out[-1][0], level + 1, f)
+        else:
+            out.append((level, level + 1, f))
+    return out

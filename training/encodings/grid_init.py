@@ -58,12 +58,13 @@ def linear_head(body: nn.Module, d: int) -> torch.Tensor | None:
     return last.weight
 
 
-def slot_channel(level: int, slot: int, levels: int) -> int:
-    """0 (luma) for each level's first feature; chroma 1 and 2 alternate over the others, the finest level's
-    second feature being chroma 1."""
+def slot_channel(level: int, slot: int, features: list[int]) -> int:
+    """0 (luma) for each level's first feature; chroma 1 and 2 alternate over the others, level by level from the
+    finest, whose second feature (or, when the finest has the luma alone, the next level's) is chroma 1."""
     if slot == 0:
         return 0
-    return 1 + (levels - 1 - level + slot - 1) % 2
+    finer = sum(1 for f in features[level + 1:] if f > 1)   # finer levels that hold a chroma slot
+    return 1 + (finer + slot - 1) % 2
 
 
 def lattice(img: np.ndarray, protocol: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,6 +89,8 @@ def up(v: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
 def fit_level(residual: torch.Tensor, coords: torch.Tensor, rx: int, ry: int) -> torch.Tensor:
     """Cells [ry, rx] whose bilinear reading approximates residual [h, w]: the area average, then
     BACKPROJECTIONS steps of back-projection (its own reading's error, averaged back onto the cells)."""
+    if tuple(residual.shape) == (ry, rx):   # cells on the pixels: each cell's reading is its pixel, exactly
+        return residual.clone()
     down = lambda r: F.interpolate(r[None, None], size=(ry, rx), mode="area")[0, 0]   # noqa: E731
     v = down(residual)
     for _ in range(BACKPROJECTIONS):
@@ -110,12 +113,14 @@ def pyramid_init(model: nn.Module, img: np.ndarray, protocol: str) -> float | No
     import time
     t0 = time.perf_counter()
     residual, coords = lattice(img, protocol)
-    f = enc.features
+    features = enc.level_features
     directions = torch.zeros(last.shape[0], d)
+    column = 0
     for level, ((rx, ry), dense, table) in enumerate(zip(enc.sizes, enc.dense, enc.tables)):
-        for slot in range(f):
-            c = slot_channel(level, slot, len(enc.sizes))
-            directions[:3, level * f + slot] = BASIS[c]
+        for slot in range(features[level]):
+            c = slot_channel(level, slot, features)
+            directions[:3, column] = BASIS[c]
+            column += 1
             if dense:
                 v = fit_level(residual[c], coords, rx, ry)
                 residual[c] -= up(v, coords)
@@ -124,6 +129,6 @@ def pyramid_init(model: nn.Module, img: np.ndarray, protocol: str) -> float | No
     last[:, d:2 * d] = -directions
     rms = float(torch.sqrt(torch.mean(residual ** 2)))
     seconds = time.perf_counter() - t0
-    log.info("pyramid init: %d levels × %d features in %.2f s, logit residual RMS %.3f", len(enc.sizes), f,
+    log.info("pyramid init: %d levels × %s features in %.2f s, logit residual RMS %.3f", len(enc.sizes), features,
              seconds, rms if math.isfinite(rms) else float("nan"))
     return seconds
