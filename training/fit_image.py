@@ -20,6 +20,7 @@ from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_bat
 from .encodings import grid
 from .encodings.grid_init import INITS, pyramid_init
 from .encodings.grid_quant import round_tables_8bit, store_tables_8bit
+from .encodings.grid_refit import finish_native
 from .fp16 import round_weights_fp16, store_weights_fp16
 from .images import MAX_PIXELS, check_size, load_image, pixel_centres, save_png
 from .metrics import psnr_from_mse, sse, ssim
@@ -268,22 +269,30 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
         return written
 
 
-def finish(model: ImageINR, cfg: FitConfig) -> ImageINR:
+def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray) -> tuple[ImageINR, dict]:
     """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 and its grid
-    tables to 8 bits if asked."""
+    tables to 8 bits if asked; a finest level on the native pixels then refitted to the training pixels through
+    that rounding (encodings/grid_refit.py). Returns the model and what the refit did (empty: none)."""
     model = rebuild(checkpoint(model, cfg))
     if cfg.fp16_weights:
         round_weights_fp16(model)
-    if cfg.model.encoding.name == "grid" and cfg.model.encoding.grid_table_bits == 8:
+    bits = cfg.model.encoding.grid_table_bits if cfg.model.encoding.name == "grid" else 0
+    if bits == 8:
         round_tables_8bit(model)   # after float16: the tables are stored as uint8, their scales float32
-    return model
+    refit = None
+    if bits and (bits == 8 or cfg.fp16_weights):
+        h, w = img.shape[:2]
+        tc, tt, _, _ = split_pixels(img, cfg.protocol)
+        refit = finish_native(model, tc, tt, w, h, bits)
+    return model, {"native_refit": refit} if refit else {}
 
 
 def fit_image(cfg: FitConfig, out: Path | None) -> dict:
     cfg.validate()
     img, source = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     model, history = train(cfg, img)
-    model = finish(model, cfg)
+    model, refit = finish(model, cfg, img)
+    history.update(refit)
     metrics, full = evaluate(model, img, cfg.protocol)
     log.info("metrics: %s", metrics)
     if out is None:
