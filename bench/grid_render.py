@@ -4,7 +4,8 @@ For each head (`--heads 3x64,2x32`: depth × width of the MLP on the grid featur
 photo's native size is fitted with `python -m training fit-image` (the grid preset's options, `--steps`
 steps: the weights hardly change the cost, but a few steps give the encoders a real picture), and with
 `--traced` beside it the same weights in the traced graph (one GridSample per level, as exported before issue
-26 item 3; model name suffixed `-traced`). They are served by one service per `--tile-samples` value (render cache off) and
+26 item 3; model name suffixed `-traced`), and with `--equal-features` the preset with 2 features on every level
+(no native luma level, as before §14c; suffixed `-equal`). They are served by one service per `--tile-samples` value (render cache off) and
 timed in interleaved rounds:
   - a 512² tile at native scale: GET /iiif/3/NAME/0,0,512,512/512,/0/default.jpg (the viewer's format) and .png;
   - the whole image at native size: GET /v1/models/NAME/render?width=W, PNG and JPEG;
@@ -77,11 +78,11 @@ def interleaved(fns: dict, rounds: int) -> dict:
     return {k: median(v) for k, v in times.items()}
 
 
-def fit(image: str, head: str, steps: int, out: Path) -> None:
+def fit(image: str, head: str, steps: int, out: Path, *extra: str) -> None:
     depth, width = head.split("x")
     subprocess.run([sys.executable, "-m", "training", "fit-image", "--image", image, "--protocol", "full",
                     "--steps", str(steps), "--no-progress", *preset_argv(), "--depth", depth, "--width", width,
-                    "--out", str(out)], check=True)
+                    *extra, "--out", str(out)], check=True)
 
 
 def traced_copy(folder: Path, dest: Path) -> None:
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=30, help="fit steps per model (a picture for the PNG encoder)")
     p.add_argument("--tile-samples", default="8192", help="INR_RENDER_TILE_SAMPLES values, comma-separated")
     p.add_argument("--traced", action="store_true", help="also the same weights in the traced graph")
+    p.add_argument("--equal-features", action="store_true",
+                   help="also the preset with equal features on every level (--grid-finest-features 0, the preset "
+                        "before the native luma level), graph 'equal'")
     p.add_argument("--out", default="grid_render", help="name of the results file in bench/results/")
     a = p.parse_args(argv)
     setup_logging()
@@ -184,6 +188,9 @@ def main(argv: list[str] | None = None) -> dict:
             if a.traced:
                 traced_copy(repo / f"grid-{head}", repo / f"grid-{head}-traced")
                 names[head]["traced"] = f"grid-{head}-traced"
+            if a.equal_features:
+                fit(a.image, head, a.steps, repo / f"grid-{head}-equal", "--grid-finest-features", "0")
+                names[head]["equal"] = f"grid-{head}-equal"
         meta = json.loads((repo / f"grid-{a.heads.split(',')[0]}" / "1" / "metadata.json").read_text())
         width, height = meta["source"]["size"]
         tile, full = centres(0, 0, 512, 512, width, height), centres(0, 0, width, height, width, height)

@@ -23,6 +23,8 @@ def variant(row: dict) -> str:
         extra.append(f"{argv[argv.index('--init') + 1]} start")
     if "--protocol" in argv and argv[argv.index("--protocol") + 1] == "paper":
         extra.append("trained on pixels [::2, ::2]")
+    if "--grid-finest-features" in argv:
+        extra.append(f"finest level {argv[argv.index('--grid-finest-features') + 1]} feature on the native pixels")
     if "--encoding" in argv and row["preset"] != "grid":
         extra.append(argv[argv.index("--encoding") + 1])
     return row["preset"] + (f" ({', '.join(extra)})" if extra else "")
@@ -38,6 +40,11 @@ def load(paths: list[str]) -> list[dict]:
     return rows
 
 
+def fit_key(rows: list[dict]) -> str:
+    """The fit's seconds: training and the finish (newer results), else training alone (older ones)."""
+    return "fit_seconds" if all("fit_seconds" in r for r in rows) else "train_seconds"
+
+
 def medians(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -50,7 +57,7 @@ def medians(rows: list[dict]) -> str:
         held = [r["test_psnr"] for r in rs if r.get("test_psnr") is not None]
         runs = ", ".join(f"{r['full_psnr']:.2f}" for r in rs)
         held_text = f"{statistics.median(held):.2f}" if held else "–"
-        lines.append(f"| {photo} | {rs[0]['width']}×{rs[0]['height']} | {name} | {budget:.0f} | {len(rs)} | {med('train_seconds'):.1f} "
+        lines.append(f"| {photo} | {rs[0]['width']}×{rs[0]['height']} | {name} | {budget:.0f} | {len(rs)} | {med(fit_key(rs)):.1f} "
                      f"| {med('steps'):.0f} | **{med('full_psnr'):.2f}** ({runs}) | {held_text} "
                      f"| {med('bytes_per_pixel'):.3f} | {codecs} |")
     return "\n".join(lines)
@@ -65,7 +72,7 @@ def plot(rows: list[dict], out: Path) -> None:
     styles = ["-", "--", ":", "-."]
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in rows:
-        pts = [(0.0, None)] + [(t, db) for _, t, db in r["curve"]] + [(r["train_seconds"], r["full_psnr"])]
+        pts = [(0.0, None)] + [(t, db) for _, t, db in r["curve"]] + [(r[fit_key([r])], r["full_psnr"])]
         xs, ys = zip(*[(t, db) for t, db in pts if db is not None])
         ax.plot(xs, ys, styles[photos.index(r["photo"]) % 4], marker="o", ms=3,
                 color=f"C{variants.index(r['variant'])}", alpha=0.8)

@@ -5,10 +5,11 @@ from __future__ import annotations
 # on the longer side (None: the whole upload at its native size); a job's own `size` replaces it.
 PRESETS: dict[str, dict] = {
     "grid": {"argv": ["--encoding", "grid", "--depth", "2", "--width", "32", "--lr", "2e-3",
-                      "--batch-size", "65536", "--grid-table-bits", "8", "--fp16-weights"], "steps": 280, "size": None,
-             "doc": "a multiresolution grid (instant-ngp: 8 dense levels × 2 features, the finest as fine as 8-bit "
-                    "tables within 1.45 bytes per pixel allow) under a 16→32→3 MLP, started from the image's pyramid, "
-                    "at the upload's native size (docs/benchmarks.md §14)"},
+                      "--batch-size", "65536", "--grid-table-bits", "8", "--grid-finest-features", "1", "--fp16-weights"],
+             "steps": 280, "size": None,
+             "doc": "a multiresolution grid (instant-ngp: 8 dense levels of 8-bit tables within 1.45 bytes per pixel, "
+                    "the finest the luma on the native pixels, 7 coarser ones of 2 features) under a 15→32→3 MLP, "
+                    "started from the image's pyramid, at the upload's native size (docs/benchmarks.md §14)"},
     "fourier": {"argv": [], "steps": 500, "size": 256,
                 "doc": "fit-image's defaults: a 4×256 MLP on 256 Gaussian Fourier features (σ 10)"},
     "fourier-small": {"argv": ["--depth", "3", "--width", "64", "--features", "64"], "steps": 300, "size": 256,
