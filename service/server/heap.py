@@ -18,7 +18,9 @@ to 0 with none or one in 20 (`python -m bench.gc_cost`, docs/benchmarks.md §10h
 A frozen object is still freed when its last reference goes, but a frozen cycle never is. So when the
 registry drops a model version (a reload, an unload) `release` unfreezes everything at once: the next
 collections can reclaim the runtime whatever cycles it is in. Once every dropped runtime is gone (weak
-references tell), the heap is frozen again.
+references tell), the heap is frozen again. If one is still held after MAX_CHECKS looks (a minute), something
+keeps it for good: the heap is frozen anyway, with a warning, rather than paying a full collection every
+RECHECK_S for ever.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import weakref
 
 log = logging.getLogger(__name__)
 RECHECK_S = 5.0  # how often a release looks whether the dropped runtimes are gone
+MAX_CHECKS = 12  # looks after the last release before the heap is frozen with the runtimes still held
 GEN0 = 20_000  # the young generation's threshold (CPython 3.11's default: 700)
 
 
@@ -47,6 +50,7 @@ class Heap:
         self.loop = loop
         self.gone: list[weakref.ref] = []
         self.pending: asyncio.TimerHandle | None = None
+        self.checks = 0
 
     def release(self, dropped: list) -> None:
         gc.unfreeze()
@@ -54,6 +58,7 @@ class Heap:
 
     def _watch(self, refs: list[weakref.ref]) -> None:
         self.gone += refs
+        self.checks = 0
         if self.pending is None:
             self.pending = self.loop.call_later(RECHECK_S, self._check)
 
@@ -61,9 +66,14 @@ class Heap:
         self.pending = None
         gc.collect()
         self.gone = [r for r in self.gone if r() is not None]
-        if self.gone:  # still answering a request, or a queue still draining: look again later
+        self.checks += 1
+        if self.gone and self.checks < MAX_CHECKS:  # still answering a request, or a queue draining: look again
             self.pending = self.loop.call_later(RECHECK_S, self._check)
             return
+        if self.gone:
+            log.warning("%d dropped model runtime(s) still held after %.0f s; freezing the heap with them",
+                        len(self.gone), self.checks * RECHECK_S)
+            self.gone = []
         gc.freeze()
         log.debug("heap settled: %d objects frozen", gc.get_freeze_count())
 

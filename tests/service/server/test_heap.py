@@ -47,3 +47,32 @@ def test_a_dropped_runtime_in_a_cycle_is_freed_and_the_heap_settles_again(monkey
     finally:
         gc.unfreeze()  # leave the test process's collector as it was
         gc.set_threshold(*threshold)
+
+
+def test_a_runtime_held_for_good_stops_the_rechecks_after_max_checks(monkeypatch, caplog):
+    monkeypatch.setattr(heap, "RECHECK_S", 0.02)
+    monkeypatch.setattr(heap, "MAX_CHECKS", 3)
+
+    async def scenario():
+        heap.settle()
+        h = heap.Heap(asyncio.get_running_loop())
+        kept = Runtime()  # held for ever, as a leak would
+        h.release([kept])
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if h.pending is None:
+                break
+        assert h.pending is None and h.checks == 3 and not h.gone and gc.get_freeze_count() > 0
+        assert "1 dropped model runtime(s) still held" in caplog.text
+        h.release([Runtime()])   # a later release watches again from a fresh count
+        assert gc.get_freeze_count() == 0
+        await asyncio.sleep(0)
+        assert h.checks == 0 and h.pending is not None
+        h.close()
+
+    threshold = gc.get_threshold()
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
