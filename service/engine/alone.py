@@ -14,8 +14,6 @@ import time
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
-from modelrepo import tracing
-
 from ..metrics import Metrics
 from .policy import BatchConfig, deadline, queue_timeout
 from .runtime import ModelRuntime
@@ -62,10 +60,8 @@ async def run_alone(model: ModelRuntime, x: np.ndarray, config: BatchConfig, met
             if started is not None:  # the deadline passed first: the caller has its 503
                 return None
             started = time.perf_counter()
-        if tracing.ON:  # in the pool thread, with the request's context (run_in_threadpool copies it)
-            with run_span(len(x)):
-                return run_batch(model, [x])
-        return run_batch(model, [x])
+        with run_span(len(x)):  # in the pool thread, with the request's context (run_in_threadpool copies it)
+            return run_batch(model, [x])
 
     run = asyncio.ensure_future(run_in_threadpool(timed))
     try:

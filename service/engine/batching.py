@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from contextlib import nullcontext
 from typing import Callable
 
 import numpy as np
@@ -115,7 +114,7 @@ class ModelQueue:
         """Run on the event loop now (see the module's docstring): no wait, so the queue time is 0."""
         if self.metrics:
             self.metrics.queued(self.model.name, [0.0], self.model.version)
-        with run_span(len(x)) if tracing.ON else nullcontext():
+        with run_span(len(x)):
             [result] = self.timed_run([x])
         if isinstance(result, BaseException):
             raise result

@@ -25,6 +25,7 @@ from opentelemetry.trace import Link
 
 from modelrepo import tracing
 
+NO_SPAN = nullcontext()   # reusable: it holds no state
 
 def recording():
     """The current span if it records (its trace was sampled), else None."""
@@ -36,7 +37,7 @@ def infer_span(model, rows: int):
     """`with infer_span(model, rows)`: the request's `inr.infer`, made current (dataplane.TracedBatching), or
     nothing when the request's trace is not sampled."""
     if not trace.get_current_span().is_recording():
-        return nullcontext()
+        return NO_SPAN
     return tracing.tracer.start_as_current_span("inr.infer", attributes={
         "inr.model": model.name, "inr.model.version": model.version, "inr.rows": rows})
 
@@ -60,9 +61,11 @@ def start_run(batch: list, rows: int, started: float):
 
 def run_span(rows: int):
     """`with run_span(rows)`: a request's own `inr.run` (alone, or on the event loop), in the current context,
-    when that context's span records."""
+    when tracing is on and that context's span records; else a context that does nothing."""
+    if not tracing.ON:
+        return NO_SPAN
     span = trace.get_current_span()
     if not span.is_recording():
-        return nullcontext()
+        return NO_SPAN
     span.set_attributes({"inr.batch.size": 1, "inr.queue.seconds": 0.0})
     return tracing.tracer.start_as_current_span("inr.run", attributes={"inr.batch.size": 1, "inr.batch.rows": rows})
