@@ -150,3 +150,21 @@ def test_models_without_a_native_level_are_left_alone(chelsea):
         state = copy.deepcopy(m.state_dict())
         assert finish_native(m, tc, tt, w, h, 8) is None
         assert all(torch.equal(state[k], v) for k, v in m.state_dict().items())
+
+
+@pytest.mark.parametrize("w, h, flat", [(1, 1, False), (2, 3, False), (40, 30, True)])
+def test_a_one_pixel_or_flat_photo_finishes_to_uint8_tables_that_match_torch(w, h, flat):
+    """The native level's range is then one value: no NaN from a zero step, and still stored as uint8."""
+    rng = np.random.default_rng(4)
+    img = np.full((h, w, 3), 0.3, np.float32) if flat else rng.random((h, w, 3)).astype(np.float32)
+    m = grid_model(img, **LUMA)
+    pyramid_init(m, img, "full")
+    round_weights_fp16(m)
+    round_tables_8bit(m)
+    tc, tt, _, _ = split_pixels(img, "full")
+    finish_native(m, tc, tt, w, h, 8)
+    assert all(torch.isfinite(t).all() for t in m.encoding.tables)
+    small, report = store_tables_8bit(export_onnx(m, torch.rand(8, 2), "coords", ["rgb"]), m)
+    assert report["u8_tables"] == 8
+    probe = np.concatenate([pixel_centres(h, w).reshape(-1, 2), np.random.default_rng(5).random((64, 2))]).astype(np.float32)
+    assert check_parity(m, small, probe, "coords", ["rgb"], atol=1e-5)["rgb"] <= 1e-5

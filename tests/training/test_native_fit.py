@@ -117,3 +117,16 @@ def test_the_preview_keeps_the_aspect_within_its_longer_side(tmp_path):
     save_png(np.zeros((10, 3000, 3), np.float32), tmp_path / "p.png", max_side=PREVIEW_SIDE)
     with Image.open(tmp_path / "p.png") as im:
         assert im.size == (PREVIEW_SIDE, 3)
+
+
+@pytest.mark.parametrize("w, h", [(1, 1), (2, 3)])
+def test_tiny_images_are_fitted_with_the_default_preset(tmp_path, w, h):
+    """The preset's native luma level on one pixel: its rounding range is one value (training/encodings/grid_refit.py)."""
+    from modelrepo.fitjobs import PRESETS
+    out = tmp_path / "m"
+    r = run_cli("fit-image", "--image", str(picture(tmp_path, w, h)), *PRESETS["grid"]["argv"], "--protocol", "full",
+                "--steps", "3", "--no-progress", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    meta = json.loads((out / "1" / "metadata.json").read_text())
+    assert meta["source"]["size"] == [w, h] and np.isfinite(meta["metrics"]["full_psnr"])
+    assert meta["export"]["tables"]["u8_tables"] == 8

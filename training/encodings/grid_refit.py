@@ -114,7 +114,7 @@ def clip_bounds(table: torch.Tensor, quantile: float) -> tuple[float, float]:
     if quantile <= 0 or values.size < 2:
         return float(values.min()), float(values.max())
     lo, hi = np.quantile(values, [quantile, 1 - quantile])
-    return float(lo), float(max(hi, lo + 1e-6))
+    return float(lo), float(hi)
 
 
 @torch.no_grad()
@@ -126,6 +126,9 @@ def round_native_8bit(model: torch.nn.Module, coords: np.ndarray, targets: np.nd
     layers = mlp_layers(model.body)
     table = model.encoding.tables[-1][0, 0]
     lo, hi = bounds
+    if hi - lo <= 1e-6 * max(1.0, abs(lo)):   # one value (a 1×1 photo, a flat one): no steps to choose between
+        table.fill_(lo)
+        return
     scale = (hi - lo) / LEVELS
     q = torch.round((table.clamp(lo, hi) - lo) / scale)
     for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h):
