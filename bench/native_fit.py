@@ -85,8 +85,7 @@ def run_preset(name: str, a: argparse.Namespace, extra: list[str]) -> dict:
     clock = Clock(img, a.budget, [t for t in a.checkpoints if t < a.budget])
     model, history = train(cfg, img, on_step=clock, every=a.every)
     t_finish = time.perf_counter()
-    model, refit = finish(model, cfg, img)
-    history.update(refit)
+    model = finish(model, cfg, img, history)
     finish_seconds = time.perf_counter() - t_finish
     metrics, full = evaluate(model, img, cfg.protocol)
     with tempfile.TemporaryDirectory() as tmp:

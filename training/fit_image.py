@@ -269,10 +269,10 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
         return written
 
 
-def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray) -> tuple[ImageINR, dict]:
+def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict) -> ImageINR:
     """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 and its grid
     tables to 8 bits if asked; a finest level on the native pixels then refitted to the training pixels through
-    that rounding (encodings/grid_refit.py). Returns the model and what the refit did (empty: none)."""
+    that rounding (encodings/grid_refit.py), what the refit did recorded in `history["native_refit"]`."""
     model = rebuild(checkpoint(model, cfg))
     if cfg.fp16_weights:
         round_weights_fp16(model)
@@ -284,15 +284,16 @@ def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray) -> tuple[ImageINR, 
         h, w = img.shape[:2]
         tc, tt, _, _ = split_pixels(img, cfg.protocol)
         refit = finish_native(model, tc, tt, w, h, bits)
-    return model, {"native_refit": refit} if refit else {}
+    if refit:
+        history["native_refit"] = refit
+    return model
 
 
 def fit_image(cfg: FitConfig, out: Path | None) -> dict:
     cfg.validate()
     img, source = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     model, history = train(cfg, img)
-    model, refit = finish(model, cfg, img)
-    history.update(refit)
+    model = finish(model, cfg, img, history)
     metrics, full = evaluate(model, img, cfg.protocol)
     log.info("metrics: %s", metrics)
     if out is None:

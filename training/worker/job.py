@@ -178,8 +178,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         return False
 
     model, history = train(cfg, img, on_step=on_step, every=check_every)
-    model, refit = finish(model, cfg, img)
-    history.update(refit)
+    model = finish(model, cfg, img, history)
     metrics, full = evaluate(model, img, cfg.protocol)
     check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched
     source = {"kind": "upload", "job": rec["id"], **{k: rec["source"][k] for k in ("filename", "width", "height")
