@@ -44,6 +44,8 @@ def images_from_json(images: list, max_images: int) -> np.ndarray:
             arr = np.asarray(img, dtype=np.float64)
         except (ValueError, TypeError):
             raise PreprocessError(f"images[{n}] must be numbers in nested lists of equal length") from None
+        except OverflowError:  # an integer of more than 308 digits
+            raise PreprocessError(f"images[{n}] has a number beyond the range of float64") from None
         if arr.shape not in ((SIDE, SIDE), (SIDE * SIDE,)):
             raise PreprocessError(f"images[{n}] has shape {list(arr.shape)}; expected [28, 28] or [784]")
         if not np.all(np.isfinite(arr)):
