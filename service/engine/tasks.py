@@ -8,6 +8,7 @@ their worker threads. V2 infer needs no task-specific steps: its pre- and postpr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,20 @@ class DigitsRuntime(ModelRuntime):
         if x is None or x.min() < 0.0 or x.max() > 1.0:
             return images_from_json(images, limit)
         return x.astype(np.float32)
+
+    def pixel_array(self, values: Any) -> np.ndarray | None:
+        """JSON pixels known to be numbers (`numbers.only_numbers`) as [N, 1, 28, 28] float32 in one numpy pass, when
+        they are N images of 28×28 or 784, all finite and in [0, 1]; else None (`preprocess` then names what is
+        wrong, or the row limit answers first)."""
+        try:
+            x = np.array(values, np.float64)
+        except (ValueError, OverflowError):  # lists of unequal length, an integer beyond float64
+            return None
+        if x.ndim not in (2, 3) or len(x) == 0 or x.shape[1:] not in ((SIDE, SIDE), (SIDE * SIDE,)):
+            return None
+        if not np.isfinite(x).all() or x.min() < 0.0 or x.max() > 1.0:
+            return None
+        return x.reshape(len(x), 1, SIDE, SIDE).astype(np.float32)
 
     def preprocess_files(self, files: list[tuple[bytes, str]], max_pixels: int) -> np.ndarray:
         """Uploaded PNG/JPEG files made MNIST-like (see service/engine/preprocess.py)."""

@@ -7,9 +7,10 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from ...engine.dataplane import DataPlane
+from ...engine.numbers import only_numbers
 from ..deps import DigitsModel
 from ...errors import BadInput, TooLarge, UnsupportedMedia
-from ..jsonbody import json_response, read_json, validate
+from ..jsonbody import json_response, parse_body, read_body, validate
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
 from ...settings import Settings
 from ...engine.tasks import DigitsRuntime
@@ -59,8 +60,14 @@ async def classify(request: Request, model: DigitsModel, include_input: bool = F
     dataplane: DataPlane = request.app.state.dataplane  # not dependencies: see service/api/deps.py
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":  # orjson, then pixels into numpy in one pass (service/api/jsonbody.py)
-        images = validate(ClassifyRequest, await read_json(request)).images
-        predictions = await dataplane.classify_json(model, images, include_input)
+        raw = await read_body(request)
+        values = only_numbers(raw, "images")  # the usual body: {"images": [...]} with numbers only
+        x = model.pixel_array(values) if values is not None else None
+        if x is not None:
+            predictions = await dataplane.classify(model, x, include_input)
+        else:  # any other body: parsed and checked value by value, so that the answer names what is wrong
+            images = validate(ClassifyRequest, parse_body(raw)).images
+            predictions = await dataplane.classify_json(model, images, include_input)
     elif kind == "multipart/form-data":
         x = await uploaded_images(request, model, request.app.state.settings, dataplane)
         predictions = await dataplane.classify(model, x, include_input)
