@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
     batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
                                                                "while another computes)")
-    inline_run_ms: float = Field(10.0, ge=0, le=100, description="a request that is the only one in flight, to an "
+    inline_run_ms: float = Field(2.0, ge=0, le=100, description="a request that is the only one in flight, to an "
                                  "idle model whose last runs took at most this long for its rows, runs on the event "
                                  "loop instead of a pool thread (saves the hand-off); 0 = always a thread")
 
