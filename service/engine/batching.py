@@ -62,6 +62,9 @@ from .runtime import ModelRuntime
 from .traced import recording, run_span, start_run
 
 
+SPLIT_RUN_S = 0.005  # queued work at least this long is shared among the instances (ModelQueue.share)
+
+
 class Pending:
     __slots__ = ("x", "rows", "future", "arrived", "timer", "trace")
 
@@ -172,8 +175,8 @@ class ModelQueue:
             if expired and self.items:
                 break
         batch = [self.items.popleft()]
-        rows = batch[0].rows
-        while self.items and rows + self.items[0].rows <= self.max_rows:
+        rows, limit = batch[0].rows, self.share()
+        while self.items and rows + self.items[0].rows <= limit:
             rows += self.items[0].rows
             batch.append(self.items.popleft())
         self.rows -= rows
@@ -181,6 +184,16 @@ class ModelQueue:
         for p in batch:
             p.timer.cancel()
         return [p for p in batch if not p.future.done()]  # done = cancelled: the client went away
+
+    def share(self) -> int:
+        """Rows the next batch may take: `max_rows`; under the adaptive policy, when the queued rows would run for
+        SPLIT_RUN_S or more, only its share among the instances not running (this one included; at least one
+        request), so that the idle instances run the rest beside it, on other cores, instead of one run holding
+        them all while the others idle."""
+        idle = self.config.instances - self.running
+        if self.delay or idle < 2 or self.row_seconds * self.rows < SPLIT_RUN_S:
+            return self.max_rows
+        return min(self.max_rows, -(-self.rows // idle))
 
     def _expire(self, expired: list) -> None:
         expired.append(True)

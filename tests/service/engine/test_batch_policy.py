@@ -100,3 +100,36 @@ def test_a_lone_short_request_runs_on_the_event_loop_and_others_in_the_pool(mode
     assert "MainThread" not in threads_that_ran(model_repo, inflight=2, inline_run=1.0)  # others in flight
     assert "MainThread" not in threads_that_ran(model_repo, inflight=1, inline_run=0.0)  # INR_INLINE_RUN_MS=0
     assert "MainThread" not in threads_that_ran(model_repo, inflight=1, inline_run=1.0, timeout=5.0)  # a deadline
+
+
+def test_long_queued_work_is_shared_among_the_instances(model_repo):
+    """Adaptive, 2 instances: 8 requests queued at once whose rows would run for 5 ms or more are split into
+    batches of an instance's share (ModelQueue.share), so that both instances run; short work stays one batch,
+    and the delay policy keeps Triton's batches whole."""
+    reference = counted(model_repo)
+
+    def runs(row_seconds: float, policy: str) -> list[int]:
+        metrics = Metrics()
+        model = counted(model_repo, metrics)
+        xs = [images(4, seed) for seed in range(8)]
+
+        async def main():
+            config = BatchConfig(policy=policy, instances=2, max_queue_delay=0.05 if policy == "delay" else None)
+            inference = BatchingInference(config, metrics)
+            try:
+                await inference(model, images(1, 99))  # the queue exists, its first run is measured
+                queue = next(iter(inference.queues.values()))
+                queue.row_seconds = row_seconds  # as if its runs had taken this long per row
+                outs = await asyncio.gather(*(inference(model, x) for x in xs))
+                for x, out in zip(xs, outs):
+                    np.testing.assert_allclose(out["probabilities"], reference.predict(x)["probabilities"], atol=1e-6)
+            finally:
+                await inference.close()
+
+        asyncio.run(main())
+        stats = metrics.models[model.name, str(model.version)]
+        return sorted(r for r, b in stats.batches.items() for _ in range(b.count) if r != 1)
+
+    assert runs(1.0, "adaptive") == [16, 16]       # 32 rows of 1 s each: half each
+    assert runs(1e-6, "adaptive") == [32]          # 32 µs of work: one run
+    assert runs(1.0, "delay") == [32]              # Triton's rule: one batch up to max_batch_size
