@@ -6,7 +6,8 @@
 Per model there is one queue and `instances` worker tasks on the event loop (Triton's instance
 count). A worker takes the oldest request and, by the policy (INR_BATCH_POLICY):
   - adaptive (the default): at once, with everything queued behind it, so an idle model adds no
-    wait and batches form only while the other instances compute;
+    wait and batches form only while the other instances compute; when the queued rows would run
+    SPLIT_RUN_S or more and other instances are idle, only its share of them (`ModelQueue.share`);
   - delay (Triton's rule; the default when INR_MAX_QUEUE_DELAY_MS is set): waits until the queued rows
     reach `max_batch` or the model's queue delay (config.pbtxt `dynamic_batching`, or
     INR_MAX_QUEUE_DELAY_MS) has passed since that request arrived;
