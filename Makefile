@@ -32,11 +32,11 @@ DIGITS_SEEDS := 0 1 2 3 4 5 6 7
 DIGITS_RECIPE = --data-dir $(DIGITS_DATA) --model sinekan --hidden 128 --grid 2 --epochs 60 --elastic --schedule cosine --no-progress
 
 # The photo (data/photos/README.md: CC0-1.0, 1920×1080) fitted whole at its native size with the grid preset's
-# options, read from modelrepo.fitjobs.PRESETS["grid"] when the recipe runs, so a changed preset is followed by
+# options, read from fitstore.PRESETS["grid"] when the recipe runs, so a changed preset is followed by
 # `make models` (or `make photo-model`) with no edit here; then its provenance goes into the model's metadata.
 PHOTO ?= dandelion
 PHOTO_STEPS ?= 1500
-GRID_PRESET = $(BIN)/python -c 'from modelrepo.fitjobs import PRESETS; print(" ".join(PRESETS["grid"]["argv"]))'
+GRID_PRESET = $(BIN)/python -c 'from fitstore import PRESETS; print(" ".join(PRESETS["grid"]["argv"]))'
 
 # Regenerate the bundled models (minutes on 2 CPU cores).
 models: setup photo-model

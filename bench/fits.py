@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "overhead" in args.parts:
             w = worker(store, models, args.fit_threads, 0, tmp / "worker.log")
-            from modelrepo.fitjobs import FitStore
+            from fitstore import FitStore
             while not FitStore(store).workers():  # started: torch imported, heartbeat sent
                 time.sleep(0.2)
             try:

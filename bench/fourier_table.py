@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from modelrepo.cliargs import OneLineParser
+from commandline import OneLineParser
 from training.fit_image import evaluate, train
 from training.images import load_image
 

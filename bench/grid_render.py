@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from modelrepo.fitjobs import PRESETS
+from fitstore import PRESETS
 
 from .common import log, machine, median, setup_logging, write_json
 from .serving import Server

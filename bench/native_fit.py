@@ -1,6 +1,6 @@
 """Section 14: real photos at their native resolution — PSNR over all pixels against fitting time, per preset.
 
-Each preset (modelrepo.fitjobs.PRESETS, as the worker runs it; fit-image options after `--` override) fits
+Each preset (fitstore.PRESETS, as the worker runs it; fit-image options after `--` override) fits
 the photo for at most --budget seconds of training. At the times in --checkpoints the PSNR over **all**
 pixels is measured, its own time excluded from the clock. The fit ends at the budget or at the end of its
 schedule; its best weights (a probe of training pixels, training/fit_image.BestWeights) are exported as the
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from modelrepo.fitjobs import PRESETS
+from fitstore import PRESETS
 from training.encodings import grid_init
 from training.fit_image import evaluate, export_image_model, finish, predict, train
 from training.images import load_image, pixel_centres

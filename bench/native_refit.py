@@ -10,7 +10,7 @@ import argparse
 import copy
 import time
 
-from modelrepo.fitjobs import PRESETS
+from fitstore import PRESETS
 from training.encodings import grid_refit
 from training.encodings.grid_quant import round_tables_8bit
 from training.fit_image import checkpoint, evaluate, rebuild, split_pixels, train

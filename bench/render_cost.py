@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelrepo.cliargs import OneLineParser
+from commandline import OneLineParser
 
 from .common import (fit_image_config, log, machine, median, named_options, ort_session, set_threads, setup_logging,
                      time_calls, write_json)

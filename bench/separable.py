@@ -62,7 +62,8 @@ def make_repo(tmp: Path) -> Path:
 def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> dict:
     """Seconds per SIZE² render (no HTTP, no PNG) per variant, and the separable render's parts."""
     import torch
-    from service.render.imaging import Background, RenderSpec, plain_sampler, render
+    from service.geometry.sampling import Background
+    from service.render.imaging import RenderSpec, plain_sampler, render
     from modelrepo import read_spec
     from service.engine.runtime import RuntimeOptions
     from service.engine.tasks import runtime_for
@@ -136,7 +137,7 @@ def _parity(sep, plain_model, exact, sp, tile: int) -> dict:
     from service.render.imaging import plain_sampler
     from service.render.separable import separable_sampler
     from service.render.tiling import sample_coords, tiles
-    from service.render.transform import apply
+    from service.geometry.transform import apply
     a = _rgb(separable_sampler(sep, sp), sp, tile)
     b = _rgb(plain_sampler(lambda x: plain_model.predict(x)["rgb"], sp), sp, tile)
     ref = []
@@ -158,7 +159,8 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
     """Max abs difference, separable vs the plain graph and vs float64 torch, for a random-weight
     Gaussian model of σ `sigma` (the fit-image architecture of models/astronaut) at SIZE² renders."""
     import torch
-    from service.render.imaging import Background, RenderSpec
+    from service.geometry.sampling import Background
+    from service.render.imaging import RenderSpec
     from modelrepo import read_spec
     from service.engine.runtime import RuntimeOptions
     from service.engine.tasks import runtime_for

@@ -27,7 +27,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from modelrepo import tracing
+from telemetry import tracing
 from service.engine import traced
 from service.server.spans import TraceRequests
 

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from modelrepo.fitjobs import PRESETS
+from fitstore import PRESETS
 from training.fit_image import evaluate, split_pixels, train
 from training.images import load_image
 from training.metrics import psnr
@@ -53,7 +53,7 @@ VARIANTS = {
                                                        "--width 128 --steps 500",
     "lr 5e-3 cosine 500 compile": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 4 --width 256 --steps 500 "
                                   "--compile",
-    # the POST /v1/fits default preset as it is now (modelrepo.fitjobs.PRESETS["grid"]); σ does not apply
+    # the POST /v1/fits default preset as it is now (fitstore.PRESETS["grid"]); σ does not apply
     "grid preset": " ".join([*PRESETS["grid"]["argv"], "--steps", str(PRESETS["grid"]["steps"])]),
 }
 

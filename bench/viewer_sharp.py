@@ -5,7 +5,7 @@ page (`/iiif.html?id=NAME`, OpenSeadragon) on image models, against the real ser
     python -m bench.viewer_sharp --repo DIR --fit kleiber=/tmp/photos/test_kleiber.png   # fit it first if absent
 
 DIR is a model repository (copy `models/dandelion` into it); `--fit NAME=PHOTO` fits PHOTO at its native size
-with the grid preset (modelrepo.fitjobs.PRESETS["grid"]) for `--fit-steps` steps (50: the cost of a render does
+with the grid preset (fitstore.PRESETS["grid"]) for `--fit-steps` steps (50: the cost of a render does
 not depend on the weights) into DIR/NAME when that folder does not exist yet.
 
 Each round opens a fresh browser context (no HTTP cache) on the service with its render cache off
@@ -59,7 +59,7 @@ def uptime() -> str:
 
 def fit(repo: Path, name: str, photo: Path, steps: int) -> None:
     """The grid preset's fit of `photo` at its native size into repo/name (the command a user runs)."""
-    from modelrepo.fitjobs import PRESETS
+    from fitstore import PRESETS
     cmd = [sys.executable, "-m", "training", "fit-image", "--image", str(photo), "--protocol", "full",
            *PRESETS["grid"]["argv"], "--steps", str(steps), "--no-progress", "--out", str(repo / name)]
     log.info("fitting %s: %s", name, " ".join(cmd))

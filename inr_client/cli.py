@@ -21,7 +21,7 @@ import sys
 
 import httpx
 
-from modelrepo.cliargs import OneLineParser, positive_float, positive_int
+from commandline import OneLineParser, positive_float, positive_int
 
 from .api import DEFAULT_URL, AsyncClient, Client
 from .calls import ClientError, ServiceError

@@ -19,7 +19,8 @@ from typing import Any, Iterable
 
 from .warmup import TASK_WARMUPS
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_MAX = 64  # characters of a model name
+NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 V2_TO_TRITON = {"FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "FP16": "TYPE_FP16", "INT64": "TYPE_INT64",
                 "INT32": "TYPE_INT32", "INT8": "TYPE_INT8", "UINT8": "TYPE_UINT8", "BOOL": "TYPE_BOOL",

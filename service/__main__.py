@@ -22,9 +22,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from modelrepo.cliargs import OneLineParser
-from modelrepo.logs import configure
-from modelrepo.telemetry import read_config, trace_config_env
+from commandline import OneLineParser
+from telemetry.logs import configure
+from telemetry.config import read_config, trace_config_env
 
 from .errors import DeviceError
 from .settings import Settings
@@ -194,19 +194,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def log_config(level: str, fmt: str = "text") -> dict:
     """uvicorn's logging config plus the service's own loggers (and modelrepo's), so that every worker process
-    logs them; every line with the trace and span ids when a span is current (modelrepo.logs), and with
+    logs them; every line with the trace and span ids when a span is current (telemetry.logs), and with
     `fmt` json, every line a JSON object."""
     from uvicorn.config import LOGGING_CONFIG
     config = copy.deepcopy(LOGGING_CONFIG)
     for name in ("service", "modelrepo"):
         config["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
-    config["filters"] = {"trace": {"()": "modelrepo.logs.TraceIds"}}
+    config["filters"] = {"trace": {"()": "telemetry.logs.TraceIds"}}
     for handler in config["handlers"].values():
         handler["filters"] = ["trace"]
     for formatter in config["formatters"].values():
         if fmt == "json":
             formatter.clear()
-            formatter["()"] = "modelrepo.logs.JsonFormatter"
+            formatter["()"] = "telemetry.logs.JsonFormatter"
         else:
             formatter["fmt"] += "%(trace)s"
     return config

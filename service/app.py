@@ -9,7 +9,7 @@ adds after the drain. Plain `uvicorn --factory` uses uvicorn's own defaults (5 s
 header timeout) unless given `--timeout-keep-alive 90 --timeout-graceful-shutdown 1
 --http service.server.guards:HeaderTimeoutProtocol`. The app-level parts work either way: the drain on
 SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts, and traces: the app reads the
-OTEL_* variables itself (modelrepo.telemetry; `python -m service` checks them first, for its one-line error, and
+OTEL_* variables itself (telemetry.config; `python -m service` checks them first, for its one-line error, and
 turns --trace-config into them).
 """
 from __future__ import annotations
@@ -22,32 +22,32 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from modelrepo import tracing
-from modelrepo.telemetry import TraceConfigError, read_config
+from telemetry import tracing
+from telemetry.config import TraceConfigError, read_config
 
-from .server.drain import Drain, DrainGuard
-from .errors import install_error_handlers
-from . import metrics as metrics_router
 from .api import iiif, v2
+from .api import metrics as metrics_api
 from .api.grpc import GrpcServer
-from .engine.dataplane import DataPlane
+from .api.jsonbody import add_body_schemas
+from .api.v1 import classify, fits, health, models, query, render
+from .api.v2 import repository as v2_repository
+from .engine.cache import CacheStore
 from .engine.control import ModelControl
+from .engine.dataplane import DataPlane
+from .engine.registry import Registry
+from .engine.runtime import RuntimeOptions, default_threads
+from .errors import install_error_handlers
+from .fits.jobs import Fits
+from .fits.metrics import FitCollector
+from .metrics import Metrics
+from .render.service import RenderService
+from .server.drain import Drain, DrainGuard
 from .server.guards import BodyLimit, BodyTimeout
 from .server.heap import Heap, settle
 from .server.hotpath import HotRoutes
-from .server.metered import MetricsMiddleware
-from .api.jsonbody import add_body_schemas
-from .metrics import Metrics
-from .engine.registry import Registry
-from .render.cache import RenderCache
-from .render.service import RenderService
+from .server.request_metrics import MetricsMiddleware
 from .server.restricted import RestrictedApi
 from .server.spans import TraceRequests
-from .api.v1 import classify, fits, health, models, query, render
-from .engine.fitmetrics import FitCollector
-from .engine.fits import Fits
-from .api.v2 import repository as v2_repository
-from .engine.runtime import RuntimeOptions, default_threads
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -151,12 +151,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.control = control
-    app.state.render_cache = RenderCache(settings.cache_bytes)  # renders and inference responses, one budget
-    app.state.dataplane = DataPlane(settings, metrics, app.state.render_cache, inflight=lambda: drain.inflight)
-    app.state.renderer = RenderService(settings, metrics, app.state.render_cache)
-    app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/engine/fits.py)
+    app.state.cache_store = CacheStore(settings.cache_bytes)  # renders and inference responses, one budget
+    app.state.dataplane = DataPlane(settings, metrics, app.state.cache_store, inflight=lambda: drain.inflight)
+    app.state.renderer = RenderService(settings, metrics, app.state.cache_store)
+    app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/fits/jobs.py)
     metrics.registry.register(FitCollector(app.state.fits))  # read from the store at each scrape
-    metrics.cache_info = app.state.render_cache.info
+    metrics.cache_info = app.state.cache_store.info
     install_error_handlers(app)
     # innermost: the inference routes' endpoints, reached without FastAPI's routing (service/server/hotpath.py)
     app.add_middleware(HotRoutes)
@@ -172,7 +172,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(DrainGuard, drain=drain)  # counts every request in flight
     if tracing.ON:  # outermost, and only with traces on: the server span and `traceparent` (service/server/spans.py)
         app.add_middleware(TraceRequests)
-    for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_router, iiif):
+    for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_api, iiif):
         app.include_router(r.router)
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or document_common_codes(add_body_schemas(openapi()))

@@ -1,4 +1,4 @@
-"""Prometheus metrics at GET /metrics, and the per-model statistics behind the V2 `/stats` extension.
+"""Prometheus metrics (served at GET /metrics by service/api/metrics.py), and the per-model statistics behind the V2 `/stats` extension.
 
 Two kinds of series:
 
@@ -17,7 +17,7 @@ Two kinds of series:
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
 answered it. The fit metrics (`inr_fit_*`) are not counted here but read from the job store at each scrape
-(service/engine/fitmetrics.py), so every process and replica shows the same figures.
+(service/fits/metrics.py), so every process and replica shows the same figures.
 """
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
 LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
@@ -101,7 +99,7 @@ class Metrics:
         self.trace_drops = Counter("inr_trace_spans_dropped", "spans that never reached the trace collector: "
                                    "queue_full (OTEL_BSP_MAX_QUEUE_SIZE) or export_failed", ["reason"],
                                    registry=self.registry)
-        self.cache_info = None  # () -> RenderCache.info(), set by the app
+        self.cache_info = None  # () -> CacheStore.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
         # several times per request (issue 27). Keys are known models, route templates and status codes.
         self._request_children: dict[tuple, object] = {}
@@ -109,7 +107,7 @@ class Metrics:
 
     # -- recording -------------------------------------------------------------------------------
     def spans_dropped(self, reason: str, n: int) -> None:
-        """modelrepo.tracing's drop hook (called from the span processor's threads)."""
+        """telemetry.tracing's drop hook (called from the span processor's threads)."""
         self.trace_drops.labels(reason).inc(n)
 
     # `version` is the version that ran (ModelRuntime.version); None = the model's serving version.
@@ -261,14 +259,3 @@ class Metrics:
                                  "compute_output": zero} for size, d in sorted(s.batches.items())],
                 "memory_usage": [],
             }
-
-
-router = APIRouter(tags=["metrics"])
-
-
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}})
-def metrics(request: Request) -> Response:
-    """Prometheus metrics: Triton's counters under Triton's names, plus latency, queue, compute and batch-size
-    histograms and the models by state."""
-    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

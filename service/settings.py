@@ -8,7 +8,10 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .server.restricted import RestrictedGroup, check_groups
+from fitstore import DEFAULT as DEFAULT_STORE
+from fitstore import check_url
+
+from .access import RestrictedGroup, check_groups
 
 MiB = 1024 * 1024
 
@@ -122,7 +125,7 @@ class Settings(BaseSettings):
     iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
 
     # Fits over HTTP (issue 22, docs/fits.md): the API queues, workers (python -m training worker) fit.
-    fit_store: str = Field("sqlite:///build/fits.sqlite", description="the job store the API and the workers "
+    fit_store: str = Field(DEFAULT_STORE, description="the job store the API and the workers "
                            "share: sqlite:///PATH (relative to the working directory), redis://HOST:PORT/DB or "
                            "postgresql://USER:PASS@HOST/DB")
     fit_max_upload_bytes: int = Field(20 * MiB, ge=1, description="bytes of one uploaded image for POST /v1/fits "
@@ -162,7 +165,6 @@ class Settings(BaseSettings):
     @field_validator("fit_store")
     @classmethod
     def _fit_store(cls, value: str) -> str:
-        from modelrepo.fitjobs import check_url
         check_url(value)  # a StoreError is a ValueError: one line naming the valid forms, at start
         return value
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from modelrepo.fitjobs import FitStore, NameTaken, QueueFull
+from fitstore import FitStore, NameTaken, QueueFull
 
 OPTIONS = {"preset": "fourier-small", "size": 32, "steps": 60, "protocol": "paper", "seed": 0}
 

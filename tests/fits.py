@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from bench.serving import free_port
-from modelrepo.fitjobs import FINISHED, FitStore
+from fitstore import FINISHED, FitStore
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"preset": "fourier-small", "size": 32, "steps": 60, "protocol": "paper", "seed": 0}

@@ -11,8 +11,8 @@ import logging
 import os
 import sys
 
-from modelrepo.cliargs import OneLineParser, positive_float, positive_int  # noqa: F401 - re-exported
-from modelrepo.logs import check_format, configure
+from commandline import OneLineParser, positive_float, positive_int  # noqa: F401 - re-exported
+from telemetry.logs import check_format, configure
 
 from .errors import UsageError
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:  # INR_LOG_FORMAT=json: JSON lines, with the trace and span ids (modelrepo.logs), as the service
+    try:  # INR_LOG_FORMAT=json: JSON lines, with the trace and span ids (telemetry.logs), as the service
         fmt = check_format(os.environ.get("INR_LOG_FORMAT", "text"))
     except ValueError as e:
         sys.stderr.write(f"error: {e}\n")

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from modelrepo.cliargs import positive_float, positive_int
+from commandline import positive_float, positive_int
 
 from .encodings import ENCODINGS, EncodingConfig
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from .device import pick_device
 from .errors import UsageError

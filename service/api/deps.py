@@ -10,6 +10,8 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
+from modelrepo import NAME_MAX
+
 from ..engine.dataplane import DataPlane
 from ..engine.registry import Registry
 from ..engine.tasks import DigitsRuntime, ImageRuntime
@@ -31,7 +33,7 @@ async def get_dataplane(request: Request) -> DataPlane:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 DataPlaneDep = Annotated[DataPlane, Depends(get_dataplane)]
-ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=64)]
+ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=NAME_MAX)]
 
 
 def _endpoint(request: Request) -> str:

@@ -7,7 +7,7 @@ coordinate) and encode the answer with `json.dumps` after `.tolist()`. Here:
   1e400, huge integers), `json.loads` parses it so that the model's validation can name the bad
   value exactly as before. Invalid JSON, a missing body and a non-JSON content type raise the
   same `RequestValidationError`s as FastAPI's own body parsing.
-* `float_rows` (service/engine/numbers.py) turns a list of equal-length lists of JSON numbers into a
+* `float_rows` (service/engine/json_numbers.py) turns a list of equal-length lists of JSON numbers into a
   float64 array with one pass of `np.fromiter`, or returns None for anything else; the caller then
   validates the body with the pydantic model, whose messages stay the reference.
 * `json_response` writes numpy arrays with orjson's native numpy support.

@@ -9,8 +9,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSch
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-from ..render import transform as tf
-from ..render.imaging import Background
+from ..geometry import transform as tf
+from ..geometry.sampling import Background
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -94,7 +94,7 @@ class Transform(BaseModel):
 
     @property
     def frame_rotate(self) -> float:
-        """The rotation the render frame turns with (service/render/transform.py `render_frame`); none for a matrix."""
+        """The rotation the render frame turns with (service/geometry/transform.py `render_frame`); none for a matrix."""
         return 0.0 if self.matrix is not None else self.rotate
 
 

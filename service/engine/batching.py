@@ -53,11 +53,11 @@ from typing import Callable
 
 import numpy as np
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from ..errors import Overloaded
 from ..metrics import Metrics
-from .alone import Outputs, run_alone, run_batch
+from .execution import Outputs, run_alone, run_batch
 from .policy import BatchConfig, deadline, max_rows, queue_delay, queue_timeout
 from .runtime import ModelRuntime
 from .traced import recording, run_span, start_run
@@ -279,7 +279,7 @@ class BatchingInference:
                 task.add_done_callback(self.closing.discard)
 
     async def alone(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
-        """Run `x` by itself in the thread pool (service/engine/alone.py); 503 if no pool thread took it in time."""
+        """Run `x` by itself in the thread pool (service/engine/execution.py); 503 if no pool thread took it in time."""
         return await run_alone(model, x, self.config, self.metrics, timeout)
 
     async def close(self) -> None:

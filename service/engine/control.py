@@ -22,7 +22,7 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from ..errors import BadInput
 from .registry import ModelState, Registry

@@ -18,12 +18,12 @@ from typing import Callable
 
 import numpy as np
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from .batching import BatchConfig, BatchingInference, Outputs
-from ..render.imaging import Background
+from ..geometry.sampling import Background
 from .limits import check_rows, row_limit
-from ..render.cache import RenderCache
+from .cache import CacheStore
 from .response_cache import lookup, response_key, store
 from ..metrics import Metrics
 from .runtime import ModelRuntime
@@ -41,7 +41,7 @@ class TracedBatching(BatchingInference):
 
 
 class DataPlane:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, cache: RenderCache | None = None,
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, cache: CacheStore | None = None,
                  inflight: Callable[[], int] | None = None):
         """`inflight`: requests in flight in the process (the drain's count), for the batcher's run on the loop."""
         self.settings, self.metrics, self.cache = settings, metrics, cache

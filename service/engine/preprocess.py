@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import BadInput, NotANumber, TooLarge
-from .numbers import describe, looks_like_a_number, non_number
+from .json_numbers import describe, looks_like_a_number, non_number
 
 SIDE, BOX = 28, 20
 INK_THRESHOLD = 0.2       # after stretching, pixels above this count as ink for the crop

@@ -1,13 +1,13 @@
 """Triton's response cache for inference: `response_cache { enable: true }` in a model's config.pbtxt.
 
 A V2 inference (HTTP or gRPC) on such a model is looked up before it is batched: the key is the sha256 of the
-loaded model's identity (name, version and the sha256 of its ONNX files, service/render/cache.py
+loaded model's identity (name, version and the sha256 of its ONNX files, service/engine/cache.py
 `model_identity`) and the input tensor (datatype, shape, bytes), so a new version, or a reload of changed
 files, never answers from an old entry. A hit returns the stored outputs without running the model; a miss
 runs it and stores a copy of all its outputs (the requested subset is picked afterwards, so one entry serves
 any choice of outputs).
 
-The store is the render cache's (`RenderCache`): one LRU, one byte budget, set by `--cache-config
+The store is the one the renders use (`CacheStore`, service/engine/cache.py): one LRU, one byte budget, set by `--cache-config
 local,size=BYTES` (Triton's form, INR_CACHE_CONFIG) or else INR_RENDER_CACHE_BYTES; renders and responses
 evict each other by recency. Hits and misses count per model in `nv_cache_num_hits_per_model` and
 `nv_cache_num_misses_per_model` with renders' (service/metrics.py).
@@ -19,7 +19,7 @@ import json
 
 import numpy as np
 
-from ..render.cache import CachedOutputs, RenderCache, model_identity
+from .cache import CacheStore, CachedOutputs, model_identity
 
 PREFIX = "infer:"
 
@@ -31,12 +31,12 @@ def response_key(model, x: np.ndarray) -> str:
     return PREFIX + h.hexdigest()
 
 
-def lookup(cache: RenderCache, key: str) -> dict | None:
+def lookup(cache: CacheStore, key: str) -> dict | None:
     entry = cache.get(key)
     return entry.outputs if isinstance(entry, CachedOutputs) else None
 
 
-def store(cache: RenderCache, key: str, outputs: dict) -> None:
+def store(cache: CacheStore, key: str, outputs: dict) -> None:
     """A copy of each output (a batch's outputs are views of the whole batch's arrays), read-only."""
     kept = {}
     for name, arr in outputs.items():

@@ -24,7 +24,7 @@ from modelrepo import (ONNX_TO_V2, ContractError, ImageSource, ModelSpec, SpecEr
 
 from ..errors import DeviceError, ModelLoadError
 from ..metrics import Metrics
-from ..render.separable import SeparableBody, load_separable
+from .separable import SeparableBody, load_separable
 from .warmup import run_warmups
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class ModelRuntime:
     def _render_sessions(self, onnx_path: Path) -> None:
         """The sessions render tiles run on. On CPU they have `render_threads` intra-op threads: the render
         workers run tiles side by side, and a one-thread session has no fork and join per node (a grid
-        model's graph is many small passes). The separable body (service/render/separable.py) serves only
+        model's graph is many small passes). The separable body (service/engine/separable.py) serves only
         renders; a model without one gets a second session of its graph when the thread counts differ."""
         threads = self.options.render_threads or self.options.threads
         own = self.provider == CPU and threads != self.options.threads

@@ -15,8 +15,8 @@ import numpy as np
 from modelrepo import ModelSpec
 
 from ..errors import BadInput
-from ..render.imaging import Background, fill_points, model_coords
-from .numbers import pixel_images
+from ..geometry.sampling import Background, fill_points, model_coords
+from .json_numbers import pixel_images
 from .preprocess import SIDE, decode, images_from_json, mnist_like
 from .runtime import ModelRuntime, RuntimeOptions
 

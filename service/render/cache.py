@@ -1,5 +1,4 @@
-"""The cache store: encoded renders (and inference responses) in memory (LRU, bounded in bytes), and the
-renders' HTTP validators.
+"""Encoded renders in the cache store (service/engine/cache.py), and the renders' HTTP validators.
 
 A render is a pure function of the model's files and the canonical request, so its key is the
 sha256 of both: the ONNX graph's (and the separable body's and first stage's) sha256 from the
@@ -11,12 +10,10 @@ be answered from an old entry; the key doubles as the strong ETag.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
+import json
 from dataclasses import dataclass
 
-import json
-
+from ..engine.cache import model_identity
 from .imaging import PNG_COMPRESS_LEVEL, RenderSpec
 
 
@@ -29,25 +26,6 @@ class CachedRender:
     @property
     def size(self) -> int:
         return len(self.data)
-
-
-@dataclass(frozen=True)
-class CachedOutputs:
-    """A response cache entry (service/engine/response_cache.py): a model's output tensors for one input."""
-    outputs: dict
-
-    @property
-    def size(self) -> int:
-        return sum(a.nbytes for a in self.outputs.values())
-
-
-def model_identity(model) -> dict:
-    """What identifies a loaded model's function: its name, version and file digests."""
-    sep = getattr(model, "separable", None)
-    record = getattr(model, "record", None)
-    return {"model": model.name, "version": str(model.version),
-            "onnx_sha256": record.onnx_sha256 if record else None,
-            "body_sha256": sep.sha256 if sep else None, "stage_sha256": sep.stage_sha256 if sep else None}
 
 
 def render_key(model, spec: RenderSpec, fmt: str, quality: int, finish: str = "") -> str:
@@ -79,42 +57,3 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
         return True
     tags = [t.strip() for t in if_none_match.split(",")]
     return any((t[2:] if t.startswith("W/") else t) == etag for t in tags)
-
-
-class RenderCache:
-    """LRU bounded by `max_bytes` (the sum of the entries' sizes), thread-safe: the one store of the service's
-    caches, encoded renders and (keys prefixed `infer:`) inference responses, in one budget."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.lock = threading.Lock()
-        self.entries: OrderedDict[str, CachedRender] = OrderedDict()
-        self.bytes = 0
-        self.evictions = 0
-
-    def get(self, key: str) -> CachedRender | None:
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None:
-                self.entries.move_to_end(key)
-            return entry
-
-    def put(self, key: str, entry: CachedRender | CachedOutputs) -> None:
-        size = entry.size
-        if size > self.max_bytes:
-            return  # larger than the whole cache (or the cache is off)
-        with self.lock:
-            old = self.entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old.size
-            self.entries[key] = entry
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                _, evicted = self.entries.popitem(last=False)
-                self.bytes -= evicted.size
-                self.evictions += 1
-
-    def info(self) -> dict:
-        with self.lock:
-            return {"entries": len(self.entries), "bytes": self.bytes, "max_bytes": self.max_bytes,
-                    "evictions": self.evictions}

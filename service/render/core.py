@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 import anyio
 import numpy as np
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from ..errors import ClientGone, QueueTimeout, RenderTimeout
 from .imaging import RenderSpec, new_image, plain_sampler, render_tile

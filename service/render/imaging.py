@@ -1,11 +1,5 @@
-"""Sampling an image model: query points and tiled renders, with the fill outside the unit square.
-
-`background` says what the service shows where a sample falls outside [0,1]²
-(after the transform):
-  - `extrapolate` (default): whatever the network computes there;
-  - `transparent`: alpha 0 (png and webp only), partial alpha along the edge;
-  - a colour: `white`, `#808080`, `#f00`, … (any CSS colour Pillow knows), blended along the edge.
-"""
+"""Tiled renders of an image model: the samples of each tile, the background outside the unit square
+(service/geometry/sampling.py) blended along the edge, supersamples averaged, and the encoded image."""
 from __future__ import annotations
 
 import io
@@ -13,34 +7,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from PIL import Image, ImageColor
+from PIL import Image
 
+from ..geometry.sampling import Background, inside_unit_square, model_coords
+from ..geometry.transform import apply
 from .tiling import Tile, block_mean, grid_axes, sample_coords, tiles
-from .transform import apply
 
 Predict = Callable[[np.ndarray], np.ndarray]  # [N, 2] float32 → [N, 3]
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 # zlib level of rendered PNGs. On a photo-like 512² tile level 1 takes about 0.6× the time of level 3 for
 # about 3 % more bytes (docs/benchmarks.md §14): at a 70 ms tile budget the encoder is a large share.
 PNG_COMPRESS_LEVEL = 1
-
-
-@dataclass(frozen=True)
-class Background:
-    mode: str                                   # extrapolate | transparent | colour
-    rgb: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    @classmethod
-    def parse(cls, text: str) -> "Background":
-        text = text.strip()
-        if text.lower() in ("extrapolate", "transparent"):
-            return cls(text.lower())
-        try:
-            rgb = ImageColor.getrgb(text)[:3]
-        except ValueError:
-            raise ValueError(f"background must be 'extrapolate', 'transparent' or a colour such as 'white' "
-                             f"or '#ff8800', got '{text}'") from None
-        return cls("colour", tuple(c / 255.0 for c in rgb))
 
 
 @dataclass(frozen=True)
@@ -57,34 +34,10 @@ class RenderSpec:
         return 4 if self.background.mode == "transparent" else 3
 
 
-FLOAT32_LIMIT = 1e30  # beyond this the network's float32 arithmetic overflows to Inf/NaN
-
-
-def model_coords(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Map output points through the 2×3 matrix, refusing results the float32 model cannot take."""
-    src = apply(matrix, points)
-    if not np.all(np.abs(src) < FLOAT32_LIMIT):
-        raise ValueError(f"coordinates after the transform reach {np.abs(src).max():.3g}; they must stay "
-                         f"below {FLOAT32_LIMIT:g} in magnitude")
-    return src
-
-
 def check_render_coords(spec: "RenderSpec") -> None:
     """An affine map takes its extremes at the viewport's corners: check those before rendering."""
     x0, y0, x1, y1 = spec.viewport
     model_coords(spec.matrix, np.array([[x0, y0], [x1, y0], [x0, y1], [x1, y1]], dtype=np.float64))
-
-
-def inside_unit_square(points: np.ndarray) -> np.ndarray:
-    return np.all((points >= 0.0) & (points <= 1.0), axis=-1)
-
-
-def fill_points(rgb: np.ndarray, src: np.ndarray, background: Background) -> np.ndarray:
-    """Clip model output [N, 3] to [0,1] and paint a background colour where `src` is outside [0,1]²."""
-    rgb = np.clip(np.nan_to_num(rgb, nan=0.0), 0.0, 1.0)
-    if background.mode == "colour":
-        rgb[~inside_unit_square(src)] = background.rgb
-    return rgb
 
 
 Sampler = Callable[[Tile], np.ndarray]  # a tile → its samples' rgb, [rows·k·cols·k, 3]

@@ -21,12 +21,13 @@ from typing import Awaitable, Callable
 import numpy as np
 from fastapi.responses import Response
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from ..errors import BadInput, TooLarge
 from .imaging import MEDIA_TYPES, RenderSpec, check_render_coords, encode
 from ..metrics import Metrics
-from .cache import CachedRender, RenderCache, etag_matches, etag_of, render_key
+from ..engine.cache import CacheStore
+from .cache import CachedRender, etag_matches, etag_of, render_key
 from .core import RenderCore, compute_render
 from ..engine.runtime import ModelRuntime
 from ..settings import Settings
@@ -91,7 +92,7 @@ def check_limits(spec: RenderSpec, settings: Settings) -> RenderSpec:
 class RenderService:
     """Made in the app's lifespan; `render` is the one entry for every render."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, cache: RenderCache):
+    def __init__(self, settings: Settings, metrics: Metrics, cache: CacheStore):
         self.settings, self.metrics, self.cache = settings, metrics, cache
         self.core: RenderCore | None = None
 

@@ -1,9 +1,10 @@
-"""The inference routes without FastAPI's request machinery (issue 27): the same endpoints, reached directly.
+"""The inference routes without FastAPI's request machinery: the same endpoints, reached directly.
 
-`HotRoutes` is the innermost of the app's middlewares: inside the drain, the metrics, the restricted API
+The protocol modules declare which endpoints are hot, and how to call them with the path parameters
+(service/hotroutes.py); this module finds the declarations on the app's routes. `HotRoutes` is the innermost of the app's middlewares: inside the drain, the metrics, the restricted API
 groups and the body guards, which all still apply. For `POST /v1/models/{name}/query`,
 `POST /v1/models/{name}/classify` without a query string and `POST /v2/models/{name}[/versions/{version}]/infer`,
-with a name FastAPI would accept (`ModelName`: at most 64 characters), it calls the route's own endpoint
+with a name FastAPI would accept (`ModelName`: at most NAME_MAX characters), it calls the route's own endpoint
 function with the path parameters, under Starlette's `ExceptionMiddleware` built from the app's own exception
 handlers, so that every error becomes the same response as on FastAPI's path. It leaves out what those
 routes do not need: the router's walk over some fifty routes, FastAPI's parameter solving (the name is the
@@ -15,42 +16,21 @@ are the routes' own (`iter_route_contexts`), and `scope` gets the `route`, `endp
 that Starlette's router would set, so that the metrics label the request with its route template.
 
 In the profile of one-digit classify at one client, what this skips was about a sixth of the event
-loop's samples (docs/benchmarks.md §10f).
+loop's samples (the floor benchmark in docs/benchmarks.md).
 """
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from fastapi.routing import iter_route_contexts
 from starlette._utils import get_route_path
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..api.deps import digits_model
-from ..api.v1.classify import classify
-from ..api.v1.query import query
-from ..api.v2.routes import model_infer
+from modelrepo import NAME_MAX
 
-NAME_MAX = 64  # ModelName's max_length (service/api/deps.py)
-
-
-async def _query(request: Request, params: dict) -> Response:
-    return await query(request, params["name"])
-
-
-async def _classify(request: Request, params: dict) -> Response:
-    return await classify(request, await digits_model(params["name"], request))
-
-
-async def _infer(request: Request, params: dict) -> Response:
-    return await model_infer(request, params["name"])
-
-
-# endpoint → its call with the path parameters; `bare`: only without a query string (its query parameters)
-HOT: dict[Callable, tuple[Callable[[Request, dict], Awaitable[Response]], bool]] = {
-    query: (_query, False), classify: (_classify, True), model_infer: (_infer, False)}
+from ..hotroutes import hot_call
 
 
 class HotRoutes:
@@ -63,7 +43,7 @@ class HotRoutes:
         """The hot routes' regexes, in routing order, and the app's exception handlers as FastAPI installs them."""
         table = []
         for ctx in iter_route_contexts(fastapi_app.routes):
-            hot = HOT.get(getattr(ctx, "endpoint", None))
+            hot = hot_call(getattr(ctx, "endpoint", None))
             if hot is not None and ctx.methods and "POST" in ctx.methods:
                 table.append((ctx.path_regex, ctx, *hot))
         handlers = {k: v for k, v in fastapi_app.exception_handlers.items() if k not in (500, Exception)}

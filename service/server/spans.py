@@ -1,6 +1,6 @@
 """The HTTP request's server span, as pure ASGI (docs/deployment.md, "Traces").
 
-Added by the app as its outermost middleware only while traces are on (modelrepo.tracing.ON); with traces off
+Added by the app as its outermost middleware only while traces are on (telemetry.tracing.ON); with traces off
 the app has no such layer and the hot routes (service/server/hotpath.py) are reached as before.
 
 The span continues a W3C `traceparent` (and `tracestate`) sent by the client or a proxy; a malformed one is
@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from modelrepo import tracing
+from telemetry import tracing
 
 
 class TraceRequests:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from modelrepo.fitjobs import FitStore
+from fitstore import FitStore
 from tests.fits import Worker, photo, png
 from bench.otlp import Receiver, tree
 from tests.servers import ROOT, Server

@@ -122,7 +122,7 @@ def test_the_preview_keeps_the_aspect_within_its_longer_side(tmp_path):
 @pytest.mark.parametrize("w, h", [(1, 1), (2, 3)])
 def test_tiny_images_are_fitted_with_the_default_preset(tmp_path, w, h):
     """The preset's native luma level on one pixel: its rounding range is one value (training/encodings/grid_refit.py)."""
-    from modelrepo.fitjobs import PRESETS
+    from fitstore import PRESETS
     out = tmp_path / "m"
     r = run_cli("fit-image", "--image", str(picture(tmp_path, w, h)), *PRESETS["grid"]["argv"], "--protocol", "full",
                 "--steps", "3", "--no-progress", "--out", str(out))

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
-from modelrepo.fitjobs import FitStore
+from fitstore import FitStore
 from tests.fits import ROOT, Worker, photo, png, submit, wait_finished, wait_for
 
 LONG = {"steps": 1_000_000}  # never finishes: caught mid-fit by construction (20,000 was minutes here, at

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelrepo.fitjobs import FitStore
+from fitstore import FitStore
 from tests.fits import RedisServer, Worker, submit, wait_finished, wait_for
 from tests.pgserver import PostgresServer
 

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from modelrepo.cliargs import positive_float, positive_int
+from commandline import positive_float, positive_int
 
 from ..errors import UsageError
 from ..repository import check_out_dir

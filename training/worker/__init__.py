@@ -16,17 +16,17 @@ import threading
 import time
 from pathlib import Path
 
-from modelrepo import tracing
-from modelrepo.fitjobs import FitStore, StoreError, worker_id
-from modelrepo.telemetry import TraceConfigError, read_config
+from telemetry import tracing
+from fitstore import DEFAULT as DEFAULT_STORE
+from fitstore import FitStore, StoreError, worker_id
+from telemetry.config import TraceConfigError, read_config
 
-from modelrepo.cliargs import positive_float, positive_int
+from commandline import positive_float, positive_int
 
 from ..errors import UsageError
 from .job import JobContext, run_job
 
 log = logging.getLogger(__name__)
-DEFAULT_STORE = "sqlite:///build/fits.sqlite"
 
 
 class Heartbeat(threading.Thread):
@@ -58,7 +58,7 @@ def lower_priority(nice: int, threads: int) -> None:
 
 
 def start_traces() -> None:
-    """OTEL_* as the service reads them (modelrepo.telemetry); a bad one is the CLI's one line, exit 2."""
+    """OTEL_* as the service reads them (telemetry.config); a bad one is the CLI's one line, exit 2."""
     try:
         config = read_config()
     except TraceConfigError as e:

@@ -14,9 +14,10 @@ import numpy as np
 from opentelemetry import trace
 from PIL import Image
 
-from modelrepo import SpecError, tracing
-from modelrepo.cliargs import OneLineParser
-from modelrepo.fitjobs import PRESETS, FitStore
+from modelrepo import SpecError
+from telemetry import tracing
+from commandline import OneLineParser
+from fitstore import PRESETS, FitStore
 
 from ..cli_image import add_image_options, fit_config
 from ..errors import UsageError

@@ -16,10 +16,10 @@ import grpc
 from starlette.concurrency import run_in_threadpool
 from tritonclient.grpc import service_pb2 as pb
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from ...errors import BadInput, DeadlineExceeded, Forbidden, NotLoaded, QueueTimeout, ServiceError, grpc_code
-from ...server.restricted import carries_key
+from ...access import carries_key
 from ..v2.infer import config_of, metadata_of, model_version, resolve, run
 from ..v2.routes import EXTENSIONS
 from .convert import from_json, infer_request, infer_response, model_config, parameter

@@ -16,7 +16,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from modelrepo import tracing
+from telemetry import tracing
 
 
 @contextmanager

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BadInput
-from ...render.imaging import Background, RenderSpec
+from ...geometry.sampling import Background
+from ...render.imaging import RenderSpec
 from ...render.tiling import Tile, grid_axes
-from ...render.transform import rotation
+from ...geometry.transform import rotation
 from .params import FORMATS, Box, ImageRequest
 
 JPEG_QUALITY = 90

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from modelrepo import tracing
+from telemetry import tracing
 
 from ..deps import RegistryDep, SettingsDep
 from ...errors import NotFound, ServiceError, error_response, validation_message

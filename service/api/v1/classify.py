@@ -7,8 +7,9 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from ...engine.dataplane import DataPlane
-from ...engine.numbers import only_numbers
-from ..deps import DigitsModel
+from ...engine.json_numbers import only_numbers
+from ...hotroutes import hot
+from ..deps import DigitsModel, digits_model
 from ...errors import BadInput, TooLarge, UnsupportedMedia
 from ..jsonbody import json_response, parse_body, read_body, validate
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
@@ -75,3 +76,12 @@ async def classify(request: Request, model: DigitsModel, include_input: bool = F
         raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "
                                "{\"images\": [...]} or multipart/form-data with image files")
     return json_response({"predictions": predictions})
+
+
+async def classify_direct(request: Request, params: dict):
+    """`classify` without a query string (so `include_input` keeps its default), called by the server's hot path
+    (service/hotroutes.py) with the path parameters."""
+    return await classify(request, await digits_model(params["name"], request))
+
+
+hot(classify, classify_direct, bare=True)

@@ -1,7 +1,7 @@
 """/v1/fits: upload an image to fit, follow the fit, cancel it (docs/fits.md; restricted group `fit`).
 
-Thin routes: the upload is checked in service/engine/fitupload.py, the job store is reached through
-service/engine/fits.py; the workers (`python -m training worker`) do the fitting.
+Thin routes: the upload is checked in service/fits/upload.py, the job store is reached through
+service/fits/jobs.py; the workers (`python -m training worker`) do the fitting.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
-from modelrepo.fitjobs import DEFAULT_PRESET
+from fitstore import DEFAULT_PRESET
 
-from ...engine.fits import FINISHED, POLL_S, PRESETS, Fits, event_data
-from ...engine.fitupload import FIELDS, check_name, decode, options
+from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
+from ...fits.upload import FIELDS, check_name, decode, options
 from ...errors import BadInput, InvalidOption, UnsupportedMedia
 from ..deps import SettingsDep
 from ..schemas import ErrorBody

@@ -1,6 +1,6 @@
 """POST /v1/models/{name}/query: RGB at coordinates, through an optional transform.
 
-The coordinates of the usual body are read from its text (`leading_rows`, service/engine/numbers.py); any other
+The coordinates of the usual body are read from its text (`leading_rows`, service/engine/json_numbers.py); any other
 body is parsed with orjson and its coordinates go straight into numpy (service/api/jsonbody.py);
 `QueryRequest` documents the body and validates everything but well-formed coordinates, and all of
 the body when the coordinates are not well-formed, so that its messages name the bad value."""
@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Request
 
+from ...hotroutes import hot
 from ..deps import ModelName
-from ...render.imaging import Background
-from ...engine.numbers import float_rows, leading_rows
+from ...geometry.sampling import Background
+from ...engine.json_numbers import float_rows, leading_rows
 from ..jsonbody import collector_paused, json_response, openapi_body, parse_body, read_body, validate
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
@@ -45,3 +46,11 @@ async def query(request: Request, name: ModelName):
     matrix = sampling_matrix(body.transform, model.image_size)  # rotation and scale in the model's square pixels
     rgb = await dataplane.query(model, coords, matrix, Background.parse(body.background))
     return json_response({"rgb": np.round(rgb.astype(np.float64), 6)})
+
+
+async def query_direct(request: Request, params: dict):
+    """`query`, called by the server's hot path (service/hotroutes.py) with the path parameters."""
+    return await query(request, params["name"])
+
+
+hot(query, query_direct)

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from ..deps import ImageModel, ModelName, RegistryDep, SettingsDep
 from ...errors import BadInput, TooLarge
-from ...render import transform as tf
-from ...render.imaging import MEDIA_TYPES, Background, RenderSpec
+from ...geometry import transform as tf
+from ...geometry.sampling import Background
+from ...render.imaging import MEDIA_TYPES, RenderSpec
 from ...render.service import RenderJob, cache_control
 from ...engine.runtime import ModelRuntime
 from ..schemas import ErrorBody, RenderRequest, sampling_matrix
@@ -31,7 +32,7 @@ RESPONSES = {200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "descriptio
 def job_of(req: RenderRequest, size: tf.Size = None) -> RenderJob:
     """A public render request as the render service's typed job, for a model of native `size` (W, H): the
     transform in its square pixels, the viewport turned into the render frame, a missing side from the frame's
-    aspect (service/render/transform.py)."""
+    aspect (service/geometry/transform.py)."""
     frame = tf.render_frame(req.viewport, req.transform.frame_rotate if req.transform else 0.0, size)
     width, height = tf.frame_pixels(req.width, req.height, frame, size)
     if max(width, height) > MAX_SIDE:

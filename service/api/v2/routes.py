@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
 
+from ...hotroutes import hot
 from ..deps import ModelName, RegistryDep
 from ...errors import BadInput, NotLoaded
 from ..schemas import ErrorBody
@@ -62,6 +63,15 @@ async def model_infer(request: Request, name: ModelName) -> Response:
         return Response(content, media_type="application/json")
     return Response(content, headers={k: v for k, v in headers.items() if k != "content-type"},
                     media_type=headers["content-type"])
+
+
+async def model_infer_direct(request: Request, params: dict) -> Response:
+    """`model_infer`, called by the server's hot path (service/hotroutes.py) with the path parameters (the version,
+    where the route has one, is read from them by the endpoint itself)."""
+    return await model_infer(request, params["name"])
+
+
+hot(model_infer, model_infer_direct)
 
 
 @router.get("")

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from ...errors import BadInput, TooLarge
-from ...engine.numbers import describe, non_number
+from ...engine.json_numbers import describe, non_number
 from ..jsonbody import JSONError, loads
 
 DTYPES = {

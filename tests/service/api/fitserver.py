@@ -9,7 +9,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from modelrepo.fitjobs import FitStore
+from fitstore import FitStore
 from tests.servers import ROOT, Server
 
 KEY = {"fit-key": "fit-s3cret"}

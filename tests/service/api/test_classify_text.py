@@ -1,5 +1,5 @@
 """v1 classify's usual body, `{"images": [...]}` written with numbers only, goes into numpy without a type check
-per pixel (`only_numbers`, service/engine/numbers.py; `DigitsRuntime.pixel_array`). Wherever that path answers,
+per pixel (`only_numbers`, service/engine/json_numbers.py; `DigitsRuntime.pixel_array`). Wherever that path answers,
 it must answer exactly as the general path, which parses the body and checks it value by value; every other body
 must be handed to the general path. Over HTTP the general path is reached with the same body under the key
 spelled with a JSON escape (`"\\u0069mages"`), which orjson reads as `images` and the fast path refuses."""
@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine.numbers import only_numbers
+from service.engine.json_numbers import only_numbers
 from service.engine.tasks import DigitsRuntime
 
 URL = "/v1/models/digits/classify"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from modelrepo.fitjobs import PRESETS
+from fitstore import PRESETS
 from tests.servers import png_bytes
 from tests.service.api.fitserver import MAX_BODY, MAX_BYTES, api, fit_server, store, stored, upload  # noqa: F401
 

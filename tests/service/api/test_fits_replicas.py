@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from modelrepo.fitjobs import FitStore
+from fitstore import FitStore
 from tests.fits import RedisServer, png
 from tests.servers import ROOT, Server
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from service.engine.fitupload import derive_name, to_rgb
+from service.fits.upload import derive_name, to_rgb
 from tests.servers import png_bytes
 from tests.service.api.fitserver import api, fit_server, store, stored, upload  # noqa: F401
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from modelrepo.fitjobs import FitStore
+from fitstore import FitStore
 from tests.fits import Worker, photo, png
 from tests.servers import ROOT, Server
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine.numbers import float_rows
+from service.engine.json_numbers import float_rows
 from service.api.schemas import QueryRequest
 
 

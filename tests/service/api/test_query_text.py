@@ -1,4 +1,4 @@
-"""`leading_rows` (service/engine/numbers.py) reads v1 query coordinates from the body's text: wherever it answers it
+"""`leading_rows` (service/engine/json_numbers.py) reads v1 query coordinates from the body's text: wherever it answers it
 must answer as orjson + `float_rows` would, and anything it is not sure of goes back to that path, so the HTTP
 answers stay the same for every body (issue 27)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from service.engine.numbers import float_rows, leading_rows
+from service.engine.json_numbers import float_rows, leading_rows
 
 COORDS = [[0.25, 0.5], [1, 0], [-0.0, 1e-3], [0.75, 2.5e-1]]
 GOOD = [

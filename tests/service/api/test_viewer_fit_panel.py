@@ -15,7 +15,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from modelrepo.fitjobs import PRESETS, FitStore
+from fitstore import PRESETS, FitStore
 from tests.fits import Worker, photo, png, wait_for
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401

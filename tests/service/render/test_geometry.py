@@ -9,7 +9,7 @@ from service.api.iiif.plan import plan
 from service.api.schemas import RenderRequest
 from service.api.v1.render import job_of
 from service.errors import TooLarge
-from service.render import transform as tf
+from service.geometry import transform as tf
 from service.render.imaging import render
 
 SIZE = (2560, 1600)   # W × H: the photo

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from service.render.imaging import Background, RenderSpec, encode, fill_points, render
-from service.render.transform import sampling_matrix
+from service.geometry.sampling import Background, fill_points
+from service.render.imaging import RenderSpec, encode, render
+from service.geometry.transform import sampling_matrix
 
 
 def ramp(points: np.ndarray) -> np.ndarray:

@@ -9,7 +9,8 @@ import httpx
 import numpy as np
 import torch
 
-from service.render.cache import CachedRender, RenderCache, etag_matches
+from service.engine.cache import CacheStore
+from service.render.cache import CachedRender, etag_matches
 from training.encodings import EncodingConfig
 from training.fit_image import FitConfig, export_image_model
 from training.image_models import ImageINR, ImageModelConfig
@@ -65,7 +66,7 @@ def test_bad_renders_are_not_cached_and_answer_json(client):
 
 
 def test_the_lru_keeps_within_its_byte_bound():
-    cache = RenderCache(max_bytes=100)
+    cache = CacheStore(max_bytes=100)
     for i in range(5):
         cache.put(str(i), CachedRender(f'"{i}"', "image/png", bytes(40)))
     assert cache.info() == {"entries": 2, "bytes": 80, "max_bytes": 100, "evictions": 3}
@@ -75,7 +76,7 @@ def test_the_lru_keeps_within_its_byte_bound():
     assert cache.get("3") is not None and cache.get("4") is None, "least recently used goes first"
     cache.put("huge", CachedRender('"h"', "image/png", bytes(101)))
     assert cache.get("huge") is None
-    assert RenderCache(0).get("x") is None
+    assert CacheStore(0).get("x") is None
 
 
 def test_etag_matching_follows_rfc_9110():

@@ -14,15 +14,17 @@ import pytest
 import torch
 
 from service.errors import ModelLoadError
-from service.render.imaging import Background, RenderSpec, plain_sampler
+from service.geometry.sampling import Background
+from service.render.imaging import RenderSpec, plain_sampler
 from modelrepo import read_spec
 from service.engine.runtime import ModelRuntime, RuntimeOptions
 from service.api.schemas import RenderRequest, sampling_matrix
-from service.render.separable import FirstStage, GridFeatures, separable_sampler
+from service.engine.separable import FirstStage
+from service.render.separable import GridFeatures, separable_sampler
 from service.render.tiling import grid_axes
 from service.engine.tasks import runtime_for
 from service.render.tiling import Tile, sample_coords, tiles
-from service.render.transform import apply
+from service.geometry.transform import apply
 from training.encodings import EncodingConfig
 from training.fit_image import export_image_model, FitConfig
 from training.image_models import ImageINR, ImageModelConfig

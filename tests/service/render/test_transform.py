@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from service.render import transform as tf
+from service.geometry import transform as tf
 
 
 def test_identity_parameters_give_the_identity_sampling_matrix():

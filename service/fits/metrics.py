@@ -1,7 +1,7 @@
 """The fit metrics at GET /metrics (docs/fits.md, "Metrics"), read from the job store at each scrape.
 
 Workers export nothing themselves: what they do is already in the store (records, heartbeats, and the
-counters the record's writer adds in the transaction that changes a job's state, modelrepo.fitmetrics), so
+counters the record's writer adds in the transaction that changes a job's state, fitstore.metrics), so
 any API replica answers the same cluster-wide figures, a worker needs no port or scrape target, and a
 worker that died still counts.
 
@@ -18,8 +18,8 @@ import logging
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from modelrepo import fitmetrics
-from modelrepo.fitjobs import FINISHED, STATES
+from fitstore import metrics as fitmetrics
+from fitstore import FINISHED, STATES
 
 log = logging.getLogger(__name__)
 

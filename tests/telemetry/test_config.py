@@ -1,10 +1,10 @@
-"""modelrepo.telemetry: the OTEL_* variables and Triton's --trace-config, read and checked as the service and the
+"""telemetry.config: the OTEL_* variables and Triton's --trace-config, read and checked as the service and the
 fit worker read them (the end-to-end checks, with a real receiver, are tests/service/test_traces*.py)."""
 from __future__ import annotations
 
 import pytest
 
-from modelrepo.telemetry import TraceConfigError, read_config, trace_config_env
+from telemetry.config import TraceConfigError, read_config, trace_config_env
 
 
 def test_off_unless_an_exporter_is_named():

@@ -1,6 +1,6 @@
 """The API's side of fits (docs/fits.md): one job store per app, its blocking calls off the event loop.
 
-The store (`modelrepo.fitjobs.FitStore`, huey's storage: SQLite, Redis or PostgreSQL) is opened on
+The store (`fitstore.FitStore`, huey's storage: SQLite, Redis or PostgreSQL) is opened on
 first use and closed at shutdown. Workers (`python -m training worker`) fit; the API only queues,
 reads, streams and cancels. Nothing here imports torch or `training/`.
 
@@ -14,16 +14,15 @@ import asyncio
 import math
 import threading
 import time
-from pathlib import Path
 
 import anyio
 
-from modelrepo import tracing
-from modelrepo.fitjobs import FINISHED, PRESETS, FitStore, JobFinished, NameTaken, QueueFull
+from telemetry import tracing
+from fitstore import FINISHED, PRESETS, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl
 
 from ..errors import Conflict, NotFound, TooManyRequests
 from ..settings import Settings
-from .fitupload import Upload, check_target, derive_name
+from .upload import Upload, check_target, derive_name
 
 REAP_EVERY_S = 2.0
 CANCEL_WAIT_S = 5.0
@@ -43,16 +42,12 @@ class Fits:
     def store(self) -> FitStore:
         with self._opening:
             if self._store is None:
-                url = self.settings.fit_store
-                if url.startswith("sqlite:///"):  # its folder (build/) may not exist yet
-                    Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-                self._store = FitStore(url, stale_s=self.settings.fit_stale_s)
+                self._store = FitStore(self.settings.fit_store, stale_s=self.settings.fit_stale_s)
             return self._store
 
     def created(self) -> bool:
         """False while the store is a SQLite file nobody has created (no fit yet): a scrape does not create it."""
-        url = self.settings.fit_store
-        return self._store is not None or not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).exists()
+        return self._store is not None or StoreUrl.parse(self.settings.fit_store).exists()
 
     async def call(self, method: str, *args, **kwargs):
         return await anyio.to_thread.run_sync(lambda: getattr(self.store(), method)(*args, **kwargs))
@@ -164,7 +159,7 @@ def present(record: dict, workers: int) -> dict:
     job = out["id"]
     base = f"/v1/fits/{job}"
     links = {"self": base, "events": f"{base}/events"}
-    seq = record.get("preview_seq")  # the event seq of the latest preview (modelrepo.fitjobs)
+    seq = record.get("preview_seq")  # the event seq of the latest preview (fitstore)
     if seq is not None:
         links["preview"] = f"{base}/previews/{seq}.png"
     name, version = out.get("name"), out.get("version")

@@ -1,5 +1,5 @@
 """Fit metrics kept in the store (docs/fits.md, "Metrics"). Counters are added by the record's writer in the
-same transaction as the state change they count (modelrepo.fitatomic), so each finish, retry and failure
+same transaction as the state change they count (fitstore.backends), so each finish, retry and failure
 counts exactly once, whichever process (worker, reaper, API) wrote it, and every API replica's /metrics
 shows the same cluster-wide figures. Histograms are kept as one counter per bucket, plus count and sum.
 """

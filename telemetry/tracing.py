@@ -1,7 +1,7 @@
 """The process's tracer, shared by the service and the fit workers (docs/deployment.md, "Traces").
 
 Off by default: `ON` is False and `tracer` is OpenTelemetry's no-op tracer, so code on a hot path checks
-`tracing.ON` (one module attribute) and does nothing else. `install` (at start, from modelrepo.telemetry's
+`tracing.ON` (one module attribute) and does nothing else. `install` (at start, from telemetry.config's
 checked settings) builds the SDK's provider and turns it on; the SDK is imported only then.
 
 A collector that is down or slow never holds up a request: spans go to the SDK's BatchSpanProcessor, whose
@@ -20,7 +20,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .telemetry import TraceConfig
+from .config import TraceConfig
 
 log = logging.getLogger(__name__)
 ON = False

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import json
 
-from . import fitmetrics
+from . import metrics
 
 MAX_FAILURES = 2   # a job whose worker died is retried once; the second death fails it
 
 
 class Recovery:
     """The FitStore methods that keep heartbeats and recover from dead processes (mixed into
-    modelrepo.fitjobs.FitStore)."""
+    fitstore.store.FitStore)."""
 
     def register_worker(self, wid: str, info: dict) -> int:
         for k in range(self.seats):
@@ -46,7 +46,7 @@ class Recovery:
         rec = dict(rec, state="queued", attempt=rec["attempt"] + 1, failures=rec["failures"] + failed, worker=None,
                    step=0, loss=None, psnr=None, eta_s=None)
         done = self._write(rec, "retrying", {"reason": reason, "attempt": rec["attempt"]}, expect=expect, puts=puts,
-                           enqueue=True, incr=fitmetrics.retried(why))
+                           enqueue=True, incr=metrics.retried(why))
         if done is not None:
             self._release_slots(rec["id"])
         return done
@@ -117,6 +117,6 @@ class Recovery:
             if now - first < self.stale_s:
                 self.suspects[job_id, attempt] = (first, mark)
             elif self.atomic.txn({marker: mark}, {marker: json.dumps(now).encode()},
-                                 enqueue=[self._message(job_id, attempt)], incr=fitmetrics.retried("lost_message")):
+                                 enqueue=[self._message(job_id, attempt)], incr=metrics.retried("lost_message")):
                 sent.append(job_id)
         return sent

@@ -1,4 +1,4 @@
-"""The SDK's BatchSpanProcessor, with every span that does not reach the collector counted (modelrepo.tracing).
+"""The SDK's BatchSpanProcessor, with every span that does not reach the collector counted (telemetry.tracing).
 
 Two ways a span is lost: the bounded queue is full when it ends (the SDK drops one and reports it to its
 processor metrics: `queue_full`), or the export of its batch fails once the exporter's retries are spent

@@ -1,4 +1,4 @@
-"""The fit presets: sets of `fit-image` options a job names (docs/fits.md); re-exported by modelrepo.fitjobs."""
+"""The fit presets: sets of `fit-image` options a job names (docs/fits.md)."""
 from __future__ import annotations
 
 # Sets of `fit-image` options; the worker parses them with fit-image's own parser. `size`: the default cap

@@ -1,5 +1,5 @@
-"""modelrepo.logs: log lines carry the current span's trace and span ids (text: a ` trace_id=… span_id=…`
-suffix, JSON: fields), and nothing of the kind with traces off. The tracer is the real SDK's (modelrepo.tracing),
+"""telemetry.logs: log lines carry the current span's trace and span ids (text: a ` trace_id=… span_id=…`
+suffix, JSON: fields), and nothing of the kind with traces off. The tracer is the real SDK's (telemetry.tracing),
 exporting to a closed port; the service's own lines are checked end to end in tests/service/test_traces_faults.py."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import logging
 
 from bench.serving import free_port
-from modelrepo import tracing
-from modelrepo.logs import TEXT, JsonFormatter, TraceIds
-from modelrepo.telemetry import read_config
+from telemetry import tracing
+from telemetry.logs import TEXT, JsonFormatter, TraceIds
+from telemetry.config import read_config
 
 
 def logger_to(stream: io.StringIO, formatter: logging.Formatter) -> logging.Logger:

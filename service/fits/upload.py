@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from modelrepo import NAME_RE, SpecError, read_spec
-from modelrepo.fitjobs import DEFAULT_PRESET
+from fitstore import DEFAULT_PRESET
 
 from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
 

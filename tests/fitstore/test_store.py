@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from modelrepo.fitjobs import FitStore, JobFinished, QueueFull, StoreError
+from fitstore import FitStore, JobFinished, QueueFull, StoreError
 from tests.fits import png, submit
 
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from modelrepo import fitmetrics
-from modelrepo.fitjobs import FitStore
+from fitstore import metrics as fitmetrics
+from fitstore import FitStore
 from tests import fitrace
 from tests.fits import png
 

@@ -7,9 +7,9 @@ then that worker, or whoever declares the worker dead. Each hand-over goes throu
 messages carry only (job id, attempt); a message for an attempt that is no longer the record's is
 dropped by `claim`, so a duplicate message is harmless.
 
-A record, its event and its queue message are written in one transaction (modelrepo.fitatomic), and a
+A record, its event and its queue message are written in one transaction (fitstore.backends), and a
 submit checks the queue limit and a derived name in the transaction that inserts the job. Times are the
-store's clock (`now`). Dead workers and lost messages are recovered in modelrepo.fitreap.
+store's clock (`now`). Dead workers and lost messages are recovered in fitstore.recovery.
 """
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ import uuid
 
 from huey.constants import EmptyData
 
-from . import fitmetrics
-from .fitatomic import StoreError, atomic_for, check_url, open_huey  # noqa: F401 - re-exported
-from .fitpresets import DEFAULT_PRESET, PRESETS  # noqa: F401 - re-exported
-from .fitreap import MAX_FAILURES, Recovery  # noqa: F401 - re-exported
+from . import metrics
+from .backends import open_store
+from .recovery import Recovery
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
@@ -62,10 +61,9 @@ class FitStore(Recovery):
 
     def __init__(self, url: str, *, stale_s: float = 15.0, run=None):
         self.url, self.stale_s = url, stale_s
-        self.huey = open_huey(url)
+        self.huey, self.atomic = open_store(url)
         self.kv = self.huey.storage
-        self.atomic = atomic_for(self.kv)
-        self.suspects: dict[tuple[str, int], tuple] = {}  # modelrepo.fitreap: possibly lost messages
+        self.suspects: dict[tuple[str, int], tuple] = {}  # fitstore.recovery: possibly lost messages
         # The API registers a placeholder (it only enqueues); a worker registers the fit itself.
         target = run or _runs_in_a_worker
 
@@ -78,7 +76,7 @@ class FitStore(Recovery):
         self.kv.close()
 
     def now(self) -> float:
-        """The store's clock (modelrepo.fitatomic): heartbeats, staleness, record times and deadlines."""
+        """The store's clock (fitstore.backends): heartbeats, staleness, record times and deadlines."""
         return self.atomic.now()
 
     # -- key-value helpers -------------------------------------------------------------------
@@ -170,7 +168,7 @@ class FitStore(Recovery):
         return [hb for hb in seats.values() if now - hb["time"] <= self.stale_s]
 
     def metric_counters(self) -> dict[str, int]:
-        return self.atomic.counters(fitmetrics.PREFIX)
+        return self.atomic.counters(metrics.PREFIX)
 
     # -- the API's side --------------------------------------------------------------------------
     def submit(self, *, name: str, options: dict, image_png: bytes, source: dict, deadline_s: float,
@@ -217,7 +215,7 @@ class FitStore(Recovery):
             now = self.now()
             rec.update(state="cancelled", finished=now)
             return self._write(rec, "cancelled", {"reason": "cancelled while queued"}, deletes=[f"img:{job_id}"],
-                               incr=fitmetrics.finished(rec, "cancelled", None, now), now=now)
+                               incr=metrics.finished(rec, "cancelled", None, now), now=now)
         self.kv.put_data(f"cancel:{job_id}", b"1")
         rec = self.get(job_id)
         if rec["state"] not in FINISHED:
@@ -280,14 +278,14 @@ class FitStore(Recovery):
     def finish(self, rec: dict, state: str, reason: str | None = None, expect: dict | None = None,
                puts: dict | None = None, **fields) -> dict | None:
         """End the job: `state`, the fields, its event and metric counters (`reason`: why it failed, one of
-        fitmetrics.FAILURES) in one transaction, done only if `expect` holds (by default: the attempt was not
+        metrics.FAILURES) in one transaction, done only if `expect` holds (by default: the attempt was not
         reaped); the upload and slot go."""
         expect = self._mine(rec) if expect is None else expect
         now = self.now()
         rec = dict(rec, state=state, finished=now, eta_s=None, **fields)
         data = {k: rec.get(k) for k in ("error", "version", "metrics", "name") if rec.get(k) is not None}
         done = self._write(rec, state, data, expect=expect, puts=puts, deletes=[f"img:{rec['id']}"],
-                           incr=fitmetrics.finished(rec, state, reason, now), now=now)
+                           incr=metrics.finished(rec, state, reason, now), now=now)
         if done is not None:
             self._release_slots(rec["id"])
         return done

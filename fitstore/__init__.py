@@ -1,0 +1,19 @@
+"""The fit job store: the queue and records that the API (which submits, reads and cancels) and the fit
+workers (which claim, report progress and finish) share, on SQLite, Redis or PostgreSQL (docs/fits.md).
+
+    urls.py      the one parser of store URLs (INR_FIT_STORE, `worker --store`)
+    backends/    one module per backend: huey on it, its transaction, clock and counters
+    store.py     FitStore: jobs, events, previews, slots, the API's and the worker's calls
+    recovery.py  heartbeats; dead workers' jobs retried, lost messages sent again
+    metrics.py   fit metrics counted in the store, in the transaction of what they count
+    presets.py   the sets of fit options a job names
+
+Torch-free and service-free: the API and the workers both import it; it imports neither.
+"""
+from .presets import DEFAULT_PRESET, PRESETS
+from .recovery import MAX_FAILURES
+from .store import FINISHED, STATES, FitStore, JobFinished, NameTaken, QueueFull, worker_id
+from .urls import DEFAULT, StoreError, StoreUrl, check_url
+
+__all__ = ["DEFAULT", "DEFAULT_PRESET", "FINISHED", "MAX_FAILURES", "PRESETS", "STATES", "FitStore", "JobFinished",
+           "NameTaken", "QueueFull", "StoreError", "StoreUrl", "check_url", "worker_id"]
