@@ -1,4 +1,5 @@
-"""Section 10: this service against KServe's Python ModelServer, LitServe and BentoML, on the same ONNX files.
+"""This service against KServe's Python ModelServer, LitServe and BentoML, on the same ONNX files
+(docs/benchmarks.md, peers).
 
 Every server runs on a free 127.0.0.1 port at once, with one onnxruntime intra-op thread per model. Each
 answer is checked against onnxruntime first; then wrk loads them in turn (the order rotates every round),
@@ -8,6 +9,7 @@ milliseconds per request (its processes' /proc times).
     python -m bench.peers --peer-python /work/venv-peers/bin/python
     python -m bench.peers --servers inr,inr2,kserve,litserve,bentoml   # also ours with 2 uvicorn workers
     python -m bench.peers --servers inr --rounds 1 --duration 1 --concurrency 1   # our server alone
+    python -m bench.peers --servers inr,base --baseline /tmp/before   # ours beside another checkout of it
 
 The peers live in their own virtual environment (`pip install '.[peers]'` there; they pin FastAPI and
 pydantic versions of their own), started with --peer-python. Needs `wrk` (apt-get install -y wrk).
@@ -35,20 +37,21 @@ from .serving import LUA, Load, Server, free_port, machine, median, run_wrk, sum
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.peers")
 PEERS = ("kserve", "litserve", "bentoml")
-TITLES = {"inr": "here", "inr2": "here, 2 workers", "kserve": "KServe", "litserve": "LitServe",
-          "bentoml": "BentoML"}
+TITLES = {"inr": "here", "inr2": "here, 2 workers", "base": "here, --baseline", "kserve": "KServe",
+          "litserve": "LitServe", "bentoml": "BentoML"}
 PACKAGES = {"kserve": "kserve", "litserve": "litserve", "bentoml": "bentoml"}
 
 
 class PeerServer(Server):
     """One server process (and its children) in a session of its own, stopped as a group."""
 
-    def __init__(self, name: str, cmd: list[str], ready: str, env: dict, log_path: Path):
+    def __init__(self, name: str, cmd: list[str], ready: str, env: dict, log_path: Path, cwd: Path = ROOT):
         self.name, self.port, self.ready, self.log_path = name, free_port(), ready, log_path
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [a.replace("{port}", str(self.port)) for a in cmd]
-        with open(log_path, "wb") as out:
-            self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env={**os.environ, **env}, stdout=out,
+        grpc = str(free_port())  # ours: each its own gRPC port, so that two of ours can run at once
+        self.cmd = [a.replace("{port}", str(self.port)).replace("{grpc_port}", grpc) for a in cmd]
+        with open(log_path, "wb") as out:  # `python -m` imports from its working directory first: ROOT's, or --baseline's
+            self.proc = subprocess.Popen(self.cmd, cwd=cwd, env={**os.environ, **env}, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait(self, timeout: float = 180) -> "PeerServer":
@@ -81,11 +84,12 @@ class PeerServer(Server):
 def commands(args) -> dict[str, tuple[list[str], str]]:
     """Each server's command line ({port} filled in later) and its readiness path."""
     peer = [args.peer_python]
-    ours = [sys.executable, "-m", "service", "--models", str(args.models), "--port", "{port}", "--threads",
-            str(args.threads), "--log-level", "error"]
+    ours = [sys.executable, "-m", "service", "--models", str(args.models), "--port", "{port}", "--grpc-port",
+            "{grpc_port}", "--threads", str(args.threads), "--log-level", "error"]
     return {
         "inr": (ours, "/health/ready"),
         "inr2": (ours + ["--workers", "2"], "/health/ready"),
+        "base": (ours, "/health/ready"),  # run in --baseline's folder
         "kserve": (peer + ["-m", "bench.peers_kserve", "--port", "{port}"], "/v2/health/ready"),
         "litserve": (peer + ["-m", "bench.peers_litserve", "--port", "{port}"], "/health"),
         "bentoml": (peer + ["-m", "bentoml", "serve", "bench.peers_bentoml:Peer", "--host", "127.0.0.1",
@@ -234,7 +238,8 @@ def run(args) -> dict:
     try:
         for n in names:
             cmd, ready = cmds[n]
-            servers[n] = PeerServer(n, cmd, ready, env, args.tmp / f"{n}.log")
+            cwd = args.baseline if n == "base" else ROOT
+            servers[n] = PeerServer(n, cmd, ready, env, args.tmp / f"{n}.log", cwd=cwd)
         for s in servers.values():
             s.wait()
         for load in loads:
@@ -264,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image", default="astronaut", help="coords → rgb model in --models")
     p.add_argument("--digits", default="digits", help="digit classifier in --models")
     p.add_argument("--servers", type=lambda t: t.split(","), default=["inr", *PEERS],
-                   help="inr (this service), inr2 (the same with 2 uvicorn workers), kserve, litserve, bentoml")
+                   help="inr (this service), inr2 (the same with 2 uvicorn workers), base (--baseline's), kserve, "
+                        "litserve, bentoml")
+    p.add_argument("--baseline", type=Path, help="another checkout of this project (e.g. `git worktree add DIR REV`), "
+                                                   "served as `base` with the same models")
     p.add_argument("--peer-python", default=sys.executable, help="the interpreter that has the peers installed")
     p.add_argument("--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8, 32])
     p.add_argument("--duration", type=int, default=3, help="seconds per wrk run (wrk takes whole seconds)")
@@ -283,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.servers if n not in TITLES]
     problem = (f"unknown server(s) {unknown}; choose from {', '.join(TITLES)}" if unknown else
                "--servers must include inr (every ratio is against this service)" if "inr" not in args.servers else
+               "--servers base needs --baseline DIR, a checkout with service/" if "base" in args.servers and not
+               (args.baseline and (args.baseline / "service" / "__main__.py").is_file()) else
                f"--peer-python {args.peer_python} is not a program" if shutil.which(args.peer_python) is None else
                f"--models {args.models} has no {args.image}/1/model.onnx or {args.digits}/1/model.onnx"
                if not all((args.models / m / "1" / "model.onnx").is_file() for m in (args.image, args.digits)) else

@@ -68,8 +68,9 @@ def v2_binary(name: str, x: np.ndarray, output: str) -> tuple[bytes, str]:
 
 
 def ours(path: str) -> dict[str, str]:
-    """This service, with its defaults (`inr`) and with two uvicorn workers (`inr2`)."""
-    return {"inr": path, "inr2": path}
+    """This service, with its defaults (`inr`), with two uvicorn workers (`inr2`) and from another checkout
+    (`base`, --baseline)."""
+    return {"inr": path, "inr2": path, "base": path}
 
 
 def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 0) -> list[Workload]:
