@@ -1,4 +1,4 @@
-"""Benchmarks §5: the digit-recipe ablation, scored on the validation slice only.
+"""The digit-recipe ablation, scored on the validation slice only (docs/benchmarks.md, digits).
 
 Each row is a set of `fit-digits` options; the row trains on the training digits minus the
 stratified validation slice, and its per-epoch validation accuracy is recorded. The test

@@ -1,4 +1,4 @@
-"""Benchmarks §5: score candidate digit models on the validation slice only.
+"""Score candidate digit models on the validation slice only (docs/benchmarks.md, digits).
 
 A candidate is one `fit-digits --checkpoint` / `bench.digits_ablation --checkpoints` file or the
 logit mean of several (what `export-digits` would ship). Every checkpoint of a candidate must

@@ -1,4 +1,5 @@
-"""Benchmarks §5: the shipped digit model on re-drawn test digits, through the real service.
+"""The shipped digit model on re-drawn test digits, through the real service (docs/benchmarks.md,
+digits).
 
 Every t10k digit is drawn as dark ink on a light page (random page size, digit size and place,
 slightly uneven paper), saved as a PNG and uploaded to a running `python -m service` on a free

@@ -1,4 +1,4 @@
-"""Section 12: fair tile scheduling. How long a small render takes while big ones run.
+"""Fair tile scheduling (docs/benchmarks.md, fairness). How long a small render takes while big ones run.
 
 With two 4096² renders in flight, a 256² render through the real service (bundled model, render
 cache off) is timed against its idle latency, in the same run:

@@ -1,4 +1,4 @@
-"""Section 13: fits over HTTP (issue 22). Upload to first served render against the CLI, the PSNR it
+"""Fits over HTTP (docs/benchmarks.md, fits). Upload to first served render against the CLI, the PSNR it
 reaches, and what a running fit does to serving latency.
 
 1. `overhead`: a 256² photo (scikit-image's `coffee`, centre square) with the default preset.

@@ -1,4 +1,4 @@
-"""A py-spy flame graph of the service under wrk: one workload at a fixed number of clients (issue 27).
+"""A py-spy flame graph of the service under wrk: one workload at a fixed number of clients (docs/benchmarks.md, flame).
 
     python -m bench.flame --load "v1 classify" --clients 1 --seconds 10 --out docs/img/flame.svg \
         [--baseline /tmp/floor-base]

@@ -1,4 +1,4 @@
-"""Section 10b: per-request cost against its floor, and the batching policies side by side (issue 20).
+"""Per-request cost against its floor, and the batching policies side by side (docs/benchmarks.md, floor).
 
 For each workload (one-digit classify over v1 and V2 JSON, 2,000-coordinate queries over v1 and V2
 JSON, 20,000 coordinates over V2 binary) and 1, 8 and 32 clients, wrk loads in turn:
@@ -13,7 +13,7 @@ the service with more settings, so that a change is measured side by side with t
 the model alone runs in this process (onnxruntime, one thread, the same input), in every round
 just before that workload's servers, so that the ratios come from one moment of a shared machine. Each server's
 CPU per request (user + system, /proc) is split as model + floor + ours. All runs use one
-onnxruntime thread per model, as §10 does; rounds interleave the servers.
+onnxruntime thread per model, as bench.peers does; rounds interleave the servers.
 
     python -m bench.floor [--rounds 2] [--concurrency 1,8,32] [--duration 3] [--policies adaptive]
                           [--loads classify] [--baseline /tmp/floor-base] [--variant off:INR_INLINE_RUN_MS=0]

@@ -1,4 +1,4 @@
-"""Section 1: the Fourier-features 2D regression table (Tancik et al. 2020, Table 1 protocol).
+"""The Fourier-features 2D regression table (docs/benchmarks.md, fourier_table) (Tancik et al. 2020, Table 1 protocol).
 
 Every run is a `python -m training fit-image` configuration: images resized to SIZE², train
 on pixels [::2, ::2], test on the held-out 3/4, a DEPTH×WIDTH ReLU MLP, Adam at lr 1e-3,
@@ -30,7 +30,7 @@ PHOTOS = ("astronaut", "camera", "coffee", "chelsea", "rocket", "cat")
 TEXTS = ("text", "text-fourier", "text-sinekan")
 ENCODINGS = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
 SINEKAN_WIDTH = 128
-# SineKAN variants (issue 14), each parameter-matched (±10 %) to the 4×256 Gaussian MLP. Each spells out
+# SineKAN variants, each parameter-matched (±10 %) to the 4×256 Gaussian MLP. Each spells out
 # every SineKAN option, so that none of them takes `--model sinekan`'s own defaults except the last:
 #   sinekan            the paper's layer and init on raw coordinates, ω_k = k ≤ 8 rad
 #   sinekan-dense      raw coordinates, a 64-frequency first grid up to 16 cycles per unit, scaled init

@@ -1,17 +1,18 @@
-"""Section 14b: renders of a grid model through the service, against bare onnxruntime on the same graph.
+"""Renders of a grid model through the service, against bare onnxruntime on the same graph
+(docs/benchmarks.md, grid_render).
 
 For each head (`--heads 3x64,2x32`: depth × width of the MLP on the grid features) a grid model of the
 photo's native size is fitted with `python -m training fit-image` (the grid preset's options, `--steps`
 steps: the weights hardly change the cost, but a few steps give the encoders a real picture), and with
-`--traced` beside it the same weights in the traced graph (one GridSample per level, as exported before issue
-26 item 3; model name suffixed `-traced`), and with `--equal-features` the preset with 2 features on every level
-(no native luma level, as before §14c; suffixed `-equal`). They are served by one service per `--tile-samples` value (render cache off) and
-timed in interleaved rounds:
+`--traced` beside it the same weights in the traced graph (one GridSample per level, as exported before the packed
+corners; model name suffixed `-traced`), and with `--equal-features` the preset with 2 features on every level
+(no native luma level, the earlier preset; suffixed `-equal`). They are served by one service per `--tile-samples`
+value (render cache off) and timed in interleaved rounds:
   - a 512² tile at native scale: GET /iiif/3/NAME/0,0,512,512/512,/0/default.jpg (the viewer's format) and .png;
   - the whole image at native size: GET /v1/models/NAME/render?width=W, PNG and JPEG;
   - bare onnxruntime (the same model.onnx) on the same pixel centres in the service's tiles, without HTTP or
     encoding: one session of `--threads` threads running the tiles one after another ("seq"), and the
-    service's way since issue 26 ("par": `--threads` threads each running tiles on a one-thread session).
+    service's way ("par": `--threads` threads each running tiles on a one-thread session).
 Then onnxruntime's profiler on the 512² tile in the service's tiles (share of each operator type), and the
 PNG encoding of the rendered tile and image at Pillow compress levels 1, 3 and 6.
 

@@ -1,4 +1,4 @@
-"""The service's own CPU per V2 infer call, in-process, without any server around it (issue 27): what the gRPC
+"""The service's own CPU per V2 infer call, in-process, without any server around it: what the gRPC
 servicer does with a call (bytes → `ModelInferRequest` → drain, metrics, deadline, checks, dataplane → response →
 bytes) against what the HTTP route does (bytes → `parse_request` → the same `infer` → body), and the model alone.
 

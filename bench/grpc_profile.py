@@ -1,4 +1,4 @@
-"""Where a V2 infer's server time goes, over gRPC and over HTTP binary (issue 27): py-spy and the threads' CPU.
+"""Where a V2 infer's server time goes, over gRPC and over HTTP binary: py-spy and the threads' CPU.
 
 One `python -m service --threads 1` (with `--env K=V` settings, e.g. INR_INLINE_RUN_MS=0) takes the clients of
 `bench.grpc_http` (tritonclient processes, one request each in a loop) for `--seconds`, while `py-spy record`

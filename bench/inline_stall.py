@@ -1,4 +1,4 @@
-"""What a lone run on the event loop costs the other requests (issue 27, docs/benchmarks.md §10i).
+"""What a lone run on the event loop costs the other requests (docs/benchmarks.md, inline_stall).
 
 A request that is the only one in flight runs on the event loop when its run is short (INR_INLINE_RUN_MS),
 which saves the hand-off to a pool thread; while it runs, the loop answers nothing else. Here one wrk client

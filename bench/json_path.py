@@ -1,5 +1,5 @@
-"""Section 8: JSON at numpy speed — /v1/query, V2 JSON and V2 binary against bare onnxruntime, with a
-baseline tree of the service side by side in the same run.
+"""JSON at numpy speed (docs/benchmarks.md, json_path) — /v1/query, V2 JSON and V2 binary against bare onnxruntime,
+with a baseline tree of the service side by side in the same run.
 
 Both servers serve the same model repository with 1 onnxruntime thread; bare onnxruntime runs the
 same ONNX file with 1 thread in this process. For each size, each server answers sequential requests

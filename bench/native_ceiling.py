@@ -1,7 +1,7 @@
-"""Section 14c: where a grid's bytes go, with no model at all. Each photo's luma and chroma (the pyramid start's
-opponent basis of its RGB) are Lanczos-downscaled to a fraction of the native size and bilinearly upsampled back;
-the PSNR over all pixels is what cells at that spacing could hold if they were the downscale. A fraction of 1 is
-the photo itself: cells on the pixels.
+"""Where a grid's bytes go, with no model at all (docs/benchmarks.md, native_ceiling). Each photo's luma and chroma
+(the pyramid start's opponent basis of its RGB) are Lanczos-downscaled to a fraction of the native size and bilinearly
+upsampled back; the PSNR over all pixels is what cells at that spacing could hold if they were the downscale. A
+fraction of 1 is the photo itself: cells on the pixels.
 
     python -m bench.native_ceiling val.png kleiber.png seeding.png picos.png    # bench/results/native_ceiling.json
 """

@@ -1,4 +1,5 @@
-"""Section 14: real photos at their native resolution — PSNR over all pixels against fitting time, per preset.
+"""Real photos at their native resolution (docs/benchmarks.md, native_fit) — PSNR over all pixels against fitting
+time, per preset.
 
 Each preset (fitstore.PRESETS, as the worker runs it; fit-image options after `--` override) fits
 the photo for at most --budget seconds of training. At the times in --checkpoints the PSNR over **all**

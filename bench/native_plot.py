@@ -1,4 +1,5 @@
-"""Section 14's plot and medians: PSNR over all pixels against fitting time, from bench.native_fit results.
+"""The native fits' plot and medians (docs/benchmarks.md, native_fit): PSNR over all pixels against fitting time, from
+bench.native_fit results.
 
 Each result file holds one run (one photo, one or more presets); runs of the same photo and variant are
 rounds. The plot draws every round's curve (one colour per variant, one line style per photo); the table

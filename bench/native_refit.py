@@ -1,6 +1,6 @@
-"""Section 14c: the native level's rounding range, chosen on a validation photo. One fit with the grid preset,
-then the finish repeated from the same weights: no refit (every table rounded over its min … max), and the refit
-with the native level rounded over its quantiles q … 1 − q for each --quantiles value (0: min … max).
+"""The native level's rounding range, chosen on a validation photo (docs/benchmarks.md, native_refit). One fit with
+the grid preset, then the finish repeated from the same weights: no refit (every table rounded over its min … max),
+and the refit with the native level rounded over its quantiles q … 1 − q for each --quantiles value (0: min … max).
 
     python -m bench.native_refit --image val.png          # bench/results/native_refit.json
 """

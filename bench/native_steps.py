@@ -1,4 +1,5 @@
-"""Section 14's recipe choice: PSNR over all pixels by *step* (not time) on a validation photo.
+"""A recipe choice for the native fits (docs/benchmarks.md, native_steps): PSNR over all pixels by *step* (not time)
+on a validation photo.
 
 Choosing a learning rate or a batch on a loaded machine cannot use time; steps and samples can. Every
 `--every` steps (the first after one step) the model is rendered at every pixel centre and scored (protocol

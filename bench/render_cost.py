@@ -1,4 +1,5 @@
-"""Section 1: what a model costs a viewer: µs per sample under onnxruntime, plain graph and separable body.
+"""What a model costs a viewer (docs/benchmarks.md, render_cost): µs per sample under onnxruntime, plain graph and
+separable body.
 
 For each fit-image configuration (NAME=OPTIONS), the untrained network is built and exported the way
 fit-image exports it (weights do not change the cost): `model.onnx` on coordinates, and — where the

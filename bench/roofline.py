@@ -1,4 +1,4 @@
-"""Section 3: the render roofline of an exported image model.
+"""The render roofline of an exported image model (docs/benchmarks.md, roofline).
 
 For the fit-image architecture (Gaussian features → 4×256 ReLU MLP → sigmoid) this measures,
 in one run and interleaved:

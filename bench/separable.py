@@ -1,4 +1,4 @@
-"""Section 9: separable renders against the plain ones, and against the GEMM-only rate.
+"""Separable renders against the plain ones, and against the GEMM-only rate (docs/benchmarks.md, separable).
 
 Three variants of the bundled `astronaut` model, side by side in one run, rounds alternating:
   - `before`: the model as shipped before (its old ONNX from git, with the Concat), plain path;

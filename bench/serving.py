@@ -1,4 +1,5 @@
-"""Section 6: serving throughput with wrk — classify with dynamic batching on and off, render with 1..N workers.
+"""Serving throughput with wrk (docs/benchmarks.md, serving) — classify with dynamic batching on and off, render with
+1..N workers.
 
 For each concurrency the two classify servers (same models, same threads, one with
 INR_BATCHING=false) are loaded in turn by wrk, interleaved, for several rounds; the table keeps

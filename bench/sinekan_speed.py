@@ -1,4 +1,4 @@
-"""Section 4: inference µs/sample of exported SineKAN against B-spline KAN, FourierKAN and MLP.
+"""Inference µs/sample (docs/benchmarks.md, sinekan_speed) of exported SineKAN against B-spline KAN, FourierKAN and MLP.
 
 The digit classifiers of `training.digits` ([784, hidden…, 10], each model at its default grid:
 SineKAN G=8, B-spline KAN G=5 cubic, FourierKAN G=8) are exported with the digits export code

@@ -1,4 +1,4 @@
-"""Section 11: soak — 64 keep-alive connections of mixed load for 60 s against one server.
+"""Soak (docs/benchmarks.md, soak) — 64 keep-alive connections of mixed load for 60 s against one server.
 
 The load is four wrk processes at once, each one kind of request on its own connections:
 

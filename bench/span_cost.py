@@ -12,7 +12,7 @@ dataplane does for one request alone in its batch (service/engine/traced.py: `in
     (`encode_spans`, serialised), then dropping it: all the CPU an exporting service spends but the socket.
 
 It is the floor under `bench.trace_cost` (the same on the real server over HTTP, which adds the allocator,
-the collector and the caches of a whole process): issue 28's budget was ≤ 5 % of a request.
+the collector and the caches of a whole process): the tracing budget was ≤ 5 % of a request.
 
     python -m bench.span_cost [--requests 20000]        # one line per way, µs per request
 """

@@ -1,4 +1,5 @@
-"""How long nginx keeps sending requests to a replica's old address after it changes (issue 25).
+"""How long nginx keeps sending requests to a replica's old address after it changes (docs/deployment.md, "Scale-out
+on one machine").
 
 docker-compose.yml brought up by the container suite's engine (Podman here), one api replica, nginx in
 front. Two ways for the replica's address to change, each repeated `--rounds` times:

@@ -1,4 +1,4 @@
-"""Section 2: seconds to reach a target PSNR on the training pixels of a photo.
+"""Seconds to reach a target PSNR (docs/benchmarks.md, time_to_quality) on the training pixels of a photo.
 
 Each variant is a `python -m training fit-image` configuration (same image, σ and protocol).
 The clock counts training only: every EVERY steps a probe measures PSNR on all training pixels

@@ -1,4 +1,4 @@
-"""Issue 28's trace budget: what OpenTelemetry tracing costs one-digit classify at 8 clients.
+"""The trace budget (docs/benchmarks.md, trace_cost): what OpenTelemetry tracing costs one-digit classify at 8 clients.
 
 `bench.floor`'s harness, run on three services side by side, round by round:
   - `adaptive`: this tree, tracing off (the default);

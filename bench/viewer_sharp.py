@@ -1,5 +1,5 @@
-"""Time to a sharp view in Chromium (issue 26, item 5): the main viewer (`/?model=NAME`) and the deep-zoom
-page (`/iiif.html?id=NAME`, OpenSeadragon) on image models, against the real service.
+"""Time to a sharp view in Chromium (docs/benchmarks.md, viewer_sharp): the main viewer (`/?model=NAME`) and the
+deep-zoom page (`/iiif.html?id=NAME`, OpenSeadragon) on image models, against the real service.
 
     python -m bench.viewer_sharp --repo DIR --models dandelion kleiber --rounds 5
     python -m bench.viewer_sharp --repo DIR --fit kleiber=/tmp/photos/test_kleiber.png   # fit it first if absent

@@ -1,4 +1,4 @@
-"""First-request latency after a reload, with and without config.pbtxt `model_warmup` (docs/benchmarks.md).
+"""First-request latency after a reload, with and without config.pbtxt `model_warmup` (docs/benchmarks.md, warmup).
 
 A poll-mode server serves a copy of the bundled astronaut model; `--clients` clients send V2 binary infer
 requests of `--coords` coordinates in a loop; version 2 appears on disk and the poll swaps it in. Reported:

@@ -9,12 +9,12 @@ PRESETS: dict[str, dict] = {
              "steps": 280, "size": None,
              "doc": "a multiresolution grid (instant-ngp: 8 dense levels of 8-bit tables within 1.45 bytes per pixel, "
                     "the finest the luma on the native pixels, 7 coarser ones of 2 features) under a 15→32→3 MLP, "
-                    "started from the image's pyramid, at the upload's native size (docs/benchmarks.md §14)"},
+                    "started from the image's pyramid, at the upload's native size (docs/benchmarks.md, native_fit)"},
     "fourier": {"argv": [], "steps": 500, "size": 256,
                 "doc": "fit-image's defaults: a 4×256 MLP on 256 Gaussian Fourier features (σ 10)"},
     "fourier-small": {"argv": ["--depth", "3", "--width", "64", "--features", "64"], "steps": 300, "size": 256,
                       "doc": "a 3×64 MLP on 64 Gaussian Fourier features: a quick look"},
     "sinekan": {"argv": ["--model", "sinekan"], "steps": 500, "size": 256,
-                "doc": "fit-image --model sinekan's defaults (docs/benchmarks.md §1)"},
+                "doc": "fit-image --model sinekan's defaults (docs/benchmarks.md, fourier_table)"},
 }
 DEFAULT_PRESET = "grid"

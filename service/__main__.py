@@ -1,7 +1,7 @@
 """`python -m service`: serve the model repository with uvicorn.
 
 Options override INR_* environment variables. A start that cannot go on prints one line, `error: …`, naming
-the option, and exits with a code (README, "Serving"):
+the option, and exits with a code (docs/serving.md, "Running it"):
 
 * 2: a bad option or setting, or a model repository that is not a readable folder;
 * 3: a port that cannot be listened on (taken, or not allowed): --port / INR_PORT, --grpc-port / INR_GRPC_PORT.

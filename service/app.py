@@ -142,7 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.to_thread(tracing.shutdown)  # the last spans, within tracing.SHUTDOWN_S
 
     # FastAPI's own OpenTelemetry is off: the service's spans and metrics are its own (TraceRequests, Metrics),
-    # and deciding per request whether FastAPI's were on cost about 20 µs (docs/benchmarks.md §10i)
+    # and deciding per request whether FastAPI's were on cost about 20 µs (docs/benchmarks.md, floor)
     app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan, description=DESCRIPTION,
                   telemetry={"tracing": False, "metrics": False, "logs": False, "auto_configure": False})
     app.state.settings = settings

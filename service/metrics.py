@@ -101,7 +101,7 @@ class Metrics:
                                    registry=self.registry)
         self.cache_info = None  # () -> CacheStore.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
-        # several times per request (issue 27). Keys are known models, route templates and status codes.
+        # several times per request. Keys are known models, route templates and status codes.
         self._request_children: dict[tuple, object] = {}
         self._model_children: dict[str, tuple] = {}
 

@@ -60,12 +60,13 @@ class Settings(BaseSettings):
     render_concurrency: int = Field(4, ge=1, le=64, description="renders in flight (memory bound: one output "
                                                                "image each); more wait for a slot")
     # Small tiles keep a tile's [N, features] intermediates in L2: 8192 ran at 1.2-1.6x the coordinates/s of
-    # 65 536 (docs/benchmarks.md §3). 4096 was measured beside it in §14a: faster bare, but a 512² IIIF tile
-    # has 64 tiles' Python work instead of 36, and through the service it came out 11 % slower.
+    # 65 536 (docs/benchmarks.md, roofline). 4096 was measured beside it (docs/benchmarks.md, grid_render): faster
+    # bare, but a 512² IIIF tile has 64 tiles' Python work instead of 36, and through the service it came out
+    # 11 % slower.
     render_tile_samples: int = Field(8_192, ge=256, description="model samples per render tile (memory bound)")
     # Render core (service/render/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
     # Tiles side by side on one-thread sessions beat one tile at a time on a multi-thread session: a grid
-    # model's graph is many small passes, each a fork and join of the intra-op pool (docs/benchmarks.md §14a).
+    # model's graph is many small passes, each a fork and join of the intra-op pool (docs/benchmarks.md, grid_render).
     render_workers: int = Field(0, ge=0, le=64, description="threads computing render tiles; the tiles of "
                                                             "the renders in flight take turns on them; 0 = CPUs "
                                                             "this process may use / INR_RENDER_THREADS")
@@ -101,7 +102,7 @@ class Settings(BaseSettings):
                                  "idle model whose last runs took at most this long for its rows, runs on the event "
                                  "loop instead of a pool thread (saves the hand-off); 0 = always a thread")
 
-    # Connections, deadlines and shutdown (issue 15). The keep-alive outlives the idle timeouts of the
+    # Connections, deadlines and shutdown. The keep-alive outlives the idle timeouts of the
     # proxies in front (nginx 75 s, AWS ALB 60 s), so that the proxy, not the server, closes an idle
     # connection and never sends on one the server has just closed.
     timeout_keep_alive: float = Field(90.0, gt=0, le=3600, description="seconds an idle keep-alive connection "
@@ -124,7 +125,7 @@ class Settings(BaseSettings):
                                                         "request and its X-Forwarded-Proto/Host/Port/Prefix")
     iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
 
-    # Fits over HTTP (issue 22, docs/fits.md): the API queues, workers (python -m training worker) fit.
+    # Fits over HTTP (docs/fits.md): the API queues, workers (python -m training worker) fit.
     fit_store: str = Field(DEFAULT_STORE, description="the job store the API and the workers "
                            "share: sqlite:///PATH (relative to the working directory), redis://HOST:PORT/DB or "
                            "postgresql://USER:PASS@HOST/DB")

@@ -1,4 +1,4 @@
-"""Non-square image models for the geometry tests (issue 26), made by the real training code.
+"""Non-square image models for the geometry tests, made by the real training code.
 
 `make_nonsquare_model` fits the training package's ImageINR (Gaussian Fourier features → MLP) to a small
 W×H crop of scikit-image's `chelsea` for a few hundred steps, exports it with the training export

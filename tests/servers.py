@@ -182,7 +182,7 @@ def client(server):
 
 
 def fit_iiif_test_model(out: Path) -> None:
-    """The validator's test image, fitted with the README's command: every option at its default."""
+    """The validator's test image, fitted with the command of docs/iiif.md: every option at its default."""
     subprocess.run([PY, "-m", "training", "fit-image", "--image", "iiif-test", "--size", "128", "--protocol", "full",
                     "--out", str(out), "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=3600)
 

@@ -34,7 +34,7 @@ def is_json(content_type: str | None) -> bool:
     """FastAPI's rule: application/json or application/*+json."""
     if not content_type:
         return False
-    if content_type == "application/json":  # what nearly every client sends: no header parsing (issue 27)
+    if content_type == "application/json":  # what nearly every client sends: no header parsing
         return True
     message = email.message.Message()
     message["content-type"] = content_type
@@ -98,7 +98,7 @@ async def read_json(request: Request) -> Any:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside: for a body's rows on their way into numpy (issue 27).
+    """No cyclic garbage collection inside: for a body's rows on their way into numpy.
 
     20,000 coordinates parse into 20,000 Python lists, and every 700 new containers start a collection
     that walks the young ones; lists still alive move on to the older generations, and about one request

@@ -30,7 +30,7 @@ runs beside it on another core; under load batches grow by themselves.
   path its request takes. Once its run has started, it finishes.
 * A request cancelled while queued (client gone) is dropped before the run.
 * `enabled=False` runs every request on its own, still timed for the metrics.
-* Run here (issue 27): under the adaptive policy, a request without a deadline of its own (V2's
+* Run here: under the adaptive policy, a request without a deadline of its own (V2's
   `timeout`, gRPC's deadline: those keep their queue, and so their answer) that is the only one in
   flight in the process (`inflight`, the drain's count of HTTP and gRPC requests), to a model with
   nothing queued or running, whose rows took at most `inline_run` seconds (INR_INLINE_RUN_MS) on the
@@ -89,7 +89,7 @@ class ModelQueue:
         self.running = 0  # batches taken from the queue and not yet answered
         self.wake = asyncio.Event()
         # The runs' own threads, one per instance: `run_in_executor` hands a batch over for about 45 µs of CPU,
-        # anyio's `run_in_threadpool` for 60 (its limiter and cancel scope; docs/benchmarks.md §10i). The run
+        # anyio's `run_in_threadpool` for 60 (its limiter and cancel scope; docs/benchmarks.md, floor). The run
         # needs no context of the loop's: its spans are made on the loop (traced.start_run).
         self.pool = ThreadPoolExecutor(config.instances, thread_name_prefix=f"batch-{model.name}")
         loop = asyncio.get_running_loop()

@@ -91,7 +91,7 @@ def only_numbers(body: bytes, key: str) -> Any:
     nothing but numbers, brackets, commas and whitespace (so every leaf of its arrays is a JSON number: no
     boolean, null or string has the letters); None for any other body, which the caller then parses and
     checks as a whole. For v1 classify's pixels, whose type checks leaf by leaf (`float_rows`) cost more than
-    orjson's parse (docs/benchmarks.md §10i)."""
+    orjson's parse (docs/benchmarks.md, floor)."""
     if body.translate(None, NUMBER_TEXT) != _bare(key):
         return None
     try:
@@ -111,7 +111,8 @@ def leading_rows(body: bytes, key: str, width: int) -> tuple[np.ndarray, dict] |
     as float64 [n, width], read from the text without a Python list per row, and the other members (parsed by
     orjson); None for anything else, which the caller then parses as a whole (`float_rows` and the checks).
     Equal to `float_rows(orjson.loads(body)[key], width)` wherever it answers (`text_rows` says why). At 20,000
-    coordinates this takes about half the CPU of orjson's 20,000 lists and `float_rows` (docs/benchmarks.md §10g)."""
+    coordinates this takes about half the CPU of orjson's 20,000 lists and `float_rows` (docs/benchmarks.md,
+    json_path)."""
     head = _head(key).match(body)
     if head is None:
         return None

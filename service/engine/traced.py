@@ -11,7 +11,7 @@ check here, not three spans that would be dropped.
   each request); attributes `inr.batch.size`, `inr.batch.rows`. A request that runs alone or on the event
   loop has its own `inr.run`, a plain child.
 
-The wait for a batch was its own span (`inr.queue`) until the trace budget (issue 28) was measured: each span
+The wait for a batch was its own span (`inr.queue`) until the trace budget was measured: each span
 costs the SDK about 80 µs to record and 130 µs to encode (bench/span_cost.py), so the wait is two attributes.
 With traces off, `DataPlane` uses the plain `BatchingInference` (not `TracedBatching`), and the batcher's only
 trace work is a check of `tracing.ON` where a request is queued, runs alone or on the loop, and a batch starts.

@@ -16,7 +16,7 @@ from .tiling import Tile, block_mean, grid_axes, sample_coords, tiles
 Predict = Callable[[np.ndarray], np.ndarray]  # [N, 2] float32 → [N, 3]
 MEDIA_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 # zlib level of rendered PNGs. On a photo-like 512² tile level 1 takes about 0.6× the time of level 3 for
-# about 3 % more bytes (docs/benchmarks.md §14): at a 70 ms tile budget the encoder is a large share.
+# about 3 % more bytes (docs/benchmarks.md, grid_render): at a 70 ms tile budget the encoder is a large share.
 PNG_COMPRESS_LEVEL = 1
 
 

@@ -82,7 +82,7 @@ class BodyTimeout:
             nonlocal complete
             if complete:  # the body is in: later reads wait for a disconnect, which may take long
                 return await receive()
-            try:  # asyncio's timeout: about half the cost of anyio's cancel scope per read (issue 27)
+            try:  # asyncio's timeout: about half the cost of anyio's cancel scope per read
                 async with asyncio.timeout(self.seconds):
                     message = await receive()
             except TimeoutError:

@@ -13,7 +13,7 @@ the requests in flight.
   count crossed 700 again and again, 250–290 collections of about 0.4 ms in 5 s, and never crossed 2,000.
 
 Both together took the collector's CPU from 0.27 to 0 ms a request with every span exported, and from 0.04–0.14
-to 0 with none or one in 20 (`python -m bench.gc_cost`, docs/benchmarks.md §10h).
+to 0 with none or one in 20 (`python -m bench.gc_cost`, docs/benchmarks.md, gc_cost).
 
 A frozen object is still freed when its last reference goes, but a frozen cycle never is. So when the
 registry drops a model version (a reload, an unload) `release` unfreezes everything at once: the next

@@ -16,7 +16,7 @@ are the routes' own (`iter_route_contexts`), and `scope` gets the `route`, `endp
 that Starlette's router would set, so that the metrics label the request with its route template.
 
 In the profile of one-digit classify at one client, what this skips was about a sixth of the event
-loop's samples (the floor benchmark in docs/benchmarks.md).
+loop's samples (docs/benchmarks.md, floor).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The gRPC benchmarks' own parts (issue 27), on the test repository's tiny models: the floors answer tritonclient
-with the service's own answer, `bench.grpc_http` measures them, and `bench.grpc_ours` times the servicer and the
-HTTP route in-process. Speed is never asserted: it lives in docs/benchmarks.md §10f."""
+"""The gRPC benchmarks' own parts, on the test repository's tiny models: the floors answer tritonclient with the
+service's own answer, `bench.grpc_http` measures them, and `bench.grpc_ours` times the servicer and the HTTP route
+in-process. Speed is never asserted: it lives in docs/benchmarks.md, grpc_http, grpc_profile and grpc_ours."""
 from __future__ import annotations
 
 import argparse

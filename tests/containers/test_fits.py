@@ -1,4 +1,4 @@
-"""Fits over HTTP in the compose stack (issue 22, docs/fits.md): `docker compose up` runs the api behind
+"""Fits over HTTP in the compose stack (docs/fits.md): `docker compose up` runs the api behind
 nginx and the `trainer` (the worker, from the train image). An image POSTed to /v1/fits through nginx is
 fitted by the trainer, its Server-Sent Events stream through nginx in order until `succeeded`, and the
 new version, written into ./models as the host user, is served by the api (poll mode) through v1 query,

@@ -77,7 +77,7 @@ def test_query_render_and_classify_through_nginx(http):
 
 
 def test_a_traceparent_sent_through_nginx_comes_back_in_the_replicas_span(stack, http, otlp):
-    """Issue 28: nginx passes the caller's trace context on; the replica's server span continues it (exported
+    """Traces: nginx passes the caller's trace context on; the replica's server span continues it (exported
     to the receiver on the host), and the answer's traceparent names that span; a malformed one starts anew."""
     if stack.engine.cli != "podman":
         pytest.skip("the replicas reach the host's receiver as host.containers.internal under Podman only")

@@ -1,4 +1,4 @@
-"""Fits over HTTP in docker-compose.yml, the Dockerfile and nginx (issue 22, docs/fits.md): the `trainer`
+"""Fits over HTTP in docker-compose.yml, the Dockerfile and nginx (docs/fits.md): the `trainer`
 service (the worker) shares the models folder (read-write; the api mounts it read-only) and the job store
 with the api; the store's folder is writable by both; nginx lets the upload through, never sends a POST
 /v1/fits to a second replica, and streams /v1/fits/ID/events unbuffered.

@@ -1,4 +1,4 @@
-"""Fits over HTTP on Kubernetes (issue 22, docs/fits.md): the worker Deployment, the Redis job store and
+"""Fits over HTTP on Kubernetes (docs/fits.md): the worker Deployment, the Redis job store and
 the ReadWriteMany models volume, wired to the api Deployment. test_k8s.py validates every file against
 the Kubernetes API schemas; this checks that the pieces fit together: one store URL for api and
 worker, pointing at the Redis Service; the worker writes the volume the api mounts read-only; the

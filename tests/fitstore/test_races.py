@@ -1,4 +1,4 @@
-"""Issue 28, item 3: the fit store's races, each raced by real processes (tests/fitrace.py, spawned) on SQLite,
+"""The fit store's races, each raced by real processes (tests/fitrace.py, spawned) on SQLite,
 Redis and PostgreSQL: the queue limit across submitters, derived names across submitters, a message lost by a
 worker that died between taking it and claiming it, a worker that died after claiming, an API that died
 inside its submit, and staleness judged by the store's clock whatever a process's own clock says."""

@@ -1,4 +1,4 @@
-"""The client runs alone: `training`, torch and the service cannot be imported (issue 20: the client is a package of its own)."""
+"""The client runs alone: `training`, torch and the service cannot be imported (the client is a package of its own)."""
 from __future__ import annotations
 
 import subprocess

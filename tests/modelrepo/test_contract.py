@@ -113,7 +113,7 @@ def test_the_contract_imports_neither_torch_nor_the_service_nor_training():
 
 
 def test_metadata_records_no_absolute_path():
-    """Issue 20: exported metadata names files relative to the model folder, or by their names only."""
+    """Exported metadata names files relative to the model folder, or by their names only."""
     from modelrepo import portable, portable_command
     assert portable("/work/runs/ckpt/a.pt") == "a.pt" and portable("build/a.pt") == "build/a.pt"
     assert portable_command(["export-digits", "--data-dir", "/data/mnist-10k", "--checkpoint=/r/a.pt",
@@ -122,7 +122,7 @@ def test_metadata_records_no_absolute_path():
 
 
 def test_the_image_source_is_read_typed_and_junk_is_absent():
-    """Issue 20: the service reads the training and native sizes through modelrepo, never the raw dict."""
+    """The service reads the training and native sizes through modelrepo, never the raw dict."""
     from modelrepo import ImageSource
     assert ImageSource.from_metadata({"source": {"size": [128, 96], "native_size": [1000, 1000]}}) == \
         ImageSource((128, 96), (1000, 1000))
@@ -131,7 +131,7 @@ def test_the_image_source_is_read_typed_and_junk_is_absent():
 
 
 def test_the_native_geometry_and_the_onnx_check():
-    """Issue 26: source.size is the native grid, native_size overrides it, none is square; the ONNX metadata
+    """Native geometry: source.size is the native grid, native_size overrides it, none is square; the ONNX metadata
     image_width/image_height must agree with source.size."""
     import pytest
 

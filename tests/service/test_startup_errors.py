@@ -1,4 +1,4 @@
-"""`python -m service` refusing to start (issue 28 item 5): a taken port (HTTP or gRPC), a model repository that is
+"""`python -m service` refusing to start: a taken port (HTTP or gRPC), a model repository that is
 not a readable folder, or a bad setting is one line on stderr that names the option, no traceback, and the
 documented exit code (2: a bad setting; 3: a port that cannot be listened on)."""
 from __future__ import annotations
@@ -95,7 +95,8 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, starts):
 
 
 def test_a_bad_otel_setting_under_plain_uvicorn_is_one_line_and_exit_2():
-    """`uvicorn --factory service.app:create_app` (README, "Serving") reads OTEL_* in the factory: the same line."""
+    """`uvicorn --factory service.app:create_app` (docs/serving.md, "Under load") reads OTEL_* in the factory: the
+    same line."""
     r = subprocess.run([PY, "-m", "uvicorn", "--factory", "service.app:create_app", "--port", str(free_port())],
                        cwd=ROOT, capture_output=True, text=True, timeout=60,
                        env={**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"})

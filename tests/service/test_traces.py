@@ -1,4 +1,4 @@
-"""Issue 28 item 1: OpenTelemetry traces, received by a real OTLP receiver (bench/otlp.py: opentelemetry-proto's
+"""OpenTelemetry traces, received by a real OTLP receiver (bench/otlp.py: opentelemetry-proto's
 TraceService over gRPC, and ExportTraceServiceRequest over HTTP).
 
 The real server (`python -m service`, poll mode) exports over OTLP/gRPC; a real `python -m training worker`

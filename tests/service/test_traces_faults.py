@@ -1,4 +1,4 @@
-"""Issue 28 item 1, bad input: a trace collector that is down never slows or fails a request (its spans are
+"""Traces, bad input: a trace collector that is down never slows or fails a request (its spans are
 dropped and counted in inr_trace_spans_dropped_total), and a bad --trace-config or OTEL_* value is one line
 at start with exit code 2, for the service and for the fit worker. JSON logs carry the request's trace id."""
 from __future__ import annotations

@@ -107,7 +107,7 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
     if not isinstance(inputs_doc, list) or not inputs_doc:
         raise BadInput("inputs must be a non-empty list of tensors")
     inputs, offset = [], 0
-    booleans = b"true" in body or b"false" in body  # JSON writes a boolean no other way (issue 27: `decode`)
+    booleans = b"true" in body or b"false" in body  # JSON writes a boolean no other way (`decode`)
     for i, t in enumerate(inputs_doc):
         t = _obj(t, f"inputs[{i}]")
         name = t.get("name")

@@ -1,4 +1,4 @@
-"""Values that are not numbers where numbers belong, and nesting deeper than any valid body (issue 20):
+"""Values that are not numbers where numbers belong, and nesting deeper than any valid body:
 422 naming the position, or a 4xx, on the fast path and the fallback alike; never a 500, and the
 connection keeps serving."""
 import json

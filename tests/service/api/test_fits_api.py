@@ -1,4 +1,4 @@
-"""/v1/fits over HTTP on the real server and the real job store (issue 22, docs/fits.md), without a
+"""/v1/fits over HTTP on the real server and the real job store (docs/fits.md), without a
 worker: uploads are checked before anything is queued, queued jobs are listed, streamed and cancelled.
 The conversions of the upload are checked on the PNG the store holds."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 28, item 3 through HTTP: two real API processes on one job store (SQLite, and a real redis-server), no
+"""The fit store's races through HTTP: two real API processes on one job store (SQLite, and a real redis-server), no
 worker, uploads sent to both at once. The queue limit holds exactly across them and every derived name is
 distinct (the store checks both in the transaction that inserts a job; docs/fits.md)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 22 end to end: the real server (poll mode) and a real `python -m training worker` subprocess on
+"""Fits over HTTP end to end: the real server (poll mode) and a real `python -m training worker` subprocess on
 one SQLite store. An upload over HTTP is fitted with ordered SSE progress and previews, and the new
 model answers v1 query, render and a IIIF tile; a running fit cancelled over HTTP writes nothing; a fit
 goes on while the API restarts, and its event stream resumes from Last-Event-ID on the new process."""
@@ -167,7 +167,7 @@ def test_a_fit_goes_on_across_an_api_restart_and_its_stream_resumes(stack):
 
 
 def test_a_real_photo_is_fitted_whole_by_the_default_preset_and_served_at_its_native_size(stack):
-    """Issue 26: a non-square real photo (scikit-image's chelsea, 451×300, scaled to 90×60 to keep CI fast)
+    """Native geometry: a non-square real photo (scikit-image's chelsea, 451×300, scaled to 90×60 to keep CI fast)
     through the default preset (grid): fitted whole, not cropped, and served at 90×60 by every path."""
     from skimage import data
     srv, worker, client, repo = stack
@@ -225,7 +225,7 @@ def fit_metrics(client: httpx.Client) -> dict:
 
 
 def test_fit_metrics_reach_metrics_through_the_store(stack):
-    """Issue 28, item 2: after a real fit by the real worker, the API's /metrics counts it (read from the store)."""
+    """Fit metrics: after a real fit by the real worker, the API's /metrics counts it (read from the store)."""
     srv, worker, client, repo = stack
     before = fit_metrics(client)
     r = client.post("/v1/fits", files={"file": ("metered.png", png())}, data={**FAST, "name": "metered"})

@@ -1,4 +1,4 @@
-"""Non-square models through the real server (issue 26): the native geometry in the model detail and V2
+"""Non-square models through the real server: the native geometry in the model detail and V2
 metadata, v1 query transforms and renders in square pixels, defaults at the native aspect, ETags that change
 with the geometry, and a version whose ONNX metadata disagrees with its recorded size listed failed."""
 import io

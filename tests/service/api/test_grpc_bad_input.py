@@ -1,4 +1,4 @@
-"""gRPC bad input (issues 21, 27): each gets the status code Triton gives and a message naming the problem, and
+"""gRPC bad input: each gets the status code Triton gives and a message naming the problem, and
 the server keeps answering (HTTP's bad values too: NaN and Inf, booleans, lies about the tensors, a cancelled
 call). Also the restricted API key as metadata, the repository RPCs behind it, and the drain."""
 from __future__ import annotations
@@ -128,7 +128,7 @@ def invalid(url: str, msg: pb.ModelInferRequest) -> str:
 
 
 def test_nan_inf_booleans_and_lies_about_the_raw_tensors(gc, server):
-    """HTTP's bad values (issue 27), over gRPC: each INVALID_ARGUMENT naming it, and the server goes on."""
+    """HTTP's bad values, over gRPC: each INVALID_ARGUMENT naming it, and the server goes on."""
     for bad in (np.nan, np.inf, -np.inf):
         msg = pb.ModelInferRequest(model_name="astronaut")
         msg.inputs.add(name="coords", datatype="FP32", shape=[2, 2])

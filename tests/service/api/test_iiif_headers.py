@@ -1,6 +1,6 @@
 """IIIF and render responses carry one ETag and one Cache-Control, and If-None-Match in any form
 (the ETag of another rendering of the same tile, two tags, a weak tag, `*`, garbage) is a 304 or a
-200, never a 500 or a reset connection (issue 20)."""
+200, never a 500 or a reset connection."""
 import http.client
 import io
 from urllib.parse import urlsplit

@@ -44,7 +44,7 @@ def test_fast_and_slow_paths_give_the_same_colours(client):
     fast = post(client, {"coords": coords.tolist(), "transform": {"rotate": 30}})
     assert fast.status_code == 200, fast.text
     assert np.asarray(fast.json()["rgb"]).shape == (500, 3)
-    # The pydantic path reads the same numbers (issue 20: strings no longer force it; they are a 422).
+    # The pydantic path reads the same numbers (strings no longer force it; they are a 422).
     slow = np.asarray(QueryRequest.model_validate({"coords": coords.tolist()}).coords, dtype=np.float64)
     np.testing.assert_array_equal(slow, float_rows(coords.tolist(), 2))
     r = post(client, {"coords": [[str(x), y] for x, y in coords.tolist()], "transform": {"rotate": 30}})
@@ -89,7 +89,7 @@ def test_the_schema_still_describes_the_body(client):
     ([[[0.0] * 28] * 27 + [[0.0] * 29]], 400, "images[0] must be numbers in nested lists of equal length"),
     ([[2.0] * 784], 400, "expected [0, 1]"),
     ([[float("nan")] * 784], 400, "images[0] contains NaN or Inf"),
-    ([["0.5"] * 784], 422, "images[0][0] must be a number"),  # issue 20: a string is not a pixel
+    ([["0.5"] * 784], 422, "images[0][0] must be a number"),  # a string is not a pixel
 ])
 def test_classify_json_fast_path_keeps_its_checks(client, images, status, message):
     r = client.post("/v1/models/digits/classify", content=json.dumps({"images": images}, allow_nan=True).encode(),

@@ -74,7 +74,7 @@ def test_a_model_lists_its_versions_and_their_states(client):
 
 
 def test_the_listing_is_a_small_summary_with_no_path_and_the_detail_no_render_internals(client):
-    """Issue 20: one summary per model (the detail is a link away); no absolute path; no separable arrays,
+    """One summary per model (the detail is a link away); no absolute path; no separable arrays,
     no per-epoch history."""
     r = client.get("/v1/models")
     m = {m["name"]: m for m in r.json()["models"]}["astronaut"]

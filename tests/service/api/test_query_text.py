@@ -1,6 +1,6 @@
 """`leading_rows` (service/engine/json_numbers.py) reads v1 query coordinates from the body's text: wherever it answers it
 must answer as orjson + `float_rows` would, and anything it is not sure of goes back to that path, so the HTTP
-answers stay the same for every body (issue 27)."""
+answers stay the same for every body."""
 from __future__ import annotations
 
 import json

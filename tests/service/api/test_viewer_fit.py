@@ -1,4 +1,4 @@
-"""The viewer's "Fit your own image" panel (issue 22 item 5) in headless Chromium (Debian's /usr/bin/chromium
+"""The viewer's "Fit your own image" panel in headless Chromium (Debian's /usr/bin/chromium
 via Playwright).
 
 End to end: the real server (poll mode) and a real `python -m training worker` subprocess on a temp store and

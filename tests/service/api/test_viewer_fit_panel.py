@@ -1,4 +1,4 @@
-"""The viewer's "Fit your own image" panel (issue 22 item 5) in headless Chromium against the answers of the
+"""The viewer's "Fit your own image" panel in headless Chromium against the answers of the
 real fits API that need a server of their own: a job retried after its worker died and failed after the
 second death (real workers, SIGKILLed), an upload queued with no worker connected (a dropped file, its options
 read back from the record), 429 with Retry-After and 413 — one real server (tests/servers.py) on a temp store

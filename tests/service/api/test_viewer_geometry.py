@@ -1,4 +1,4 @@
-"""The viewer on a non-square model (issue 26), in headless Chromium against the real server: it opens at the
+"""The viewer on a non-square model, in headless Chromium against the real server: it opens at the
 native aspect (square image pixels on screen, the whole image fitted), each canvas pixel shows the model where
 an independent computation of the camera puts it (turned, too), and the readout counts px per image pixel."""
 import pytest

@@ -1,6 +1,6 @@
-"""The batching policies (issue 20): adaptive runs a request on an idle model at once and gathers
+"""The batching policies: adaptive runs a request on an idle model at once and gathers
 the requests that arrive while a batch runs; Triton's fixed delay stays available. A lone short
-request runs on the event loop (issue 27)."""
+request runs on the event loop."""
 from __future__ import annotations
 
 import asyncio
@@ -72,7 +72,7 @@ def test_requests_that_arrive_while_a_batch_runs_share_the_next_run(model_repo):
 
 
 def threads_that_ran(model_repo, inflight: int, inline_run: float, timeout: float | None = None) -> set[str]:
-    """The threads that ran the model for three requests one after another (issue 27's run on the loop)."""
+    """The threads that ran the model for three requests one after another (the run on the loop)."""
     metrics = Metrics()
     model = counted(model_repo, metrics)
     ran: set[str] = set()

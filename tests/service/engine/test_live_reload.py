@@ -1,4 +1,4 @@
-"""Issue 11's "done when": 16 clients send queries and classifies for 20 s while the model changes
+"""Live reload under load: 16 clients send queries and classifies for 20 s while the model changes
 under them, in poll mode (a version written by the training CLI, then a corrupt one) and in
 explicit mode (a version swapped in through the repository API). Not one answer may be other
 than 200, and the answers switch to the new version."""

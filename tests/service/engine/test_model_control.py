@@ -1,6 +1,6 @@
 """Model control modes and the V2 repository API, each against a real server over HTTP.
 
-Faults from issue 11: a version folder deleted while serving, `load` of an unknown model,
+Faults: a version folder deleted while serving, `load` of an unknown model,
 `unload` of a model with requests running, two `load` calls at once; load / unload refused
 outside explicit mode; the repository calls restricted by --http-restricted-api.
 """

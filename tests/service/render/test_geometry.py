@@ -1,4 +1,4 @@
-"""A non-square model's geometry in the render path (issue 26): transforms in square pixels, the render frame,
+"""A non-square model's geometry in the render path: transforms in square pixels, the render frame,
 the default size, and the IIIF plan, on an analytic image model (a function of the coordinates) rendered by
 the real render code (service/api/v1/render.py `job_of` → service/render/imaging.py)."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""The inference routes reached without FastAPI's routing (service/server/hotpath.py, issue 27): which requests
+"""The inference routes reached without FastAPI's routing (service/server/hotpath.py): which requests
 take that path, and that they get the same answers (bodies, codes, metrics labels) as on FastAPI's path."""
 from __future__ import annotations
 
