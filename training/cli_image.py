@@ -4,14 +4,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 
 from commandline import positive_float, positive_int
 
-from .encodings import ENCODINGS, EncodingConfig
+from .encodings import ENCODINGS, INITS as ENCODING_INITS, Encoding, OptionError
+from .errors import UsageError
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, MODEL_DEFAULTS, ImageModelConfig
-from .encodings import grid
-from .encodings.grid_init import INITS as GRID_INITS
 from .images import BUILTIN, MAX_PIXELS, image_defaults, image_dims
 from .sinekan import INITS
 from .repository import check_out_dir
@@ -47,17 +47,8 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
                    help="a larger image is downscaled to this many pixels (default: %(default)s)")
     p.add_argument("--crop", action="store_true", help="fit the image's centre square instead of the whole image")
     p.add_argument("--encoding", choices=sorted(ENCODINGS), help=default_help("encoding"))
-    p.add_argument("--scale", type=positive_float, help="gaussian/projection: σ of the frequency matrix"
-                   + default_help("scale", " "))
-    p.add_argument("--features", type=positive_int,
-                   help="gaussian/sine/projection: number of frequencies" + default_help("features", " "))
-    p.add_argument("--levels", type=positive_int, default=8, help="positional: number of frequencies")
-    p.add_argument("--max-freq", type=positive_float, default=None,
-                   help="positional: largest frequency (default: SIZE/4)")
-    p.add_argument("--bandwidth", type=positive_float, default=None,
-                   help="sine: radius of the frequency disc (default: SIZE/8)")
-    p.add_argument("--damping", action="store_true", help="sine: damp amplitudes toward Nyquist")
-    add_grid_options(p)
+    for encoding in option_owners():
+        encoding.add_arguments(p, default_help)
     p.add_argument("--model", default="mlp", choices=sorted(BODIES))
     p.add_argument("--depth", type=positive_int, default=4)
     p.add_argument("--width", type=positive_int, help=default_help("width"))
@@ -72,8 +63,8 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
                         + default_help("hidden_freq", " "))
     p.add_argument("--sinekan-init", default="scaled", choices=INITS,
                    help="sinekan: amplitude initialisation: scaled to unit output variance (default; "
-                        "docs/benchmarks.md §1) or the paper's")
-    # Fast defaults, measured in docs/benchmarks.md §2; the paper's protocol is
+                        "docs/benchmarks.md, fourier_table) or the paper's")
+    # Fast defaults, measured in docs/benchmarks.md, time_to_quality; the paper's protocol is
     # --steps 2000 --lr 1e-3 --schedule constant --batch-size 0.
     p.add_argument("--steps", type=positive_int, help=default_help("steps"))
     p.add_argument("--lr", type=positive_float, help="Adam learning rate" + default_help("lr", " "))
@@ -86,7 +77,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile the training step")
-    p.add_argument("--init", default="pyramid", choices=GRID_INITS,
+    p.add_argument("--init", default="pyramid", choices=ENCODING_INITS,
                    help="grid models: start the tables from the image's pyramid under a linear head (default), "
                         "or from instant-ngp's random start")
     p.add_argument("--fp16-weights", action="store_true",
@@ -94,35 +85,12 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def add_grid_options(p: argparse.ArgumentParser) -> None:
-    """The grid encoding's options; out of range, fit_config refuses them naming the range (encodings/grid.py)."""
-    lim = grid.LIMITS
-    p.add_argument("--grid-levels", type=int, default=8, help=f"grid: levels L, {range_text(lim['levels'])} "
-                   "(default: %(default)s)")
-    p.add_argument("--grid-features", type=int, default=2, help=f"grid: features per level F, "
-                   f"{range_text(lim['features'])} (default: %(default)s)")
-    p.add_argument("--grid-finest-features", type=int, default=0,
-                   help=f"grid: features of the finest level, {range_text(lim['finest_features'])}; 0 = F (default). "
-                        "Fewer than F (1: the luma) puts the finest level on the native pixels and the others below it "
-                        "within --grid-bytes-per-pixel (encodings/grid.py)")
-    p.add_argument("--grid-log2-table", type=int, default=0,
-                   help=f"grid: a level of more than 2^T cells is hashed into 2^T entries, T in "
-                        f"{range_text(lim['log2_table'])}; 0 = the largest T within --grid-bytes-per-pixel (default)")
-    p.add_argument("--grid-base", type=int, default=16, help=f"grid: cells of the coarsest level along the longer "
-                   f"side, {range_text(lim['base'])} (default: %(default)s)")
-    p.add_argument("--grid-finest", type=int, default=0, help=f"grid: cells of the finest level along the longer "
-                   f"side, {range_text(lim['finest'])}; 0 = the fitted image's pixels (default)")
-    p.add_argument("--grid-table-bits", type=int, default=16,
-                   help="grid: bits per table entry in the model file, 16 (float16; with --fp16-weights) or 8 "
-                        "(uint8 with a scale per level and feature: twice the cells in the same bytes); "
-                        "out of range, refused (default: %(default)s)")
-    p.add_argument("--grid-bytes-per-pixel", type=float, default=1.45,
-                   help="grid: float16 bytes of tables per fitted pixel that the derived table size keeps to "
-                        "(default: %(default)s)")
-
-
-def range_text(lo_hi: tuple) -> str:
-    return f"{lo_hi[0]:g}..{lo_hi[1]:g}"
+def option_owners() -> list[Encoding]:
+    """One registered encoding per config class: encodings that share a config share their options."""
+    owners: dict[type, Encoding] = {}
+    for encoding in ENCODINGS.values():
+        owners.setdefault(encoding.config, encoding)
+    return list(owners.values())
 
 
 def resolve_defaults(args: argparse.Namespace) -> None:
@@ -134,21 +102,16 @@ def resolve_defaults(args: argparse.Namespace) -> None:
 
 
 def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfig:
-    """The fit the options ask for; the image's header gives the fitted size (frequencies derive from its
-    longer side, the grid from both)."""
+    """The fit the options ask for; the image's header gives the fitted size (an encoding may derive its options
+    from it: see its `from_args`). `scale` replaces --scale (sweep-scale's σ). Every encoding's options are checked
+    against their ranges, the chosen encoding's or not, as argparse checks every option's type."""
     resolve_defaults(args)
+    if scale is not None:
+        args = argparse.Namespace(**{**vars(args), "scale": scale})
     w, h = image_dims(args.image, args.size, args.crop, args.max_pixels)
-    side = max(w, h)
-    enc = EncodingConfig(
-        name=args.encoding, scale=scale if scale is not None else args.scale, features=args.features,
-        levels=args.levels, max_freq=args.max_freq or max(side / 4, 1.0),
-        bandwidth=args.bandwidth or max(side / 8, 1.0), damping=args.damping,
-        nyquist=side / 4 if args.protocol == "paper" else side / 2, seed=args.seed,
-        grid_levels=args.grid_levels, grid_features=args.grid_features,
-        grid_finest_features=args.grid_finest_features, grid_log2_table=args.grid_log2_table,
-        grid_base=args.grid_base, grid_finest=args.grid_finest, grid_bytes_per_pixel=args.grid_bytes_per_pixel,
-        grid_table_bits=args.grid_table_bits,
-        image_size=[w, h])
+    for encoding in option_owners():
+        encoding.check_options(encoding.from_args(args, (w, h)))
+    enc = ENCODINGS[args.encoding].from_args(args, (w, h))
     model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
                              first_grid=args.first_grid or 0, first_freq=args.first_freq or 0.0,
                              sinekan_init=args.sinekan_init, hidden_freq=args.hidden_freq, encoding=enc)
@@ -159,11 +122,24 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
                      progress=not args.no_progress, model=model)
 
 
+@contextmanager
+def option_flags():
+    """An encoding's OptionError (naming its option) as the command line says it: naming the option's flag."""
+    try:
+        yield
+    except OptionError as e:
+        encoding = ENCODINGS.get(e.encoding)
+        if encoding is None:
+            raise
+        raise UsageError(f"{encoding.flag(e.option)} {e.problem}") from None
+
+
 def cmd_fit_image(args: argparse.Namespace) -> int:
     out = check_out_dir(args.out) if args.out else None
-    cfg = fit_config(args)
-    cfg.validate()
-    result = fit_image(cfg, out)
+    with option_flags():
+        cfg = fit_config(args)
+        cfg.validate()
+        result = fit_image(cfg, out)
     metrics = result["metrics"]
     where = f" -> {out}" if out else ""
     sys.stdout.write(f"{json.dumps(metrics)}{where}\n")

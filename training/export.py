@@ -22,7 +22,7 @@ class ExportParityError(RuntimeError):
 
 
 def register_bitwise() -> None:
-    """torch's TorchScript exporter has no symbolic for aten::bitwise_xor / bitwise_and (a hashed grid's hash);
+    """torch's TorchScript exporter has no symbolic for aten::bitwise_xor / bitwise_and (e.g. a spatial hash);
     ONNX has BitwiseXor and BitwiseAnd since opset 18, and onnxruntime runs them on int64."""
     from torch.onnx import register_custom_op_symbolic
     register_custom_op_symbolic("aten::bitwise_xor", lambda g, a, b: g.op("BitwiseXor", a, b), 18)
@@ -33,15 +33,14 @@ def export_onnx(module: nn.Module, example: torch.Tensor, input_name: str, outpu
                 opset: int = OPSET) -> bytes:
     """Trace `module` on `example` (batch dim 0 dynamic) and return the ONNX bytes.
 
-    An image model on an all-dense multiresolution grid gets the render layout of
-    training/encodings/grid_export.py: its head traced here, its encoding written as packed corner cells
-    read by one Gather (faster on onnxruntime's CPU kernels than a GridSample per level, and closer to torch)."""
+    A module whose `export_plan(input_name)` gives a plan (an image model whose encoding has its own layout,
+    training/encodings/base.py `ExportPlan`) is written by that plan: the head traced here, the plan's nodes in
+    front of it."""
     module = module.eval().cpu()
-    from .encodings import grid_export
-    dense = grid_export.plan(module, input_name)
-    if dense is not None:
-        head = trace(dense.head, torch.rand(8, dense.features), grid_export.FEATURES, output_names, opset)
-        return dense.compose(head, input_name)
+    plan = module.export_plan(input_name) if hasattr(module, "export_plan") else None
+    if plan is not None:
+        head = trace(plan.head, torch.rand(8, plan.features), plan.head_input, output_names, opset)
+        return plan.compose(head, input_name)
     return trace(module, example, input_name, output_names, opset)
 
 

@@ -17,10 +17,7 @@ from .device import pick_device
 from .errors import UsageError
 from .export import OPSET, check_parity, export_onnx, set_metadata_props
 from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_batchnorm
-from .encodings import grid
-from .encodings.grid_init import INITS, pyramid_init
-from .encodings.grid_quant import round_tables_8bit, store_tables_8bit
-from .encodings.grid_refit import finish_native
+from .encodings import INITS, Fitted, encoding_for
 from .fp16 import round_weights_fp16, store_weights_fp16
 from .images import MAX_PIXELS, check_size, load_image, pixel_centres, save_png
 from .metrics import psnr_from_mse, sse, ssim
@@ -42,7 +39,7 @@ class FitConfig:
     crop: bool = False          # fit the centre square instead of the whole image
     max_pixels: int = MAX_PIXELS
     fp16_weights: bool = False  # weights rounded to and stored as float16 (float32 compute)
-    # Defaults from docs/benchmarks.md §2: as good a test PSNR as the paper's 2000 full-batch
+    # Defaults from docs/benchmarks.md, time_to_quality: as good a test PSNR as the paper's 2000 full-batch
     # steps at lr 1e-3, 2.4× sooner to 30 dB and 16× sooner to the end of the fit.
     steps: int = 500
     lr: float = 5e-3
@@ -53,7 +50,7 @@ class FitConfig:
     device: str = "auto"
     progress: bool = True
     compile: bool = False       # torch.compile the training forward/backward
-    init: str = "pyramid"       # grid models: start from the image's pyramid (encodings/grid_init.py) | random
+    init: str = "pyramid"       # start the encoding from the image where it can (Encoding.initialise) | random
     model: ImageModelConfig = field(default_factory=ImageModelConfig)
 
     def validate(self) -> None:
@@ -70,9 +67,7 @@ class FitConfig:
         if self.batch_size < 0:
             raise UsageError(f"--batch-size must be >= 0 (0 = full batch), got {self.batch_size}")
         check_size(self.size)
-        grid.validate_options(self.model.encoding)
-        if self.model.encoding.name == "grid":
-            grid.validate(self.model.encoding)
+        encoding_for(self.model.encoding).validate(self.model.encoding)
 
 
 def split_pixels(img: np.ndarray, protocol: str):
@@ -132,16 +127,13 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     device = pick_device(cfg.device)
     t0 = time.perf_counter()   # the fit's time includes the initialisation
     model = ImageINR(cfg.model)
-    init_seconds = pyramid_init(model, img, cfg.protocol) if cfg.init == "pyramid" else None
+    encoding = encoding_for(cfg.model.encoding)
+    init_seconds = encoding.initialise(cfg.model.encoding, model, img, cfg.protocol) if cfg.init == "pyramid" else None
     model = model.to(device)
     tc, tt, _, _ = split_pixels(img, cfg.protocol)
     x = torch.from_numpy(tc).to(device)
     y = torch.from_numpy(tt).to(device)
-    # instant-ngp's Adam for grid tables (β2 0.99, ε 1e-15: rarely touched entries still move), fused: the
-    # tables' millions of entries take 7× less time per step than torch's default (foreach) Adam on 2 CPU cores.
-    is_grid = cfg.model.encoding.name == "grid"
-    grid_adam = {"betas": (0.9, 0.99), "eps": 1e-15, "fused": True}
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, **(grid_adam if is_grid else {}))
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, **encoding.optimizer_options(cfg.model.encoding))
     best = BestWeights(model, x, y, cfg.seed)
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.steps) if cfg.schedule == "cosine"
              else None)
@@ -200,7 +192,8 @@ def evaluate(model: torch.nn.Module, img: np.ndarray, protocol: str) -> tuple[di
 
 def checkpoint(model: ImageINR, cfg: FitConfig) -> dict:
     """What export needs to rebuild the module: constructor args plus weights."""
-    return {"model_args": cfg.model.to_dict(), "state_dict": model.state_dict(), "fit": asdict(cfg)}
+    return {"model_args": cfg.model.to_dict(), "state_dict": model.state_dict(),
+            "fit": {**asdict(cfg), "model": cfg.model.to_dict()}}
 
 
 def rebuild(ckpt: dict) -> ImageINR:
@@ -212,9 +205,9 @@ def rebuild(ckpt: dict) -> ImageINR:
 
 
 def graph_opset(model: ImageINR) -> int:
-    """17, or 18 for a hashed grid (BitwiseXor)."""
-    enc = model.encoding
-    return grid.HASH_OPSET if isinstance(enc, grid.MultiresGrid) and enc.hashed else OPSET
+    """OPSET (17), or the higher one the model's encoding needs (e.g. 18 for BitwiseXor)."""
+    cfg = model.config.encoding
+    return max(OPSET, encoding_for(cfg).opset(cfg, model))
 
 
 def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict, metrics: dict,
@@ -228,10 +221,9 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
     with tracing.span("inr.fit.export"):  # the ONNX file and its parity with torch (docs/deployment.md, "Traces")
         opset = graph_opset(model)
         onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
-        storage = {"weights": "float32"}
-        if cfg.model.encoding.name == "grid" and cfg.model.encoding.grid_table_bits == 8:
-            onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
-            storage["tables"] = tables
+        enc = cfg.model.encoding
+        onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)   # e.g. 8-bit tables
+        storage = {"weights": "float32", **stored}
         if cfg.fp16_weights:
             onnx_bytes, half = store_weights_fp16(onnx_bytes)
             storage = {**storage, **half}
@@ -270,22 +262,15 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
 
 
 def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict) -> ImageINR:
-    """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 and its grid
-    tables to 8 bits if asked; a finest level on the native pixels then refitted to the training pixels through
-    that rounding (encodings/grid_refit.py), what the refit did recorded in `history["native_refit"]`."""
+    """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 if asked, then
+    its encoding's finish step (e.g. tables rounded to 8 bits and a level refitted through that rounding), what
+    that did recorded in `history`."""
     model = rebuild(checkpoint(model, cfg))
     if cfg.fp16_weights:
         round_weights_fp16(model)
-    bits = cfg.model.encoding.grid_table_bits if cfg.model.encoding.name == "grid" else 0
-    if bits == 8:
-        round_tables_8bit(model)   # after float16: the tables are stored as uint8, their scales float32
-    refit = None
-    if bits and (bits == 8 or cfg.fp16_weights):
-        h, w = img.shape[:2]
-        tc, tt, _, _ = split_pixels(img, cfg.protocol)
-        refit = finish_native(model, tc, tt, w, h, bits)
-    if refit:
-        history["native_refit"] = refit
+    enc = cfg.model.encoding
+    fitted = Fitted(img, cfg.fp16_weights, lambda: split_pixels(img, cfg.protocol)[:2])
+    history.update(encoding_for(enc).finish(enc, model, fitted))
     return model
 
 

@@ -7,12 +7,12 @@ export can rebuild the exact module.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import nn
 
-from .encodings import EncodingConfig, build_encoding
+from .encodings import EncodingConfig, build_encoding, encoding_for
 from .errors import UsageError, unknown
 from .sinekan import INITS, SineKAN
 
@@ -31,12 +31,14 @@ class ImageModelConfig:
     encoding: EncodingConfig = field(default_factory=EncodingConfig)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The saved form (checkpoint `model_args`, metadata.json `architecture`): the encoding in its flat form."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "encoding": self.encoding.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ImageModelConfig":
+        """Read the saved form, of today or of older versions (encodings/base.py, `from_flat`)."""
         d = dict(d)
-        d["encoding"] = EncodingConfig(**d.get("encoding", {}))
+        d["encoding"] = EncodingConfig.from_dict(d.get("encoding", {}))
         return cls(**d)
 
 
@@ -75,7 +77,7 @@ def sinekan_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
 
 BODIES = {"mlp": mlp_body, "mlp-bn": mlp_bn_body, "sinekan": sinekan_body}
 # What `fit-image --model NAME` gives for the options left at their defaults (fit-image's own defaults
-# are the MLP's). SineKAN's: the best variant of docs/benchmarks.md §1, chosen on validation photos
+# are the MLP's). SineKAN's: the best variant of docs/benchmarks.md, fourier_table, chosen on validation photos
 # (coffee, rocket, cat; not the table's): a 4×130 SineKAN, grid 4, on 128 Gaussian projections whose
 # sines its first layer (grid 8, harmonics k/8 of each projection) takes, later grids ×3; 270k
 # parameters against the 4×256 MLP's 264k; σ 0.6× the MLP's (3 against 5 at 128² on those photos);
@@ -107,6 +109,10 @@ class ImageINR(nn.Module):
 
     def forward(self, coords: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.body(self.encoding(coords)))
+
+    def export_plan(self, input_name: str):
+        """The encoding's own ONNX layout for this model (training/export.py asks), or None: trace it whole."""
+        return encoding_for(self.config.encoding).export_plan(self.config.encoding, self, input_name)
 
 
 @torch.no_grad()

@@ -21,7 +21,7 @@ import torch
 from modelrepo import SpecError, read_spec, version_numbers
 
 from .errors import UsageError
-from .encodings.grid_quant import round_tables_8bit, store_tables_8bit
+from .encodings import encoding_for
 from .export import check_parity, export_onnx, ort_session
 from .fp16 import store_weights_fp16
 from .image_models import ImageINR, ImageModelConfig, fold_batchnorm
@@ -70,7 +70,7 @@ def load_from_onnx(folder: Path) -> tuple[torch.nn.Module, dict, bytes, Path]:
 def stored_weights(graph) -> dict[str, torch.Tensor]:
     """The graph's initializers by their state_dict names, as float32: float16 storage (`NAME__fp16`,
     training/fp16.py) and 8-bit tables (`NAME__u8` · `NAME__scale` + `NAME__low`, computed in float32 as the
-    graph's Cast → Mul → Add does; training/encodings/grid_quant.py) read back."""
+    graph's Cast → Mul → Add does; e.g. training/encodings/grid_quant.py) read back."""
     from onnx import numpy_helper
     arrays = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     out = {}
@@ -85,12 +85,11 @@ def stored_weights(graph) -> dict[str, torch.Tensor]:
     return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in out.items()}
 
 
-def stored_as_before(onnx_bytes: bytes, model: torch.nn.Module, export: dict) -> bytes:
-    """The new graph with the storage the old one had: 8-bit tables, float16 weights (both lossless here, the
-    values being already rounded to them)."""
-    if "tables" in export:
-        round_tables_8bit(model)
-        onnx_bytes, _ = store_tables_8bit(onnx_bytes, model)
+def stored_as_before(onnx_bytes: bytes, model: ImageINR, export: dict) -> bytes:
+    """The new graph with the storage the old one had: the encoding's (8-bit tables), float16 weights (both
+    lossless here, the values being already rounded to them)."""
+    enc = model.config.encoding
+    onnx_bytes, _ = encoding_for(enc).store(enc, model, onnx_bytes)
     if str(export.get("weights", "")).startswith("float16"):
         onnx_bytes, _ = store_weights_fp16(onnx_bytes)
     return onnx_bytes

@@ -110,7 +110,7 @@ class SineKANLayer(nn.Module):
         lead = x.shape[:-1]
         x = x.reshape(-1, self.in_dim)  # [N, in]
         # Sines grid-major, [N, G, in]: the broadcast multiply-add then runs along the long,
-        # contiguous input axis (1.3–1.5× faster in onnxruntime than [N, in, G]; docs/benchmarks.md §4).
+        # contiguous input axis (1.3–1.5× faster in onnxruntime than [N, in, G]; docs/benchmarks.md, sinekan_speed).
         s = torch.sin(x[:, None, :] * self.frequencies[:, None] + self.phase.t())  # [N, G, in]
         # One GEMM over the flattened sines: [N, G·in] @ [G·in, out]; the permuted amplitudes
         # are a constant in the exported graph.

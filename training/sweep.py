@@ -11,7 +11,7 @@ import logging
 import math
 from pathlib import Path
 
-from .cli_image import add_image_options, fit_config
+from .cli_image import add_image_options, fit_config, option_flags
 from .errors import UsageError
 from .fit_image import evaluate, train
 from .images import load_image
@@ -78,7 +78,8 @@ def write_results(rows: list[dict], args: argparse.Namespace, out: Path) -> None
 
 
 def cmd_sweep_scale(args: argparse.Namespace) -> int:
-    sweep_scale(args, Path(args.out))
+    with option_flags():
+        sweep_scale(args, Path(args.out))
     return 0
 
 

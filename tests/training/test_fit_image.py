@@ -170,7 +170,7 @@ def parsed(*argv):
 
 
 def test_model_sinekan_alone_gives_the_benchmarked_variant_and_explicit_options_win():
-    """`--model sinekan` with every other option left out is the best SineKAN of benchmarks §1;
+    """`--model sinekan` with every other option left out is the best SineKAN of docs/benchmarks.md, fourier_table;
     an option given on the command line is kept, even when it equals fit-image's own default."""
     from training.image_models import MODEL_DEFAULTS
     m = parsed("--model", "sinekan")

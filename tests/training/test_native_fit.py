@@ -1,4 +1,4 @@
-"""Issue 26, training half: `fit-image` fits the whole image at its native size and aspect (no crop unless
+"""Native geometry, training half: `fit-image` fits the whole image at its native size and aspect (no crop unless
 asked), records the grid [W, H] in metadata and in the ONNX metadata_props, and refuses bad grid options
 with one line; tiny and extreme images are fitted, never a crash. Real CLI subprocesses, real onnxruntime."""
 from __future__ import annotations

@@ -1,22 +1,66 @@
 """Fixed-frequency encodings: raw coordinates, sines and cosines (basic, positional, Gaussian Fourier
-features), StyleGAN3-style sine features and the bare projections a SineKAN takes the sines of."""
+features), StyleGAN3-style sine features and the bare projections a SineKAN takes the sines of.
+
+They share one config (`FourierConfig`) and its command-line options; each is a `FixedFrequency` plug-in of its
+name, its module's constructor and its option checks (registered in training/encodings/__init__.py)."""
 from __future__ import annotations
 
+import argparse
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
 
+from commandline import positive_float, positive_int
+
 from ..errors import UsageError
-from .config import EncodingConfig
+from .base import Encoding, EncodingConfig, OptionError
 
 TWO_PI = 2.0 * math.pi
+
+
+@dataclass
+class FourierConfig(EncodingConfig):
+    scale: float = 10.0        # gaussian / projection: σ of B ~ N(0, σ²)
+    features: int = 256        # gaussian / sine / projection: number of frequencies m
+    levels: int = 8            # positional: number of log-linear frequencies
+    max_freq: float = 256.0    # positional: largest frequency (cycles per unit)
+    bandwidth: float = 64.0    # sine: radius of the frequency disc (cycles per unit)
+    damping: bool = False      # sine: damp amplitudes toward Nyquist
+    nyquist: float = 0.0       # sine: Nyquist frequency of the training grid (size/2)
+
+
+def positive_finite(value: float) -> bool:
+    return value > 0 and math.isfinite(value)
+
+
+def check_positional(cfg: FourierConfig) -> None:
+    for option in ("levels", "max_freq"):
+        if getattr(cfg, option) < 1:
+            raise OptionError(cfg.name, option, f"must be >= 1, got {getattr(cfg, option):g}")
+
+
+def check_gaussian(cfg: FourierConfig) -> None:
+    """gaussian and projection: a positive finite σ, at least one frequency."""
+    if not positive_finite(cfg.scale):
+        raise OptionError(cfg.name, "scale", f"must be a positive finite number, got {cfg.scale}")
+    if cfg.features < 1:
+        raise OptionError(cfg.name, "features", f"must be >= 1, got {cfg.features}")
+
+
+def check_sine(cfg: FourierConfig) -> None:
+    if cfg.in_dim != 2:
+        raise UsageError("sine features are defined for 2D coordinates")
+    if not positive_finite(cfg.bandwidth):
+        raise OptionError(cfg.name, "bandwidth", f"must be a positive finite number, got {cfg.bandwidth}")
 
 
 class Identity(nn.Module):
     """`none`: raw coordinates."""
 
-    def __init__(self, cfg: EncodingConfig):
+    def __init__(self, cfg: FourierConfig):
         super().__init__()
         self.out_dim = cfg.in_dim
 
@@ -38,7 +82,7 @@ class SinCos(nn.Module):
 
         m = B.shape[1]
         # cos p = sin(p + π/2): one Sin over [B, B] with phases [0, π/2], so the exported graph has
-        # no Concat (an 8 MB copy per 8192-coordinate tile, docs/benchmarks.md §3).
+        # no Concat (an 8 MB copy per 8192-coordinate tile, docs/benchmarks.md, roofline).
         self.m = m
 
     def first_stage(self, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,28 +96,24 @@ class SinCos(nn.Module):
         return torch.sin(v @ W + phase)  # [N, 2m]
 
 
-def basic(cfg: EncodingConfig) -> SinCos:
+def basic(cfg: FourierConfig) -> SinCos:
     """`basic`: γ(v) = [sin 2πv, cos 2πv], B = I."""
     return SinCos(torch.eye(cfg.in_dim))
 
 
-def positional(cfg: EncodingConfig) -> SinCos:
+def positional(cfg: FourierConfig) -> SinCos:
     """`positional`: axis-aligned log-linear frequencies σ^(j/L), j = 0..L-1, σ = max_freq
     (Tancik et al. 2020, eq. for positional encoding; NeRF uses powers of two)."""
-    if cfg.levels < 1 or cfg.max_freq < 1:
-        raise UsageError("positional encoding needs --levels >= 1 and --max-freq >= 1")
+    check_positional(cfg)
     freqs = cfg.max_freq ** (torch.arange(cfg.levels, dtype=torch.float64) / max(cfg.levels - 1, 1))
     eye = torch.eye(cfg.in_dim, dtype=torch.float64)
     B = torch.cat([eye * f for f in freqs], dim=1)  # [in_dim, in_dim * L]
     return SinCos(B)
 
 
-def gaussian(cfg: EncodingConfig) -> SinCos:
+def gaussian(cfg: FourierConfig) -> SinCos:
     """`gaussian`: random Fourier features, B ~ N(0, σ²) of shape (in_dim, m)."""
-    if not (cfg.scale > 0 and math.isfinite(cfg.scale)):
-        raise UsageError(f"--scale must be a positive finite number, got {cfg.scale}")
-    if cfg.features < 1:
-        raise UsageError(f"--features must be >= 1, got {cfg.features}")
+    check_gaussian(cfg)
     g = torch.Generator().manual_seed(cfg.seed)
     return SinCos(torch.randn(cfg.in_dim, cfg.features, generator=g) * cfg.scale)
 
@@ -88,12 +128,9 @@ class SineFeatures(nn.Module):
     fades filters the same way).
     """
 
-    def __init__(self, cfg: EncodingConfig):
+    def __init__(self, cfg: FourierConfig):
         super().__init__()
-        if cfg.in_dim != 2:
-            raise UsageError("sine features are defined for 2D coordinates")
-        if not (cfg.bandwidth > 0 and math.isfinite(cfg.bandwidth)):
-            raise UsageError(f"--bandwidth must be a positive finite number, got {cfg.bandwidth}")
+        check_sine(cfg)
         g = torch.Generator().manual_seed(cfg.seed)
         m = cfg.features
         # Uniform on the disc: radius = R·sqrt(u) gives uniform area density.
@@ -123,10 +160,48 @@ class Projection(nn.Module):
     network tunes the bandwidth that σ fixes for an MLP. Under an MLP it is only a linear layer.
     """
 
-    def __init__(self, cfg: EncodingConfig):
+    def __init__(self, cfg: FourierConfig):
         super().__init__()
         self.register_buffer("B", gaussian(cfg).B)
         self.out_dim = self.B.shape[1]
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         return v @ self.B  # [N, m]
+
+
+class FixedFrequency(Encoding):
+    """The plug-in of one fixed-frequency encoding: its name, its module's constructor and its option checks."""
+    config = FourierConfig
+
+    def __init__(self, name: str, build: Callable[[FourierConfig], nn.Module],
+                 check: Callable[[FourierConfig], None] | None = None):
+        self.name, self._build, self._check = name, build, check
+
+    def build(self, cfg: FourierConfig) -> nn.Module:
+        return self._build(cfg)
+
+    def validate(self, cfg: FourierConfig) -> None:
+        if self._check is not None:
+            self._check(cfg)
+
+    def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
+        p.add_argument("--scale", type=positive_float, help="gaussian/projection: σ of the frequency matrix"
+                       + default_help("scale", " "))
+        p.add_argument("--features", type=positive_int,
+                       help="gaussian/sine/projection: number of frequencies" + default_help("features", " "))
+        p.add_argument("--levels", type=positive_int, default=8, help="positional: number of frequencies")
+        p.add_argument("--max-freq", type=positive_float, default=None,
+                       help="positional: largest frequency (default: SIZE/4)")
+        p.add_argument("--bandwidth", type=positive_float, default=None,
+                       help="sine: radius of the frequency disc (default: SIZE/8)")
+        p.add_argument("--damping", action="store_true", help="sine: damp amplitudes toward Nyquist")
+
+    def from_args(self, args: argparse.Namespace, image_size: tuple[int, int]) -> FourierConfig:
+        """Frequencies derive from the image's longer side (SIZE), the Nyquist frequency from the pixels trained on."""
+        w, h = image_size
+        side = max(w, h)
+        return FourierConfig(name=self.name, scale=args.scale, features=args.features, levels=args.levels,
+                             max_freq=args.max_freq or max(side / 4, 1.0),
+                             bandwidth=args.bandwidth or max(side / 8, 1.0), damping=args.damping,
+                             nyquist=side / 4 if args.protocol == "paper" else side / 2,
+                             seed=args.seed, image_size=[w, h])

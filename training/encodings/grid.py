@@ -1,13 +1,13 @@
 """`grid`: a multiresolution grid of trainable features (instant-ngp, Müller et al. 2022), in pure PyTorch.
 
 L levels, F features each. Level l has n_l = base·b^l cells along the image's longer side, b geometric
-from `grid_base` to `grid_finest`, and the shorter side in proportion (rounded, at least 1), so cells are
+from `base` to `finest` (GridConfig), and the shorter side in proportion (rounded, at least 1), so cells are
 square in image pixels. By default the finest level is as fine as the byte budget allows with every level
 dense (at most native); with a table size T given, it is native and the levels above T are hashed. A feature sits at each cell centre: cell
 (i, j) of an rx × ry level is at ((j+0.5)/rx, (i+0.5)/ry), the pixel-centre convention of the model's
 coordinates, and features are bilinear between centres and constant beyond the outer ones.
 
-- A level of at most T = 2^grid_log2_table cells is *dense*: an [F, ry, rx] table read through
+- A level of at most T = 2^log2_table cells is *dense*: an [F, ry, rx] table read through
   `grid_sample` (bilinear, align_corners=False — exactly the cell-centre convention above — border padding;
   ONNX GridSample, opset 16+).
 - A larger level is *hashed* into T entries with instant-ngp's spatial hash,
@@ -16,7 +16,7 @@ coordinates, and features are bilinear between centres and constant beyond the o
 
 The features of all levels are concatenated, coarsest first: [N, ΣF].
 
-**The finest level at the native pixels** (`grid_finest_features` below `grid_features`, e.g. 1: the luma).
+**The finest level at the native pixels** (`finest_features` below `features`, e.g. 1: the luma).
 Cells that sit exactly on the pixels hold them exactly, while cells at 0.9× the pixels already lose the
 detail of a sharp photo (a Lanczos downscale to 0.92× and bilinear back: 35 dB on a mountain landscape, against
 55 dB for its luma at 1.0× with the chroma at 0.5×). So with fewer features on the finest level, and the finest
@@ -27,13 +27,15 @@ possible, and the ladder is geometric to the finest that fits, as for equal feat
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UsageError
-from .config import EncodingConfig
+from .base import EncodingConfig, OptionError
 
 PRIME_Y = 2654435761          # instant-ngp's second prime (the first is 1)
 INIT = 1e-4                   # tables start uniform in ±INIT (instant-ngp)
@@ -44,44 +46,67 @@ TABLE_BITS = (8, 16)
 HASH_OPSET = 18
 
 
+@dataclass
+class GridConfig(EncodingConfig):
+    """L levels of F features, resolutions geometric from `base` to `finest` cells along the image's longer side
+    (0: its native pixels), the shorter side in proportion; a level with more than 2^log2_table cells is hashed into
+    a table of that size (0: the largest table that keeps the model within `bytes_per_pixel` float16 bytes per
+    native pixel). Saved (and given on the command line) with the prefix `grid_`: `grid_levels`, `--grid-levels`."""
+    FLAT_PREFIX: ClassVar[str] = "grid_"
+    name: str = "grid"
+    levels: int = 8
+    features: int = 2
+    finest_features: int = 0      # features of the finest level (0: features); fewer puts it at the native pixels
+    log2_table: int = 0
+    base: int = 16
+    finest: int = 0
+    bytes_per_pixel: float = 1.45   # tables; with the head and the graph a 4 MP file is about 1.46 B/px
+    table_bits: int = 16          # bits per table entry in the file: 16 (float16) or 8 (encodings/grid_quant.py)
+
+
+# The messages name each option by its flag, as tests/training/test_grid.py and test_grid_refit.py expect of this
+# module; OptionError.option is the option itself.
 def check_range(what: str, value: float, allow_zero: bool = False) -> None:
     lo, hi = LIMITS[what]
     if allow_zero and value == 0:
         return
     if not (lo <= value <= hi) or (isinstance(value, float) and not math.isfinite(value)):
         zero = " (or 0: derived)" if allow_zero else ""
-        raise UsageError(f"--grid-{what.replace('_', '-')} must be in {lo:g}..{hi:g}{zero}, got {value:g}")
+        raise OptionError("grid", what, f"must be in {lo:g}..{hi:g}{zero}, got {value:g}",
+                          subject=f"--grid-{what.replace('_', '-')}")
 
 
-def validate_options(cfg: EncodingConfig) -> None:
+def validate_options(cfg: GridConfig) -> None:
     """Refuse grid options out of LIMITS, naming the range."""
-    check_range("levels", cfg.grid_levels)
-    check_range("features", cfg.grid_features)
-    check_range("finest_features", cfg.grid_finest_features, allow_zero=True)
-    check_range("log2_table", cfg.grid_log2_table, allow_zero=True)
-    check_range("base", cfg.grid_base)
-    check_range("finest", cfg.grid_finest, allow_zero=True)
-    check_range("bytes_per_pixel", float(cfg.grid_bytes_per_pixel))
-    if cfg.grid_table_bits not in TABLE_BITS:
-        raise UsageError(f"--grid-table-bits must be one of {', '.join(map(str, TABLE_BITS))}, got {cfg.grid_table_bits}")
+    check_range("levels", cfg.levels)
+    check_range("features", cfg.features)
+    check_range("finest_features", cfg.finest_features, allow_zero=True)
+    check_range("log2_table", cfg.log2_table, allow_zero=True)
+    check_range("base", cfg.base)
+    check_range("finest", cfg.finest, allow_zero=True)
+    check_range("bytes_per_pixel", float(cfg.bytes_per_pixel))
+    if cfg.table_bits not in TABLE_BITS:
+        bits = ", ".join(map(str, TABLE_BITS))
+        raise OptionError("grid", "table_bits", f"must be one of {bits}, got {cfg.table_bits}",
+                          subject="--grid-table-bits")
 
 
-def level_features(cfg: EncodingConfig) -> list[int]:
-    """F per level, coarsest first: grid_features, the finest grid_finest_features when given."""
-    f = [cfg.grid_features] * cfg.grid_levels
-    f[-1] = cfg.grid_finest_features or cfg.grid_features
+def level_features(cfg: GridConfig) -> list[int]:
+    """F per level, coarsest first: `features`, the finest `finest_features` when given."""
+    f = [cfg.features] * cfg.levels
+    f[-1] = cfg.finest_features or cfg.features
     return f
 
 
-def fits_budget(cfg: EncodingConfig, entries: list[int]) -> bool:
-    """Whether tables of `entries` cells per level (× that level's features, at grid_table_bits per entry) keep to
-    grid_bytes_per_pixel bytes per native pixel."""
+def fits_budget(cfg: GridConfig, entries: list[int]) -> bool:
+    """Whether tables of `entries` cells per level (× that level's features, at `table_bits` per entry) keep to
+    `bytes_per_pixel` bytes per native pixel."""
     w, h = (int(s) for s in cfg.image_size)
     values = sum(n * f for n, f in zip(entries, level_features(cfg)))
-    return values * cfg.grid_table_bits / 8 <= cfg.grid_bytes_per_pixel * w * h
+    return values * cfg.table_bits / 8 <= cfg.bytes_per_pixel * w * h
 
 
-def validate(cfg: EncodingConfig) -> tuple[int, int]:
+def validate(cfg: GridConfig) -> tuple[int, int]:
     """Check the grid options and the image size; return the image's (W, H)."""
     validate_options(cfg)
     w, h = (int(s) for s in cfg.image_size)
@@ -92,25 +117,25 @@ def validate(cfg: EncodingConfig) -> tuple[int, int]:
     return w, h
 
 
-def level_sizes(cfg: EncodingConfig) -> list[tuple[int, int]]:
+def level_sizes(cfg: GridConfig) -> list[tuple[int, int]]:
     """[(rx, ry)] per level, coarsest first: geometric along the longer side, the shorter in proportion."""
     w, h = validate(cfg)
-    if cfg.grid_finest:
-        return sizes_for(cfg, cfg.grid_finest)
+    if cfg.finest:
+        return sizes_for(cfg, cfg.finest)
     return native_ladder(cfg, w, h) or sizes_for(cfg, derived_finest(cfg, w, h))
 
 
-def native_ladder(cfg: EncodingConfig, w: int, h: int) -> list[tuple[int, int]] | None:
+def native_ladder(cfg: GridConfig, w: int, h: int) -> list[tuple[int, int]] | None:
     """With fewer features on the finest level than the others (and no table size): the finest level at the native
     pixels, the coarser ones geometric from the base to the largest top level within the budget. None when the
     features are equal, a table size is given, there is one level, or the native level alone is over the budget."""
-    fine = cfg.grid_finest_features
-    if not fine or fine >= cfg.grid_features or cfg.grid_log2_table or cfg.grid_levels < 2:
+    fine = cfg.finest_features
+    if not fine or fine >= cfg.features or cfg.log2_table or cfg.levels < 2:
         return None
     side = max(w, h)
 
     def ladder(top: int) -> list[tuple[int, int]]:
-        return sizes_for(cfg, top, levels=cfg.grid_levels - 1) + [(w, h)]
+        return sizes_for(cfg, top, levels=cfg.levels - 1) + [(w, h)]
 
     if not fits_budget(cfg, [rx * ry for rx, ry in ladder(1)]):
         return None
@@ -124,12 +149,12 @@ def native_ladder(cfg: EncodingConfig, w: int, h: int) -> list[tuple[int, int]] 
     return ladder(lo)
 
 
-def derived_finest(cfg: EncodingConfig, w: int, h: int) -> int:
+def derived_finest(cfg: GridConfig, w: int, h: int) -> int:
     """The native longer side, or — when no table size is given either — the largest finest level (at most
-    native) whose levels are all dense within grid_bytes_per_pixel bytes (at grid_table_bits per entry) per native pixel: dense
-    levels train several times faster per step than hashed ones on a CPU."""
+    native) whose levels are all dense within `bytes_per_pixel` bytes (at `table_bits` per entry) per native pixel:
+    dense levels train several times faster per step than hashed ones on a CPU."""
     side = max(w, h)
-    if cfg.grid_log2_table:
+    if cfg.log2_table:
         return side
     lo, hi = 1, side
     while lo < hi:   # the cell count grows with `finest`
@@ -141,11 +166,11 @@ def derived_finest(cfg: EncodingConfig, w: int, h: int) -> int:
     return lo
 
 
-def sizes_for(cfg: EncodingConfig, finest: int, levels: int = 0) -> list[tuple[int, int]]:
-    """`levels` (default grid_levels) sizes geometric from grid_base to `finest` along the longer side."""
+def sizes_for(cfg: GridConfig, finest: int, levels: int = 0) -> list[tuple[int, int]]:
+    """`levels` (default cfg.levels) sizes geometric from cfg.base to `finest` along the longer side."""
     w, h = (int(s) for s in cfg.image_size)
-    base = min(cfg.grid_base, finest)
-    n_levels = levels or cfg.grid_levels
+    base = min(cfg.base, finest)
+    n_levels = levels or cfg.levels
     sizes = []
     for level in range(n_levels):
         n = finest if n_levels == 1 else base * (finest / base) ** (level / (n_levels - 1))
@@ -155,13 +180,13 @@ def sizes_for(cfg: EncodingConfig, finest: int, levels: int = 0) -> list[tuple[i
     return sizes
 
 
-def table_log2(cfg: EncodingConfig, sizes: list[tuple[int, int]]) -> int:
-    """grid_log2_table; else, with grid_finest given, the largest T whose tables fit grid_bytes_per_pixel
+def table_log2(cfg: GridConfig, sizes: list[tuple[int, int]]) -> int:
+    """cfg.log2_table; else, with cfg.finest given, the largest T whose tables fit `bytes_per_pixel`
     bytes per pixel; else (derived: every level dense) the smallest T that holds every level."""
-    if cfg.grid_log2_table:
-        return cfg.grid_log2_table
+    if cfg.log2_table:
+        return cfg.log2_table
     lo, hi = LIMITS["log2_table"]
-    if not cfg.grid_finest:
+    if not cfg.finest:
         return min(hi, max(lo, math.ceil(math.log2(max(rx * ry for rx, ry in sizes)))))
     best = lo
     for k in range(lo, hi + 1):
@@ -173,7 +198,7 @@ def table_log2(cfg: EncodingConfig, sizes: list[tuple[int, int]]) -> int:
 class MultiresGrid(nn.Module):
     """coords [N, 2] in [0,1]² → features [N, ΣF] (level l has level_features[l] features)."""
 
-    def __init__(self, cfg: EncodingConfig):
+    def __init__(self, cfg: GridConfig):
         super().__init__()
         self.sizes = level_sizes(cfg)
         self.log2_table = table_log2(cfg, self.sizes)

@@ -1,4 +1,4 @@
-"""The ONNX graph of a dense multiresolution grid, laid out for fast CPU renders (issue 26, item 3).
+"""The ONNX graph of a dense multiresolution grid, laid out for fast CPU renders (docs/benchmarks.md, grid_render).
 
 Traced as it trains, a grid model's graph reads each level through its own `GridSample` node and
 concatenates the levels' [F, N] outputs into the head: on onnxruntime's CPU kernels that is one
@@ -51,6 +51,9 @@ def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
 
 
 class DenseGridGraph:
+    """The encoding's ExportPlan (encodings/base.py): export traces `head` on [N, features] inputs named FEATURES."""
+    head_input = FEATURES
+
     def __init__(self, module: nn.Module, enc: MultiresGrid):
         self.module, self.enc = module, enc
         self.features = enc.out_dim

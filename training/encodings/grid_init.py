@@ -25,14 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .base import INITS  # noqa: F401 - re-exported: pyramid (this start) | random
 from .grid import MultiresGrid
 
 log = logging.getLogger(__name__)
-INITS = ("pyramid", "random")
 LOGIT_EPS = 0.5 / 255   # targets are clipped to [eps, 1 − eps] before the logit
 BASIS = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, -1.0], [1.0, -2.0, 1.0]])
 BASIS = BASIS / BASIS.norm(dim=1, keepdim=True)   # rows: luma, two opponent chroma; orthonormal
-BACKPROJECTIONS = 8     # per level (fit_level); chosen on the validation photo, docs/benchmarks.md §14a
+BACKPROJECTIONS = 8     # per level (fit_level); chosen on the validation photo, docs/benchmarks.md, native_fit
 
 
 def linear_head(body: nn.Module, d: int) -> torch.Tensor | None:

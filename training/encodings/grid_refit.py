@@ -1,7 +1,7 @@
 """Refit a native-pixel finest level after the others are rounded (8-bit tables, float16 head).
 
 Rounding a coarse level's table to 8 bits moves every pixel its cells cover: on a 4 MP photo, rounding the seven
-coarse levels of a native-luma grid cost 3.1 dB (46.97 → 43.88 dB, docs/benchmarks.md §14c). When the finest
+coarse levels of a native-luma grid cost 3.1 dB (46.97 → 43.88 dB, docs/benchmarks.md, native_refit). When the finest
 level sits on the native pixels with one feature (encodings/grid.py, `native_ladder`), each training pixel reads
 exactly one of its cells, with weight 1: the finest table can then absorb, pixel by pixel, what the rounding of
 everything else moved. `refit_native` runs Gauss-Newton on each such cell alone (the model's output at its pixel

@@ -152,7 +152,7 @@ def test_checkpoints_of_two_seeds_export_as_one_graph_that_onnxruntime_runs(glyp
     meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["architecture"]["ensemble"] == 2 and [m["seed"] for m in meta["metrics"]["members"]] == [0, 1]
     assert meta["export"]["parity"]["argmax_mismatches"] == 0
-    assert str(tmp_path) not in json.dumps(meta) and str(glyph_dir) not in json.dumps(meta)  # issue 20
+    assert str(tmp_path) not in json.dumps(meta) and str(glyph_dir) not in json.dumps(meta)  # no absolute paths
     import onnxruntime as ort
     sess = ort.InferenceSession(str(out / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
     assert sess.run(["probabilities"], {"images": np.zeros((2, 1, 28, 28), np.float32)})[0].shape == (2, 10)
