@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 
-.PHONY: setup serve worker test models photo-model bench clean
+.PHONY: setup serve worker lint format test models photo-model bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,10 +22,19 @@ worker: $(BIN)/python
 	$(BIN)/pip install -q -e '.[train]'
 	$(BIN)/python -m training worker --store sqlite:///build/fits.sqlite --models models
 
-test: setup
+# Ruff (pyproject.toml): the format, then the lint rules and import order; `make format` rewrites in place.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: lint
 	$(BIN)/python -m pytest -q
 
-# Digits (benchmarks §5): 8 seeds of the recipe chosen on the validation slice, each also refit on all
+# Digits (docs/benchmarks.md, digits): 8 seeds of the recipe chosen on the validation slice, each also refit on all
 # 8,000 digits; the refits ship (logit mean, float16 weights) with the held-out seeds' validation score.
 DIGITS_DATA ?= ../shared/data/mnist-10k
 DIGITS_SEEDS := 0 1 2 3 4 5 6 7

@@ -1,4 +1,5 @@
 """Shared helpers for the benchmarks: machine description, robust timing, result files."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -32,11 +33,18 @@ def cpu_model() -> str:
 def machine() -> dict:
     """What the numbers were measured on; written into every result file."""
     import numpy as np
-    info = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "gpu": "none",
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+    info = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "gpu": "none",
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
     try:
         import torch
+
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
         if torch.cuda.is_available():
@@ -45,6 +53,7 @@ def machine() -> dict:
         pass
     try:
         import onnxruntime
+
         info["onnxruntime"] = onnxruntime.__version__
     except ImportError:
         pass
@@ -92,18 +101,21 @@ def write_json(name: str, payload: dict, out_dir: Path | None = None) -> Path:
 def ort_session(model, threads: int):
     """An onnxruntime CPU session (model: path or bytes) with `threads` intra-op threads."""
     import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        model if isinstance(model, bytes) else str(model), sess_options=opts, providers=["CPUExecutionProvider"]
+    )
 
 
 def fit_image_config(argv: list[str]):
     """The FitConfig that `python -m training fit-image ARGV` would train."""
     from training.cli import OneLineParser
     from training.cli_image import add_image_options, fit_config
+
     parser = OneLineParser(prog="fit-image")
     add_image_options(parser)
     cfg = fit_config(parser.parse_args(argv))
@@ -133,8 +145,10 @@ def finish(result: dict, plot_path: str | None, plot: Callable, table_md: Callab
 
 def pyplot():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -143,9 +157,13 @@ def set_threads(n: int) -> None:
     thread is 2-3× faster than two: the other tenants keep a core busy and OpenMP waits."""
     if n > 0:
         import torch
+
         torch.set_num_threads(n)
 
 
 def setup_logging(verbose: bool = True) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )

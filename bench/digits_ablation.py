@@ -8,6 +8,7 @@ be exported later without retraining.
     python -m bench.digits_ablation --data-dir /work/shared/data/mnist-10k --name digits_ablation \\
         --row "base=--hidden 128 --epochs 25 --augment" --row "elastic=--hidden 128 --epochs 25 --augment --elastic"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ def row_config(options: str):
     """The training.digits FitConfig that `fit-digits OPTIONS` would train."""
     from training.cli import OneLineParser
     from training.digits.cli import add_training_options, fit_config
+
     p = OneLineParser(prog="fit-digits")
     add_training_options(p)
     p.add_argument("--model", default="sinekan")
@@ -46,6 +48,7 @@ def load_digits(a: argparse.Namespace):
     setup_logging()
     set_threads(a.threads)
     from training.digits.idx import load_dataset
+
     return load_dataset(a.data_dir)
 
 
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = load_digits(a)
     from training.digits.checkpoints import save_checkpoint
     from training.digits.fit import train
+
     result = {"machine": machine(), "data_dir": a.data_dir, "rows": []}
     for spec in a.row:
         name, options = spec.split("=", 1)
@@ -64,17 +68,29 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         model, info = train(cfg, data)
         hist = info["history"]
-        row = {"name": name, "options": options, "val_accuracy": hist[-1]["val_accuracy"],
-               "val_loss": hist[-1].get("val_loss"),
-               "best_val_accuracy": max(h["val_accuracy"] for h in hist),
-               "best_epoch": max(hist, key=lambda h: h["val_accuracy"])["epoch"],
-               "seconds": round(time.perf_counter() - t0, 1), "seconds_per_epoch": info["seconds_per_epoch"],
-               "validation": info["validation"], "history": hist}
+        row = {
+            "name": name,
+            "options": options,
+            "val_accuracy": hist[-1]["val_accuracy"],
+            "val_loss": hist[-1].get("val_loss"),
+            "best_val_accuracy": max(h["val_accuracy"] for h in hist),
+            "best_epoch": max(hist, key=lambda h: h["val_accuracy"])["epoch"],
+            "seconds": round(time.perf_counter() - t0, 1),
+            "seconds_per_epoch": info["seconds_per_epoch"],
+            "validation": info["validation"],
+            "history": hist,
+        }
         if a.checkpoints:
             save_checkpoint(model, cfg, info, Path(a.checkpoints) / f"{name}.pt")
         result["rows"].append(row)
-        log.info("%s: val %.4f (best %.4f at epoch %d), %.0f s", name, row["val_accuracy"],
-                 row["best_val_accuracy"], row["best_epoch"], row["seconds"])
+        log.info(
+            "%s: val %.4f (best %.4f at epoch %d), %.0f s",
+            name,
+            row["val_accuracy"],
+            row["best_val_accuracy"],
+            row["best_epoch"],
+            row["seconds"],
+        )
         write_json(a.name, result)
     return result
 

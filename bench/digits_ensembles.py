@@ -8,6 +8,7 @@ and scored, accuracy and NLL. The test split is never read here.
     python -m bench.digits_ensembles --data-dir /work/shared/data/mnist-10k --name digits_ensembles \\
         --candidate "s0=ckpt/a.pt" --candidate "mean3=ckpt/a.pt,ckpt/b.pt,ckpt/c.pt"
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,6 +23,7 @@ def score(paths: list[Path], train_split, fp16_weights: bool = False) -> dict:
     from training.digits.checkpoints import LogitMean, load_checkpoint
     from training.digits.fit import evaluate
     from training.digits.validation import stratified_split
+
     loaded = [load_checkpoint(p) for p in paths]
     hashes = {info["validation"]["indices_sha256"] for _, _, info in loaded}
     if len(hashes) != 1:
@@ -34,10 +36,18 @@ def score(paths: list[Path], train_split, fp16_weights: bool = False) -> dict:
     model = models[0] if len(models) == 1 else LogitMean(models).eval()
     if fp16_weights:
         from training.fp16 import round_weights_fp16
+
         round_weights_fp16(model)
     got = evaluate(model, val)
-    return {"checkpoints": [str(p) for p in paths], "members": len(models), "val_seed": cfg.val_seed,
-            "val_size": val_info["size"], "fp16_weights": fp16_weights, "val_accuracy": got["test_accuracy"], "val_loss": got["test_loss"]}
+    return {
+        "checkpoints": [str(p) for p in paths],
+        "members": len(models),
+        "val_seed": cfg.val_seed,
+        "val_size": val_info["size"],
+        "fp16_weights": fp16_weights,
+        "val_accuracy": got["test_accuracy"],
+        "val_loss": got["test_loss"],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:

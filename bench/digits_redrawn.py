@@ -8,6 +8,7 @@ port, POST /v1/models/NAME/classify, 32 files per request. The raw accuracy is t
 
     python -m bench.digits_redrawn --data-dir /work/shared/data/mnist-10k --models models
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ BATCH = 32
 def redraw(digit: np.ndarray, rng: np.random.Generator):
     """uint8 [28, 28] white-on-black → a PIL page, dark ink on light paper."""
     from PIL import Image
+
     page_w, page_h = int(rng.integers(120, 400)), int(rng.integers(120, 400))
     size = int(rng.integers(40, min(page_w, page_h) + 1))
     ink = Image.fromarray(digit).resize((size, size), Image.BICUBIC)
@@ -31,8 +33,8 @@ def redraw(digit: np.ndarray, rng: np.random.Generator):
     page = np.full((page_h, page_w), paper, np.float32) + rng.normal(0, 4, (page_h, page_w))
     x, y = int(rng.integers(0, page_w - size + 1)), int(rng.integers(0, page_h - size + 1))
     darkness = rng.uniform(0.75, 1.0)
-    patch = page[y:y + size, x:x + size]
-    page[y:y + size, x:x + size] = patch * (1 - darkness * np.asarray(ink, np.float32) / 255.0)
+    patch = page[y : y + size, x : x + size]
+    page[y : y + size, x : x + size] = patch * (1 - darkness * np.asarray(ink, np.float32) / 255.0)
     return Image.fromarray(np.clip(page, 0, 255).astype(np.uint8))
 
 
@@ -44,7 +46,9 @@ def png(img) -> bytes:
 
 def main(argv: list[str] | None = None) -> dict:
     import httpx
+
     from training.digits.idx import load_dataset
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--models", default=str(ROOT / "models"))
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--name", default="digits_redrawn")
     a = ap.parse_args(argv)
     test = load_dataset(a.data_dir).test
-    images, labels = (test.images[:a.limit], test.labels[:a.limit]) if a.limit else (test.images, test.labels)
+    images, labels = (test.images[: a.limit], test.labels[: a.limit]) if a.limit else (test.images, test.labels)
     sess = ort_session(f"{a.models}/{a.model}/1/model.onnx", threads=1)
     raw = sess.run(["probabilities"], {"images": images[:, None].astype(np.float32) / 255.0})[0].argmax(1)
     rng = np.random.default_rng(a.seed)
@@ -64,16 +68,23 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         meta = httpx.get(f"{url}/v1/models/{a.model}", timeout=10).json()
         for i in range(0, len(images), BATCH):
-            files = [("files", (f"d{i + j}.png", png(redraw(im, rng)), "image/png"))
-                     for j, im in enumerate(images[i:i + BATCH])]
+            files = [
+                ("files", (f"d{i + j}.png", png(redraw(im, rng)), "image/png"))
+                for j, im in enumerate(images[i : i + BATCH])
+            ]
             r = httpx.post(f"{url}/v1/models/{a.model}/classify", files=files, timeout=60)
             r.raise_for_status()
             preds += [p["label"] for p in r.json()["predictions"]]
     finally:
         server.stop()
-    result = {"machine": machine(), "model": a.model, "status": meta.get("status"), "samples": len(labels),
-              "raw_accuracy": round(float((raw == labels).mean()), 5),
-              "redrawn_accuracy": round(float((np.asarray(preds) == labels).mean()), 5)}
+    result = {
+        "machine": machine(),
+        "model": a.model,
+        "status": meta.get("status"),
+        "samples": len(labels),
+        "raw_accuracy": round(float((raw == labels).mean()), 5),
+        "redrawn_accuracy": round(float((np.asarray(preds) == labels).mean()), 5),
+    }
     log.info("%s", result)
     write_json(a.name, result)
     return result

@@ -9,6 +9,7 @@ Target: the small render ≤ 3× its idle latency with `tiles`.
 
     python -m bench.fairness                      # 4096² big renders, 256² small, 5 small renders
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,22 @@ log = logging.getLogger("bench.fairness")
 
 def small_latency(url: str, size: int, i: int, timeout: float) -> float:
     start = time.perf_counter()
-    r = httpx.get(f"{url}/v1/models/astronaut/render", params={"width": size, "height": size, "rotate": i},
-                  timeout=timeout)
+    r = httpx.get(
+        f"{url}/v1/models/astronaut/render", params={"width": size, "height": size, "rotate": i}, timeout=timeout
+    )
     r.raise_for_status()
     return time.perf_counter() - start
 
 
 def run_mode(mode: str, args) -> dict:
-    env = {"INR_RENDER_CACHE_BYTES": "0", "INR_RENDER_TIMEOUT_S": "3600", "INR_QUEUE_TIMEOUT_S": "3600",
-           "INR_THREADS": str(args.threads), "INR_RENDER_WORKERS": str(args.workers),
-           "INR_RENDER_CONCURRENCY": "2" if mode == "whole" else "4"}
+    env = {
+        "INR_RENDER_CACHE_BYTES": "0",
+        "INR_RENDER_TIMEOUT_S": "3600",
+        "INR_QUEUE_TIMEOUT_S": "3600",
+        "INR_THREADS": str(args.threads),
+        "INR_RENDER_WORKERS": str(args.workers),
+        "INR_RENDER_CONCURRENCY": "2" if mode == "whole" else "4",
+    }
     srv = Server(Path(args.models), mode, env).wait()
     try:
         for i in range(2):
@@ -47,8 +54,10 @@ def run_mode(mode: str, args) -> dict:
 
         def big(c: httpx.Client, k: int) -> None:
             try:
-                c.get(f"{srv.url}/v1/models/astronaut/render",
-                      params={"width": args.big, "height": args.big, "rotate": 0.5 + k})
+                c.get(
+                    f"{srv.url}/v1/models/astronaut/render",
+                    params={"width": args.big, "height": args.big, "rotate": 0.5 + k},
+                )
             except httpx.HTTPError:  # closed below: the server abandons the render
                 pass
 
@@ -69,10 +78,24 @@ def run_mode(mode: str, args) -> dict:
             c.close()
     finally:
         srv.stop()
-    row = {"mode": mode, "idle_s": idle, "loaded_s": loaded, "idle_median_s": median(idle),
-           "loaded_median_s": median(loaded), "ratio": median(loaded) / median(idle), "capped": capped}
-    log.info("%s: idle %.3f s, with two %d² renders %.3f s (%.1f×)%s", mode, row["idle_median_s"], args.big,
-             row["loaded_median_s"], row["ratio"], " (capped)" if capped else "")
+    row = {
+        "mode": mode,
+        "idle_s": idle,
+        "loaded_s": loaded,
+        "idle_median_s": median(idle),
+        "loaded_median_s": median(loaded),
+        "ratio": median(loaded) / median(idle),
+        "capped": capped,
+    }
+    log.info(
+        "%s: idle %.3f s, with two %d² renders %.3f s (%.1f×)%s",
+        mode,
+        row["idle_median_s"],
+        args.big,
+        row["loaded_median_s"],
+        row["ratio"],
+        " (capped)" if capped else "",
+    )
     return row
 
 

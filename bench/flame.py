@@ -8,6 +8,7 @@ The service (`python -m service`, one onnxruntime thread per model as in `bench.
 up, then for `--seconds` more while `py-spy record` samples the server at `--rate` Hz (idle samples left
 out, GIL holders and native frames as py-spy records them). Needs `wrk` and `py-spy` (pip).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,18 +45,38 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_wrk(server.url, load, args.clients, 1, tmp / "load.lua")
         result: dict = {}
-        t = threading.Thread(target=lambda: result.update(
-            run_wrk(server.url, load, args.clients, args.seconds + 2, tmp / "load.lua")))
+        t = threading.Thread(
+            target=lambda: result.update(run_wrk(server.url, load, args.clients, args.seconds + 2, tmp / "load.lua"))
+        )
         t.start()
         spy = Path(sys.executable).with_name("py-spy")
-        subprocess.run([str(spy), "record", "--pid", str(server.proc.pid), "--rate", str(args.rate), "--duration",
-                        str(args.seconds), "--format", args.format, "--output", str(args.out), "--nonblocking"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(spy),
+                "record",
+                "--pid",
+                str(server.proc.pid),
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.seconds),
+                "--format",
+                args.format,
+                "--output",
+                str(args.out),
+                "--nonblocking",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         t.join()
     finally:
         server.stop()
-    print(f"{w.label}, {args.clients} client(s): {result.get('rps', 0):.0f} req/s while sampled, "
-          f"load {os.getloadavg()[0]:.1f}; flame graph in {args.out}")
+    print(
+        f"{w.label}, {args.clients} client(s): {result.get('rps', 0):.0f} req/s while sampled, "
+        f"load {os.getloadavg()[0]:.1f}; flame graph in {args.out}"
+    )
     return 0
 
 

@@ -18,6 +18,7 @@ onnxruntime thread per model, as bench.peers does; rounds interleave the servers
     python -m bench.floor [--rounds 2] [--concurrency 1,8,32] [--duration 3] [--policies adaptive]
                           [--loads classify] [--baseline /tmp/floor-base] [--variant off:INR_INLINE_RUN_MS=0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,26 @@ class FloorServer(Server):
         self.name, self.port = "floor", free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "bench.floor_app:app", "--port", str(self.port), "--log-level", "error",
-             "--no-access-log", "--timeout-keep-alive", "90", "--http", "service.server.guards:HeaderTimeoutProtocol"],
-            cwd=ROOT, env={**os.environ, "BENCH_FLOOR_ANSWERS": str(answers)},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.floor_app:app",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+                "--no-access-log",
+                "--timeout-keep-alive",
+                "90",
+                "--http",
+                "service.server.guards:HeaderTimeoutProtocol",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "BENCH_FLOOR_ANSWERS": str(answers)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def wait(self, timeout: float = 60) -> "FloorServer":
         end = time.monotonic() + timeout
@@ -85,9 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", type=lambda t: t.split(","), default=list(POLICIES), help="adaptive,delay")
     p.add_argument("--loads", default="", help="only the workloads whose label contains this text")
     p.add_argument("--baseline", type=Path, help="a checkout of the service to run beside it as 'before'")
-    p.add_argument("--gap", type=float, default=0.0, help="seconds of rest after each server's run, so that its "
-                   "background work (a trace exporter's last batch) is not paid by the next one")
-    p.add_argument("--variant", action="append", default=[], help="NAME[@DIR]:K=V,...: the service (or the checkout in DIR) with these settings")
+    p.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        help="seconds of rest after each server's run, so that its "
+        "background work (a trace exporter's last batch) is not paid by the next one",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME[@DIR]:K=V,...: the service (or the checkout in DIR) with these settings",
+    )
     args = p.parse_args(argv)
     info = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-floor-"))
@@ -103,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     for v in args.variant:  # NAME[@DIR]:K=V,...: DIR runs another checkout with these settings
         name, _, pairs = v.partition(":")
         name, _, cwd = name.partition("@")
-        ours[name] = Server(args.models, name, {**env, **dict(kv.split("=", 1) for kv in pairs.split(","))},
-                            cwd=Path(cwd) if cwd else ROOT)
+        ours[name] = Server(
+            args.models,
+            name,
+            {**env, **dict(kv.split("=", 1) for kv in pairs.split(","))},
+            cwd=Path(cwd) if cwd else ROOT,
+        )
     servers: dict[str, Server] = dict(ours)
     rows, results = [], {}
     try:
@@ -116,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             body = tmp / f"{len(bodies)}.body"
             body.write_bytes(w.body)
             bodies[w.label] = Load(w.label, path, body, ctype=w.ctype, ihcl=w.ihcl)
-            r = httpx.post(next(iter(ours.values())).url + path, content=w.body, timeout=60,
-                           headers={"content-type": w.ctype, **({HEADER: w.ihcl} if w.ihcl else {})})
+            r = httpx.post(
+                next(iter(ours.values())).url + path,
+                content=w.body,
+                timeout=60,
+                headers={"content-type": w.ctype, **({HEADER: w.ihcl} if w.ihcl else {})},
+            )
             assert r.status_code == 200, r.text[:300]
             extra = {HEADER: r.headers[HEADER]} if HEADER in r.headers else {}
             answers[path] = (r.headers["content-type"], extra, base64.b64encode(r.content).decode())
@@ -136,14 +171,24 @@ def main(argv: list[str] | None = None) -> int:
                         r = wrk(s, load, c, args.duration * (2 if "coordinates" in w.label else 1), script)
                         results.setdefault((w.label, c, name), []).append(r)
                         time.sleep(args.gap)
-                        print(f"{w.label} c={c} {name}: {r['rps']:.0f} req/s p50 {r['p50_ms']:.2f} ms "
-                              f"{r['cpu_ms_per_req']:.3f} CPU ms/req errors {r['errors']} "
-                              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                        print(
+                            f"{w.label} c={c} {name}: {r['rps']:.0f} req/s p50 {r['p50_ms']:.2f} ms "
+                            f"{r['cpu_ms_per_req']:.3f} CPU ms/req errors {r['errors']} "
+                            f"(load {os.getloadavg()[0]:.1f})",
+                            flush=True,
+                        )
         for (label, c, name), rs in results.items():
-            rows.append({"load": label, "clients": c, "server": name, **summary(rs),
-                         "model_cpu_ms": median([m[0] for m in model[label]]),
-                         "model_wall_ms": median([m[1] for m in model[label]]),
-                         "model_cpu_ms_rounds": [round(m[0], 3) for m in model[label]]})
+            rows.append(
+                {
+                    "load": label,
+                    "clients": c,
+                    "server": name,
+                    **summary(rs),
+                    "model_cpu_ms": median([m[0] for m in model[label]]),
+                    "model_wall_ms": median([m[1] for m in model[label]]),
+                    "model_cpu_ms_rounds": [round(m[0], 3) for m in model[label]],
+                }
+            )
     finally:
         for s in servers.values():
             s.stop()
@@ -160,14 +205,18 @@ def table(rows: list[dict]) -> str:
     by = {(r["load"], r["clients"], r["server"]): r for r in rows}
     names = [n for n in dict.fromkeys(r["server"] for r in rows) if n != "floor"]
     head = "".join(f" {n} req/s | {n} p50 ms | {n} CPU ms | {n} ours | {n} ÷ model |" for n in names)
-    lines = [f"| workload | clients | model CPU ms | floor CPU ms | floor req/s |{head}",
-             "|---|---:|---:|---:|---:|" + "---:|" * 5 * len(names)]
+    lines = [
+        f"| workload | clients | model CPU ms | floor CPU ms | floor req/s |{head}",
+        "|---|---:|---:|---:|---:|" + "---:|" * 5 * len(names),
+    ]
     for label, c in sorted({k[:2] for k in by}, key=lambda k: (k[0], k[1])):
         f = by[(label, c, "floor")]
         m = f["model_cpu_ms"]
-        cells = "".join(f" {a['rps']:.0f} | {a['p50_ms']:.2f} | {a['cpu_ms_per_req']:.3f} | "
-                        f"{a['cpu_ms_per_req'] - m - f['cpu_ms_per_req']:.3f} | {a['cpu_ms_per_req'] / m:.2f}× |"
-                        for a in (by[(label, c, n)] for n in names))
+        cells = "".join(
+            f" {a['rps']:.0f} | {a['p50_ms']:.2f} | {a['cpu_ms_per_req']:.3f} | "
+            f"{a['cpu_ms_per_req'] - m - f['cpu_ms_per_req']:.3f} | {a['cpu_ms_per_req'] / m:.2f}× |"
+            for a in (by[(label, c, n)] for n in names)
+        )
         lines.append(f"| {label} | {c} | {m:.3f} | {f['cpu_ms_per_req']:.3f} | {f['rps']:.0f} |{cells}")
     return "\n".join(lines)
 

@@ -3,8 +3,10 @@ service's header-timeout protocol, keep-alive 90 s), answering every POST with a
 the same size and type as the service's answer to it, after reading the request body. What no
 Python server on uvicorn can go below; `bench.floor` reports the service's CPU per request above it.
 
-    BENCH_FLOOR_ANSWERS=answers.json python -m uvicorn bench.floor_app:app --http service.server.guards:HeaderTimeoutProtocol
+    BENCH_FLOOR_ANSWERS=answers.json python -m uvicorn bench.floor_app:app --http \
+        service.server.guards:HeaderTimeoutProtocol
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,6 +29,11 @@ async def app(scope, receive, send) -> None:
         message = await receive()
         more = message.get("more_body", False)
     body, headers = ANSWERS.get(scope["path"], (b'{"status":"live"}', [(b"content-type", b"application/json")]))
-    await send({"type": "http.response.start", "status": 200,
-                "headers": headers + [(b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": headers + [(b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

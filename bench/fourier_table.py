@@ -10,6 +10,7 @@ the Gaussian MLP's 263k).
 The full protocol is the default:  python -m bench.fourier_table
 A scaled run:                      python -m bench.fourier_table --size 128 --steps 400 ...
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,12 +20,25 @@ import numpy as np
 
 from commandline import OneLineParser
 from training.fit_image import evaluate, train
+from training.image_models import count_parameters
 from training.images import load_image
 
-from training.image_models import count_parameters
-
-from .common import (IMG, finish, fit_image_config, log, machine, mean_std, median, named_options, ort_session,
-                     pyplot, set_threads, setup_logging, time_calls, write_json)
+from .common import (
+    IMG,
+    finish,
+    fit_image_config,
+    log,
+    machine,
+    mean_std,
+    median,
+    named_options,
+    ort_session,
+    pyplot,
+    set_threads,
+    setup_logging,
+    time_calls,
+    write_json,
+)
 
 PHOTOS = ("astronaut", "camera", "coffee", "chelsea", "rocket", "cat")
 TEXTS = ("text", "text-fourier", "text-sinekan")
@@ -40,25 +54,81 @@ SINEKAN_WIDTH = 128
 #                      chosen on the validation photos (coffee, rocket, cat), not the table's
 PAPER_GRID = ["--grid", "8", "--first-grid", "8", "--hidden-freq", "1"]
 SINEKAN_VARIANTS = {
-    "sinekan": ["--encoding", "none", "--width", str(SINEKAN_WIDTH), *PAPER_GRID, "--first-freq", "0",
-                "--sinekan-init", "paper"],
-    "sinekan-dense": ["--encoding", "none", "--width", "124", "--grid", "8", "--hidden-freq", "1", "--first-grid", "64",
-                      "--first-freq", "16", "--sinekan-init", "scaled"],
-    "sinekan-gaussian": ["--encoding", "gaussian", "--features", "64", "--width", "96", *PAPER_GRID,
-                         "--first-freq", "0", "--sinekan-init", "scaled"],
+    "sinekan": [
+        "--encoding",
+        "none",
+        "--width",
+        str(SINEKAN_WIDTH),
+        *PAPER_GRID,
+        "--first-freq",
+        "0",
+        "--sinekan-init",
+        "paper",
+    ],
+    "sinekan-dense": [
+        "--encoding",
+        "none",
+        "--width",
+        "124",
+        "--grid",
+        "8",
+        "--hidden-freq",
+        "1",
+        "--first-grid",
+        "64",
+        "--first-freq",
+        "16",
+        "--sinekan-init",
+        "scaled",
+    ],
+    "sinekan-gaussian": [
+        "--encoding",
+        "gaussian",
+        "--features",
+        "64",
+        "--width",
+        "96",
+        *PAPER_GRID,
+        "--first-freq",
+        "0",
+        "--sinekan-init",
+        "scaled",
+    ],
     "sinekan-projection": ["--scale", "3"],
 }
 RENDER_SAMPLES = 16384
 # Tancik et al. 2020, Table 1 (2D image regression, test PSNR in dB, mean over their images).
-PAPER = {"natural": {"none": 19.32, "basic": 21.72, "positional": 24.95, "gaussian": 25.57},
-         "text": {"none": 18.40, "basic": 20.48, "positional": 27.57, "gaussian": 30.47}}
+PAPER = {
+    "natural": {"none": 19.32, "basic": 21.72, "positional": 24.95, "gaussian": 25.57},
+    "text": {"none": 18.40, "basic": 20.48, "positional": 27.57, "gaussian": 30.47},
+}
 
 
 def fit_argv(image: str, encoding: str, a: argparse.Namespace, seed: int, scale: float) -> list[str]:
     """The fit-image arguments of one run of the protocol."""
-    argv = ["--image", image, "--size", str(a.size), "--steps", str(a.steps), "--lr", "1e-3",
-            "--schedule", "constant", "--batch-size", "0", "--depth", str(a.depth), "--protocol", "paper",
-            "--seed", str(seed), "--device", a.device, "--no-progress"]
+    argv = [
+        "--image",
+        image,
+        "--size",
+        str(a.size),
+        "--steps",
+        str(a.steps),
+        "--lr",
+        "1e-3",
+        "--schedule",
+        "constant",
+        "--batch-size",
+        "0",
+        "--depth",
+        str(a.depth),
+        "--protocol",
+        "paper",
+        "--seed",
+        str(seed),
+        "--device",
+        a.device,
+        "--no-progress",
+    ]
     if encoding in a.variants:  # --variant NAME=OPTIONS: fit-image options on top of the protocol
         return argv + ["--scale", f"{scale:g}", *a.variants[encoding]]
     if encoding in SINEKAN_VARIANTS:
@@ -69,7 +139,9 @@ def fit_argv(image: str, encoding: str, a: argparse.Namespace, seed: int, scale:
 def render_us_per_sample(model) -> float:
     """Median µs per coordinate under onnxruntime, 1 thread, one call of RENDER_SAMPLES coordinates."""
     import torch
+
     from training.export import export_onnx
+
     sess = ort_session(export_onnx(model, torch.rand(8, 2), "coords", ["rgb"]), threads=1)
     coords = np.random.default_rng(0).random((RENDER_SAMPLES, 2), dtype=np.float32)
     times = time_calls(lambda: sess.run(["rgb"], {"coords": coords}), repeats=5, min_seconds=0.5)
@@ -83,9 +155,15 @@ def run_one(argv: list[str], render: bool = False) -> dict:
     model, _ = train(cfg, img)
     seconds = time.perf_counter() - t0
     metrics, _ = evaluate(model, img, cfg.protocol)
-    row = {"train_psnr": metrics["train_psnr"], "test_psnr": metrics["test_psnr"], "ssim": metrics["ssim"],
-           "seconds": round(seconds, 2), "seconds_per_step": round(seconds / cfg.steps, 4),
-           "parameters": count_parameters(model), "argv": " ".join(argv)}
+    row = {
+        "train_psnr": metrics["train_psnr"],
+        "test_psnr": metrics["test_psnr"],
+        "ssim": metrics["ssim"],
+        "seconds": round(seconds, 2),
+        "seconds_per_step": round(seconds / cfg.steps, 4),
+        "parameters": count_parameters(model),
+        "argv": " ".join(argv),
+    }
     if render:
         row["render_us_per_sample"] = render_us_per_sample(model)
     return row
@@ -105,8 +183,9 @@ def summarise(runs: list[dict]) -> dict:
     out: dict = {}
     for r in runs:
         out.setdefault(r["set"], {}).setdefault(r["encoding"], []).append(r["test_psnr"])
-    return {s: {e: dict(zip(("mean", "std"), mean_std(v)), n=len(v)) for e, v in encs.items()}
-            for s, encs in out.items()}
+    return {
+        s: {e: dict(zip(("mean", "std"), mean_std(v)), n=len(v)) for e, v in encs.items()} for s, encs in out.items()
+    }
 
 
 def table_md(result: dict) -> str:
@@ -136,9 +215,10 @@ def plot(result: dict, path) -> None:
         means = [summ[s].get(e, {}).get("mean", np.nan) for e in encs]
         stds = [summ[s].get(e, {}).get("std", 0) for e in encs]
         ax.bar(xs, means, w, yerr=stds, capsize=3, label=f"{s} (ours)")
-        ax.plot(xs, [PAPER[s].get(e, np.nan) for e in encs], "k_", ms=14, mew=2,
-                label="paper" if i == 0 else None)
-    ax.set_xticks(np.arange(len(encs)), encs, rotation=15 if len(encs) > 4 else 0, ha="right" if len(encs) > 4 else "center")
+        ax.plot(xs, [PAPER[s].get(e, np.nan) for e in encs], "k_", ms=14, mew=2, label="paper" if i == 0 else None)
+    ax.set_xticks(
+        np.arange(len(encs)), encs, rotation=15 if len(encs) > 4 else 0, ha="right" if len(encs) > 4 else "center"
+    )
     ax.set_ylabel("test PSNR (dB)")
     ax.set_ylim(10, None)
     ax.set_title(f"{result['size']}², {result['steps']} steps, train [::2, ::2], test held-out")
@@ -164,9 +244,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--render", action="store_true", help="also time each model's render under onnxruntime")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
-                   help="an extra row: fit-image OPTIONS (e.g. '--model sinekan --scale 3') on top of the "
-                        "protocol's; repeatable, each NAME is added to --encodings")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=OPTIONS",
+        help="an extra row: fit-image OPTIONS (e.g. '--model sinekan --scale 3') on top of the "
+        "protocol's; repeatable, each NAME is added to --encodings",
+    )
     p.add_argument("--name", default="fourier_table", help="result file bench/results/NAME.json")
     p.add_argument("--out-dir", default=None)
     p.add_argument("--plot", default=str(IMG / "bench-fourier-table.png"))
@@ -177,8 +262,17 @@ def main(argv: list[str] | None = None) -> dict:
     sets = {"natural": [i for i in a.photos.split(",") if i], "text": [i for i in a.texts.split(",") if i]}
     a.variants = named_options(a.variant, p, "--variant")
     encs = [e for e in a.encodings.split(",") if e] + [n for n in a.variants if n not in a.encodings.split(",")]
-    result = {"machine": machine(), "size": a.size, "steps": a.steps, "depth": a.depth, "width": a.width,
-              "seeds": a.seeds, "encodings": encs, "images": sets, "runs": []}
+    result = {
+        "machine": machine(),
+        "size": a.size,
+        "steps": a.steps,
+        "depth": a.depth,
+        "width": a.width,
+        "seeds": a.seeds,
+        "encodings": encs,
+        "images": sets,
+        "runs": [],
+    }
     if len(a.sigmas) > 1:
         result["sigma"], result["sigma_sweep"] = sweep_sigma(a)
     else:

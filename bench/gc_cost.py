@@ -9,6 +9,7 @@ settings: service/server/heap.py's, or CPython's defaults before it).
 
     python -m bench.gc_cost --baseline ../before          # bench/results/gc_cost.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from .otlp import Receiver
 from .peers_loads import workloads
 from .serving import LUA, ROOT, Load, Server, machine, run_wrk, wrk
 
-HOOK = '''import gc, json, os, threading, time
+HOOK = """import gc, json, os, threading, time
 _start, _stats = {}, {"0": [0, 0.0], "1": [0, 0.0], "2": [0, 0.0]}
 def _timed(phase, info):
     g = str(info["generation"])
@@ -40,7 +41,7 @@ def _write():
 if os.environ.get("GC_COST_OUT"):
     gc.callbacks.append(_timed)
     threading.Thread(target=_write, daemon=True).start()
-'''
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,19 +59,29 @@ def main(argv: list[str] | None = None) -> int:
     (tmp / "body").write_bytes(w.body)
     load = Load(w.label, w.paths["inr"], tmp / "body", ctype=w.ctype, ihcl=w.ihcl)
     receiver = Receiver().start()
-    otlp = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.grpc_url}
-    ways = {"off": {}, "not sampled": {**otlp, "OTEL_TRACES_SAMPLER": "always_off"},
-            "1 in 20": {**otlp, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.05"},
-            "every span": {**otlp, "OTEL_TRACES_SAMPLER": "always_on"}}
+    otlp = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.grpc_url,
+    }
+    ways = {
+        "off": {},
+        "not sampled": {**otlp, "OTEL_TRACES_SAMPLER": "always_off"},
+        "1 in 20": {**otlp, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.05"},
+        "every span": {**otlp, "OTEL_TRACES_SAMPLER": "always_on"},
+    }
     trees = {"this tree": ROOT, **({"baseline": a.baseline} if a.baseline else {})}
     rows = []
     try:
         for tree, cwd in trees.items():
             for way, env in ways.items():
                 stats = tmp / f"{len(rows)}.json"
-                srv = Server(ROOT / "models", way, {"INR_THREADS": "1", "PYTHONPATH": str(tmp / "hook"),
-                                                    "GC_COST_OUT": str(stats), **env}, cwd=cwd).wait()
+                srv = Server(
+                    ROOT / "models",
+                    way,
+                    {"INR_THREADS": "1", "PYTHONPATH": str(tmp / "hook"), "GC_COST_OUT": str(stats), **env},
+                    cwd=cwd,
+                ).wait()
                 try:
                     run_wrk(srv.url, load, a.clients, 1, tmp / "load.lua")  # warm-up
                     time.sleep(1.0)
@@ -81,20 +92,31 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     srv.stop()
                 n = r["rps"] * a.seconds
-                gens = {g: {"collections": after[g][0] - before[g][0],
-                            "ms": round((after[g][1] - before[g][1]) * 1e3, 1)} for g in after}
-                row = {"tree": tree, "way": way, "requests": round(n), "rps": round(r["rps"]),
-                       "cpu_ms_per_req": round(r["cpu_ms_per_req"], 3), "generations": gens,
-                       "gc_ms_per_req": round(sum(v["ms"] for v in gens.values()) / n, 4)}
+                gens = {
+                    g: {"collections": after[g][0] - before[g][0], "ms": round((after[g][1] - before[g][1]) * 1e3, 1)}
+                    for g in after
+                }
+                row = {
+                    "tree": tree,
+                    "way": way,
+                    "requests": round(n),
+                    "rps": round(r["rps"]),
+                    "cpu_ms_per_req": round(r["cpu_ms_per_req"], 3),
+                    "generations": gens,
+                    "gc_ms_per_req": round(sum(v["ms"] for v in gens.values()) / n, 4),
+                }
                 rows.append(row)
-                print(f"{tree:9s} {way:12s} {row['rps']:5d} req/s {row['cpu_ms_per_req']:.3f} CPU ms/req; "  # noqa: T201
-                      f"collections (gen 0/1/2) {'/'.join(str(v['collections']) for v in gens.values())} taking "
-                      f"{'/'.join(str(v['ms']) for v in gens.values())} ms: {row['gc_ms_per_req']:.3f} ms/req",
-                      flush=True)
+                print(
+                    f"{tree:9s} {way:12s} {row['rps']:5d} req/s {row['cpu_ms_per_req']:.3f} CPU ms/req; "  # noqa: T201
+                    f"collections (gen 0/1/2) {'/'.join(str(v['collections']) for v in gens.values())} taking "
+                    f"{'/'.join(str(v['ms']) for v in gens.values())} ms: {row['gc_ms_per_req']:.3f} ms/req",
+                    flush=True,
+                )
     finally:
         receiver.stop()
-    a.out.write_text(json.dumps({"machine": machine(), "seconds": a.seconds, "clients": a.clients, "rows": rows},
-                                indent=1))
+    a.out.write_text(
+        json.dumps({"machine": machine(), "seconds": a.seconds, "clients": a.clients, "rows": rows}, indent=1)
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ server of that kind goes below, as bench/floor_app.py is for HTTP.
 
 answers.json: {"MODEL ROWS": base64 of a serialised ModelInferResponse}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,21 @@ class GrpcFloor(Server):
     def __init__(self, answers: Path, sync: bool):
         self.name, self.grpc_port = "gRPC floor", free_port()
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "--port", str(self.grpc_port),
-                                      "--answers", str(answers), *(["--sync"] if sync else [])], cwd=ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.grpc_floor",
+                "--port",
+                str(self.grpc_port),
+                "--answers",
+                str(answers),
+                *(["--sync"] if sync else []),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def wait(self, timeout: float = 60) -> "GrpcFloor":
         with grpc.insecure_channel(self.grpc_url) as ch:
@@ -52,6 +65,7 @@ def floors(service: Server, workloads: dict[str, tuple]) -> list[tuple[str, str,
 
     from .floor import FloorServer
     from .peers_loads import HEADER
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-grpc-floor-"))
     http_answers, grpc_answers = {}, {}
     for model, name, shape in workloads.values():
@@ -74,9 +88,11 @@ def floors(service: Server, workloads: dict[str, tuple]) -> list[tuple[str, str,
         grpc_answers[f"{model} {shape[0]}"] = base64.b64encode(answer).decode()
     (tmp / "http.json").write_text(json.dumps(http_answers))
     (tmp / "grpc.json").write_text(json.dumps(grpc_answers))
-    return [("HTTP floor", "http", FloorServer(tmp / "http.json").wait()),
-            ("gRPC floor (aio)", "grpc", GrpcFloor(tmp / "grpc.json", False).wait()),
-            ("gRPC floor (sync)", "grpc", GrpcFloor(tmp / "grpc.json", True).wait())]
+    return [
+        ("HTTP floor", "http", FloorServer(tmp / "http.json").wait()),
+        ("gRPC floor (aio)", "grpc", GrpcFloor(tmp / "grpc.json", False).wait()),
+        ("gRPC floor (sync)", "grpc", GrpcFloor(tmp / "grpc.json", True).wait()),
+    ]
 
 
 def handler(answers: dict[str, bytes], sync: bool) -> grpc.GenericRpcHandler:
@@ -84,11 +100,14 @@ def handler(answers: dict[str, bytes], sync: bool) -> grpc.GenericRpcHandler:
         return answers[f"{request.model_name} {request.inputs[0].shape[0]}"]
 
     if sync:
+
         def infer(request, context):
             return answer(request)
     else:
+
         async def infer(request, context):
             return answer(request)
+
     method = grpc.unary_unary_rpc_method_handler(infer, request_deserializer=pb.ModelInferRequest.FromString)
     return grpc.method_handlers_generic_handler(SERVICE, {"ModelInfer": method})
 
@@ -118,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         await server.wait_for_termination()
 
     import uvloop
+
     uvloop.run(serve())
     return 0
 

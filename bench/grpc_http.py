@@ -19,6 +19,7 @@ server is measured in every round, in an order that rotates by round.
     python -m bench.grpc_http --workload "2,000 coordinates" --floor --variant inline0:INR_INLINE_RUN_MS=0
     python -m bench.grpc_http --cache               # response cache on and off
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,17 +36,21 @@ import numpy as np
 from .serving import Server
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = {"2,000 coordinates": ("astronaut", "coords", (2000, 2)),
-             "20,000 coordinates": ("astronaut", "coords", (20000, 2)),
-             "one digit": ("digits", "images", (1, 1, 28, 28))}
+WORKLOADS = {
+    "2,000 coordinates": ("astronaut", "coords", (2000, 2)),
+    "20,000 coordinates": ("astronaut", "coords", (20000, 2)),
+    "one digit": ("digits", "images", (1, 1, 28, 28)),
+}
 
 
-def client_loop(protocol: str, url: str, model: str, name: str, shape: tuple, fresh: bool, ready, window,
-                counts) -> None:
+def client_loop(
+    protocol: str, url: str, model: str, name: str, shape: tuple, fresh: bool, ready, window, counts
+) -> None:
     """Set up, wait for every client, then send until the window's end, counting the answers after its start.
     `fresh`: new random values every request."""
     import tritonclient.grpc as tg
     import tritonclient.http as th
+
     lib = tg if protocol == "grpc" else th
     c = lib.InferenceServerClient(url)
     rng = np.random.default_rng()
@@ -72,8 +77,10 @@ def measure(server: Server, protocol: str, workload: str, clients: int, duration
     model, name, shape = WORKLOADS[workload]
     url = server.grpc_url if protocol == "grpc" else server.url.removeprefix("http://")
     counts, ready, window = mp.Queue(), mp.Barrier(clients + 1), mp.Array("d", 2)
-    procs = [mp.Process(target=client_loop, args=(protocol, url, model, name, shape, fresh, ready, window, counts))
-             for _ in range(clients)]
+    procs = [
+        mp.Process(target=client_loop, args=(protocol, url, model, name, shape, fresh, ready, window, counts))
+        for _ in range(clients)
+    ]
     for p in procs:
         p.start()
     ready.wait(timeout=300)
@@ -89,8 +96,14 @@ def measure(server: Server, protocol: str, workload: str, clients: int, duration
     for p in procs:
         p.join(60)
     n, errors = sum(g[0] for g in got), sum(g[1] for g in got)
-    return {"protocol": protocol, "workload": workload, "clients": clients, "req_s": n / duration,
-            "cpu_ms": (cpu1 - cpu0) * 1e3 / max(n, 1), "errors": errors}
+    return {
+        "protocol": protocol,
+        "workload": workload,
+        "clients": clients,
+        "req_s": n / duration,
+        "cpu_ms": (cpu1 - cpu0) * 1e3 / max(n, 1),
+        "errors": errors,
+    }
 
 
 def median_rows(rounds: list[list[dict]]) -> list[dict]:
@@ -103,12 +116,16 @@ def median_rows(rounds: list[list[dict]]) -> list[dict]:
 
 def side_by_side(rows: list[dict], keys: list[str], a: str, b: str) -> str:
     """A markdown table of rows measured in pairs (a, b): req/s with server CPU ms per request, and b ÷ a."""
-    lines = [f"| workload | {' | '.join(keys)} | {a} req/s (CPU ms/req) | {b} req/s (CPU ms/req) | {b} ÷ {a} | errors |",
-             "|---|" + "---:|" * (len(keys) + 4)]
+    lines = [
+        f"| workload | {' | '.join(keys)} | {a} req/s (CPU ms/req) | {b} req/s (CPU ms/req) | {b} ÷ {a} | errors |",
+        "|---|" + "---:|" * (len(keys) + 4),
+    ]
     for x, y in zip(rows[::2], rows[1::2]):
-        lines.append(f"| {x['workload']} | {' | '.join(str(x[k]) for k in keys)} | {x['req_s']:.0f} ({x['cpu_ms']:.2f}) "
-                     f"| {y['req_s']:.0f} ({y['cpu_ms']:.2f}) | {y['req_s'] / x['req_s']:.2f}× | "
-                     f"{x['errors'] + y['errors']} |")
+        lines.append(
+            f"| {x['workload']} | {' | '.join(str(x[k]) for k in keys)} | {x['req_s']:.0f} ({x['cpu_ms']:.2f}) "
+            f"| {y['req_s']:.0f} ({y['cpu_ms']:.2f}) | {y['req_s'] / x['req_s']:.2f}× | "
+            f"{x['errors'] + y['errors']} |"
+        )
     return "\n".join(lines)
 
 
@@ -118,14 +135,16 @@ def wide(rows: list[dict], names: list[str]) -> str:
     lines = ["| workload | clients | " + " | ".join(names) + " | errors |", "|---|---:|" + "---:|" * (len(names) + 1)]
     for w, c in dict.fromkeys((r["workload"], r["clients"]) for r in rows):
         first = by[(w, c, names[0])]["req_s"] or 1
-        cells = [f"{x['req_s']:.0f} ({x['cpu_ms']:.2f}, {x['req_s'] / first:.2f}×)"
-                 for x in (by[(w, c, n)] for n in names)]
+        cells = [
+            f"{x['req_s']:.0f} ({x['cpu_ms']:.2f}, {x['req_s'] / first:.2f}×)" for x in (by[(w, c, n)] for n in names)
+        ]
         lines.append(f"| {w} | {c} | " + " | ".join(cells) + f" | {sum(by[(w, c, n)]['errors'] for n in names)} |")
     return "\n".join(lines)
 
 
 def protocols(args) -> str:
     from .grpc_floor import floors
+
     servers = {"": Server(args.models, "grpc-http", args=("--threads", "1"))}
     targets = [("HTTP binary", "", "http"), ("gRPC", "", "grpc")]
     if args.baseline:
@@ -148,12 +167,16 @@ def protocols(args) -> str:
         for rnd in range(args.rounds):
             for w in workloads:
                 for c in args.clients:
-                    order = targets[rnd % len(targets):] + targets[:rnd % len(targets)]
+                    order = targets[rnd % len(targets) :] + targets[: rnd % len(targets)]
                     for label, name, protocol in order:
                         r = measure(servers[name], protocol, w, c, args.duration)
                         results.setdefault((w, c, label), []).append(r)
-                        print(f"{w} c={c} {label}: {r['req_s']:.0f} req/s {r['cpu_ms']:.2f} CPU ms/req "  # noqa: T201
-                              f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+                        print(
+                            f"{w} c={c} {label}: {r['req_s']:.0f} req/s {r['cpu_ms']:.2f} CPU ms/req "  # noqa: T201
+                            f"(load {os.getloadavg()[0]:.1f})",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     finally:
         for s in servers.values():
             s.stop()
@@ -167,16 +190,25 @@ def cache(args) -> str:
         shutil.copytree(args.models / "astronaut", repo / "astronaut")
         cfg = repo / "astronaut" / "config.pbtxt"
         cfg.write_text(cfg.read_text() + "response_cache {\n  enable: true\n}\n")
-        servers = {"off": Server(args.models, "cache-off", args=("--threads", "1")).wait(),
-                   "on": Server(repo, "cache-on", args=("--threads", "1", "--cache-config",
-                                                        "local,size=268435456")).wait()}
+        servers = {
+            "off": Server(args.models, "cache-off", args=("--threads", "1")).wait(),
+            "on": Server(repo, "cache-on", args=("--threads", "1", "--cache-config", "local,size=268435456")).wait(),
+        }
         try:
             rounds = []
             for _ in range(args.rounds):
-                rounds.append([{**measure(servers[s], "http", w, c, args.duration, fresh),
-                                "requests": "never repeat" if fresh else "repeated"}
-                               for fresh in (False, True) for w in list(WORKLOADS)[:2] for c in args.clients
-                               for s in ("off", "on")])
+                rounds.append(
+                    [
+                        {
+                            **measure(servers[s], "http", w, c, args.duration, fresh),
+                            "requests": "never repeat" if fresh else "repeated",
+                        }
+                        for fresh in (False, True)
+                        for w in list(WORKLOADS)[:2]
+                        for c in args.clients
+                        for s in ("off", "on")
+                    ]
+                )
         finally:
             for s in servers.values():
                 s.stop()

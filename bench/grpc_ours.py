@@ -8,6 +8,7 @@ The app is built by `create_app` on the bundled models with one onnxruntime thre
 call runs on the event loop as a lone request does (the run on the loop, service/engine/batching.py). Figures
 are CPU µs per call (time.process_time), the median of 9 batches, interleaved.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,7 @@ async def measure(app, workload: str, calls: int) -> dict[str, float]:
     from service.api.grpc.servicer import InferenceService, reader
     from service.api.v2.infer import infer, resolve
     from service.api.v2.tensors import parse_request
+
     state = app.state
     model_name, name, shape = WORKLOADS[workload]
     x = np.random.default_rng(0).random(shape, dtype=np.float32)
@@ -60,8 +62,9 @@ async def measure(app, workload: str, calls: int) -> dict[str, float]:
     async def http_call():
         state.drain.inflight += 1  # as DrainGuard counts it
         try:
-            return await infer(parse_request(body, str(size)), resolve(state.registry, model_name, None, True),
-                               state.dataplane)
+            return await infer(
+                parse_request(body, str(size)), resolve(state.registry, model_name, None, True), state.dataplane
+            )
         finally:
             state.drain.inflight -= 1
 
@@ -74,7 +77,7 @@ async def measure(app, workload: str, calls: int) -> dict[str, float]:
         for _ in range(50):
             await fn()
     for b in range(BATCHES):  # interleaved, in an order that rotates, so that each moment of the machine is shared
-        order = list(fns)[b % 3:] + list(fns)[:b % 3]
+        order = list(fns)[b % 3 :] + list(fns)[: b % 3]
         for label in order:
             c0 = time.process_time()
             for _ in range(calls // BATCHES):
@@ -87,15 +90,20 @@ async def measure(app, workload: str, calls: int) -> dict[str, float]:
 async def run(args) -> str:
     from service.app import create_app
     from service.settings import Settings
+
     app = create_app(Settings(models=args.models, grpc_port=0, threads=1, log_level="error"))
-    lines = ["| workload | model alone µs | HTTP route core µs (above the model) | gRPC servicer µs (above the model) |",
-             "|---|---:|---:|---:|"]
+    lines = [
+        "| workload | model alone µs | HTTP route core µs (above the model) | gRPC servicer µs (above the model) |",
+        "|---|---:|---:|---:|",
+    ]
     async with app.router.lifespan_context(app):
         for w in args.workload or ["2,000 coordinates", "one digit"]:
             r = await measure(app, w, args.calls)
             m = r["model alone"]
-            lines.append(f"| {w} | {m:.0f} | {r['HTTP route core']:.0f} ({r['HTTP route core'] - m:.0f}) | "
-                         f"{r['gRPC servicer']:.0f} ({r['gRPC servicer'] - m:.0f}) |")
+            lines.append(
+                f"| {w} | {m:.0f} | {r['HTTP route core']:.0f} ({r['HTTP route core'] - m:.0f}) | "
+                f"{r['gRPC servicer']:.0f} ({r['gRPC servicer'] - m:.0f}) |"
+            )
     return "\n".join(lines)
 
 

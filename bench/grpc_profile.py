@@ -12,6 +12,7 @@ The threads' CPU shows what runs beside the event loop (grpc's C-core "event_eng
 
 Needs `py-spy` (pip) beside the interpreter or on PATH.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,17 +31,28 @@ from .serving import ROOT, Server
 # (category, the frame's text contains this); the first match from the innermost frame outwards wins
 CATEGORIES = [
     ("model (onnxruntime)", "onnxruntime/"),
-    ("protobuf parse / serialise", "FromString"), ("protobuf parse / serialise", "SerializeToString"),
+    ("protobuf parse / serialise", "FromString"),
+    ("protobuf parse / serialise", "SerializeToString"),
     ("protobuf parse / serialise", "google/protobuf/"),
-    ("ours: gRPC servicer wrapper", "api/grpc/servicer.py"), ("ours: gRPC ↔ V2 conversion", "api/grpc/convert.py"),
-    ("ours: V2 checks and tensors", "api/v2/"), ("ours: dataplane and batching", "service/engine/"),
-    ("ours: metrics", "service/metrics.py"), ("prometheus_client", "prometheus_client/"),
-    ("ours: HTTP layers (server/, app)", "service/server/"), ("ours: HTTP layers (server/, app)", "service/app.py"),
-    ("Starlette / FastAPI", "starlette/"), ("Starlette / FastAPI", "fastapi/"),
-    ("uvicorn (the HTTP floor)", "uvicorn/"), ("uvicorn (the HTTP floor)", "httptools"),
-    ("grpc.aio (Python side of the call machinery)", "grpc/aio/"), ("grpc (sync server)", "grpc/_server.py"),
-    ("grpc (other)", "grpc/"), ("asyncio / threads", "asyncio/"), ("asyncio / threads", "threading.py"),
-    ("asyncio / threads", "concurrent/"), ("numpy", "numpy/"),
+    ("ours: gRPC servicer wrapper", "api/grpc/servicer.py"),
+    ("ours: gRPC ↔ V2 conversion", "api/grpc/convert.py"),
+    ("ours: V2 checks and tensors", "api/v2/"),
+    ("ours: dataplane and batching", "service/engine/"),
+    ("ours: metrics", "service/metrics.py"),
+    ("prometheus_client", "prometheus_client/"),
+    ("ours: HTTP layers (server/, app)", "service/server/"),
+    ("ours: HTTP layers (server/, app)", "service/app.py"),
+    ("Starlette / FastAPI", "starlette/"),
+    ("Starlette / FastAPI", "fastapi/"),
+    ("uvicorn (the HTTP floor)", "uvicorn/"),
+    ("uvicorn (the HTTP floor)", "httptools"),
+    ("grpc.aio (Python side of the call machinery)", "grpc/aio/"),
+    ("grpc (sync server)", "grpc/_server.py"),
+    ("grpc (other)", "grpc/"),
+    ("asyncio / threads", "asyncio/"),
+    ("asyncio / threads", "threading.py"),
+    ("asyncio / threads", "concurrent/"),
+    ("numpy", "numpy/"),
 ]
 
 
@@ -100,15 +112,33 @@ def main(argv: list[str] | None = None) -> int:
     raw = Path(tempfile.mkdtemp(prefix="bench-grpc-profile-")) / "stacks.txt"
     result: dict = {}
     try:
-        t = threading.Thread(target=lambda: result.update(
-            measure(server, args.protocol, args.workload, args.clients, args.seconds + 2)))
+        t = threading.Thread(
+            target=lambda: result.update(measure(server, args.protocol, args.workload, args.clients, args.seconds + 2))
+        )
         t.start()
         # measure() starts the clients, waits for each to connect and make a call, then warms up for 1 s
         threading.Event().wait(4)
         before = thread_cpu(server.proc.pid)
-        subprocess.run([py_spy(), "record", "--pid", str(server.proc.pid), "--rate", str(args.rate), "--duration",
-                        str(args.seconds), "--format", "raw", "--output", str(raw), "--nonblocking"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                py_spy(),
+                "record",
+                "--pid",
+                str(server.proc.pid),
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.seconds),
+                "--format",
+                "raw",
+                "--output",
+                str(raw),
+                "--nonblocking",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         after = thread_cpu(server.proc.pid)
         t.join()
     finally:
@@ -119,13 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     samples = summarise(text)
     total = sum(samples.values()) or 1
     n = result.get("req_s", 0) * (args.seconds + 2)
-    lines = [f"{args.protocol}, {args.workload}, {args.clients} client(s), env {env or '-'}: "
-             f"{result.get('req_s', 0):.0f} req/s, server CPU {result.get('cpu_ms', 0):.2f} ms/req, "
-             f"load {os.getloadavg()[0]:.1f}", "", "| where (innermost frame) | share of samples |", "|---|---:|"]
+    lines = [
+        f"{args.protocol}, {args.workload}, {args.clients} client(s), env {env or '-'}: "
+        f"{result.get('req_s', 0):.0f} req/s, server CPU {result.get('cpu_ms', 0):.2f} ms/req, "
+        f"load {os.getloadavg()[0]:.1f}",
+        "",
+        "| where (innermost frame) | share of samples |",
+        "|---|---:|",
+    ]
     lines += [f"| {k} | {v / total:.1%} |" for k, v in samples.most_common()]
     lines += ["", "| server thread | CPU s while sampled |", "|---|---:|"]
-    lines += [f"| {k} | {after[k] - before.get(k, 0):.2f} |" for k in sorted(after, key=lambda k: before.get(k, 0)
-                                                                           - after[k]) if after[k] > before.get(k, 0)]
+    lines += [
+        f"| {k} | {after[k] - before.get(k, 0):.2f} |"
+        for k in sorted(after, key=lambda k: before.get(k, 0) - after[k])
+        if after[k] > before.get(k, 0)
+    ]
     print("\n".join(lines) + f"\n\n(about {n:.0f} requests in the client window)")  # noqa: T201
     return 0
 

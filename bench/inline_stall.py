@@ -9,11 +9,11 @@ the queries' req/s and server CPU per query, and the probes' latency (p50, p99, 
 
     python -m bench.inline_stall [--settings 0,2,10] [--rounds 3] [--duration 4] [--rate 50]
 """
+
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -67,36 +67,55 @@ def main(argv: list[str] | None = None) -> int:
     query, digit = w["v1 query, 2,000 coordinates"], w["v1 classify, JSON"]
     (tmp / "query").write_bytes(query.body)
     load = Load(query.label, query.paths["inr"], tmp / "query", "POST", "application/json")
-    servers = {ms: Server(args.models, f"inline {ms} ms", {"INR_THREADS": "1", "INR_INLINE_RUN_MS": ms})
-               for ms in args.settings.split(",")}
+    servers = {
+        ms: Server(args.models, f"inline {ms} ms", {"INR_THREADS": "1", "INR_INLINE_RUN_MS": ms})
+        for ms in args.settings.split(",")
+    }
     results: dict[str, list[dict]] = {k: [] for k in servers}
     try:
         for s in servers.values():
             s.wait()
         for r in range(args.rounds):
-            for ms in (list(servers)[r % len(servers):] + list(servers)[:r % len(servers)]):
+            for ms in list(servers)[r % len(servers) :] + list(servers)[: r % len(servers)]:
                 s, stop, got = servers[ms], threading.Event(), {}
                 t = threading.Thread(target=lambda: got.update(probe(s.url, digit.body, args.rate, stop)))
                 t.start()
                 q = wrk(s, load, 1, args.duration, tmp / "load.lua")
                 stop.set()
                 t.join()
-                results[ms].append({"rps": q["rps"], "cpu_ms": q["cpu_ms_per_req"], "errors": q["errors"],
-                                    **{f"{k} {n}": pct(v, n) for k, v in got.items() for n in (50, 99, 100)}})
+                results[ms].append(
+                    {
+                        "rps": q["rps"],
+                        "cpu_ms": q["cpu_ms_per_req"],
+                        "errors": q["errors"],
+                        **{f"{k} {n}": pct(v, n) for k, v in got.items() for n in (50, 99, 100)},
+                    }
+                )
                 print(f"round {r + 1} INR_INLINE_RUN_MS={ms}: {json.dumps(results[ms][-1])}", flush=True)
     finally:
         for s in servers.values():
             s.stop()
     print(f"\n{machine()}\n")
     cols = ["rps", "cpu_ms", *[f"{k} {n}" for k in PROBES for n in (50, 99, 100)]]
-    print("| INR_INLINE_RUN_MS | query req/s | query CPU ms | " + " | ".join(
-        f"{k} {'max' if n == 100 else f'p{n}'} ms" for k in PROBES for n in (50, 99, 100)) + " |")
+    print(
+        "| INR_INLINE_RUN_MS | query req/s | query CPU ms | "
+        + " | ".join(f"{k} {'max' if n == 100 else f'p{n}'} ms" for k in PROBES for n in (50, 99, 100))
+        + " |"
+    )
     print("|---:" * (len(cols) + 1) + "|")
     for ms, rounds in results.items():
         print(f"| {ms} | " + " | ".join(f"{median([x[c] for x in rounds]):.2f}" for c in cols) + " |")
     if args.out:
-        args.out.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"models": str(args.models),
-                                        "out": str(args.out)}, "results": results}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "args": vars(args) | {"models": str(args.models), "out": str(args.out)},
+                    "results": results,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -5,7 +5,8 @@ Both servers serve the same model repository with 1 onnxruntime thread; bare onn
 same ONNX file with 1 thread in this process. For each size, each server answers sequential requests
 on one keep-alive connection (median wall time of several, rounds alternating between servers) and
 coordinates/s are compared with onnxruntime's, each against a bare run just before it, in wall time
-and in CPU time (the server's own CPU, its onnxruntime run included, against onnxruntime's). Then wrk loads 2,000-coordinate /v1/query requests and
+and in CPU time (the server's own CPU, its onnxruntime run included, against onnxruntime's). Then wrk loads
+2,000-coordinate /v1/query requests and
 the server's CPU milliseconds per request are compared with the model's own CPU time for 2,000
 coordinates.
 
@@ -14,6 +15,7 @@ coordinates.
 
 Needs `wrk` for the CPU part (Debian: apt-get install -y wrk). Results: bench/results/json_path.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,10 +44,23 @@ class TreeServer(Server):
     def __init__(self, models: Path, name: str, env: dict, tree: Path):
         self.name, self.port = name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "service", "--models", str(models), "--port",
-                                      str(self.port), "--log-level", "error"], cwd=tree,
-                                     env={**os.environ, **env, "PYTHONPATH": str(tree)},
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "service",
+                "--models",
+                str(models),
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+            ],
+            cwd=tree,
+            env={**os.environ, **env, "PYTHONPATH": str(tree)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
 
 def export_tree(ref: str, dest: Path) -> Path:
@@ -58,20 +73,34 @@ def requests_for(image: str, coords: np.ndarray) -> dict[str, tuple[str, bytes, 
     """Per protocol: path, body, headers."""
     x = coords.astype(np.float32)
     v2 = {"name": "coords", "datatype": "FP32", "shape": list(x.shape)}
-    head = json.dumps({"inputs": [{**v2, "parameters": {"binary_data_size": x.nbytes}}],
-                       "outputs": [{"name": "rgb", "parameters": {"binary_data": True}}]}).encode()
+    head = json.dumps(
+        {
+            "inputs": [{**v2, "parameters": {"binary_data_size": x.nbytes}}],
+            "outputs": [{"name": "rgb", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     return {
-        "v1 query JSON": (f"/v1/models/{image}/query", json.dumps({"coords": coords.tolist()}).encode(),
-                          {"content-type": "application/json"}),
-        "V2 JSON": (f"/v2/models/{image}/infer", json.dumps({"inputs": [{**v2, "data": x.ravel().tolist()}]}).encode(),
-                    {"content-type": "application/json"}),
-        "V2 binary": (f"/v2/models/{image}/infer", head + x.tobytes(),
-                      {"content-type": "application/octet-stream", "inference-header-content-length": str(len(head))}),
+        "v1 query JSON": (
+            f"/v1/models/{image}/query",
+            json.dumps({"coords": coords.tolist()}).encode(),
+            {"content-type": "application/json"},
+        ),
+        "V2 JSON": (
+            f"/v2/models/{image}/infer",
+            json.dumps({"inputs": [{**v2, "data": x.ravel().tolist()}]}).encode(),
+            {"content-type": "application/json"},
+        ),
+        "V2 binary": (
+            f"/v2/models/{image}/infer",
+            head + x.tobytes(),
+            {"content-type": "application/octet-stream", "inference-header-content-length": str(len(head))},
+        ),
     }
 
 
-def seq_request(server: Server, client: httpx.Client, path: str, body: bytes, headers: dict,
-                repeats: int) -> tuple[float, float]:
+def seq_request(
+    server: Server, client: httpx.Client, path: str, body: bytes, headers: dict, repeats: int
+) -> tuple[float, float]:
     """Median wall seconds of sequential requests, and the server's CPU seconds per request."""
     client.post(path, content=body, headers=headers).raise_for_status()  # warm-up
     times, cpu0, start = [], server.cpu_seconds(), time.perf_counter()
@@ -110,8 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", help="git ref of the tree to compare with (e.g. the commit before the fast path)")
     p.add_argument("--sizes", default="2000,20000,200000", help="coordinates per request")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=3, help="at least this many sequential requests (and 1.5 s) "
-                                                          "per size, server, protocol and round")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="at least this many sequential requests (and 1.5 s) per size, server, protocol and round",
+    )
     p.add_argument("--wrk-seconds", type=float, default=5.0)
     p.add_argument("--wrk-connections", type=int, default=8)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
@@ -127,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         servers = {"this tree": Server(args.models, "this tree", env)}
         if args.baseline:
-            servers[f"baseline {args.baseline}"] = TreeServer(args.models, "baseline", env,
-                                                              export_tree(args.baseline, Path(tmp)))
+            servers[f"baseline {args.baseline}"] = TreeServer(
+                args.models, "baseline", env, export_tree(args.baseline, Path(tmp))
+            )
         try:
             for s in servers.values():
                 s.wait()
@@ -139,8 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             for s in servers.values():
                 s.stop()
     info["load_after"] = os.getloadavg()[0]
-    result = {"machine": info, "command": "python -m bench.json_path " + " ".join(argv or sys.argv[1:]),
-              "model": image, "threads": 1, "sizes": rows, "wrk_2000": cpu_rows}
+    result = {
+        "machine": info,
+        "command": "python -m bench.json_path " + " ".join(argv or sys.argv[1:]),
+        "model": image,
+        "threads": 1,
+        "sizes": rows,
+        "wrk_2000": cpu_rows,
+    }
     write_json("json_path", result, args.out_dir)
     log.info("\n%s", table(result))
     return 0
@@ -158,12 +198,24 @@ def size_row(servers: dict, session, image: str, n: int, args) -> dict:
                     bare_wall, bare_cpu = model_seconds(session, coords, args.repeats)
                     wall, cpu = seq_request(s, c, path, body, headers, args.repeats)
                     samples.setdefault(f"{name} | {proto}", []).append((wall, cpu, bare_wall / wall, bare_cpu / cpu))
-    out = {key: {"ms": median([v[0] for v in vs]) * 1000, "cpu_ms": median([v[1] for v in vs]) * 1000,
-                 "mcoords_s": n / median([v[0] for v in vs]) / 1e6, "vs_bare": median([v[2] for v in vs]),
-                 "cpu_vs_bare": median([v[3] for v in vs])} for key, vs in samples.items()}
+    out = {
+        key: {
+            "ms": median([v[0] for v in vs]) * 1000,
+            "cpu_ms": median([v[1] for v in vs]) * 1000,
+            "mcoords_s": n / median([v[0] for v in vs]) / 1e6,
+            "vs_bare": median([v[2] for v in vs]),
+            "cpu_vs_bare": median([v[3] for v in vs]),
+        }
+        for key, vs in samples.items()
+    }
     bare_wall, bare_cpu = model_seconds(session, coords, args.repeats)
-    row = {"coords": n, "bare_ms": bare_wall * 1000, "bare_cpu_ms": bare_cpu * 1000,
-           "bare_mcoords_s": n / bare_wall / 1e6, "servers": out}
+    row = {
+        "coords": n,
+        "bare_ms": bare_wall * 1000,
+        "bare_cpu_ms": bare_cpu * 1000,
+        "bare_mcoords_s": n / bare_wall / 1e6,
+        "servers": out,
+    }
     log.info("%d coords: %s", n, json.dumps(row))
     return row
 
@@ -181,25 +233,45 @@ def wrk_cpu(servers: dict, session, image: str, args, tmp: Path) -> dict:
     for _ in range(args.rounds):
         for name, s in servers.items():
             runs.setdefault(name, []).append(wrk(s, load, args.wrk_connections, args.wrk_seconds, script))
-    return {"model_cpu_ms": model_cpu, "connections": args.wrk_connections, "servers": {
-        name: {"rps": median([r["rps"] for r in rs]), "cpu_ms_per_req": median([r["cpu_ms_per_req"] for r in rs]),
-               "vs_model": median([r["cpu_ms_per_req"] for r in rs]) / model_cpu,
-               "errors": sum(r["errors"] for r in rs)} for name, rs in runs.items()}}
+    return {
+        "model_cpu_ms": model_cpu,
+        "connections": args.wrk_connections,
+        "servers": {
+            name: {
+                "rps": median([r["rps"] for r in rs]),
+                "cpu_ms_per_req": median([r["cpu_ms_per_req"] for r in rs]),
+                "vs_model": median([r["cpu_ms_per_req"] for r in rs]) / model_cpu,
+                "errors": sum(r["errors"] for r in rs),
+            }
+            for name, rs in runs.items()
+        },
+    }
 
 
 def table(result: dict) -> str:
-    lines = ["| coords | server · protocol | ms / request | server CPU ms | coords/s × bare (wall) | × bare (CPU) |",
-             "|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        "| coords | server · protocol | ms / request | server CPU ms | coords/s × bare (wall) | × bare (CPU) |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
     for row in result["sizes"]:
-        lines.append(f"| {row['coords']:,} | bare onnxruntime, 1 thread | {row['bare_ms']:.1f} | "
-                     f"{row['bare_cpu_ms']:.1f} | 1.00 | 1.00 |")
+        lines.append(
+            f"| {row['coords']:,} | bare onnxruntime, 1 thread | {row['bare_ms']:.1f} | "
+            f"{row['bare_cpu_ms']:.1f} | 1.00 | 1.00 |"
+        )
         for key, v in row["servers"].items():
-            lines.append(f"| {row['coords']:,} | {key} | {v['ms']:.1f} | {v['cpu_ms']:.1f} | {v['vs_bare']:.2f} | "
-                         f"{v['cpu_vs_bare']:.2f} |")
+            lines.append(
+                f"| {row['coords']:,} | {key} | {v['ms']:.1f} | {v['cpu_ms']:.1f} | {v['vs_bare']:.2f} | "
+                f"{v['cpu_vs_bare']:.2f} |"
+            )
     w = result["wrk_2000"]
-    lines += ["", f"wrk, {w['connections']} connections, 2,000-coordinate /v1/query; the model's own CPU time "
-              f"for 2,000 coordinates: {w['model_cpu_ms']:.2f} ms", "",
-              "| server | req/s | server CPU ms / request | × model CPU | errors |", "|---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"wrk, {w['connections']} connections, 2,000-coordinate /v1/query; the model's own CPU time "
+        f"for 2,000 coordinates: {w['model_cpu_ms']:.2f} ms",
+        "",
+        "| server | req/s | server CPU ms / request | × model CPU | errors |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, v in w["servers"].items():
         lines.append(f"| {name} | {v['rps']:.0f} | {v['cpu_ms_per_req']:.2f} | {v['vs_model']:.2f} | {v['errors']} |")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ fraction of 1 is the photo itself: cells on the pixels.
 
     python -m bench.native_ceiling val.png kleiber.png seeding.png picos.png    # bench/results/native_ceiling.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ from training.encodings.grid_init import BASIS
 
 from .common import log, machine, setup_logging, write_json
 
-PAIRS = [(0.74, 0.74), (0.86, 0.86), (0.92, 0.92), (0.92, 0.47), (1.0, 0.5)]   # (luma, chroma) × native
+PAIRS = [(0.74, 0.74), (0.86, 0.86), (0.92, 0.92), (0.92, 0.47), (1.0, 0.5)]  # (luma, chroma) × native
 
 
 def resampled(channel: np.ndarray, fraction: float) -> np.ndarray:

@@ -11,6 +11,7 @@ native pixel, and JPEG and WebP of the photo at the same bytes.
 
     python -m bench.native_fit --image photo.jpg --budget 60 --presets grid,fourier --threads 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,20 @@ def codec_at(img: np.ndarray, fmt: str, target_bytes: int) -> dict:
 def run_preset(name: str, a: argparse.Namespace, extra: list[str]) -> dict:
     preset = PRESETS[name]
     size = ["--size", str(a.size)] if a.size else []
-    argv = ["--image", a.image, *size, "--protocol", a.protocol, "--device", a.device, "--no-progress",
-            "--steps", str(a.steps or preset["steps"]), *preset["argv"], *extra]
+    argv = [
+        "--image",
+        a.image,
+        *size,
+        "--protocol",
+        a.protocol,
+        "--device",
+        a.device,
+        "--no-progress",
+        "--steps",
+        str(a.steps or preset["steps"]),
+        *preset["argv"],
+        *extra,
+    ]
     cfg = fit_image_config(argv)
     img, source = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     h, w = img.shape[:2]
@@ -93,24 +106,48 @@ def run_preset(name: str, a: argparse.Namespace, extra: list[str]) -> dict:
         export_image_model(model, cfg, Path(tmp) / "m", source, metrics, history, full)
         files = sum(f.stat().st_size for f in (Path(tmp) / "m" / "1").glob("*.onnx"))
     # the fit's time: training (with its start) and the finish (rounding, a native level's refit)
-    row = {"preset": name, "argv": " ".join(argv), "width": w, "height": h, "train_seconds": round(clock.clock, 2),
-           "finish_seconds": round(finish_seconds, 2), "fit_seconds": round(clock.clock + finish_seconds, 2),
-           "steps": clock.steps, "curve": clock.curve, **metrics,
-           "best_step": history["best_step"], "model_bytes": files, "bytes_per_pixel": round(files / (w * h), 4)}
+    row = {
+        "preset": name,
+        "argv": " ".join(argv),
+        "width": w,
+        "height": h,
+        "train_seconds": round(clock.clock, 2),
+        "finish_seconds": round(finish_seconds, 2),
+        "fit_seconds": round(clock.clock + finish_seconds, 2),
+        "steps": clock.steps,
+        "curve": clock.curve,
+        **metrics,
+        "best_step": history["best_step"],
+        "model_bytes": files,
+        "bytes_per_pixel": round(files / (w * h), 4),
+    }
     row["codecs"] = [codec_at(img, fmt, files) for fmt in ("JPEG", "WEBP")]
-    log.info("%s: %.1f s, all pixels %.2f dB, held-out %s dB, %.3f B/px; %s", name, row["fit_seconds"],
-             metrics["full_psnr"], metrics.get("test_psnr"), row["bytes_per_pixel"], row["codecs"])
+    log.info(
+        "%s: %.1f s, all pixels %.2f dB, held-out %s dB, %.3f B/px; %s",
+        name,
+        row["fit_seconds"],
+        metrics["full_psnr"],
+        metrics.get("test_psnr"),
+        row["bytes_per_pixel"],
+        row["codecs"],
+    )
     return row
 
 
 def table_md(result: dict) -> str:
-    lines = ["| preset | W×H | fit s | steps | PSNR all px (dB) | held-out (dB) | B/px | JPEG same bytes | "
-             "WebP same bytes |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| preset | W×H | fit s | steps | PSNR all px (dB) | held-out (dB) | B/px | JPEG same bytes | "
+        "WebP same bytes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
         jpeg, webp = (f"{c['psnr']:.2f} (q{c['quality']})" if c["psnr"] else "–" for c in r["codecs"])
-        lines.append(f"| {r['preset']} | {r['width']}×{r['height']} | {r.get('fit_seconds', r['train_seconds']):.0f} | {r['steps']} | "
-                     f"{r['full_psnr']:.2f} | {r.get('test_psnr', '–')} | {r['bytes_per_pixel']:.3f} | {jpeg} | "
-                     f"{webp} |")
+        lines.append(
+            f"| {r['preset']} | {r['width']}×{r['height']} | {r.get('fit_seconds', r['train_seconds']):.0f} | "
+            f"{r['steps']} | "
+            f"{r['full_psnr']:.2f} | {r.get('test_psnr', '–')} | {r['bytes_per_pixel']:.3f} | {jpeg} | "
+            f"{webp} |"
+        )
     return "\n".join(lines)
 
 
@@ -128,18 +165,28 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--name", default="native_fit")
     p.add_argument("--out-dir", default=None)
-    p.add_argument("--backprojections", type=int, default=grid_init.BACKPROJECTIONS,
-                   help="back-projection steps per level of the grid start (default: the shipped %(default)s)")
+    p.add_argument(
+        "--backprojections",
+        type=int,
+        default=grid_init.BACKPROJECTIONS,
+        help="back-projection steps per level of the grid start (default: the shipped %(default)s)",
+    )
     a, extra = p.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     a.checkpoints = [float(t) for t in a.checkpoints.split(",") if t.strip()]
     setup_logging()
     set_threads(a.threads)
     grid_init.BACKPROJECTIONS = a.backprojections
-    result = {"machine": machine(), "image": a.image, "budget_s": a.budget, "threads": a.threads,
-              "backprojections": a.backprojections,
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": list(os.getloadavg()),
-              "rows": []}
+    result = {
+        "machine": machine(),
+        "image": a.image,
+        "budget_s": a.budget,
+        "threads": a.threads,
+        "backprojections": a.backprojections,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_before": list(os.getloadavg()),
+        "rows": [],
+    }
     for name in [n.strip() for n in a.presets.split(",") if n.strip()]:
         result["rows"].append(run_preset(name, a, extra))
         write_json(a.name, result, a.out_dir)

@@ -8,6 +8,7 @@ per pixel.
 
     python -m bench.native_plot bench/results/native_fit_*.json --out docs/img/native-fit-psnr-time.png
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,15 @@ def load(paths: list[str]) -> list[dict]:
     for p in paths:
         result = json.loads(Path(p).read_text())
         for row in result["rows"]:
-            rows.append({**row, "photo": Path(result["image"]).stem, "variant": variant(row), "budget": result["budget_s"],
-                         "load": (result.get("load_before", [None])[0], result.get("load_after", [None])[0])})
+            rows.append(
+                {
+                    **row,
+                    "photo": Path(result["image"]).stem,
+                    "variant": variant(row),
+                    "budget": result["budget_s"],
+                    "load": (result.get("load_before", [None])[0], result.get("load_after", [None])[0]),
+                }
+            )
     return rows
 
 
@@ -50,24 +58,32 @@ def medians(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["photo"], r["variant"], r["budget"])].append(r)
-    lines = ["| photo | W×H | variant | budget s | rounds | fit s | steps (about) | PSNR all px (median) | held-out | B/px | "
-             "JPEG / WebP same bytes |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| photo | W×H | variant | budget s | rounds | fit s | steps (about) | PSNR all px (median) | held-out "
+        "| B/px | JPEG / WebP same bytes |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for (photo, name, budget), rs in sorted(groups.items()):
-        med = lambda k: statistics.median(r[k] for r in rs if r.get(k) is not None)   # noqa: E731
+        med = lambda k: statistics.median(r[k] for r in rs if r.get(k) is not None)  # noqa: E731
         codecs = " / ".join(f"{c['psnr']:.2f}" if c.get("psnr") else "–" for c in rs[0]["codecs"])
         held = [r["test_psnr"] for r in rs if r.get("test_psnr") is not None]
         runs = ", ".join(f"{r['full_psnr']:.2f}" for r in rs)
         held_text = f"{statistics.median(held):.2f}" if held else "–"
-        lines.append(f"| {photo} | {rs[0]['width']}×{rs[0]['height']} | {name} | {budget:.0f} | {len(rs)} | {med(fit_key(rs)):.1f} "
-                     f"| {med('steps'):.0f} | **{med('full_psnr'):.2f}** ({runs}) | {held_text} "
-                     f"| {med('bytes_per_pixel'):.3f} | {codecs} |")
+        lines.append(
+            f"| {photo} | {rs[0]['width']}×{rs[0]['height']} | {name} | {budget:.0f} | {len(rs)} "
+            f"| {med(fit_key(rs)):.1f} "
+            f"| {med('steps'):.0f} | **{med('full_psnr'):.2f}** ({runs}) | {held_text} "
+            f"| {med('bytes_per_pixel'):.3f} | {codecs} |"
+        )
     return "\n".join(lines)
 
 
 def plot(rows: list[dict], out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     variants = sorted({r["variant"] for r in rows})
     photos = sorted({r["photo"] for r in rows})
     styles = ["-", "--", ":", "-."]
@@ -75,8 +91,15 @@ def plot(rows: list[dict], out: Path) -> None:
     for r in rows:
         pts = [(0.0, None)] + [(t, db) for _, t, db in r["curve"]] + [(r[fit_key([r])], r["full_psnr"])]
         xs, ys = zip(*[(t, db) for t, db in pts if db is not None])
-        ax.plot(xs, ys, styles[photos.index(r["photo"]) % 4], marker="o", ms=3,
-                color=f"C{variants.index(r['variant'])}", alpha=0.8)
+        ax.plot(
+            xs,
+            ys,
+            styles[photos.index(r["photo"]) % 4],
+            marker="o",
+            ms=3,
+            color=f"C{variants.index(r['variant'])}",
+            alpha=0.8,
+        )
     for i, v in enumerate(variants):
         ax.plot([], [], color=f"C{i}", label=v)
     for i, p in enumerate(photos):

@@ -4,6 +4,7 @@ and the refit with the native level rounded over its quantiles q … 1 − q for
 
     python -m bench.native_refit --image val.png          # bench/results/native_refit.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def main(argv: list[str] | None = None) -> dict:
     setup_logging()
     set_threads(a.threads)
     preset = PRESETS["grid"]
-    cfg = fit_image_config(["--image", a.image, "--protocol", "full", "--no-progress", "--steps", str(preset["steps"]),
-                            *preset["argv"]])
+    cfg = fit_image_config(
+        ["--image", a.image, "--protocol", "full", "--no-progress", "--steps", str(preset["steps"]), *preset["argv"]]
+    )
     img, _ = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     h, w = img.shape[:2]
     model, _ = train(cfg, img)

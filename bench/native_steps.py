@@ -7,6 +7,7 @@ full).
 
     python -m bench.native_steps --image val.png --steps 150 --every 50 -- --depth 2 --width 32 --lr 1e-3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,18 @@ def main(argv: list[str] | None = None) -> dict:
     a, extra = p.parse_known_args(argv)
     setup_logging()
     set_threads(a.threads)
-    argv = ["--image", a.image, "--protocol", "full", "--no-progress", "--steps", str(a.steps), "--encoding", "grid",
-            *[x for x in extra if x != "--"]]
+    argv = [
+        "--image",
+        a.image,
+        "--protocol",
+        "full",
+        "--no-progress",
+        "--steps",
+        str(a.steps),
+        "--encoding",
+        "grid",
+        *[x for x in extra if x != "--"],
+    ]
     cfg = fit_image_config(argv)
     img, _ = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     coords = pixel_centres(*img.shape[:2]).reshape(-1, 2)
@@ -47,8 +58,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     t = time.perf_counter()
     _, history = train(cfg, img, on_step=on_step, every=a.every)
-    result = {"machine": machine(), "argv": " ".join(argv), "curve": curve, "init_seconds": history["init_seconds"],
-              "wall_seconds": round(time.perf_counter() - t, 1), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    result = {
+        "machine": machine(),
+        "argv": " ".join(argv),
+        "curve": curve,
+        "init_seconds": history["init_seconds"],
+        "wall_seconds": round(time.perf_counter() - t, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     write_json(a.name, result)
     return result
 

@@ -1,7 +1,9 @@
-"""A real OTLP trace receiver for the tests and `bench.trace_cost`: the collector's protocol from `opentelemetry-proto`'s service
+"""A real OTLP trace receiver for the tests and `bench.trace_cost`: the collector's protocol from
+`opentelemetry-proto`'s service
 definitions, over gRPC (`TraceService/Export` on a grpc server) and over HTTP (`POST /v1/traces` with an
 `ExportTraceServiceRequest` protobuf body), on free ports. What it receives is kept as `Span`s, and
 `tree()` prints them as the trace's tree (docs/deployment.md shows one)."""
+
 from __future__ import annotations
 
 import threading
@@ -28,9 +30,9 @@ class Span:
     start_ns: int
     end_ns: int
     attributes: dict
-    links: list[tuple[str, str]]          # (trace id, span id)
+    links: list[tuple[str, str]]  # (trace id, span id)
     events: list[tuple[str, dict]] = field(default_factory=list)
-    status: int = 0                        # 2 = error
+    status: int = 0  # 2 = error
 
     @property
     def ms(self) -> float:
@@ -65,10 +67,22 @@ class Receiver:
             service = _attrs(rs.resource.attributes).get("service.name", "")
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    got.append(Span(s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), service,
-                                    s.kind, s.start_time_unix_nano, s.end_time_unix_nano, _attrs(s.attributes),
-                                    [(lk.trace_id.hex(), lk.span_id.hex()) for lk in s.links],
-                                    [(e.name, _attrs(e.attributes)) for e in s.events], s.status.code))
+                    got.append(
+                        Span(
+                            s.name,
+                            s.trace_id.hex(),
+                            s.span_id.hex(),
+                            s.parent_span_id.hex(),
+                            service,
+                            s.kind,
+                            s.start_time_unix_nano,
+                            s.end_time_unix_nano,
+                            _attrs(s.attributes),
+                            [(lk.trace_id.hex(), lk.span_id.hex()) for lk in s.links],
+                            [(e.name, _attrs(e.attributes)) for e in s.events],
+                            s.status.code,
+                        )
+                    )
         with self.lock:
             self.spans.extend(got)
             self.requests += 1
@@ -136,7 +150,9 @@ class Receiver:
                 return value
             time.sleep(0.1)
         names = sorted({s.name for s in self.spans})
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; received {len(self.spans)} spans: {names}")
+        raise AssertionError(
+            f"timed out after {timeout} s waiting for {what}; received {len(self.spans)} spans: {names}"
+        )
 
 
 def tree(spans: list[Span]) -> str:
@@ -150,8 +166,11 @@ def tree(spans: list[Span]) -> str:
 
     def walk(parent: str, depth: int) -> None:
         for s in children.get(parent, []):
-            attrs = " ".join(f"{k}={v}" for k, v in s.attributes.items() if k.startswith(("inr.", "http.route",
-                                                                                          "http.response", "rpc.")))
+            attrs = " ".join(
+                f"{k}={v}"
+                for k, v in s.attributes.items()
+                if k.startswith(("inr.", "http.route", "http.response", "rpc."))
+            )
             lines.append(f"{'  ' * depth}{s.name} [{s.service}] {s.ms:.1f} ms {attrs}".rstrip())
             for name, attributes in s.events:
                 lines.append(f"{'  ' * (depth + 2)}event {name} {attributes}")

@@ -15,6 +15,7 @@ The peers live in their own virtual environment (`pip install '.[peers]'` there;
 pydantic versions of their own), started with --peer-python. Needs `wrk` (apt-get install -y wrk).
 Results: bench/results/peers.json and a markdown table in the log.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ from .serving import LUA, Load, Server, free_port, machine, median, run_wrk, sum
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.peers")
 PEERS = ("kserve", "litserve", "bentoml")
-TITLES = {"inr": "here", "inr2": "here, 2 workers", "base": "here, --baseline", "kserve": "KServe",
-          "litserve": "LitServe", "bentoml": "BentoML"}
+TITLES = {
+    "inr": "here",
+    "inr2": "here, 2 workers",
+    "base": "here, --baseline",
+    "kserve": "KServe",
+    "litserve": "LitServe",
+    "bentoml": "BentoML",
+}
 PACKAGES = {"kserve": "kserve", "litserve": "litserve", "bentoml": "bentoml"}
 
 
@@ -50,9 +57,17 @@ class PeerServer(Server):
         self.url = f"http://127.0.0.1:{self.port}"
         grpc = str(free_port())  # ours: each its own gRPC port, so that two of ours can run at once
         self.cmd = [a.replace("{port}", str(self.port)).replace("{grpc_port}", grpc) for a in cmd]
-        with open(log_path, "wb") as out:  # `python -m` imports from its working directory first: ROOT's, or --baseline's
-            self.proc = subprocess.Popen(self.cmd, cwd=cwd, env={**os.environ, **env}, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+        with open(
+            log_path, "wb"
+        ) as out:  # `python -m` imports from its working directory first: ROOT's, or --baseline's
+            self.proc = subprocess.Popen(
+                self.cmd,
+                cwd=cwd,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def wait(self, timeout: float = 180) -> "PeerServer":
         end = time.monotonic() + timeout
@@ -84,34 +99,49 @@ class PeerServer(Server):
 def commands(args) -> dict[str, tuple[list[str], str]]:
     """Each server's command line ({port} filled in later) and its readiness path."""
     peer = [args.peer_python]
-    ours = [sys.executable, "-m", "service", "--models", str(args.models), "--port", "{port}", "--grpc-port",
-            "{grpc_port}", "--threads", str(args.threads), "--log-level", "error"]
+    ours = [
+        sys.executable,
+        "-m",
+        "service",
+        "--models",
+        str(args.models),
+        "--port",
+        "{port}",
+        "--grpc-port",
+        "{grpc_port}",
+        "--threads",
+        str(args.threads),
+        "--log-level",
+        "error",
+    ]
     return {
         "inr": (ours, "/health/ready"),
         "inr2": (ours + ["--workers", "2"], "/health/ready"),
         "base": (ours, "/health/ready"),  # run in --baseline's folder
         "kserve": (peer + ["-m", "bench.peers_kserve", "--port", "{port}"], "/v2/health/ready"),
         "litserve": (peer + ["-m", "bench.peers_litserve", "--port", "{port}"], "/health"),
-        "bentoml": (peer + ["-m", "bentoml", "serve", "bench.peers_bentoml:Peer", "--host", "127.0.0.1",
-                            "--port", "{port}"], "/readyz"),
+        "bentoml": (
+            peer + ["-m", "bentoml", "serve", "bench.peers_bentoml:Peer", "--host", "127.0.0.1", "--port", "{port}"],
+            "/readyz",
+        ),
     }
 
 
 def peer_versions(python: str, names: list[str]) -> dict[str, str]:
-    code = ("import importlib.metadata as m, json, sys; "
-            "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))")
+    code = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
     pkgs = [PACKAGES[n] for n in names if n in PACKAGES] + ["onnxruntime"]
     out = subprocess.run([python, "-c", code, *pkgs], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
-        raise RuntimeError(f"--peer-python {python} lacks {', '.join(pkgs)}: "
-                           f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise RuntimeError(
+            f"--peer-python {python} lacks {', '.join(pkgs)}: {(out.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     return json.loads(out.stdout)
 
 
 def simd_flags() -> list[str]:
     """The AVX flags lscpu reports (onnxruntime's kernels depend on them)."""
     out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    flags = next((l.split(":", 1)[1].split() for l in out.splitlines() if l.startswith("Flags:")), [])
+    flags = next((row.split(":", 1)[1].split() for row in out.splitlines() if row.startswith("Flags:")), [])
     return sorted(f for f in flags if f.startswith("avx"))
 
 
@@ -156,17 +186,29 @@ def measure(servers: dict[str, PeerServer], loads: list[Workload], args, script:
                 k = (rnd + i) % len(names)
                 for name in names[k:] + names[:k]:
                     s = servers[name]
-                    w = Load(load.label, load.paths[name], args.tmp / f"{id(load)}.body", ctype=load.ctype,
-                             ihcl=load.ihcl)
+                    w = Load(
+                        load.label, load.paths[name], args.tmp / f"{id(load)}.body", ctype=load.ctype, ihcl=load.ihcl
+                    )
                     if args.warmup:
                         run_wrk(s.url, w, c, args.warmup, script)
                         settle(s)
                     r = wrk(s, w, c, seconds, script)
                     settle(s)
                     r["load_avg"] = os.getloadavg()[0]
-                    log.info("round %d %s c=%d %s: %.0f req/s p50 %.1f ms p99 %.1f ms, %.2f CPU ms/req, errors %d "
-                             "(load %.1f)", rnd + 1, load.label, c, name, r["rps"], r["p50_ms"], r["p99_ms"],
-                             r["cpu_ms_per_req"], r["errors"], r["load_avg"])
+                    log.info(
+                        "round %d %s c=%d %s: %.0f req/s p50 %.1f ms p99 %.1f ms, %.2f CPU ms/req, errors %d "
+                        "(load %.1f)",
+                        rnd + 1,
+                        load.label,
+                        c,
+                        name,
+                        r["rps"],
+                        r["p50_ms"],
+                        r["p99_ms"],
+                        r["cpu_ms_per_req"],
+                        r["errors"],
+                        r["load_avg"],
+                    )
                     results.setdefault((load.label, c, name), []).append(r)
         save(rows_from(results, servers, loads, args.concurrency))
     return rows_from(results, servers, loads, args.concurrency)
@@ -179,9 +221,15 @@ def rows_from(results: dict[tuple, list], servers, loads: list[Workload], concur
             peers = [n for n in load.paths if n in servers and n in PEERS]
             for name in [n for n in load.paths if n in servers]:
                 rs = results[(load.label, c, name)]
-                row = {"load": load.label, "concurrency": c, "server": name, **summary(rs),
-                       "cores": median([r["rps"] * r["cpu_ms_per_req"] / 1000 for r in rs]),
-                       "model_cpu_ms": median(results[(load.label, "model")]), "max_abs_diff": load.checks[name]}
+                row = {
+                    "load": load.label,
+                    "concurrency": c,
+                    "server": name,
+                    **summary(rs),
+                    "cores": median([r["rps"] * r["cpu_ms_per_req"] / 1000 for r in rs]),
+                    "model_cpu_ms": median(results[(load.label, "model")]),
+                    "max_abs_diff": load.checks[name],
+                }
                 if name == "inr" and peers:  # per round: ours over the best peer of that round
                     best = [max(results[(load.label, c, p)][r]["rps"] for p in peers) for r in range(len(rs))]
                     ratios = [a["rps"] / b if b > 0 else float("inf") for a, b in zip(rs, best)]
@@ -193,13 +241,17 @@ def rows_from(results: dict[tuple, list], servers, loads: list[Workload], concur
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | clients | server | req/s | p50 ms | p99 ms | CPU ms/req | cores busy | here ÷ best peer |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| workload | clients | server | req/s | p50 ms | p99 ms | CPU ms/req | cores busy | here ÷ best peer |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         ratio = f"{r['ratio_best_peer']:.2f}× (target {r['target']:g}×)" if "ratio_best_peer" in r else ""
         errors = f" ({r['errors']} errors)" if r["errors"] else ""
-        lines.append(f"| {r['load']} | {r['concurrency']} | {TITLES[r['server']]} | {r['rps']:.0f}{errors} | "
-                     f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms_per_req']:.2f} | {r['cores']:.2f} | {ratio} |")
+        lines.append(
+            f"| {r['load']} | {r['concurrency']} | {TITLES[r['server']]} | {r['rps']:.0f}{errors} | "
+            f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['cpu_ms_per_req']:.2f} | {r['cores']:.2f} | {ratio} |"
+        )
     return "\n".join(lines)
 
 
@@ -209,8 +261,11 @@ def side_by_side(rows: list[dict]) -> str:
     cells: dict[tuple, dict] = {}
     for r in rows:
         cells.setdefault((r["load"], r["concurrency"]), {})[r["server"]] = r
-    lines = ["| workload | clients | " + " | ".join(TITLES[n] for n in names) + " | here ÷ best peer | target "
-             "| CPU: best peer ÷ here | model alone, CPU ms |", "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|"]
+    lines = [
+        "| workload | clients | " + " | ".join(TITLES[n] for n in names) + " | here ÷ best peer | target "
+        "| CPU: best peer ÷ here | model alone, CPU ms |",
+        "|---|---:|" + "---:|" * len(names) + "---:|---:|---:|---:|",
+    ]
     for (load, c), by in cells.items():
         vals = [f"{by[n]['rps']:.0f} ({by[n]['cpu_ms_per_req']:.1f})" if n in by else "–" for n in names]
         ours = by["inr"]
@@ -218,22 +273,33 @@ def side_by_side(rows: list[dict]) -> str:
         target = f"≥ {ours['target']:g}×" if "target" in ours else "–"
         peer_cpu = [r["cpu_ms_per_req"] for n, r in by.items() if n in PEERS]
         cpu = f"{min(peer_cpu) / ours['cpu_ms_per_req']:.2f}×" if peer_cpu else "–"
-        lines.append(f"| {load} | {c} | " + " | ".join(vals) + f" | {ratio} | {target} | {cpu} | "
-                     f"{ours['model_cpu_ms']:.2f} |")
+        lines.append(
+            f"| {load} | {c} | " + " | ".join(vals) + f" | {ratio} | {target} | {cpu} | {ours['model_cpu_ms']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def run(args) -> dict:
     names = args.servers
-    info = {**machine(), "simd": simd_flags(), "command": "python -m bench.peers " + " ".join(args.argv),
-            "load_avg_before": list(os.getloadavg()), "onnxruntime_threads": args.threads}
+    info = {
+        **machine(),
+        "simd": simd_flags(),
+        "command": "python -m bench.peers " + " ".join(args.argv),
+        "load_avg_before": list(os.getloadavg()),
+        "onnxruntime_threads": args.threads,
+    }
     peers = [n for n in names if n in PEERS]
     if peers:
         info["peer_versions"] = peer_versions(args.peer_python, peers)
     found = workloads(args.models, args.image, args.digits, args.coords)
     loads = [w for w in found if "inr" in names and any(n in names for n in w.paths)]
-    env = {"INR_PEER_MODELS": str(args.models.resolve()), "INR_PEER_THREADS": str(args.threads),
-           "OMP_NUM_THREADS": "1", "BENTOML_DO_NOT_TRACK": "True", "PYTHONUNBUFFERED": "1"}
+    env = {
+        "INR_PEER_MODELS": str(args.models.resolve()),
+        "INR_PEER_THREADS": str(args.threads),
+        "OMP_NUM_THREADS": "1",
+        "BENTOML_DO_NOT_TRACK": "True",
+        "PYTHONUNBUFFERED": "1",
+    }
     cmds, servers = commands(args), {}
     try:
         for n in names:
@@ -249,8 +315,13 @@ def run(args) -> dict:
                     diff = check(load, n, servers[n].url, args.atol)
                     log.info("%s on %s: matches onnxruntime, max abs diff %.2g", load.label, n, diff)
         info["idle_cpu_percent"] = idle_cpu(servers)
-        rows = measure(servers, loads, args, args.tmp / "bench.lua",
-                       lambda partial: write(args.out, {"machine": info, "rows": partial, "partial": True}))
+        rows = measure(
+            servers,
+            loads,
+            args,
+            args.tmp / "bench.lua",
+            lambda partial: write(args.out, {"machine": info, "rows": partial, "partial": True}),
+        )
     finally:
         for s in servers.values():
             s.stop()
@@ -268,16 +339,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", type=Path, default=ROOT / "models")
     p.add_argument("--image", default="astronaut", help="coords → rgb model in --models")
     p.add_argument("--digits", default="digits", help="digit classifier in --models")
-    p.add_argument("--servers", type=lambda t: t.split(","), default=["inr", *PEERS],
-                   help="inr (this service), inr2 (the same with 2 uvicorn workers), base (--baseline's), kserve, "
-                        "litserve, bentoml")
-    p.add_argument("--baseline", type=Path, help="another checkout of this project (e.g. `git worktree add DIR REV`), "
-                                                   "served as `base` with the same models")
+    p.add_argument(
+        "--servers",
+        type=lambda t: t.split(","),
+        default=["inr", *PEERS],
+        help="inr (this service), inr2 (the same with 2 uvicorn workers), base (--baseline's), kserve, "
+        "litserve, bentoml",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of this project (e.g. `git worktree add DIR REV`), "
+        "served as `base` with the same models",
+    )
     p.add_argument("--peer-python", default=sys.executable, help="the interpreter that has the peers installed")
     p.add_argument("--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8, 32])
     p.add_argument("--duration", type=int, default=3, help="seconds per wrk run (wrk takes whole seconds)")
-    p.add_argument("--coords-duration", type=int, default=6,
-                   help="seconds per wrk run of the coordinate workloads (32 of them in flight take seconds)")
+    p.add_argument(
+        "--coords-duration",
+        type=int,
+        default=6,
+        help="seconds per wrk run of the coordinate workloads (32 of them in flight take seconds)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="seconds of wrk before each timed run (0: none)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the table keeps medians")
     p.add_argument("--coords", type=int, default=2000, help="coordinates per query")
@@ -289,17 +372,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     unknown = [n for n in args.servers if n not in TITLES]
-    problem = (f"unknown server(s) {unknown}; choose from {', '.join(TITLES)}" if unknown else
-               "--servers must include inr (every ratio is against this service)" if "inr" not in args.servers else
-               "--servers base needs --baseline DIR, a checkout with service/" if "base" in args.servers and not
-               (args.baseline and (args.baseline / "service" / "__main__.py").is_file()) else
-               f"--peer-python {args.peer_python} is not a program" if shutil.which(args.peer_python) is None else
-               f"--models {args.models} has no {args.image}/1/model.onnx or {args.digits}/1/model.onnx"
-               if not all((args.models / m / "1" / "model.onnx").is_file() for m in (args.image, args.digits)) else
-               "--rounds, --duration and --coords must be positive"
-               if min(args.rounds, args.duration, args.coords_duration, args.coords, *args.concurrency) <= 0
-               or args.warmup < 0 else
-               "wrk is not installed (Debian: apt-get install -y wrk)" if shutil.which("wrk") is None else None)
+    problem = (
+        f"unknown server(s) {unknown}; choose from {', '.join(TITLES)}"
+        if unknown
+        else "--servers must include inr (every ratio is against this service)"
+        if "inr" not in args.servers
+        else "--servers base needs --baseline DIR, a checkout with service/"
+        if "base" in args.servers and not (args.baseline and (args.baseline / "service" / "__main__.py").is_file())
+        else f"--peer-python {args.peer_python} is not a program"
+        if shutil.which(args.peer_python) is None
+        else f"--models {args.models} has no {args.image}/1/model.onnx or {args.digits}/1/model.onnx"
+        if not all((args.models / m / "1" / "model.onnx").is_file() for m in (args.image, args.digits))
+        else "--rounds, --duration and --coords must be positive"
+        if min(args.rounds, args.duration, args.coords_duration, args.coords, *args.concurrency) <= 0 or args.warmup < 0
+        else "wrk is not installed (Debian: apt-get install -y wrk)"
+        if shutil.which("wrk") is None
+        else None
+    )
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         return 2

@@ -6,6 +6,7 @@ POST /classify takes `{"images": [...]}` and POST /query `{"coords": [[x, y], ..
 service's v1 API (BentoML reads each JSON field as the argument of that name, here as numpy arrays),
 and answer the same JSON. One worker, no access log.
 """
+
 from __future__ import annotations
 
 from typing import Annotated

@@ -7,6 +7,7 @@ Serves the Open Inference Protocol (V2) REST endpoints, JSON and binary tensors,
 no access or latency log lines. It listens on
 0.0.0.0 (KServe's RESTServer fixes the host); the benchmark talks to it on 127.0.0.1 only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,13 @@ class OnnxModel(kserve.Model):
         types = {o.name: DATATYPE[o.type] for o in self.session.get_outputs()}
         arrays = self.session.run(names, feeds)
         outputs = [InferOutput(n, list(a.shape), types[n], data=a) for n, a in zip(names, arrays)]
-        return InferResponse(payload.id or str(uuid.uuid4()), self.name, outputs, use_binary_outputs=payload.use_binary_outputs,
-                             requested_outputs=payload.request_outputs)
+        return InferResponse(
+            payload.id or str(uuid.uuid4()),
+            self.name,
+            outputs,
+            use_binary_outputs=payload.use_binary_outputs,
+            requested_outputs=payload.request_outputs,
+        )
 
 
 def main() -> None:

@@ -5,6 +5,7 @@
 POST /classify takes `{"images": [...]}` and POST /query `{"coords": [[x, y], ...]}`, the bodies of
 this service's v1 API, and answer the same JSON. One inference worker per API, on the CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,13 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.peers_litserve")
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args()
-    server = ls.LitServer([Endpoint("classify", "images"), Endpoint("query", "coords")], accelerator="cpu",
-                          devices=1, workers_per_device=1, track_requests=False)
+    server = ls.LitServer(
+        [Endpoint("classify", "images"), Endpoint("query", "coords")],
+        accelerator="cpu",
+        devices=1,
+        workers_per_device=1,
+        track_requests=False,
+    )
     server.run(host="127.0.0.1", port=args.port, log_level="warning", generate_client_file=False)
 
 

@@ -1,5 +1,6 @@
 """The workloads of `python -m bench.peers`: request bodies, where each server takes them, and how to read
 each server's answer back as an array to check it against onnxruntime before any timing."""
+
 from __future__ import annotations
 
 import json
@@ -19,31 +20,33 @@ HEADER = "Inference-Header-Content-Length"
 @dataclass
 class Workload:
     label: str
-    paths: dict[str, str]          # server name → URL path
+    paths: dict[str, str]  # server name → URL path
     body: bytes
-    reference: np.ndarray          # onnxruntime's answer for the body
+    reference: np.ndarray  # onnxruntime's answer for the body
     read: Callable[[httpx.Response], np.ndarray]
     ctype: str = "application/json"
-    ihcl: str = ""                 # Inference-Header-Content-Length of a binary V2 request
-    coordinates: bool = False      # a coordinate workload (the ≥ 2× target)
+    ihcl: str = ""  # Inference-Header-Content-Length of a binary V2 request
+    coordinates: bool = False  # a coordinate workload (the ≥ 2× target)
     bare: Callable[[], object] = lambda: None  # the model alone on the same input, in this process
     checks: dict[str, float] = field(default_factory=dict)  # server → max abs difference
 
 
 def v2_output(name: str) -> Callable[[httpx.Response], np.ndarray]:
     """The output tensor `name` of a V2 response, JSON data or binary after the JSON header."""
+
     def read(r: httpx.Response) -> np.ndarray:
         n = r.headers.get(HEADER)
-        head = json.loads(r.content[:int(n)] if n else r.content)
+        head = json.loads(r.content[: int(n)] if n else r.content)
         offset = int(n or 0)
         for out in head["outputs"]:
             size = (out.get("parameters") or {}).get("binary_data_size")
             if out["name"] == name:
                 if size is None:
                     return np.asarray(out["data"], dtype=np.float64).reshape(out["shape"])
-                return np.frombuffer(r.content[offset:offset + size], dtype=np.float32).reshape(out["shape"])
+                return np.frombuffer(r.content[offset : offset + size], dtype=np.float32).reshape(out["shape"])
             offset += size or 0
         raise ValueError(f"no output '{name}' in the answer")
+
     return read
 
 
@@ -56,14 +59,23 @@ def v1_probabilities(r: httpx.Response) -> np.ndarray:
 
 
 def v2_json(name: str, x: np.ndarray, output: str) -> bytes:
-    return json.dumps({"inputs": [{"name": name, "datatype": "FP32", "shape": list(x.shape),
-                                   "data": x.ravel().tolist()}], "outputs": [{"name": output}]}).encode()
+    return json.dumps(
+        {
+            "inputs": [{"name": name, "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}],
+            "outputs": [{"name": output}],
+        }
+    ).encode()
 
 
 def v2_binary(name: str, x: np.ndarray, output: str) -> tuple[bytes, str]:
-    head = json.dumps({"inputs": [{"name": name, "datatype": "FP32", "shape": list(x.shape),
-                                   "parameters": {"binary_data_size": x.nbytes}}],
-                       "outputs": [{"name": output, "parameters": {"binary_data": True}}]}).encode()
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": name, "datatype": "FP32", "shape": list(x.shape), "parameters": {"binary_data_size": x.nbytes}}
+            ],
+            "outputs": [{"name": output, "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     return head + x.tobytes(), str(len(head))
 
 
@@ -89,18 +101,51 @@ def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 
     binary, ihcl = v2_binary("coords", coords, "rgb")
     n = f"{n_coords:,}"
     return [
-        Workload(f"V2 JSON, {n} coordinates", {**ours(v2_image), "kserve": v2_image},
-                 v2_json("coords", coords, "rgb"), rgb, v2_output("rgb"), coordinates=True, bare=bare_rgb),
-        Workload(f"V2 binary, {n} coordinates", {**ours(v2_image), "kserve": v2_image}, binary, rgb,
-                 v2_output("rgb"), ctype="application/octet-stream", ihcl=ihcl, coordinates=True, bare=bare_rgb),
-        Workload("V2 classify, JSON", {**ours(v2_digits), "kserve": v2_digits},
-                 v2_json("images", img, "probabilities"), probs, v2_output("probabilities"), bare=bare_probs),
-        Workload("v1 classify, JSON", {**ours(f"/v1/models/{digits}/classify"), "litserve": "/classify",
-                                       "bentoml": "/classify"},
-                 json.dumps({"images": [img[0, 0].tolist()]}).encode(), probs, v1_probabilities, bare=bare_probs),
-        Workload(f"v1 query, {n} coordinates", {**ours(f"/v1/models/{image}/query"), "litserve": "/query",
-                                                "bentoml": "/query"},
-                 json.dumps({"coords": coords.tolist()}).encode(), rgb, v1_rgb, coordinates=True, bare=bare_rgb),
+        Workload(
+            f"V2 JSON, {n} coordinates",
+            {**ours(v2_image), "kserve": v2_image},
+            v2_json("coords", coords, "rgb"),
+            rgb,
+            v2_output("rgb"),
+            coordinates=True,
+            bare=bare_rgb,
+        ),
+        Workload(
+            f"V2 binary, {n} coordinates",
+            {**ours(v2_image), "kserve": v2_image},
+            binary,
+            rgb,
+            v2_output("rgb"),
+            ctype="application/octet-stream",
+            ihcl=ihcl,
+            coordinates=True,
+            bare=bare_rgb,
+        ),
+        Workload(
+            "V2 classify, JSON",
+            {**ours(v2_digits), "kserve": v2_digits},
+            v2_json("images", img, "probabilities"),
+            probs,
+            v2_output("probabilities"),
+            bare=bare_probs,
+        ),
+        Workload(
+            "v1 classify, JSON",
+            {**ours(f"/v1/models/{digits}/classify"), "litserve": "/classify", "bentoml": "/classify"},
+            json.dumps({"images": [img[0, 0].tolist()]}).encode(),
+            probs,
+            v1_probabilities,
+            bare=bare_probs,
+        ),
+        Workload(
+            f"v1 query, {n} coordinates",
+            {**ours(f"/v1/models/{image}/query"), "litserve": "/query", "bentoml": "/query"},
+            json.dumps({"coords": coords.tolist()}).encode(),
+            rgb,
+            v1_rgb,
+            coordinates=True,
+            bare=bare_rgb,
+        ),
     ]
 
 

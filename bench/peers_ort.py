@@ -4,6 +4,7 @@ Runs inside the peers' own virtual environment, so it needs numpy and onnxruntim
 no torch). The answers have the shape and the rounding of this service's v1 API
 (`{"predictions": [...]}`, `{"rgb": [...]}`, six decimals), so that every server writes the same bytes.
 """
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ and the plots in docs/img/ are left alone). The full commands are in docs/benchm
     python -m bench.quick                  # a few minutes
     python -m bench.quick --preset smoke   # seconds: what tests/bench runs
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,25 +18,76 @@ from .common import RESULTS, log, setup_logging
 
 PRESETS = {
     "quick": {
-        "fourier_table": ["--size", "48", "--steps", "150", "--photos", "astronaut,camera", "--texts", "text",
-                          "--sigmas", "2,5", "--threads", "1"],
-        "time_to_quality": ["--size", "48", "--rounds", "2", "--target", "30", "--threads", "1",
-                            "--variants", "paper,lr 5e-3 cosine 500,minibatch ¼ lr 5e-3 cosine 500"],
+        "fourier_table": [
+            "--size",
+            "48",
+            "--steps",
+            "150",
+            "--photos",
+            "astronaut,camera",
+            "--texts",
+            "text",
+            "--sigmas",
+            "2,5",
+            "--threads",
+            "1",
+        ],
+        "time_to_quality": [
+            "--size",
+            "48",
+            "--rounds",
+            "2",
+            "--target",
+            "30",
+            "--threads",
+            "1",
+            "--variants",
+            "paper,lr 5e-3 cosine 500,minibatch ¼ lr 5e-3 cosine 500",
+        ],
         "roofline": ["--batches", "4096", "--threads", "1", "--render-size", "256", "--repeats", "3"],
         "sinekan_speed": ["--hidden", "64;128,128", "--batches", "1,256", "--repeats", "3"],
     },
     "smoke": {
-        "fourier_table": ["--size", "16", "--steps", "4", "--photos", "astronaut", "--texts", "text",
-                          "--sigmas", "2,5", "--threads", "1"],
-        "time_to_quality": ["--size", "16", "--rounds", "2", "--target", "12", "--every", "2", "--threads", "1",
-                            "--max-steps", "20",
-                            "--variants", "paper,lr 5e-3 cosine 500"],
+        "fourier_table": [
+            "--size",
+            "16",
+            "--steps",
+            "4",
+            "--photos",
+            "astronaut",
+            "--texts",
+            "text",
+            "--sigmas",
+            "2,5",
+            "--threads",
+            "1",
+        ],
+        "time_to_quality": [
+            "--size",
+            "16",
+            "--rounds",
+            "2",
+            "--target",
+            "12",
+            "--every",
+            "2",
+            "--threads",
+            "1",
+            "--max-steps",
+            "20",
+            "--variants",
+            "paper,lr 5e-3 cosine 500",
+        ],
         "roofline": ["--batches", "256", "--threads", "1", "--render-size", "32", "--repeats", "1"],
         "sinekan_speed": ["--hidden", "8", "--batches", "1,8", "--repeats", "1"],
     },
 }
-BENCHES = {"fourier_table": fourier_table, "time_to_quality": time_to_quality, "roofline": roofline,
-           "sinekan_speed": sinekan_speed}
+BENCHES = {
+    "fourier_table": fourier_table,
+    "time_to_quality": time_to_quality,
+    "roofline": roofline,
+    "sinekan_speed": sinekan_speed,
+}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -14,6 +14,7 @@ Also: the separable render's max abs difference from the plain graph and from fl
 
     OMP_NUM_THREADS=1 python -m bench.separable          # 1024², 1 thread, 5 rounds
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ def make_repo(tmp: Path) -> Path:
         meta.pop("separable")
         (repo / name / "1" / "body.onnx").unlink()
         if name == "before":  # the ONNX graph as shipped before, same weights
-            old = subprocess.run(["git", "show", f"{BEFORE_REV}:models/astronaut/1/model.onnx"], cwd=ROOT,
-                                 capture_output=True, check=True).stdout
+            old = subprocess.run(
+                ["git", "show", f"{BEFORE_REV}:models/astronaut/1/model.onnx"],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+            ).stdout
             (repo / name / "1" / "model.onnx").write_bytes(old)
             meta["onnx_sha256"] = hashlib.sha256(old).hexdigest()
         vmeta.write_text(json.dumps(meta))
@@ -62,15 +67,15 @@ def make_repo(tmp: Path) -> Path:
 def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> dict:
     """Seconds per SIZE² render (no HTTP, no PNG) per variant, and the separable render's parts."""
     import torch
-    from service.geometry.sampling import Background
-    from service.render.imaging import RenderSpec, plain_sampler, render
+
     from modelrepo import read_spec
+    from service.api.schemas import RenderRequest, sampling_matrix
     from service.engine.runtime import RuntimeOptions
     from service.engine.tasks import runtime_for
-    from service.api.schemas import RenderRequest, sampling_matrix
+    from service.geometry.sampling import Background
+    from service.render.imaging import RenderSpec, render
     from service.render.separable import GridFeatures, separable_sampler
-    from service.render.tiling import grid_axes
-    from service.render.tiling import tiles
+    from service.render.tiling import grid_axes, tiles
 
     torch.set_num_threads(threads)
     models = {}
@@ -105,10 +110,12 @@ def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> d
         "before": lambda: render(lambda x: models["before"].predict(x)["rgb"], s, tile),
         "plain": lambda: render(lambda x: models["plain"].predict(x)["rgb"], s, tile),
         "separable": lambda: render(None, s, tile, sampler=separable_sampler(sep, s)),
-        "separable: features only": lambda: [grid.tile(*grid_axes(t, size, size, 1, s.viewport), (t.y0, t.y1)).shape
-                                             for t in tl],
-        "separable: body graph only": lambda: [body.run(["rgb"], {"features": feats[i % 8]})[0].shape
-                                               for i in range(len(tl))],
+        "separable: features only": lambda: [
+            grid.tile(*grid_axes(t, size, size, 1, s.viewport), (t.y0, t.y1)).shape for t in tl
+        ],
+        "separable: body graph only": lambda: [
+            body.run(["rgb"], {"features": feats[i % 8]})[0].shape for i in range(len(tl))
+        ],
         "GEMMs only (torch.mm)": gemm_only,
     }
     times: dict[str, list[float]] = {k: [] for k in kernels}
@@ -118,26 +125,36 @@ def in_process(repo: Path, size: int, tile: int, threads: int, rounds: int) -> d
             fn()
             times[name].append(time.perf_counter() - t0)
     from training.reexport import load_from_onnx
+
     exact = load_from_onnx(repo / "before")[0].double()  # the same weights; its graph still has encoding.B
     parity = {}
     for label, transform, k in VIEWS:
         parity[label] = _parity(sep, models["plain"], exact, spec(transform, k), tile)
         log.info("bundled model %s: %s", label, parity[label])
-    return {"seconds": times, "medians": {k: median(v) for k, v in times.items()}, "parity": parity,
-            "gemm_shapes": shapes}
+    return {
+        "seconds": times,
+        "medians": {k: median(v) for k, v in times.items()},
+        "parity": parity,
+        "gemm_shapes": shapes,
+    }
 
 
-VIEWS = (("identity", {}, 1), ("rotate 33 scale 0.7 k=2", {"rotate": 33, "scale": 0.7}, 2),
-         ("rotate -120 scale 3", {"rotate": -120, "scale": 3.0, "translate": [0.2, 0.1]}, 1))
+VIEWS = (
+    ("identity", {}, 1),
+    ("rotate 33 scale 0.7 k=2", {"rotate": 33, "scale": 0.7}, 2),
+    ("rotate -120 scale 3", {"rotate": -120, "scale": 3.0, "translate": [0.2, 0.1]}, 1),
+)
 
 
 def _parity(sep, plain_model, exact, sp, tile: int) -> dict:
     """Max abs differences of the separable render, the plain graph and the float64 torch network."""
     import torch
+
+    from service.geometry.transform import apply
     from service.render.imaging import plain_sampler
     from service.render.separable import separable_sampler
     from service.render.tiling import sample_coords, tiles
-    from service.geometry.transform import apply
+
     a = _rgb(separable_sampler(sep, sp), sp, tile)
     b = _rgb(plain_sampler(lambda x: plain_model.predict(x)["rgb"], sp), sp, tile)
     ref = []
@@ -146,12 +163,16 @@ def _parity(sep, plain_model, exact, sp, tile: int) -> dict:
         with torch.no_grad():
             ref.append(exact(torch.from_numpy(x)).numpy().reshape(-1))
     ref = np.concatenate(ref)
-    return {"separable_vs_plain": float(np.abs(a - b).max()), "separable_vs_float64": float(np.abs(a - ref).max()),
-            "plain_vs_float64": float(np.abs(b - ref).max())}
+    return {
+        "separable_vs_plain": float(np.abs(a - b).max()),
+        "separable_vs_float64": float(np.abs(a - ref).max()),
+        "plain_vs_float64": float(np.abs(b - ref).max()),
+    }
 
 
 def _rgb(sample, spec, tile: int) -> np.ndarray:
     from service.render.tiling import tiles
+
     return np.concatenate([sample(t).reshape(-1) for t in tiles(spec.height, spec.width, spec.supersample, tile)])
 
 
@@ -159,12 +180,13 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
     """Max abs difference, separable vs the plain graph and vs float64 torch, for a random-weight
     Gaussian model of σ `sigma` (the fit-image architecture of models/astronaut) at SIZE² renders."""
     import torch
-    from service.geometry.sampling import Background
-    from service.render.imaging import RenderSpec
+
     from modelrepo import read_spec
+    from service.api.schemas import RenderRequest, sampling_matrix
     from service.engine.runtime import RuntimeOptions
     from service.engine.tasks import runtime_for
-    from service.api.schemas import RenderRequest, sampling_matrix
+    from service.geometry.sampling import Background
+    from service.render.imaging import RenderSpec
     from training.encodings import EncodingConfig
     from training.fit_image import FitConfig, export_image_model
     from training.image_models import ImageINR, ImageModelConfig
@@ -174,8 +196,9 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
     net = ImageINR(cfg).eval()
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        export_image_model(net, FitConfig(model=cfg), Path(tmp) / "m", {"kind": "bench"}, {}, {},
-                           np.zeros((2, 2, 3), np.float32))
+        export_image_model(
+            net, FitConfig(model=cfg), Path(tmp) / "m", {"kind": "bench"}, {}, {}, np.zeros((2, 2, 3), np.float32)
+        )
         m = runtime_for(Path(tmp) / "m", read_spec(Path(tmp) / "m"), 1, RuntimeOptions(threads=1))
         assert m.load(), m.error
         exact = net.double()
@@ -188,8 +211,12 @@ def parity_random(sigma: float, size: int, tile: int) -> dict:
 
 
 def over_http(repo: Path, size: int, threads: int, rounds: int) -> dict:
-    env = {"INR_RENDER_CACHE_BYTES": "0", "INR_THREADS": str(threads), "INR_RENDER_WORKERS": "1",
-           "INR_RENDER_TIMEOUT_S": "3600"}
+    env = {
+        "INR_RENDER_CACHE_BYTES": "0",
+        "INR_THREADS": str(threads),
+        "INR_RENDER_WORKERS": "1",
+        "INR_RENDER_TIMEOUT_S": "3600",
+    }
     srv = Server(repo, "separable-bench", env).wait()
     times: dict[str, list[float]] = {n: [] for n in ("before", "plain", "separable")}
     try:
@@ -212,6 +239,7 @@ def cache_http(repo: Path, size: int, threads: int, rounds: int) -> dict:
     out: dict[str, list[float]] = {"miss": [], "hit": [], "304": []}
     try:
         with httpx.Client(base_url=srv.url, timeout=600) as c:
+            etag = None  # the "hit" before each "304" sets it
             for r in range(rounds):
                 p = {**params, "rotate": r}
                 for kind in ("miss", "hit", "304"):
@@ -224,8 +252,11 @@ def cache_http(repo: Path, size: int, threads: int, rounds: int) -> dict:
             metrics = c.get("/metrics").text
     finally:
         srv.stop()
-    counts = {line.split("{")[0]: line.rsplit(" ", 1)[1] for line in metrics.splitlines()
-              if line.startswith("nv_cache_num_") and 'model="separable"' in line}
+    counts = {
+        line.split("{")[0]: line.rsplit(" ", 1)[1]
+        for line in metrics.splitlines()
+        if line.startswith("nv_cache_num_") and 'model="separable"' in line
+    }
     return {"seconds": out, "medians": {k: median(v) for k, v in out.items()}, "metrics": counts}
 
 
@@ -237,17 +268,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--name", default="separable")
     p.add_argument("--parts", default="in_process,http", help="of in_process, http, cache")
-    p.add_argument("--parity-sigma", type=float, default=0.0,
-                   help="only the parity of a random-weight model of this σ (no timing)")
+    p.add_argument(
+        "--parity-sigma", type=float, default=0.0, help="only the parity of a random-weight model of this σ (no timing)"
+    )
     args = p.parse_args(argv)
     setup_logging()
     if args.parity_sigma:
-        write_json(args.name, {"machine": machine(), "args": vars(args),
-                               "parity": parity_random(args.parity_sigma, args.size, args.tile)})
+        write_json(
+            args.name,
+            {
+                "machine": machine(),
+                "args": vars(args),
+                "parity": parity_random(args.parity_sigma, args.size, args.tile),
+            },
+        )
         return 0
-    parts = {"in_process": lambda repo: in_process(repo, args.size, args.tile, args.threads, args.rounds),
-             "http": lambda repo: over_http(repo, args.size, args.threads, args.rounds),
-             "cache": lambda repo: cache_http(repo, args.size, args.threads, args.rounds)}
+    parts = {
+        "in_process": lambda repo: in_process(repo, args.size, args.tile, args.threads, args.rounds),
+        "http": lambda repo: over_http(repo, args.size, args.threads, args.rounds),
+        "cache": lambda repo: cache_http(repo, args.size, args.threads, args.rounds),
+    }
     chosen = args.parts.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         repo = make_repo(Path(tmp))

@@ -12,6 +12,7 @@ different `--workers`. Every request body is real: one 28×28 digit as JSON for 
 Needs `wrk` (Debian: apt-get install -y wrk). Results: bench/results/serving.json and a
 markdown table on stdout's log.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,18 +64,45 @@ class Server:
     (tests/servers.py). `args` are more command-line options; with `capture`, the server's output is kept
     for the error when it exits early; `cwd` is the checkout whose `service` runs (`bench.floor --baseline`)."""
 
-    def __init__(self, models: Path, name: str = "service", env: dict | None = None, workers: int = 1, *,
-                 args: tuple[str, ...] = (), log_level: str = "error", capture: bool = False,
-                 cwd: Path = ROOT):
+    def __init__(
+        self,
+        models: Path,
+        name: str = "service",
+        env: dict | None = None,
+        workers: int = 1,
+        *,
+        args: tuple[str, ...] = (),
+        log_level: str = "error",
+        capture: bool = False,
+        cwd: Path = ROOT,
+    ):
         self.name, self.port, self.grpc_port = name, free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        cmd = [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port),
-               "--grpc-port", str(self.grpc_port),
-               "--log-level", log_level, *(["--workers", str(workers)] if workers != 1 else []), *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "service",
+            "--models",
+            str(models),
+            "--port",
+            str(self.port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--log-level",
+            log_level,
+            *(["--workers", str(workers)] if workers != 1 else []),
+            *args,
+        ]
         out = subprocess.PIPE if capture else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out,
-                                     stderr=subprocess.STDOUT if capture else subprocess.DEVNULL, text=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT if capture else subprocess.DEVNULL,
+            text=True,
+        )
 
     def wait(self, timeout: float = 120) -> "Server":
         end = time.monotonic() + timeout
@@ -141,13 +169,27 @@ def wrk(server: Server, load: Load, concurrency: int, duration: float, script: P
 
 
 def run_wrk(base: str, load: Load, concurrency: int, duration: float, script: Path) -> dict:
-    cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(script),
-           base + load.path]
-    env = {**os.environ, "BENCH_BODY": str(load.body), "BENCH_METHOD": load.method, "BENCH_CTYPE": load.ctype,
-           "BENCH_IHCL": load.ihcl}
+    cmd = [
+        "wrk",
+        "-t1",
+        f"-c{concurrency}",
+        f"-d{duration:g}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script),
+        base + load.path,
+    ]
+    env = {
+        **os.environ,
+        "BENCH_BODY": str(load.body),
+        "BENCH_METHOD": load.method,
+        "BENCH_CTYPE": load.ctype,
+        "BENCH_IHCL": load.ihcl,
+    }
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, env=env).stdout
-    line = next(l for l in out.splitlines() if l.startswith("RESULT "))
-    r = json.loads(line[len("RESULT "):])
+    line = next(row for row in out.splitlines() if row.startswith("RESULT "))
+    r = json.loads(line[len("RESULT ") :])
     r["rps"] = r["requests"] / r["duration_s"]
     return r
 
@@ -181,14 +223,36 @@ def make_standins(repo: Path) -> str:
 
     torch.manual_seed(0)
     onnx = export_onnx(Digits().eval(), torch.rand(2, 1, 28, 28), "images", ["logits", "probabilities"])
-    write_model_dir(repo / "digits-sinekan", task="digits", onnx_bytes=onnx,
-                    inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-                    outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-                    metadata={"description": "untrained SineKAN [784, 64, 10] stand-in for serving benchmarks"},
-                    max_batch_size=256, dynamic_batching_us=500)
-    subprocess.run([sys.executable, "-m", "training", "fit-image", "--image", "astronaut", "--size", "64",
-                    "--steps", "20", "--out", str(repo / "astronaut"), "--no-progress"], cwd=ROOT, check=True,
-                   capture_output=True)
+    write_model_dir(
+        repo / "digits-sinekan",
+        task="digits",
+        onnx_bytes=onnx,
+        inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
+        outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
+        metadata={"description": "untrained SineKAN [784, 64, 10] stand-in for serving benchmarks"},
+        max_batch_size=256,
+        dynamic_batching_us=500,
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "astronaut",
+            "--size",
+            "64",
+            "--steps",
+            "20",
+            "--out",
+            str(repo / "astronaut"),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return "stand-ins: untrained SineKAN [784, 64, 10] grid 8 (the bundled digit architecture) and fit-image defaults"
 
 
@@ -200,9 +264,13 @@ def machine() -> dict:
                 cpu = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return {"cpu": cpu, "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_before": os.getloadavg()[0]}
+    return {
+        "cpu": cpu,
+        "cpus": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_before": os.getloadavg()[0],
+    }
 
 
 def median(values: list[float]) -> float:
@@ -212,10 +280,14 @@ def median(values: list[float]) -> float:
 
 def summary(rounds: list[dict]) -> dict:
     """Medians over the rounds, and every round's throughput."""
-    return {"rps": median([r["rps"] for r in rounds]), "p50_ms": median([r["p50_ms"] for r in rounds]),
-            "p99_ms": median([r["p99_ms"] for r in rounds]), "errors": sum(r["errors"] for r in rounds),
-            "cpu_ms_per_req": median([r["cpu_ms_per_req"] for r in rounds]),
-            "rps_rounds": [round(r["rps"], 1) for r in rounds]}
+    return {
+        "rps": median([r["rps"] for r in rounds]),
+        "p50_ms": median([r["p50_ms"] for r in rounds]),
+        "p99_ms": median([r["p99_ms"] for r in rounds]),
+        "errors": sum(r["errors"] for r in rounds),
+        "cpu_ms_per_req": median([r["cpu_ms_per_req"] for r in rounds]),
+        "rps_rounds": [round(r["rps"], 1) for r in rounds],
+    }
 
 
 def classify_loads(digits: str, tmp: Path) -> list[Load]:
@@ -224,36 +296,58 @@ def classify_loads(digits: str, tmp: Path) -> list[Load]:
     v1 = tmp / "classify.json"
     v1.write_text(json.dumps({"images": [img.tolist()]}))
     x = img.astype(np.float32)[None, None]
-    head = json.dumps({"inputs": [{"name": "images", "datatype": "FP32", "shape": list(x.shape),
-                                   "parameters": {"binary_data_size": x.nbytes}}],
-                       "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}]}).encode()
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "images",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
     v2 = tmp / "infer.bin"
     v2.write_bytes(head + x.tobytes())
-    return [Load("v1 classify, JSON", f"/v1/models/{digits}/classify", v1, ctype="application/json"),
-            Load("v2 infer, binary", f"/v2/models/{digits}/infer", v2, ctype="application/octet-stream",
-                 ihcl=str(len(head)))]
+    return [
+        Load("v1 classify, JSON", f"/v1/models/{digits}/classify", v1, ctype="application/json"),
+        Load(
+            "v2 infer, binary", f"/v2/models/{digits}/infer", v2, ctype="application/octet-stream", ihcl=str(len(head))
+        ),
+    ]
 
 
 def server_stats(url: str, model: str) -> dict:
     """From the server's own metrics: rows per onnxruntime run and compute milliseconds per row."""
     from prometheus_client.parser import text_string_to_metric_families
+
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
         for sample in family.samples:
             if sample.labels.get("model") == model:
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
     rows, runs = values["nv_inference_count_total"], values["nv_inference_exec_count_total"]
-    return {"rows_per_run": rows / runs, "requests_per_run": values["inr_batch_requests_sum"] / runs,
-            "compute_ms_per_row": values["inr_inference_compute_duration_seconds_sum"] * 1000 / rows}
+    return {
+        "rows_per_run": rows / runs,
+        "requests_per_run": values["inr_batch_requests_sum"] / runs,
+        "compute_ms_per_row": values["inr_inference_compute_duration_seconds_sum"] * 1000 / rows,
+    }
 
 
 def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
-    loads = [l for l in classify_loads(digits, tmp) if l.label.split()[0] in args.protocols]
-    env = {"INR_MAX_QUEUE_DELAY_MS": str(args.delay_ms), "INR_MAX_BATCH": str(args.max_batch),
-           **({"INR_THREADS": str(args.threads)} if args.threads else {})}
+    loads = [load for load in classify_loads(digits, tmp) if load.label.split()[0] in args.protocols]
+    env = {
+        "INR_MAX_QUEUE_DELAY_MS": str(args.delay_ms),
+        "INR_MAX_BATCH": str(args.max_batch),
+        **({"INR_THREADS": str(args.threads)} if args.threads else {}),
+    }
     w = args.classify_workers
-    servers = {"on": Server(repo, "batching on", env, w), "off": Server(repo, "batching off",
-                                                                           {**env, "INR_BATCHING": "false"}, w)}
+    servers = {
+        "on": Server(repo, "batching on", env, w),
+        "off": Server(repo, "batching off", {**env, "INR_BATCHING": "false"}, w),
+    }
     rows = []
     try:
         for s in servers.values():
@@ -268,13 +362,28 @@ def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
                         s = servers[variant]
                         run_wrk(s.url, load, c, 1, args.script)  # warm-up
                         r = wrk(s, load, c, args.duration, args.script)
-                        log.info("%s c=%d batching %s: %.0f req/s p50 %.1f ms p99 %.1f ms, %.2f CPU ms/req, "
-                                 "errors %d (load %.1f)", load.label, c, variant, r["rps"], r["p50_ms"], r["p99_ms"],
-                                 r["cpu_ms_per_req"], r["errors"], os.getloadavg()[0])
+                        log.info(
+                            "%s c=%d batching %s: %.0f req/s p50 %.1f ms p99 %.1f ms, %.2f CPU ms/req, "
+                            "errors %d (load %.1f)",
+                            load.label,
+                            c,
+                            variant,
+                            r["rps"],
+                            r["p50_ms"],
+                            r["p99_ms"],
+                            r["cpu_ms_per_req"],
+                            r["errors"],
+                            os.getloadavg()[0],
+                        )
                         results.setdefault((load.label, c, variant), []).append(r)
             # the floor: CPU per request of a route that does nothing, same server, same round
-            floor = wrk(servers["on"], Load("floor", "/v2/health/live", tmp / "empty", method="GET"), 32,
-                        args.duration, args.script)
+            floor = wrk(
+                servers["on"],
+                Load("floor", "/v2/health/live", tmp / "empty", method="GET"),
+                32,
+                args.duration,
+                args.script,
+            )
             results.setdefault(("floor",), []).append(floor)
             log.info("GET /v2/health/live c=32: %.2f CPU ms/req", floor["cpu_ms_per_req"])
         floors = results.pop(("floor",))
@@ -296,8 +405,12 @@ def bench_classify(repo: Path, digits: str, args, tmp: Path) -> list[dict]:
 
 def bench_render(repo: Path, image: str, args, tmp: Path) -> list[dict]:
     body = tmp / "empty"
-    load = Load("render", f"/v1/models/{image}/render?width={args.render_size}&height={args.render_size}&format=png",
-                body, method="GET")
+    load = Load(
+        "render",
+        f"/v1/models/{image}/render?width={args.render_size}&height={args.render_size}&format=png",
+        body,
+        method="GET",
+    )
     results: dict[int, list] = {}
     for rnd in range(args.rounds):
         for workers in args.workers:
@@ -308,33 +421,48 @@ def bench_render(repo: Path, image: str, args, tmp: Path) -> list[dict]:
                 r = wrk(s, load, args.render_concurrency, args.render_duration, args.script)
             finally:
                 s.stop()
-            log.info("render %d² workers %d: %.1f req/s p50 %.1f ms p99 %.1f ms", args.render_size, workers,
-                     r["rps"], r["p50_ms"], r["p99_ms"])
+            log.info(
+                "render %d² workers %d: %.1f req/s p50 %.1f ms p99 %.1f ms",
+                args.render_size,
+                workers,
+                r["rps"],
+                r["p50_ms"],
+                r["p99_ms"],
+            )
             results.setdefault(workers, []).append(r)
     return [{"workers": w, **summary(results[w])} for w in args.workers]
 
 
 def table(rows: list[dict], render: list[dict]) -> str:
     by = {(r["load"], r["concurrency"], r["batching"]): r for r in rows if "concurrency" in r}
-    lines = ["| request | clients | off req/s | on req/s | on/off | off p50 ms | on p50 ms | off p99 ms | on p99 ms "
-             "| off CPU ms/req | on CPU ms/req |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| request | clients | off req/s | on req/s | on/off | off p50 ms | on p50 ms | off p99 ms | on p99 ms "
+        "| off CPU ms/req | on CPU ms/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for label, c in sorted({k[:2] for k in by}, key=lambda k: (k[0], k[1])):
         off, on = by[(label, c, "off")], by[(label, c, "on")]
-        lines.append(f"| {label} | {c} | {off['rps']:.0f} | {on['rps']:.0f} | {on['ratio']:.2f}× | "
-                     f"{off['p50_ms']:.1f} | {on['p50_ms']:.1f} | {off['p99_ms']:.1f} | {on['p99_ms']:.1f} | "
-                     f"{off['cpu_ms_per_req']:.2f} | {on['cpu_ms_per_req']:.2f} |")
+        lines.append(
+            f"| {label} | {c} | {off['rps']:.0f} | {on['rps']:.0f} | {on['ratio']:.2f}× | "
+            f"{off['p50_ms']:.1f} | {on['p50_ms']:.1f} | {off['p99_ms']:.1f} | {on['p99_ms']:.1f} | "
+            f"{off['cpu_ms_per_req']:.2f} | {on['cpu_ms_per_req']:.2f} |"
+        )
     extra = {k: r for r in rows for k in ("floor_get_live",) if k in r}
     if extra:
         f = extra["floor_get_live"]["floor_get_live"]
         lines += ["", f"Floor: GET /v2/health/live at 32 clients costs {f['cpu_ms_per_req']:.2f} CPU ms/req."]
     for r in rows:
         if "server_metrics" in r:
-            lines.append(f"Batching {r['server_metrics']}: {r['rows_per_run']:.1f} rows per onnxruntime run, "
-                         f"{r['compute_ms_per_row']:.3f} compute ms per row.")
+            lines.append(
+                f"Batching {r['server_metrics']}: {r['rows_per_run']:.1f} rows per onnxruntime run, "
+                f"{r['compute_ms_per_row']:.3f} compute ms per row."
+            )
     if render:
         lines += ["", "| workers | render req/s | p50 ms | p99 ms | CPU ms/req |", "|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['workers']} | {r['rps']:.1f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
-                  f"{r['cpu_ms_per_req']:.0f} |" for r in render]
+        lines += [
+            f"| {r['workers']} | {r['rps']:.1f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['cpu_ms_per_req']:.0f} |"
+            for r in render
+        ]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ SineKAN, so the export can be read against what its maths needs.
 
     python -m bench.sinekan_speed        # widths 16…256 at depth 1, and depths 2, 3 at width 128
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ def build(model: str, hidden: list[int], threads: int):
     """(torch graph, onnxruntime session, net) of one digit classifier, exported by training.digits."""
     from training.digits.fit import export_digits
     from training.digits.models import DigitClassifier, DigitModelConfig
+
     net = DigitClassifier(DigitModelConfig(model=model, hidden=list(hidden))).eval()
     graph, onnx_bytes = export_digits(net)
     return graph, ort_session(onnx_bytes, threads), net
@@ -35,9 +37,16 @@ def build(model: str, hidden: list[int], threads: int):
 def sinekan_floor(net, batch: int):
     """sin(x·ω + φ) and one GEMM per layer, with the amplitudes pre-flattened: the maths, no more."""
     import torch
-    layers = [(l.frequencies.detach()[:, None], l.phase.t().contiguous(),
-               l.amplitudes.detach().permute(0, 2, 1).reshape(l.out_dim, -1).t().contiguous(), l.bias.detach())
-              for l in net.body]
+
+    layers = [
+        (
+            layer.frequencies.detach()[:, None],
+            layer.phase.t().contiguous(),
+            layer.amplitudes.detach().permute(0, 2, 1).reshape(layer.out_dim, -1).t().contiguous(),
+            layer.bias.detach(),
+        )
+        for layer in net.body
+    ]
     x0 = torch.rand(batch, 784) * 2 - 1
 
     def run():
@@ -46,12 +55,13 @@ def sinekan_floor(net, batch: int):
             for w, ph, a, b in layers:  # sines [N, G, in], then one GEMM
                 x = torch.addmm(b, torch.sin(x[:, None, :] * w + ph).reshape(x.shape[0], -1), a)
             return x
+
     return run
 
 
-def measure(specs: list[list[int]], batches: list[int], models: list[str], repeats: int,
-            threads: int) -> list[dict]:
+def measure(specs: list[list[int]], batches: list[int], models: list[str], repeats: int, threads: int) -> list[dict]:
     import torch
+
     rows = []
     for hidden in specs:
         built = {m: build(m, hidden, threads) for m in models}
@@ -79,6 +89,7 @@ def measure(specs: list[list[int]], batches: list[int], models: list[str], repea
 
 def _torch_call(graph, tx):
     import torch
+
     with torch.inference_mode():
         return graph(tx)
 
@@ -99,18 +110,26 @@ def ratios(rows: list[dict]) -> list[dict]:
 
 def table_md(result: dict) -> str:
     rows = result["rows"]
-    lines = ["| hidden | batch | runtime | SineKAN | B-spline KAN | FourierKAN | MLP | B-spline ÷ SineKAN |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| hidden | batch | runtime | SineKAN | B-spline KAN | FourierKAN | MLP | B-spline ÷ SineKAN |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
     key = {(str(r["hidden"]), r["batch"], r["runtime"], r["model"]): r["us_per_sample"] for r in rows}
     for r in result["ratios"]:
         h, b, rt = r["hidden"], r["batch"], r["runtime"]
         cells = [f"{key.get((h, b, rt, m), float('nan')):.2f}" for m in MODELS]
-        lines.append(f"| {h} | {b} | {rt} | " + " | ".join(cells) +
-                     f" | {r.get('bspline-kan_over_sinekan', float('nan')):.1f}× |")
+        lines.append(
+            f"| {h} | {b} | {rt} | "
+            + " | ".join(cells)
+            + f" | {r.get('bspline-kan_over_sinekan', float('nan')):.1f}× |"
+        )
     floor = [r for r in rows if r["model"].startswith("sinekan floor")]
     if floor:
-        lines += ["", "| hidden | batch | SineKAN onnxruntime | floor: sines + 1 GEMM (torch) | export ÷ floor |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| hidden | batch | SineKAN onnxruntime | floor: sines + 1 GEMM (torch) | export ÷ floor |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for f in floor:
             h, b = str(f["hidden"]), f["batch"]
             ort_us = key.get((h, b, "onnxruntime", "sinekan"), float("nan"))
@@ -124,7 +143,9 @@ def plot(result: dict, path) -> None:
     depth1 = [r for r in result["rows"] if len(r["hidden"]) == 1 and r["runtime"] == "onnxruntime"]
     for ax, batch in zip(axes, sorted({r["batch"] for r in depth1})):
         for m in MODELS:
-            pts = sorted((r["hidden"][0], r["us_per_sample"]) for r in depth1 if r["model"] == m and r["batch"] == batch)
+            pts = sorted(
+                (r["hidden"][0], r["us_per_sample"]) for r in depth1 if r["model"] == m and r["batch"] == batch
+            )
             if pts:
                 ax.loglog(*zip(*pts), "o-", label=m, base=2)
         ax.set_title(f"onnxruntime, batch {batch}")
@@ -139,8 +160,11 @@ def plot(result: dict, path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m bench.sinekan_speed", description=__doc__.splitlines()[0])
-    p.add_argument("--hidden", default="16;32;64;128;256;128,128;128,128,128",
-                   help="';'-separated hidden-layer lists, e.g. '64;128,128'")
+    p.add_argument(
+        "--hidden",
+        default="16;32;64;128;256;128,128;128,128,128",
+        help="';'-separated hidden-layer lists, e.g. '64;128,128'",
+    )
     p.add_argument("--batches", default="1,256")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--repeats", type=int, default=7)
@@ -151,9 +175,12 @@ def main(argv: list[str] | None = None) -> dict:
     a = p.parse_args(argv)
     set_threads(a.threads)
     specs = [[int(w) for w in s.split(",")] for s in a.hidden.split(";") if s.strip()]
-    result = {"machine": machine(), "hidden": specs, "batches": a.batches,
-              "rows": measure(specs, [int(b) for b in a.batches.split(",")], a.models.split(","), a.repeats,
-                                      a.threads)}
+    result = {
+        "machine": machine(),
+        "hidden": specs,
+        "batches": a.batches,
+        "rows": measure(specs, [int(b) for b in a.batches.split(",")], a.models.split(","), a.repeats, a.threads),
+    }
     result["ratios"] = ratios(result["rows"])
     write_json(a.name, result, a.out_dir)
     if a.plot:

@@ -18,6 +18,7 @@ write, timeout, non-2xx status), and the server's RSS after the warm-up and at t
 
 Needs `wrk` (Debian: apt-get install -y wrk). Results: bench/results/soak.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,7 @@ done = function(summary, latency, requests)
 end
 """
 PRESETS = {
-    "full": {"duration": 60.0, "warmup": 10.0, "connections": {"classify": 16, "query": 24, "render": 16,
-                                                               "viewer": 8}},
+    "full": {"duration": 60.0, "warmup": 10.0, "connections": {"classify": 16, "query": 24, "render": 16, "viewer": 8}},
     "ci": {"duration": 4.0, "warmup": 1.0, "connections": {"classify": 2, "query": 2, "render": 2, "viewer": 2}},
 }
 THINK_MS = (1000, 6000)
@@ -75,18 +75,32 @@ def bodies(models: dict[str, str], tmp: Path) -> dict[str, tuple[str, str, Path]
     empty.write_bytes(b"")
     image, digits = models["image"], models["digits"]
     render = ("GET", f"/v1/models/{image}/render?width=96&height=96&format=png", empty)
-    return {"classify": ("POST", f"/v1/models/{digits}/classify", classify),
-            "query": ("POST", f"/v1/models/{image}/query", query), "render": render, "viewer": render}
+    return {
+        "classify": ("POST", f"/v1/models/{digits}/classify", classify),
+        "query": ("POST", f"/v1/models/{image}/query", query),
+        "render": render,
+        "viewer": render,
+    }
 
 
 def run_wrk(url: str, kind: str, method: str, body: Path, connections: int, seconds: float, script: Path) -> dict:
     think = THINK_MS if kind == "viewer" else (0, 0)
-    env = {**os.environ, "SOAK_BODY": str(body), "SOAK_METHOD": method, "SOAK_THINK_LO": str(think[0]),
-           "SOAK_THINK_HI": str(think[1])}
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s", "-s",
-                          str(script), url], capture_output=True, text=True, timeout=seconds + 120, env=env).stdout
-    line = next(l for l in out.splitlines() if l.startswith("RESULT "))
-    r = json.loads(line[len("RESULT "):])
+    env = {
+        **os.environ,
+        "SOAK_BODY": str(body),
+        "SOAK_METHOD": method,
+        "SOAK_THINK_LO": str(think[0]),
+        "SOAK_THINK_HI": str(think[1]),
+    }
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+        env=env,
+    ).stdout
+    line = next(row for row in out.splitlines() if row.startswith("RESULT "))
+    r = json.loads(line[len("RESULT ") :])
     r["rps"] = r["requests"] / r["duration_s"]
     return r
 
@@ -94,8 +108,12 @@ def run_wrk(url: str, kind: str, method: str, body: Path, connections: int, seco
 def mixed(server: Server, load: dict, connections: dict[str, int], seconds: float, script: Path) -> dict:
     """All request types at once, each from its own wrk process."""
     with ThreadPoolExecutor(len(connections)) as pool:
-        futures = {kind: pool.submit(run_wrk, server.url + load[kind][1], kind, load[kind][0], load[kind][2], n,
-                                     seconds, script) for kind, n in connections.items()}
+        futures = {
+            kind: pool.submit(
+                run_wrk, server.url + load[kind][1], kind, load[kind][0], load[kind][2], n, seconds, script
+            )
+            for kind, n in connections.items()
+        }
         return {kind: f.result() for kind, f in futures.items()}
 
 
@@ -120,36 +138,56 @@ def soak(repo: Path, models: dict, keep_alive: float | None, preset: dict, scrip
         cpu = server.cpu_seconds() - cpu0
     finally:
         server.stop()
-    errors = {k: sum(r["errors"][k] for r in kinds.values()) for k in ("connect", "read", "write", "timeout",
-                                                                      "status")}
-    return {"keep_alive_s": keep_alive, "connections": sum(preset["connections"].values()),
-            "duration_s": preset["duration"], "warmup_s": preset["warmup"], "kinds": kinds, "errors": errors,
-            "errors_total": sum(errors.values()), "rss_warm_mib": rss_warm, "rss_end_mib": rss_end,
-            "rss_growth": rss_end / rss_warm - 1, "server_cpu_share": cpu / wall}
+    errors = {k: sum(r["errors"][k] for r in kinds.values()) for k in ("connect", "read", "write", "timeout", "status")}
+    return {
+        "keep_alive_s": keep_alive,
+        "connections": sum(preset["connections"].values()),
+        "duration_s": preset["duration"],
+        "warmup_s": preset["warmup"],
+        "kinds": kinds,
+        "errors": errors,
+        "errors_total": sum(errors.values()),
+        "rss_warm_mib": rss_warm,
+        "rss_end_mib": rss_end,
+        "rss_growth": rss_end / rss_warm - 1,
+        "server_cpu_share": cpu / wall,
+    }
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| keep-alive | type | conns | requests | req/s | p50 ms | p99 ms | errors (connect/read/write/timeout/status) |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| keep-alive | type | conns | requests | req/s | p50 ms | p99 ms "
+        "| errors (connect/read/write/timeout/status) |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     for run in runs:
         ka = f"{run['keep_alive_s']:g} s" if run["keep_alive_s"] else "default"
         for kind, r in run["kinds"].items():
             e = r["errors"]
-            lines.append(f"| {ka} | {kind} | {run['conns'][kind]} | {r['requests']} | {r['rps']:.1f} | "
-                         f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                         f"{e['connect']}/{e['read']}/{e['write']}/{e['timeout']}/{e['status']} |")
-        lines.append(f"| {ka} | **all** | {run['connections']} | | | | | **{run['errors_total']}**; RSS "
-                     f"{run['rss_warm_mib']:.0f} → {run['rss_end_mib']:.0f} MiB ({run['rss_growth']:+.1%}) |")
+            lines.append(
+                f"| {ka} | {kind} | {run['conns'][kind]} | {r['requests']} | {r['rps']:.1f} | "
+                f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+                f"{e['connect']}/{e['read']}/{e['write']}/{e['timeout']}/{e['status']} |"
+            )
+        lines.append(
+            f"| {ka} | **all** | {run['connections']} | | | | | **{run['errors_total']}**; RSS "
+            f"{run['rss_warm_mib']:.0f} → {run['rss_end_mib']:.0f} MiB ({run['rss_growth']:+.1%}) |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
-    p.add_argument("--models", type=Path, default=ROOT / "models", help="model repository (an image and a digits model)")
+    p.add_argument(
+        "--models", type=Path, default=ROOT / "models", help="model repository (an image and a digits model)"
+    )
     p.add_argument("--preset", choices=PRESETS, default="full")
     p.add_argument("--duration", type=float, help="seconds of the measured run (preset: 60, ci: 4)")
-    p.add_argument("--keep-alive", default="", help="comma-separated INR_TIMEOUT_KEEP_ALIVE values to run in turn "
-                                                    "(default: the service's default)")
+    p.add_argument(
+        "--keep-alive",
+        default="",
+        help="comma-separated INR_TIMEOUT_KEEP_ALIVE values to run in turn (default: the service's default)",
+    )
     p.add_argument("--out", default="soak", help="result name under bench/results (or --out-dir)")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -172,14 +210,20 @@ def main(argv: list[str] | None = None) -> int:
         script = Path(tmp) / "soak.lua"
         script.write_text(LUA)
         for ka in keep_alives:
-            log.info("soak: keep-alive %s, %s connections, %g s", ka or "default", preset["connections"],
-                     preset["duration"])
+            log.info(
+                "soak: keep-alive %s, %s connections, %g s", ka or "default", preset["connections"], preset["duration"]
+            )
             run = soak(args.models, models, ka, preset, script, Path(tmp))
             run["conns"] = preset["connections"]
             runs.append(run)
     info["load_after"] = os.getloadavg()[0]
-    result = {"machine": info, "command": "python -m bench.soak " + " ".join(argv or sys.argv[1:]),
-              "models": models, "think_ms": THINK_MS, "runs": runs}
+    result = {
+        "machine": info,
+        "command": "python -m bench.soak " + " ".join(argv or sys.argv[1:]),
+        "models": models,
+        "think_ms": THINK_MS,
+        "runs": runs,
+    }
     write_json(args.out, result, args.out_dir)
     log.info("\n%s", table(runs))
     return 0

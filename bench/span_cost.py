@@ -16,6 +16,7 @@ the collector and the caches of a whole process): the tracing budget was ≤ 5 %
 
     python -m bench.span_cost [--requests 20000]        # one line per way, µs per request
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +28,16 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from telemetry import tracing
 from service.engine import traced
 from service.server.spans import TraceRequests
+from telemetry import tracing
 
-SCOPE = {"type": "http", "method": "POST", "path": "/v1/models/digits/classify",
-         "headers": [(b"host", b"localhost"), (b"content-type", b"application/json")]}
+SCOPE = {
+    "type": "http",
+    "method": "POST",
+    "path": "/v1/models/digits/classify",
+    "headers": [(b"host", b"localhost"), (b"content-type", b"application/json")],
+}
 START = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
 BODY = {"type": "http.response.body", "body": b'{"classes": [7]}'}
 
@@ -86,6 +91,7 @@ def per_request(app, n: int) -> float:
     async def loop():
         for _ in range(n):
             await app(SCOPE, receive, send)
+
     asyncio.run(loop())  # warm
     start = time.process_time()
     asyncio.run(loop())
@@ -97,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=20000)
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
-    ways = {"not sampled": (sampling.ALWAYS_OFF, False), "1 in 20": (sampling.ParentBased(
-        sampling.TraceIdRatioBased(0.05)), True), "every span": (sampling.ALWAYS_ON, False),
-        "every span + OTLP": (sampling.ALWAYS_ON, True)}
+    ways = {
+        "not sampled": (sampling.ALWAYS_OFF, False),
+        "1 in 20": (sampling.ParentBased(sampling.TraceIdRatioBased(0.05)), True),
+        "every span": (sampling.ALWAYS_ON, False),
+        "every span + OTLP": (sampling.ALWAYS_ON, True),
+    }
     results: dict[str, list[float]] = {"off": []}
     spans: dict[str, int] = {}
     for _ in range(a.rounds):  # ways interleaved, round by round

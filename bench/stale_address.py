@@ -15,6 +15,7 @@ restart) to the end of the last failed answer; each failure's duration shows ngi
 
     python -m bench.stale_address --rounds 3      # needs the images (tests/containers builds them)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,9 +58,12 @@ class Probe:
 def window(answers, since: float) -> dict:
     """Failed answers sent after `since` and the window from `since` to the end of the last one."""
     bad = [(s, d, c) for s, d, c in answers if s >= since and c != 200]
-    return {"window_s": round(max(d for _, d, _ in bad) - since, 2) if bad else 0.0, "failed": len(bad),
-            "answered": sum(1 for s, _, _ in answers if s >= since),
-            "failed_durations_s": sorted({round(d - s, 1) for s, d, _ in bad})}
+    return {
+        "window_s": round(max(d for _, d, _ in bad) - since, 2) if bad else 0.0,
+        "failed": len(bad),
+        "answered": sum(1 for s, _, _ in answers if s >= since),
+        "failed_durations_s": sorted({round(d - s, 1) for s, d, _ in bad}),
+    }
 
 
 def reconnect(stack: Stack, replica: str) -> dict:
@@ -89,8 +93,11 @@ def restart(stack: Stack) -> dict:
     time.sleep(12.0)
     answers = probe.close()
     first_ok = min(d for _, d, c in answers if c == 200)
-    return {"addresses": {r: [before[r], stack.address(r)] for r in replicas},
-            "first_200_s": round(first_ok - started, 2), **window(answers, first_ok)}
+    return {
+        "addresses": {r: [before[r], stack.address(r)] for r in replicas},
+        "first_200_s": round(first_ok - started, 2),
+        **window(answers, first_ok),
+    }
 
 
 def main() -> None:
@@ -100,15 +107,19 @@ def main() -> None:
     args = ap.parse_args()
     engine = Engine.find()
     if engine is None or not engine.image_exists(RUNTIME_IMAGE):
-        raise SystemExit(f"stale_address: needs a container engine and the image {RUNTIME_IMAGE} "
-                         "(run tests/containers once to build it)")
+        raise SystemExit(
+            f"stale_address: needs a container engine and the image {RUNTIME_IMAGE} "
+            "(run tests/containers once to build it)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         stack = Stack(engine, Path(tmp), "stale")
         try:
             stack.up(1)
             (replica,) = stack.containers()
-            results = {"reconnect": [reconnect(stack, replica) for _ in range(args.rounds)],
-                       "restart": [restart(stack) for _ in range(args.rounds)]}
+            results = {
+                "reconnect": [reconnect(stack, replica) for _ in range(args.rounds)],
+                "restart": [restart(stack) for _ in range(args.rounds)],
+            }
         finally:
             stack.down()
     for kind, rounds in list(results.items()):

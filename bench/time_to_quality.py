@@ -10,6 +10,7 @@ stop at the target. A short warm-up fit runs first and is not reported.
 Full protocol (512² photo, paper config against the faster ones):
     python -m bench.time_to_quality
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,7 @@ from training.fit_image import evaluate, split_pixels, train
 from training.images import load_image
 from training.metrics import psnr
 
-from .common import (IMG, finish, fit_image_config, log, machine, median, pyplot, set_threads, setup_logging,
-                     write_json)
+from .common import IMG, finish, fit_image_config, log, machine, median, pyplot, set_threads, setup_logging, write_json
 
 PAPER = "--lr 1e-3 --schedule constant --batch-size 0 --depth 4 --width 256 --steps 2000"
 # name -> fit-image options; {h}, {q}, {e}: a half, a quarter, an eighth of the training pixels.
@@ -34,25 +34,24 @@ VARIANTS = {
     "lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 4 --width 256 --steps 500",
     "minibatch ¼": "--lr 1e-3 --schedule constant --batch-size {q} --depth 4 --width 256 --steps 2000",
     "minibatch ¼ lr 5e-3 cosine 1000": "--lr 5e-3 --schedule cosine --batch-size {q} --depth 4 --width 256 "
-                                       "--steps 1000",
+    "--steps 1000",
     "width 128 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 4 --width 128 --steps 500",
     "depth 3 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 3 --width 256 --steps 500",
     "lr 1e-2 cosine 500": "--lr 1e-2 --schedule cosine --batch-size 0 --depth 4 --width 256 --steps 500",
-    "minibatch ¼ lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size {q} --depth 4 --width 256 "
-                                      "--steps 500",
+    "minibatch ¼ lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size {q} --depth 4 --width 256 --steps 500",
     "minibatch ¼ width 128 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size {q} --depth 4 --width 128 "
-                                                "--steps 500",
+    "--steps 500",
     "minibatch ¼ width 128 lr 1e-2 cosine 500": "--lr 1e-2 --schedule cosine --batch-size {q} --depth 4 --width 128 "
-                                                "--steps 500",
+    "--steps 500",
     "minibatch ¼ width 128 depth 3 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size {q} --depth 3 "
-                                                        "--width 128 --steps 500",
+    "--width 128 --steps 500",
     "minibatch ⅛ width 128 lr 5e-3 cosine 1000": "--lr 5e-3 --schedule cosine --batch-size {e} --depth 4 --width 128 "
-                                                 "--steps 1000",
+    "--steps 1000",
     "batch 4096 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 4096 --depth 4 --width 256 --steps 500",
     "batch 4096 width 128 depth 3 lr 5e-3 cosine 500": "--lr 5e-3 --schedule cosine --batch-size 4096 --depth 3 "
-                                                       "--width 128 --steps 500",
+    "--width 128 --steps 500",
     "lr 5e-3 cosine 500 compile": "--lr 5e-3 --schedule cosine --batch-size 0 --depth 4 --width 256 --steps 500 "
-                                  "--compile",
+    "--compile",
     # the POST /v1/fits default preset as it is now (fitstore.PRESETS["grid"]); σ does not apply
     "grid preset": " ".join([*PRESETS["grid"]["argv"], "--steps", str(PRESETS["grid"]["steps"])]),
 }
@@ -82,15 +81,35 @@ def run_variant(name: str, opts: str, a: argparse.Namespace, img: np.ndarray, st
     opts = opts.format(q=len(tc) // 4, h=len(tc) // 2, e=len(tc) // 8)
     if a.max_steps:
         opts += f" --steps {min(a.max_steps, int(opts.split('--steps')[1].split()[0]))}"
-    argv = ["--image", a.image, "--size", str(a.size), "--scale", f"{a.scale:g}", "--protocol", "paper",
-            "--device", a.device, "--seed", str(a.seed), "--no-progress", *opts.split()]
+    argv = [
+        "--image",
+        a.image,
+        "--size",
+        str(a.size),
+        "--scale",
+        f"{a.scale:g}",
+        "--protocol",
+        "paper",
+        "--device",
+        a.device,
+        "--seed",
+        str(a.seed),
+        "--no-progress",
+        *opts.split(),
+    ]
     cfg = fit_image_config(argv)
     probe = Probe(tc, tt, a.target, stop)
     model, _ = train(cfg, img, on_step=probe, every=a.every)
-    row = {"variant": name, "argv": " ".join(argv), "stopped_at_target": stop,
-           "seconds_to_target": probe.hit["seconds"] if probe.hit else None,
-           "steps_to_target": probe.hit["steps"] if probe.hit else None,
-           "seconds": round(probe.clock, 3), "steps": probe.curve[-1][0], "curve": probe.curve}
+    row = {
+        "variant": name,
+        "argv": " ".join(argv),
+        "stopped_at_target": stop,
+        "seconds_to_target": probe.hit["seconds"] if probe.hit else None,
+        "steps_to_target": probe.hit["steps"] if probe.hit else None,
+        "seconds": round(probe.clock, 3),
+        "steps": probe.curve[-1][0],
+        "curve": probe.curve,
+    }
     row["seconds_per_step"] = round(row["seconds"] / row["steps"], 5)
     if not stop:
         metrics, _ = evaluate(model, img, "paper")
@@ -106,12 +125,15 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
             continue
         hits = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None]
         full = next((r for r in rs if not r["stopped_at_target"]), {})
-        out[n] = {"median_seconds_to_target": median(hits) if len(hits) == len(rs) and hits else None,
-                  "seconds_to_target": [r["seconds_to_target"] for r in rs],
-                  "steps_to_target": [r["steps_to_target"] for r in rs],
-                  "median_seconds_per_step": median([r["seconds_per_step"] for r in rs]),
-                  "final_train_psnr": full.get("train_psnr"), "final_test_psnr": full.get("test_psnr"),
-                  "full_seconds": full.get("seconds")}
+        out[n] = {
+            "median_seconds_to_target": median(hits) if len(hits) == len(rs) and hits else None,
+            "seconds_to_target": [r["seconds_to_target"] for r in rs],
+            "steps_to_target": [r["steps_to_target"] for r in rs],
+            "median_seconds_per_step": median([r["seconds_per_step"] for r in rs]),
+            "final_train_psnr": full.get("train_psnr"),
+            "final_test_psnr": full.get("test_psnr"),
+            "full_seconds": full.get("seconds"),
+        }
     base = out.get("paper", {}).get("median_seconds_to_target")
     for v in out.values():
         t = v["median_seconds_to_target"]
@@ -120,18 +142,22 @@ def summarise(rows: list[dict], names: list[str]) -> dict:
 
 
 def table_md(result: dict) -> str:
-    lines = [f"| variant | s to {result['target']:g} dB (median) | per round | steps | ms/step | speed-up | "
-             "final train / test PSNR | full-run s |", "|---|---:|---|---:|---:|---:|---|---:|"]
+    lines = [
+        f"| variant | s to {result['target']:g} dB (median) | per round | steps | ms/step | speed-up | "
+        "final train / test PSNR | full-run s |",
+        "|---|---:|---|---:|---:|---:|---|---:|",
+    ]
     for n, v in result["summary"].items():
         t = v["median_seconds_to_target"]
         rounds = ", ".join("–" if s is None else f"{s:.1f}" for s in v["seconds_to_target"])
         steps = "/".join("–" if s is None else str(s) for s in v["steps_to_target"])
-        q = (f"{v['final_train_psnr']:.2f} / {v['final_test_psnr']:.2f}" if v["final_test_psnr"] is not None
-             else "–")
+        q = f"{v['final_train_psnr']:.2f} / {v['final_test_psnr']:.2f}" if v["final_test_psnr"] is not None else "–"
         fs = f"{v['full_seconds']:.0f}" if v["full_seconds"] is not None else "–"
         sp = f"{v['speedup_vs_paper']:.1f}×" if v["speedup_vs_paper"] else "–"
-        lines.append(f"| {n} | {'not reached' if t is None else f'{t:.1f}'} | {rounds} | {steps} | "
-                     f"{1000 * v['median_seconds_per_step']:.0f} | {sp} | {q} | {fs} |")
+        lines.append(
+            f"| {n} | {'not reached' if t is None else f'{t:.1f}'} | {rounds} | {steps} | "
+            f"{1000 * v['median_seconds_per_step']:.0f} | {sp} | {q} | {fs} |"
+        )
     return "\n".join(lines)
 
 
@@ -162,8 +188,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--target", type=float, default=30.0, help="train PSNR to reach (dB)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names from the list")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--quality", default="all",
-                   help="variants run to the end of their schedule in round 1 for final PSNR (all, or names)")
+    p.add_argument(
+        "--quality",
+        default="all",
+        help="variants run to the end of their schedule in round 1 for final PSNR (all, or names)",
+    )
     p.add_argument("--max-steps", type=int, default=0, help="cap every schedule at this many steps (smoke tests)")
     p.add_argument("--every", type=int, default=10, help="probe interval in steps")
     p.add_argument("--seed", type=int, default=0)
@@ -179,8 +208,16 @@ def main(argv: list[str] | None = None) -> dict:
     if bad:
         p.error(f"unknown variant(s) {bad}; valid: {', '.join(VARIANTS)}")
     img, _ = load_image(a.image, a.size)
-    result = {"machine": machine(), "image": a.image, "size": a.size, "scale": a.scale, "target": a.target,
-              "rounds": a.rounds, "variants": {n: VARIANTS[n] for n in names}, "rows": []}
+    result = {
+        "machine": machine(),
+        "image": a.image,
+        "size": a.size,
+        "scale": a.scale,
+        "target": a.target,
+        "rounds": a.rounds,
+        "variants": {n: VARIANTS[n] for n in names},
+        "rows": [],
+    }
     quality = set(names) if a.quality == "all" else {n.strip() for n in a.quality.split(",")}
     # Warm-up: the first fit in a process pays one-off costs (allocator, kernels, page faults).
     run_variant("warm-up", "--steps 20 --width 64 --depth 2", a, img, stop=False)
@@ -194,8 +231,15 @@ def main(argv: list[str] | None = None) -> dict:
                 result.setdefault("errors", []).append({"round": rnd + 1, "variant": n, "error": repr(e)[:500]})
                 continue
             result["rows"].append({"round": rnd + 1, **row})
-            log.info("round %d %-32s %s s to %g dB (%s steps), %.1f ms/step", rnd + 1, n, row["seconds_to_target"],
-                     a.target, row["steps_to_target"], 1000 * row["seconds_per_step"])
+            log.info(
+                "round %d %-32s %s s to %g dB (%s steps), %.1f ms/step",
+                rnd + 1,
+                n,
+                row["seconds_to_target"],
+                a.target,
+                row["steps_to_target"],
+                1000 * row["seconds_per_step"],
+            )
             result["summary"] = summarise(result["rows"], names)
             write_json(a.name, result, a.out_dir)
     return finish(result, a.plot, plot, table_md)

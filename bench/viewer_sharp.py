@@ -21,6 +21,7 @@ whole canvas drawn; iiif.js: OpenSeadragon settled with every tile of the view d
 Medians of the rounds, with the load average around each and the requests each phase sent, go to
 bench/results/viewer_sharp.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,19 +39,31 @@ from bench.serving import Server
 
 log = logging.getLogger("bench.viewer_sharp")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 PAGES = {  # page → (URL template, the element that carries its state, wheel notches, deltaY, zoom factor)
     "viewer": ("/?model={name}", "#view", 1, -462, 2.0),
-    "osd": ("/iiif.html?id={name}", "#osd", 4, -100, 1.2 ** 4),
+    "osd": ("/iiif.html?id={name}", "#osd", 4, -100, 1.2**4),
 }
 # The page's zoom: the viewer's camera zoom (1 at home), OpenSeadragon's device px per native image px.
 ZOOM = "(sel) => Number(document.querySelector(sel).dataset.zoom || document.querySelector(sel).dataset.imageZoom)"
 # Sharp marks after `since` (ms on the page's clock), with their detail.
-MARKS = "(since) => performance.getEntriesByName('inr-sharp').filter(m => m.startTime > since)" \
-        ".map(m => ({t: m.startTime, detail: m.detail}))"
-WHEEL_HOOK = "window.__wheel = null; window.__wheels = 0; addEventListener('wheel', (e) => { " \
-             "window.__wheel = e.timeStamp; window.__wheels += 1; }, {capture: true, passive: true});"
+MARKS = (
+    "(since) => performance.getEntriesByName('inr-sharp').filter(m => m.startTime > since)"
+    ".map(m => ({t: m.startTime, detail: m.detail}))"
+)
+WHEEL_HOOK = (
+    "window.__wheel = null; window.__wheels = 0; addEventListener('wheel', (e) => { "
+    "window.__wheel = e.timeStamp; window.__wheels += 1; }, {capture: true, passive: true});"
+)
 
 
 def uptime() -> str:
@@ -60,8 +73,23 @@ def uptime() -> str:
 def fit(repo: Path, name: str, photo: Path, steps: int) -> None:
     """The grid preset's fit of `photo` at its native size into repo/name (the command a user runs)."""
     from fitstore import PRESETS
-    cmd = [sys.executable, "-m", "training", "fit-image", "--image", str(photo), "--protocol", "full",
-           *PRESETS["grid"]["argv"], "--steps", str(steps), "--no-progress", "--out", str(repo / name)]
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "training",
+        "fit-image",
+        "--image",
+        str(photo),
+        "--protocol",
+        "full",
+        *PRESETS["grid"]["argv"],
+        "--steps",
+        str(steps),
+        "--no-progress",
+        "--out",
+        str(repo / name),
+    ]
     log.info("fitting %s: %s", name, " ".join(cmd))
     subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
 
@@ -73,8 +101,10 @@ def wait_marks(page, since: float, timeout_s: float) -> list[dict]:
         if marks:
             return marks
         page.wait_for_timeout(20)
-    state = page.evaluate("[...document.querySelectorAll('#view, #osd, #readout, .message')]"
-                          ".map(e => e.id + ' ' + JSON.stringify(e.dataset) + ' ' + e.textContent.trim())")
+    state = page.evaluate(
+        "[...document.querySelectorAll('#view, #osd, #readout, .message')]"
+        ".map(e => e.id + ' ' + JSON.stringify(e.dataset) + ' ' + e.textContent.trim())"
+    )
     raise TimeoutError(f"no sharp view within {timeout_s} s: {state}")
 
 
@@ -92,7 +122,7 @@ def one_round(browser, url: str, name: str, which: str, size: tuple[int, int], t
         page.goto(url + path.format(name=name))
         first = wait_marks(page, 0.0, timeout_s)[0]
         loaded = len(requests)
-        page.wait_for_timeout(300)         # let the page go idle (OpenSeadragon's last frames)
+        page.wait_for_timeout(300)  # let the page go idle (OpenSeadragon's last frames)
         box = page.locator(selector).bounding_box()
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         home = page.evaluate(ZOOM, selector)
@@ -104,12 +134,21 @@ def one_round(browser, url: str, name: str, which: str, size: tuple[int, int], t
         wheel = page.evaluate("window.__wheel")
         zoomed = wait_marks(page, wheel, timeout_s)[0]
         reached = page.evaluate(ZOOM, selector) / home
-        state = page.evaluate(f"(() => {{ const e = document.querySelector('{selector}'); return {{...e.dataset, "
-                              "width: e.width || e.clientWidth, height: e.height || e.clientHeight}; })()")
-        return {"load_s": first["t"] / 1000, "zoom_s": (zoomed["t"] - wheel) / 1000, "zoom_factor": reached,
-                "zoomed_as_asked": abs(reached / factor - 1) < 0.02,
-                "load_requests": loaded, "zoom_requests": len(requests) - loaded, "state": state,
-                "load_average": [load0, os.getloadavg()[0]], "errors": errors}
+        state = page.evaluate(
+            f"(() => {{ const e = document.querySelector('{selector}'); return {{...e.dataset, "
+            "width: e.width || e.clientWidth, height: e.height || e.clientHeight}; })()"
+        )
+        return {
+            "load_s": first["t"] / 1000,
+            "zoom_s": (zoomed["t"] - wheel) / 1000,
+            "zoom_factor": reached,
+            "zoomed_as_asked": abs(reached / factor - 1) < 0.02,
+            "load_requests": loaded,
+            "zoom_requests": len(requests) - loaded,
+            "state": state,
+            "load_average": [load0, os.getloadavg()[0]],
+            "errors": errors,
+        }
     finally:
         context.close()
 
@@ -120,6 +159,7 @@ def median(xs):
 
 def run(args) -> dict:
     from playwright.sync_api import sync_playwright
+
     repo = Path(args.repo)
     for spec in args.fit:
         name, _, photo = spec.partition("=")
@@ -129,8 +169,15 @@ def run(args) -> dict:
             args.models.append(name)
     env = {"INR_RENDER_CACHE_BYTES": "0"}
     command = " ".join(["python -m bench.viewer_sharp", *sys.argv[1:]])
-    out = {"machine": machine(), "uptime_start": uptime(), "command": command,
-           "env": env, "browser_viewport": list(args.size), "rounds": args.rounds, "models": {}}
+    out = {
+        "machine": machine(),
+        "uptime_start": uptime(),
+        "command": command,
+        "env": env,
+        "browser_viewport": list(args.size),
+        "rounds": args.rounds,
+        "models": {},
+    }
     server = Server(repo, "viewer_sharp", env).wait()
     try:
         with sync_playwright() as p:
@@ -142,13 +189,22 @@ def run(args) -> dict:
                     rounds = []
                     for i in range(args.rounds):
                         r = one_round(browser, server.url, name, which, tuple(args.size), args.timeout)
-                        log.info("%s %s round %d: load %.2f s, zoom %.2f s (×%.3f; load average %.1f)", name, which,
-                                 i + 1, r["load_s"], r["zoom_s"], r["zoom_factor"], r["load_average"][1])
+                        log.info(
+                            "%s %s round %d: load %.2f s, zoom %.2f s (×%.3f; load average %.1f)",
+                            name,
+                            which,
+                            i + 1,
+                            r["load_s"],
+                            r["zoom_s"],
+                            r["zoom_factor"],
+                            r["load_average"][1],
+                        )
                         rounds.append(r)
-                    entry["pages"][which] = {"median_load_s": median([r["load_s"] for r in rounds]),
-                                             "median_zoom_s": median([r["zoom_s"] for r in rounds
-                                                                      if r["zoomed_as_asked"]]),
-                                             "rounds": rounds}
+                    entry["pages"][which] = {
+                        "median_load_s": median([r["load_s"] for r in rounds]),
+                        "median_zoom_s": median([r["zoom_s"] for r in rounds if r["zoomed_as_asked"]]),
+                        "rounds": rounds,
+                    }
             browser.close()
     finally:
         server.stop()
@@ -160,13 +216,24 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repo", required=True, help="model repository the service serves")
     ap.add_argument("--models", nargs="*", default=["dandelion"], help="image models to open (default: dandelion)")
-    ap.add_argument("--fit", action="append", default=[], metavar="NAME=PHOTO",
-                    help="fit PHOTO into REPO/NAME with the grid preset when absent, and open it")
+    ap.add_argument(
+        "--fit",
+        action="append",
+        default=[],
+        metavar="NAME=PHOTO",
+        help="fit PHOTO into REPO/NAME with the grid preset when absent, and open it",
+    )
     ap.add_argument("--fit-steps", type=int, default=50)
     ap.add_argument("--pages", nargs="*", default=list(PAGES), choices=list(PAGES))
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--size", type=int, nargs=2, default=[1600, 1000], metavar=("W", "H"),
-                    help="browser viewport in CSS px, device scale 1")
+    ap.add_argument(
+        "--size",
+        type=int,
+        nargs=2,
+        default=[1600, 1000],
+        metavar=("W", "H"),
+        help="browser viewport in CSS px, device scale 1",
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one sharp view")
     ap.add_argument("--out", default="viewer_sharp", help="result name under bench/results")
     args = ap.parse_args(argv)

@@ -8,6 +8,7 @@ ratio, and every non-200 answer. Run once with the model's warmup, once with it 
     python -m bench.warmup                 # both, 3 clients, 2,000 coordinates
     python -m bench.warmup --rounds 3      # the median ratio over 3 reloads each
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,9 @@ def add_version(model: Path) -> int:
     return last + 1
 
 
-def reload_under_load(source: Path, workdir: Path, warmup: bool, clients: int = 3, coords: int = 2000,
-                      settle_s: float = 3.0) -> dict:
+def reload_under_load(
+    source: Path, workdir: Path, warmup: bool, clients: int = 3, coords: int = 2000, settle_s: float = 3.0
+) -> dict:
     """One reload of a copy of model folder `source` under load; see the module docstring."""
     repo = workdir / "models"
     model = repo / source.name
@@ -81,12 +83,18 @@ def reload_under_load(source: Path, workdir: Path, warmup: bool, clients: int = 
         for t in threads:
             t.join(60)
         srv.stop()
-    warm = sorted(s for _, s, v, _ in answers[len(answers) // 4:] if v == "1")
+    warm = sorted(s for _, s, v, _ in answers[len(answers) // 4 :] if v == "1")
     v2 = [a for a in answers if a[2] == "2"]
     first = min(v2, key=lambda a: a[0])[1] if v2 else float("nan")
     p50 = warm[len(warm) // 2] if warm else float("nan")
-    return {"warmup": warmup, "requests": len(answers), "non_200": [a[3] for a in answers if a[3] != 200],
-            "first_ms": first * 1e3, "warm_p50_ms": p50 * 1e3, "ratio": first / p50}
+    return {
+        "warmup": warmup,
+        "requests": len(answers),
+        "non_200": [a[3] for a in answers if a[3] != 200],
+        "first_ms": first * 1e3,
+        "warm_p50_ms": p50 * 1e3,
+        "ratio": first / p50,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(reload_under_load(args.model, Path(tmp), warm, args.clients, args.coords))
         runs.sort(key=lambda r: r["ratio"])
         rows.append(runs[len(runs) // 2])
-    out = ["| warmup | first request after the reload | warm p50 | ratio | requests | non-200 |",
-           "|---|---|---|---|---|---|"]
-    out += [f"| {'yes' if r['warmup'] else 'no'} | {r['first_ms']:.1f} ms | {r['warm_p50_ms']:.1f} ms | "
-            f"{r['ratio']:.2f}× | {r['requests']} | {len(r['non_200'])} |" for r in rows]
+    out = [
+        "| warmup | first request after the reload | warm p50 | ratio | requests | non-200 |",
+        "|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {'yes' if r['warmup'] else 'no'} | {r['first_ms']:.1f} ms | {r['warm_p50_ms']:.1f} ms | "
+        f"{r['ratio']:.2f}× | {r['requests']} | {len(r['non_200'])} |"
+        for r in rows
+    ]
     print("\n".join(out))  # noqa: T201  (a command's result)
     return 0
 

@@ -1,6 +1,7 @@
 """The command-line conventions shared by `python -m training` and `python -m inr_client`:
 a usage error is one line, `error: …`, exit code 2. Here because both CLIs use them and neither
 may import the other."""
+
 from __future__ import annotations
 
 import argparse

@@ -5,6 +5,7 @@ file with the image's Python (tests/containers runs it in the real image).
 The port comes from INR_PORT (the same variable the service reads), default 8000.
 Standard library only: it must work before and without the service's packages.
 """
+
 from __future__ import annotations
 
 import os

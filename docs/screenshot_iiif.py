@@ -4,6 +4,7 @@ maxZoomPixelRatio of 4) on a real service over the bundled models.
 
     .venv/bin/python docs/screenshot_iiif.py [--models models] [--model astronaut] [--zoom 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,13 +31,16 @@ def main() -> int:
     try:
         cx, cy = (float(v) for v in args.centre.split(","))
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                        args=["--headless", "--no-sandbox", "--disable-gpu"])
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
             page = browser.new_page(viewport={"width": 1000, "height": 700})
             page.set_default_timeout(600_000)
             page.goto(f"{url}/iiif.html?id={args.model}")
-            loaded = ("window.iiifViewer && iiifViewer.world.getItemCount() === 1 && "
-                      "iiifViewer.world.getItemAt(0).getFullyLoaded()")
+            loaded = (
+                "window.iiifViewer && iiifViewer.world.getItemCount() === 1 && "
+                "iiifViewer.world.getItemAt(0).getFullyLoaded()"
+            )
             page.wait_for_function(loaded)
             page.evaluate(f"""(() => {{ const v = iiifViewer.viewport, t = iiifViewer.world.getItemAt(0);
                 const w = t.getContentSize().x;   // the native width (info.json)

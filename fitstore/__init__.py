@@ -10,10 +10,25 @@ workers (which claim, report progress and finish) share, on SQLite, Redis or Pos
 
 Torch-free and service-free: the API and the workers both import it; it imports neither.
 """
+
 from .presets import DEFAULT_PRESET, PRESETS
 from .recovery import MAX_FAILURES
 from .store import FINISHED, STATES, FitStore, JobFinished, NameTaken, QueueFull, worker_id
 from .urls import DEFAULT, StoreError, StoreUrl, check_url
 
-__all__ = ["DEFAULT", "DEFAULT_PRESET", "FINISHED", "MAX_FAILURES", "PRESETS", "STATES", "FitStore", "JobFinished",
-           "NameTaken", "QueueFull", "StoreError", "StoreUrl", "check_url", "worker_id"]
+__all__ = [
+    "DEFAULT",
+    "DEFAULT_PRESET",
+    "FINISHED",
+    "MAX_FAILURES",
+    "PRESETS",
+    "STATES",
+    "FitStore",
+    "JobFinished",
+    "NameTaken",
+    "QueueFull",
+    "StoreError",
+    "StoreUrl",
+    "check_url",
+    "worker_id",
+]

@@ -3,11 +3,12 @@ same transaction as the state change they count (fitstore.backends), so each fin
 counts exactly once, whichever process (worker, reaper, API) wrote it, and every API replica's /metrics
 shows the same cluster-wide figures. Histograms are kept as one counter per bucket, plus count and sum.
 """
+
 from __future__ import annotations
 
 PREFIX = "m:"
-DURATION_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)   # seconds of the attempt that succeeded
-RATE_BUCKETS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)        # optimisation steps per second
+DURATION_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)  # seconds of the attempt that succeeded
+RATE_BUCKETS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)  # optimisation steps per second
 HISTOGRAMS = {"duration": DURATION_BUCKETS, "steps_rate": RATE_BUCKETS}
 # The reasons a fit fails or is retried: a fixed set, so that labels cannot grow.
 FAILURES = ("deadline", "worker_died", "invalid", "error")

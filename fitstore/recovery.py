@@ -1,4 +1,5 @@
-"""Heartbeats and recovery in the fit store (docs/fits.md, "Life of a job"): jobs whose worker died are retried once, then
+"""Heartbeats and recovery in the fit store (docs/fits.md, "Life of a job"): jobs whose worker died are retried
+once, then
 failed; queued jobs whose queue message was lost are sent again. Any process may run it (every worker's
 heartbeat thread, the API on its reads and submits); all times are the store's clock.
 
@@ -14,13 +15,14 @@ is sent again, once: the send expects the attempt's `enq` marker as it was at th
 it, so of several sweepers one sends. A message sent
 twice is harmless: the second finds the attempt claimed, or the record moved on, and is dropped.
 """
+
 from __future__ import annotations
 
 import json
 
 from . import metrics
 
-MAX_FAILURES = 2   # a job whose worker died is retried once; the second death fails it
+MAX_FAILURES = 2  # a job whose worker died is retried once; the second death fails it
 
 
 class Recovery:
@@ -41,12 +43,29 @@ class Recovery:
         if held and held["worker"] == wid:
             self.kv.delete_data(f"hb:{seat}")
 
-    def _requeue(self, rec: dict, reason: str, failed: bool, why: str, expect: dict | None = None,
-                 puts: dict | None = None) -> dict | None:
-        rec = dict(rec, state="queued", attempt=rec["attempt"] + 1, failures=rec["failures"] + failed, worker=None,
-                   step=0, loss=None, psnr=None, eta_s=None)
-        done = self._write(rec, "retrying", {"reason": reason, "attempt": rec["attempt"]}, expect=expect, puts=puts,
-                           enqueue=True, incr=metrics.retried(why))
+    def _requeue(
+        self, rec: dict, reason: str, failed: bool, why: str, expect: dict | None = None, puts: dict | None = None
+    ) -> dict | None:
+        rec = dict(
+            rec,
+            state="queued",
+            attempt=rec["attempt"] + 1,
+            failures=rec["failures"] + failed,
+            worker=None,
+            step=0,
+            loss=None,
+            psnr=None,
+            eta_s=None,
+        )
+        done = self._write(
+            rec,
+            "retrying",
+            {"reason": reason, "attempt": rec["attempt"]},
+            expect=expect,
+            puts=puts,
+            enqueue=True,
+            incr=metrics.retried(why),
+        )
         if done is not None:
             self._release_slots(rec["id"])
         return done
@@ -84,9 +103,15 @@ class Recovery:
             if fresh["failures"] + 1 < MAX_FAILURES:
                 done = self._requeue(fresh, reason, True, "worker_died", expect={key: None}, puts=mark)
             else:
-                done = self.finish(fresh, "failed", reason="worker_died", expect={key: None}, puts=mark,
-                                   failures=fresh["failures"] + 1,
-                                   error=f"{reason}; the fit was already retried once after its worker died")
+                done = self.finish(
+                    fresh,
+                    "failed",
+                    reason="worker_died",
+                    expect={key: None},
+                    puts=mark,
+                    failures=fresh["failures"] + 1,
+                    error=f"{reason}; the fit was already retried once after its worker died",
+                )
             if done is not None:
                 reaped.append(rec["id"])
         for key, held in self._many([f"slot:{k}" for k in range(self.slots)]).items():
@@ -116,7 +141,11 @@ class Recovery:
                 first, mark = now, marks.get(marker)
             if now - first < self.stale_s:
                 self.suspects[job_id, attempt] = (first, mark)
-            elif self.atomic.txn({marker: mark}, {marker: json.dumps(now).encode()},
-                                 enqueue=[self._message(job_id, attempt)], incr=metrics.retried("lost_message")):
+            elif self.atomic.txn(
+                {marker: mark},
+                {marker: json.dumps(now).encode()},
+                enqueue=[self._message(job_id, attempt)],
+                incr=metrics.retried("lost_message"),
+            ):
                 sent.append(job_id)
         return sent

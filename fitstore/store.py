@@ -11,6 +11,7 @@ A record, its event and its queue message are written in one transaction (fitsto
 submit checks the queue limit and a derived name in the transaction that inserts the job. Times are the
 store's clock (`now`). Dead workers and lost messages are recovered in fitstore.recovery.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,9 @@ STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 NAME_TAKEN = frozenset({"queued", "running", "succeeded"})  # a derived name is not given while a job has it
 TASK = "inr.fit"
-SEATS = 64         # live workers one store keeps track of (heartbeat seats)
-SLOTS = 64         # the most fit slots (INR_FIT_MAX_RUNNING) a store may be configured with
-LIST_LIMIT = 200   # GET /v1/fits: the newest this many jobs
+SEATS = 64  # live workers one store keeps track of (heartbeat seats)
+SLOTS = 64  # the most fit slots (INR_FIT_MAX_RUNNING) a store may be configured with
+LIST_LIMIT = 200  # GET /v1/fits: the newest this many jobs
 
 
 class QueueFull(Exception):
@@ -94,9 +95,20 @@ class FitStore(Recovery):
     def _message(self, job_id: str, attempt: int) -> bytes:
         return self.huey.serialize_task(self.task.s(job_id, attempt))
 
-    def _write(self, rec: dict, kind: str, data: dict | None = None, *, preview: bytes | None = None,
-               expect: dict | None = None, puts: dict | None = None, deletes=(), enqueue: bool = False,
-               incr: dict | None = None, now: float | None = None) -> dict | None:
+    def _write(
+        self,
+        rec: dict,
+        kind: str,
+        data: dict | None = None,
+        *,
+        preview: bytes | None = None,
+        expect: dict | None = None,
+        puts: dict | None = None,
+        deletes=(),
+        enqueue: bool = False,
+        incr: dict | None = None,
+        now: float | None = None,
+    ) -> dict | None:
         """Append event `kind` to the job's history and save the record (its writer only), with `puts`,
         `deletes`, the counters `incr` and, with `enqueue`, the attempt's queue message and its `enq` marker:
         one transaction, done only if `expect` holds. The record, or None when `expect` did not hold."""
@@ -139,8 +151,9 @@ class FitStore(Recovery):
         """The newest LIST_LIMIT jobs, newest first."""
         n = self._seq()[0] if n is None else n
         ids = self._many([f"jobno:{k}" for k in range(n, max(0, n - LIST_LIMIT), -1)])
-        records = self._many([f"job:{ids[f'jobno:{k}']}" for k in range(n, max(0, n - LIST_LIMIT), -1)
-                              if f"jobno:{k}" in ids])
+        records = self._many(
+            [f"job:{ids[f'jobno:{k}']}" for k in range(n, max(0, n - LIST_LIMIT), -1) if f"jobno:{k}" in ids]
+        )
         return sorted(records.values(), key=lambda r: r["created"], reverse=True)
 
     def active_names(self) -> set[str]:
@@ -171,8 +184,19 @@ class FitStore(Recovery):
         return self.atomic.counters(metrics.PREFIX)
 
     # -- the API's side --------------------------------------------------------------------------
-    def submit(self, *, name: str, options: dict, image_png: bytes, source: dict, deadline_s: float,
-               max_running: int, queue_limit: int, derived: bool = False, traceparent: str | None = None) -> dict:
+    def submit(
+        self,
+        *,
+        name: str,
+        options: dict,
+        image_png: bytes,
+        source: dict,
+        deadline_s: float,
+        max_running: int,
+        queue_limit: int,
+        derived: bool = False,
+        traceparent: str | None = None,
+    ) -> dict:
         """Queue a job. The queue limit and, for a `derived` name, that no queued, running or succeeded job
         among the newest has it, are checked in the transaction that inserts the job: it is done only if
         no other submit took the next job number meanwhile, else read again and retried. `traceparent`: the
@@ -191,15 +215,37 @@ class FitStore(Recovery):
             if derived and any(r["name"] == name and r["state"] in NAME_TAKEN for r in records):
                 raise NameTaken(name)
             now = self.now()
-            rec = {"id": job_id, "state": "queued", "name": name, "version": None, "options": options,
-                   "source": source, "created": now, "started": None, "finished": None,
-                   "deadline_s": deadline_s, "attempt": 1, "failures": 0, "worker": None, "step": 0,
-                   "steps": options["steps"], "loss": None, "psnr": None, "eta_s": None, "error": None,
-                   "metrics": None, "seq": 0, "preview_seq": None, "traceparent": traceparent}
-            puts = {"jobseq": str(n + 1).encode(), f"jobno:{n + 1}": json.dumps(job_id).encode(),
-                    f"img:{job_id}": image_png}
-            done = self._write(rec, "queued", {"name": name}, expect={"jobseq": raw}, puts=puts, enqueue=True,
-                               now=now)
+            rec = {
+                "id": job_id,
+                "state": "queued",
+                "name": name,
+                "version": None,
+                "options": options,
+                "source": source,
+                "created": now,
+                "started": None,
+                "finished": None,
+                "deadline_s": deadline_s,
+                "attempt": 1,
+                "failures": 0,
+                "worker": None,
+                "step": 0,
+                "steps": options["steps"],
+                "loss": None,
+                "psnr": None,
+                "eta_s": None,
+                "error": None,
+                "metrics": None,
+                "seq": 0,
+                "preview_seq": None,
+                "traceparent": traceparent,
+            }
+            puts = {
+                "jobseq": str(n + 1).encode(),
+                f"jobno:{n + 1}": json.dumps(job_id).encode(),
+                f"img:{job_id}": image_png,
+            }
+            done = self._write(rec, "queued", {"name": name}, expect={"jobseq": raw}, puts=puts, enqueue=True, now=now)
             if done is not None:
                 return done
 
@@ -214,8 +260,14 @@ class FitStore(Recovery):
             rec = self.get(job_id)  # nobody else may write it now
             now = self.now()
             rec.update(state="cancelled", finished=now)
-            return self._write(rec, "cancelled", {"reason": "cancelled while queued"}, deletes=[f"img:{job_id}"],
-                               incr=metrics.finished(rec, "cancelled", None, now), now=now)
+            return self._write(
+                rec,
+                "cancelled",
+                {"reason": "cancelled while queued"},
+                deletes=[f"img:{job_id}"],
+                incr=metrics.finished(rec, "cancelled", None, now),
+                now=now,
+            )
         self.kv.put_data(f"cancel:{job_id}", b"1")
         rec = self.get(job_id)
         if rec["state"] not in FINISHED:
@@ -275,8 +327,15 @@ class FitStore(Recovery):
         rec.update({k: data[k] for k in ("step", "loss", "psnr", "eta_s") if k in data})
         return self._write(rec, "progress", data, preview=preview, expect=self._mine(rec))
 
-    def finish(self, rec: dict, state: str, reason: str | None = None, expect: dict | None = None,
-               puts: dict | None = None, **fields) -> dict | None:
+    def finish(
+        self,
+        rec: dict,
+        state: str,
+        reason: str | None = None,
+        expect: dict | None = None,
+        puts: dict | None = None,
+        **fields,
+    ) -> dict | None:
         """End the job: `state`, the fields, its event and metric counters (`reason`: why it failed, one of
         metrics.FAILURES) in one transaction, done only if `expect` holds (by default: the attempt was not
         reaped); the upload and slot go."""
@@ -284,8 +343,16 @@ class FitStore(Recovery):
         now = self.now()
         rec = dict(rec, state=state, finished=now, eta_s=None, **fields)
         data = {k: rec.get(k) for k in ("error", "version", "metrics", "name") if rec.get(k) is not None}
-        done = self._write(rec, state, data, expect=expect, puts=puts, deletes=[f"img:{rec['id']}"],
-                           incr=metrics.finished(rec, state, reason, now), now=now)
+        done = self._write(
+            rec,
+            state,
+            data,
+            expect=expect,
+            puts=puts,
+            deletes=[f"img:{rec['id']}"],
+            incr=metrics.finished(rec, state, reason, now),
+            now=now,
+        )
         if done is not None:
             self._release_slots(rec["id"])
         return done

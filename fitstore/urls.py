@@ -1,9 +1,10 @@
 """Job store URLs, the one parser the API (`INR_FIT_STORE`) and the workers (`--store`) share.
 
-    sqlite:///relative/path.sqlite   sqlite:////absolute/path.sqlite
-    redis://HOST:PORT/DB             rediss://…   unix://…
-    postgresql://USER:PASS@HOST/DB   postgres://…
+sqlite:///relative/path.sqlite   sqlite:////absolute/path.sqlite
+redis://HOST:PORT/DB             rediss://…   unix://…
+postgresql://USER:PASS@HOST/DB   postgres://…
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,11 @@ from pathlib import Path
 
 DEFAULT = "sqlite:///build/fits.sqlite"
 SQLITE = "sqlite:///"
-SCHEMES = {"sqlite": (SQLITE,), "redis": ("redis://", "rediss://", "unix://"),
-           "postgresql": ("postgresql://", "postgres://")}
+SCHEMES = {
+    "sqlite": (SQLITE,),
+    "redis": ("redis://", "rediss://", "unix://"),
+    "postgresql": ("postgresql://", "postgres://"),
+}
 
 
 class StoreError(ValueError):
@@ -22,22 +26,23 @@ class StoreError(ValueError):
 @dataclass(frozen=True)
 class StoreUrl:
     url: str
-    backend: str              # a key of SCHEMES (and of fitstore.backends.BACKENDS)
+    backend: str  # a key of SCHEMES (and of fitstore.backends.BACKENDS)
     path: Path | None = None  # SQLite's file
 
     @classmethod
     def parse(cls, url: str) -> "StoreUrl":
         """The backend a URL names, or StoreError naming the valid forms."""
         if url.startswith(SQLITE):
-            path = Path(url[len(SQLITE):])
+            path = Path(url[len(SQLITE) :])
             if not path.name:
                 raise StoreError(f"store URL {url!r} names no file: sqlite:///path/to/fits.sqlite")
             return cls(url, "sqlite", path)
         for backend, prefixes in SCHEMES.items():
             if url.startswith(prefixes):
                 return cls(url, backend)
-        raise StoreError(f"unknown job store {url!r}: expected sqlite:///PATH, redis://HOST:PORT/DB or "
-                         "postgresql://USER@HOST/DB")
+        raise StoreError(
+            f"unknown job store {url!r}: expected sqlite:///PATH, redis://HOST:PORT/DB or postgresql://USER@HOST/DB"
+        )
 
     def exists(self) -> bool:
         """False only for a SQLite file nobody has created yet (a server backend always exists)."""

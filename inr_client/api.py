@@ -9,6 +9,7 @@ Both expose the same methods. On `AsyncClient` every method is awaited:
     async with AsyncClient(url) as c:
         preds = await c.classify("digits-sinekan", images)
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,7 @@ from .tiles import join_band, plan, tile_side, tile_viewport
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TILE = 1024
-DEFAULT_MAX_SAMPLES = 1 << 22     # per tile request: side² · supersample²
+DEFAULT_MAX_SAMPLES = 1 << 22  # per tile request: side² · supersample²
 
 Progress = Callable[[int], None]  # called with the number of pixels just finished
 
@@ -50,11 +51,23 @@ class _Methods:
         """RGB in [0, 1] at (x, y) coordinates of the unit square → float32 [N, 3]."""
         return self._do(calls.query(name, coords, transform))
 
-    def render_bytes(self, name: str, width: int, height: int, *, viewport=None, transform=None,
-                     supersample: int = 1, format: str = "png"):
+    def render_bytes(
+        self,
+        name: str,
+        width: int,
+        height: int,
+        *,
+        viewport=None,
+        transform=None,
+        supersample: int = 1,
+        format: str = "png",
+    ):
         """One /render request; returns the encoded image."""
-        return self._do(calls.render(name, width, height, viewport=viewport, transform=transform,
-                                     supersample=supersample, format=format))
+        return self._do(
+            calls.render(
+                name, width, height, viewport=viewport, transform=transform, supersample=supersample, format=format
+            )
+        )
 
     def classify(self, name: str, images):
         """Digit arrays [N, 28, 28] in [0, 1], white on black → list of Prediction."""
@@ -77,8 +90,21 @@ class _Methods:
         viewport = calls.check_viewport(viewport)
         side = tile_side(supersample, self.max_samples, tile or self.tile)
         for band in plan(int(width), int(height), side):
-            yield [(t, calls.render(name, t.width, t.height, viewport=tile_viewport(t, width, height, viewport),
-                                    transform=transform, supersample=supersample, format="png")) for t in band]
+            yield [
+                (
+                    t,
+                    calls.render(
+                        name,
+                        t.width,
+                        t.height,
+                        viewport=tile_viewport(t, width, height, viewport),
+                        transform=transform,
+                        supersample=supersample,
+                        format="png",
+                    ),
+                )
+                for t in band
+            ]
 
 
 def _send_kwargs(call: Call) -> dict:
@@ -88,8 +114,15 @@ def _send_kwargs(call: Call) -> dict:
 class Client(_Methods):
     """Synchronous client. `render` and `render_to_file` fetch large images tile by tile."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 120.0, tile: int = DEFAULT_TILE,
-                 max_samples: int = DEFAULT_MAX_SAMPLES, http: httpx.Client | None = None):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 120.0,
+        tile: int = DEFAULT_TILE,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
+        http: httpx.Client | None = None,
+    ):
         self.http = http or httpx.Client(base_url=url, timeout=timeout)
         self.tile, self.max_samples = tile, max_samples
 
@@ -108,9 +141,18 @@ class Client(_Methods):
             calls.check(response)
         return call.decode(response)
 
-    def render_bands(self, name: str, width: int, height: int, *, viewport=None, transform=None,
-                     supersample: int = 1, tile: int | None = None,
-                     progress: Progress | None = None) -> Iterator[np.ndarray]:
+    def render_bands(
+        self,
+        name: str,
+        width: int,
+        height: int,
+        *,
+        viewport=None,
+        transform=None,
+        supersample: int = 1,
+        tile: int | None = None,
+        progress: Progress | None = None,
+    ) -> Iterator[np.ndarray]:
         """Yield the image as uint8 bands [h, width, C], top to bottom."""
         for band in self._bands(name, width, height, viewport, transform, supersample, tile):
             pieces = [calls.decode_image(self._do(c)) for _, c in band]
@@ -133,9 +175,16 @@ class Client(_Methods):
 class AsyncClient(_Methods):
     """asyncio client; tiles of a large render are fetched `concurrency` at a time."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 120.0, tile: int = DEFAULT_TILE,
-                 max_samples: int = DEFAULT_MAX_SAMPLES, concurrency: int = 4,
-                 http: httpx.AsyncClient | None = None):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        timeout: float = 120.0,
+        tile: int = DEFAULT_TILE,
+        max_samples: int = DEFAULT_MAX_SAMPLES,
+        concurrency: int = 4,
+        http: httpx.AsyncClient | None = None,
+    ):
         self.http = http or httpx.AsyncClient(base_url=url, timeout=timeout)
         self.tile, self.max_samples = tile, max_samples
         self.concurrency = max(1, concurrency)
@@ -155,9 +204,18 @@ class AsyncClient(_Methods):
             calls.check(response)
         return call.decode(response)
 
-    async def render_bands(self, name: str, width: int, height: int, *, viewport=None, transform=None,
-                           supersample: int = 1, tile: int | None = None,
-                           progress: Progress | None = None) -> AsyncIterator[np.ndarray]:
+    async def render_bands(
+        self,
+        name: str,
+        width: int,
+        height: int,
+        *,
+        viewport=None,
+        transform=None,
+        supersample: int = 1,
+        tile: int | None = None,
+        progress: Progress | None = None,
+    ) -> AsyncIterator[np.ndarray]:
         """Yield uint8 bands top to bottom; the next band is already being fetched meanwhile."""
         gate = asyncio.Semaphore(self.concurrency)
 

@@ -3,6 +3,7 @@
 Each function returns a `Call`: what to send and how to decode the answer. The sync and
 async clients only differ in how they send it, so they share every call defined here.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,8 +16,14 @@ import numpy as np
 
 RENDER_FORMATS = ("png", "jpeg", "webp")
 # V2 inference protocol datatypes the client can encode and decode.
-V2_DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64, "INT32": np.int32,
-             "UINT8": np.uint8, "BOOL": np.bool_}
+V2_DTYPES = {
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "INT64": np.int64,
+    "INT32": np.int32,
+    "UINT8": np.uint8,
+    "BOOL": np.bool_,
+}
 
 
 class ClientError(ValueError):
@@ -104,12 +111,24 @@ def query(name: str, coords, transform: dict | None = None) -> Call:
     body: dict = {"coords": xy.tolist()}
     if transform is not None:
         body["transform"] = transform
-    return Call("POST", f"/v1/models/{name}/query", json=body,
-                decode=lambda r: np.asarray(r.json()["rgb"], dtype=np.float32).reshape(-1, 3))
+    return Call(
+        "POST",
+        f"/v1/models/{name}/query",
+        json=body,
+        decode=lambda r: np.asarray(r.json()["rgb"], dtype=np.float32).reshape(-1, 3),
+    )
 
 
-def render(name: str, width: int, height: int, *, viewport=None, transform: dict | None = None,
-           supersample: int = 1, format: str = "png") -> Call:
+def render(
+    name: str,
+    width: int,
+    height: int,
+    *,
+    viewport=None,
+    transform: dict | None = None,
+    supersample: int = 1,
+    format: str = "png",
+) -> Call:
     """One render request; the answer is the encoded image bytes."""
     check_size(width, height)
     if format not in RENDER_FORMATS:
@@ -124,8 +143,7 @@ def render(name: str, width: int, height: int, *, viewport=None, transform: dict
 
 
 def _predictions(response) -> list[Prediction]:
-    return [Prediction(int(p["label"]), [float(x) for x in p["probabilities"]])
-            for p in response.json()["predictions"]]
+    return [Prediction(int(p["label"]), [float(x) for x in p["probabilities"]]) for p in response.json()["predictions"]]
 
 
 def classify(name: str, images) -> Call:
@@ -168,8 +186,7 @@ def v2_infer(name: str, inputs: dict[str, Any], outputs: Sequence[str] | None = 
         dtype = next((k for k, t in V2_DTYPES.items() if arr.dtype == t), None)
         if arr.dtype == np.float64 or dtype is None:
             arr, dtype = arr.astype(np.float32), "FP32"
-        tensors.append({"name": tname, "shape": list(arr.shape), "datatype": dtype,
-                        "data": arr.reshape(-1).tolist()})
+        tensors.append({"name": tname, "shape": list(arr.shape), "datatype": dtype, "data": arr.reshape(-1).tolist()})
     body: dict = {"inputs": tensors}
     if outputs:
         body["outputs"] = [{"name": o} for o in outputs]

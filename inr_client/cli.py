@@ -8,6 +8,7 @@
 Bad input prints one line, `error: …`, and exits with code 2 (a 4xx from the service too);
 an unreachable service or a 5xx exits with 1. No half-written output file is ever left.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -104,6 +105,7 @@ class LazyBar:
             return
         if self.bar is None:
             from tqdm import tqdm
+
             self.bar = tqdm(total=self.total, unit="px", unit_scale=True, desc="render", file=sys.stderr)
         self.bar.update(n)
 

@@ -4,6 +4,7 @@ into place only when the image is complete, so a failure never leaves a half-wri
 PNG output is streamed band by band (bounded memory for any size); JPEG and WebP are
 encoded by Pillow from the whole image.
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ A W×H render of viewport [X0, Y0, X1, Y1] has pixel (i, j) centred at
 dx = (X1 − X0)/W and dy = (Y1 − Y0)/H, so its pixel centres are exactly those of the
 big render and the stitched tiles equal one big render.
 """
+
 from __future__ import annotations
 
 import struct
@@ -23,8 +24,8 @@ FULL = (0.0, 0.0, 1.0, 1.0)
 class Tile:
     row: int
     col: int
-    x: int          # first column in the big image
-    y: int          # first row in the big image
+    x: int  # first column in the big image
+    y: int  # first row in the big image
     width: int
     height: int
 
@@ -80,9 +81,11 @@ class PngWriter:
     def write(self, band: np.ndarray) -> None:
         h, w, c = band.shape
         if w != self.width or c != self.channels or self.rows + h > self.height:
-            raise ValueError(f"band {band.shape} does not fit a {self.width}×{self.height}×{self.channels} PNG "
-                             f"with {self.rows} rows written")
-        filtered = np.zeros((h, 1 + w * c), np.uint8)   # filter type 0 (None) on every scanline
+            raise ValueError(
+                f"band {band.shape} does not fit a {self.width}×{self.height}×{self.channels} PNG "
+                f"with {self.rows} rows written"
+            )
+        filtered = np.zeros((h, 1 + w * c), np.uint8)  # filter type 0 (None) on every scanline
         filtered[:, 1:] = band.reshape(h, w * c)
         data = self._z.compress(filtered.tobytes())
         if data:

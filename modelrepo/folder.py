@@ -9,6 +9,7 @@
 A writer builds everything in a hidden sibling (`.NAME.tmp-*` or `NAME/.N.tmp-*`) and renames it
 into place, so a reader sees a version folder complete or not at all.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,11 +38,13 @@ def portable(path: str | Path) -> str:
 
 def portable_command(args: list[str]) -> str:
     """A command line whose absolute paths are reduced to their names (`portable`)."""
+
     def one(arg: str) -> str:
         option, eq, value = arg.partition("=")
         if eq and option.startswith("-") and value.startswith("/"):
             return f"{option}={portable(value)}"
         return portable(arg) if arg.startswith("/") else arg
+
     return " ".join(shlex.quote(one(a)) for a in args)
 
 
@@ -104,8 +107,11 @@ def version_numbers(folder: Path) -> list[int]:
         entries = list(Path(folder).iterdir())
     except OSError:
         return []
-    return sorted(int(p.name) for p in entries if p.is_dir() and p.name.isdigit() and int(p.name) > 0
-                  and str(int(p.name)) == p.name)
+    return sorted(
+        int(p.name)
+        for p in entries
+        if p.is_dir() and p.name.isdigit() and int(p.name) > 0 and str(int(p.name)) == p.name
+    )
 
 
 def read_version(folder: Path, version: int) -> VersionRecord:
@@ -123,8 +129,10 @@ def check_version(folder: Path, record: VersionRecord) -> Path:
     path = Path(folder) / str(record.version) / MODEL_FILE
     digest = sha256_file(path)
     if digest != record.onnx_sha256:
-        raise SpecError(f"sha256 of {record.version}/{MODEL_FILE} ({digest[:12]}…) does not match "
-                        f"{record.version}/metadata.json onnx_sha256 ({record.onnx_sha256[:12]}…): tampered or stale")
+        raise SpecError(
+            f"sha256 of {record.version}/{MODEL_FILE} ({digest[:12]}…) does not match "
+            f"{record.version}/metadata.json onnx_sha256 ({record.onnx_sha256[:12]}…): tampered or stale"
+        )
     return path
 
 
@@ -132,7 +140,7 @@ def check_version(folder: Path, record: VersionRecord) -> Path:
 class Written:
     spec: ModelSpec
     record: VersionRecord
-    path: Path          # the version folder
+    path: Path  # the version folder
 
 
 def _umask() -> int:
@@ -168,8 +176,9 @@ def _replace_file(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict,
-                  extras: Callable[[Path], None] | None = None) -> Written:
+def write_version(
+    folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras: Callable[[Path], None] | None = None
+) -> Written:
     """Write `onnx_bytes` as the next version of the model at `folder`, atomically.
 
     A new folder gets version 1 with its config.pbtxt and metadata.json (the whole folder appears

@@ -8,6 +8,7 @@ descriptor bytes are read out of that file's source, not imported (importing it 
 and the protobuf runtime check), and written next to this module, so that the serving install
 parses config.pbtxt with protobuf alone.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,7 +26,11 @@ def serialized_descriptor() -> bytes:
         raise SystemExit("error: tritonclient is not installed (pip install -e '.[dev]')")
     source = Path(list(spec.submodule_search_locations)[0]) / "grpc" / "model_config_pb2.py"
     for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "AddSerializedFile":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "AddSerializedFile"
+        ):
             return ast.literal_eval(node.args[0])
     raise SystemExit(f"error: no serialized descriptor in {source}")
 

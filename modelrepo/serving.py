@@ -1,5 +1,6 @@
 """Typed serving fields that an image model's version metadata carries beside its free-form
 provenance, read here so that the service never walks the raw dict for them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,8 +13,11 @@ MAX_SIDE = 65_536  # the largest width or height the service renders
 
 
 def _size(value) -> tuple[int, int] | None:
-    if (isinstance(value, list) and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in value)):
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIDE for v in value)
+    ):
         return value[0], value[1]
     return None
 
@@ -26,6 +30,7 @@ class ImageSource:
     The geometry (docs/model-repository.md): coordinates stay (x, y) in [0,1]², x across the width, y down
     the height, so pixel (i, j) of the W×H image has its centre at ((j+0.5)/W, (i+0.5)/H) and a model
     unit step in x is W pixels, in y H pixels. A model that records no size is square."""
+
     size: tuple[int, int] | None = None
     native_size: tuple[int, int] | None = None
 
@@ -60,14 +65,19 @@ def check_onnx_geometry(source: ImageSource, props: dict[str, str], version: int
     try:
         onnx_size = (int(props[ONNX_WIDTH]), int(props[ONNX_HEIGHT]))
     except (KeyError, ValueError):
-        raise ContractError(f"{where} needs integer {ONNX_WIDTH} and {ONNX_HEIGHT}, got "
-                            f"{props.get(ONNX_WIDTH)!r} × {props.get(ONNX_HEIGHT)!r}") from None
+        raise ContractError(
+            f"{where} needs integer {ONNX_WIDTH} and {ONNX_HEIGHT}, got "
+            f"{props.get(ONNX_WIDTH)!r} × {props.get(ONNX_HEIGHT)!r}"
+        ) from None
     if source.size is None:
-        raise ContractError(f"{where} says {onnx_size[0]}×{onnx_size[1]} pixels, but {version}/metadata.json "
-                            "records no source.size")
+        raise ContractError(
+            f"{where} says {onnx_size[0]}×{onnx_size[1]} pixels, but {version}/metadata.json records no source.size"
+        )
     if onnx_size != source.size:
-        raise ContractError(f"{where} says {onnx_size[0]}×{onnx_size[1]} pixels, {version}/metadata.json "
-                            f"source.size says {source.size[0]}×{source.size[1]}: the geometry disagrees")
+        raise ContractError(
+            f"{where} says {onnx_size[0]}×{onnx_size[1]} pixels, {version}/metadata.json "
+            f"source.size says {source.size[0]}×{source.size[1]}: the geometry disagrees"
+        )
 
 
 # -- the separable stage ---------------------------------------------------------------------------
@@ -93,6 +103,7 @@ class SeparableStage:
     """metadata `separable`: the image model's first stage, feature k = sin(P[k]·x + phase[k]) for a
     coordinate x, and the body graph (features → rgb) stored beside model.onnx. training/separable.py
     writes it with `to_metadata`, the service reads it with `from_metadata` (docs/model-repository.md)."""
+
     P: tuple[tuple[float, float], ...]
     phase: tuple[float, ...]
     body: str = "body.onnx"
@@ -108,9 +119,16 @@ class SeparableStage:
         return _stage_digest(self.P, self.phase)
 
     def to_metadata(self, **extra) -> dict:
-        return {"body": self.body, "body_sha256": self.body_sha256, "input": self.input, "features": self.features,
-                "P": [list(row) for row in self.P], "phase": list(self.phase), **extra,
-                "stage_sha256": self.stage_sha256}
+        return {
+            "body": self.body,
+            "body_sha256": self.body_sha256,
+            "input": self.input,
+            "features": self.features,
+            "P": [list(row) for row in self.P],
+            "phase": list(self.phase),
+            **extra,
+            "stage_sha256": self.stage_sha256,
+        }
 
     @classmethod
     def first_stage(cls, entry: dict) -> tuple[tuple[tuple[float, float], ...], tuple[float, ...]]:
@@ -119,14 +137,23 @@ class SeparableStage:
         if not (isinstance(P, list) and all(_numbers(row) for row in P) and _numbers(phase)):
             raise ContractError("metadata.json separable: P and phase must be number arrays")
         shape_p = [len(P), *({len(row) for row in P} or {2})]
-        if (not P or len(shape_p) != 2 or shape_p[1] != 2 or len(phase) != len(P)
-                or not all(math.isfinite(v) for row in P for v in row) or not all(math.isfinite(v) for v in phase)):
-            raise ContractError(f"metadata.json separable: P must be finite [F, 2] and phase [F], got "
-                                f"{shape_p} and {[len(phase)]}")
+        if (
+            not P
+            or len(shape_p) != 2
+            or shape_p[1] != 2
+            or len(phase) != len(P)
+            or not all(math.isfinite(v) for row in P for v in row)
+            or not all(math.isfinite(v) for v in phase)
+        ):
+            raise ContractError(
+                f"metadata.json separable: P must be finite [F, 2] and phase [F], got {shape_p} and {[len(phase)]}"
+            )
         digest = _stage_digest(P, phase)
         if digest != entry.get("stage_sha256"):
-            raise ContractError(f"metadata.json separable: sha256 of P and phase ({digest[:12]}…) does not match "
-                                f"stage_sha256 ({str(entry.get('stage_sha256'))[:12]}…)")
+            raise ContractError(
+                f"metadata.json separable: sha256 of P and phase ({digest[:12]}…) does not match "
+                f"stage_sha256 ({str(entry.get('stage_sha256'))[:12]}…)"
+            )
         return tuple(tuple(map(float, row)) for row in P), tuple(map(float, phase))
 
     @classmethod

@@ -11,6 +11,7 @@ A spec is read from (and written to) two files of a model folder:
 Each version folder `N/` has its own `N/metadata.json` (`VersionRecord`): the sha256 of
 `N/model.onnx` and the free-form training metadata of that version.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,13 +23,29 @@ from .warmup import TASK_WARMUPS
 NAME_MAX = 64  # characters of a model name
 NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-V2_TO_TRITON = {"FP32": "TYPE_FP32", "FP64": "TYPE_FP64", "FP16": "TYPE_FP16", "INT64": "TYPE_INT64",
-                "INT32": "TYPE_INT32", "INT8": "TYPE_INT8", "UINT8": "TYPE_UINT8", "BOOL": "TYPE_BOOL",
-                "BYTES": "TYPE_STRING"}
+V2_TO_TRITON = {
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "FP16": "TYPE_FP16",
+    "INT64": "TYPE_INT64",
+    "INT32": "TYPE_INT32",
+    "INT8": "TYPE_INT8",
+    "UINT8": "TYPE_UINT8",
+    "BOOL": "TYPE_BOOL",
+    "BYTES": "TYPE_STRING",
+}
 TRITON_TO_V2 = {v: k for k, v in V2_TO_TRITON.items()}
-ONNX_TO_V2 = {"tensor(float)": "FP32", "tensor(double)": "FP64", "tensor(float16)": "FP16",
-              "tensor(int64)": "INT64", "tensor(int32)": "INT32", "tensor(int8)": "INT8",
-              "tensor(uint8)": "UINT8", "tensor(bool)": "BOOL", "tensor(string)": "BYTES"}
+ONNX_TO_V2 = {
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(float16)": "FP16",
+    "tensor(int64)": "INT64",
+    "tensor(int32)": "INT32",
+    "tensor(int8)": "INT8",
+    "tensor(uint8)": "UINT8",
+    "tensor(bool)": "BOOL",
+    "tensor(string)": "BYTES",
+}
 # W×H is the version's native pixel grid, `source.size` (or `source.native_size`), modelrepo.ImageSource; a model that
 # records none is square. The text is unchanged since the first models, so every model written before stays valid.
 IMAGE_COORDINATES = "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)"
@@ -41,6 +58,7 @@ class SpecError(ValueError):
 @dataclass(frozen=True)
 class Tensor:
     """One input or output: V2 datatype and full shape, the batch dimension first (-1 = any)."""
+
     name: str
     datatype: str
     shape: tuple[int, ...]
@@ -57,16 +75,19 @@ class Tensor:
             raise SpecError(f"{where}: tensor name must be a non-empty string, got {name!r}")
         if dtype not in V2_TO_TRITON:
             raise SpecError(f"{where}: tensor '{name}' datatype {dtype!r} is not one of {', '.join(V2_TO_TRITON)}")
-        if (not isinstance(shape, list) or not shape
-                or not all(isinstance(s, int) and not isinstance(s, bool) and (s > 0 or s == -1) for s in shape)):
-            raise SpecError(f"{where}: tensor '{name}' shape must be a list of positive integers or -1, "
-                            f"got {shape!r}")
+        if (
+            not isinstance(shape, list)
+            or not shape
+            or not all(isinstance(s, int) and not isinstance(s, bool) and (s > 0 or s == -1) for s in shape)
+        ):
+            raise SpecError(f"{where}: tensor '{name}' shape must be a list of positive integers or -1, got {shape!r}")
         return cls(name, dtype, tuple(shape))
 
 
 @dataclass(frozen=True)
 class VersionPolicy:
     """Triton's version_policy: the `latest` N versions, `all`, or `specific` ones."""
+
     kind: str = "latest"
     num_versions: int = 1
     versions: tuple[int, ...] = ()
@@ -78,7 +99,7 @@ class VersionPolicy:
             return have
         if self.kind == "specific":
             return [v for v in have if v in self.versions]
-        return have[-self.num_versions:] if self.num_versions > 0 else []
+        return have[-self.num_versions :] if self.num_versions > 0 else []
 
     def describe(self) -> str:
         if self.kind == "latest":
@@ -89,25 +110,35 @@ class VersionPolicy:
 @dataclass(frozen=True)
 class Task:
     """The tensors a task fixes and its default limits (docs/model-repository.md, "Tasks")."""
+
     input: Tensor
     outputs: tuple[Tensor, ...]
-    max_batch_size: int          # rows per run: coordinates for image models, images for digits
-    max_queue_delay_us: int      # batching delay written into new configs
+    max_batch_size: int  # rows per run: coordinates for image models, images for digits
+    max_queue_delay_us: int  # batching delay written into new configs
     coordinates: str | None = None
 
 
 TASKS = {
-    "image": Task(Tensor("coords", "FP32", (-1, 2)), (Tensor("rgb", "FP32", (-1, 3)),),
-                  max_batch_size=262_144, max_queue_delay_us=500, coordinates=IMAGE_COORDINATES),
-    "digits": Task(Tensor("images", "FP32", (-1, 1, 28, 28)),
-                   (Tensor("logits", "FP32", (-1, 10)), Tensor("probabilities", "FP32", (-1, 10))),
-                   max_batch_size=256, max_queue_delay_us=2000),
+    "image": Task(
+        Tensor("coords", "FP32", (-1, 2)),
+        (Tensor("rgb", "FP32", (-1, 3)),),
+        max_batch_size=262_144,
+        max_queue_delay_us=500,
+        coordinates=IMAGE_COORDINATES,
+    ),
+    "digits": Task(
+        Tensor("images", "FP32", (-1, 1, 28, 28)),
+        (Tensor("logits", "FP32", (-1, 10)), Tensor("probabilities", "FP32", (-1, 10))),
+        max_batch_size=256,
+        max_queue_delay_us=2000,
+    ),
 }
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """A model's contract: everything the service checks at load and serves from."""
+
     name: str
     task: str
     inputs: tuple[Tensor, ...]
@@ -116,22 +147,37 @@ class ModelSpec:
     max_queue_delay_us: int | None = None
     coordinates: str | None = None
     version_policy: VersionPolicy = VersionPolicy()
-    warmups: tuple = ()              # modelrepo.warmup.Warmup entries (config.pbtxt model_warmup)
-    response_cache: bool = False     # config.pbtxt response_cache { enable: true }
+    warmups: tuple = ()  # modelrepo.warmup.Warmup entries (config.pbtxt model_warmup)
+    response_cache: bool = False  # config.pbtxt response_cache { enable: true }
     metadata: dict = field(default_factory=dict, compare=False)  # free-form: description, ...
 
     @classmethod
-    def for_task(cls, name: str, task: str, *, max_batch_size: int | None = None,
-                 max_queue_delay_us: int | None = None, metadata: dict | None = None,
-                 inputs: Iterable[Tensor] | None = None, outputs: Iterable[Tensor] | None = None) -> "ModelSpec":
+    def for_task(
+        cls,
+        name: str,
+        task: str,
+        *,
+        max_batch_size: int | None = None,
+        max_queue_delay_us: int | None = None,
+        metadata: dict | None = None,
+        inputs: Iterable[Tensor] | None = None,
+        outputs: Iterable[Tensor] | None = None,
+    ) -> "ModelSpec":
         """The spec of a new model of `task`, with the task's tensors and default limits."""
         if task not in TASKS:
             raise SpecError(f"unknown task '{task}'; valid: {', '.join(TASKS)}")
         t = TASKS[task]
-        spec = cls(name=name, task=task, inputs=tuple(inputs or (t.input,)), outputs=tuple(outputs or t.outputs),
-                   max_batch_size=t.max_batch_size if max_batch_size is None else max_batch_size,
-                   max_queue_delay_us=t.max_queue_delay_us if max_queue_delay_us is None else max_queue_delay_us,
-                   coordinates=t.coordinates, warmups=TASK_WARMUPS.get(task, ()), metadata=dict(metadata or {}))
+        spec = cls(
+            name=name,
+            task=task,
+            inputs=tuple(inputs or (t.input,)),
+            outputs=tuple(outputs or t.outputs),
+            max_batch_size=t.max_batch_size if max_batch_size is None else max_batch_size,
+            max_queue_delay_us=t.max_queue_delay_us if max_queue_delay_us is None else max_queue_delay_us,
+            coordinates=t.coordinates,
+            warmups=TASK_WARMUPS.get(task, ()),
+            metadata=dict(metadata or {}),
+        )
         spec.validate()
         return spec
 
@@ -153,46 +199,67 @@ class ModelSpec:
             raise SpecError(f"metadata.json: unknown task '{self.task}'; valid: {', '.join(TASKS)}")
         want = TASKS[self.task]
         if len(self.inputs) != 1 or not _fits(self.inputs[0], want.input):
-            raise SpecError(f"metadata.json: a '{self.task}' model takes one input {want.input.to_json()}, "
-                            f"the spec says {[t.to_json() for t in self.inputs]}")
+            raise SpecError(
+                f"metadata.json: a '{self.task}' model takes one input {want.input.to_json()}, "
+                f"the spec says {[t.to_json() for t in self.inputs]}"
+            )
         names = {o.name: o for o in self.outputs}
         for o in want.outputs:
             if o.name not in names or not _fits(names[o.name], o):
-                raise SpecError(f"metadata.json: a '{self.task}' model gives the outputs "
-                                f"{[t.to_json() for t in want.outputs]}, the spec says "
-                                f"{[t.to_json() for t in self.outputs]}")
+                raise SpecError(
+                    f"metadata.json: a '{self.task}' model gives the outputs "
+                    f"{[t.to_json() for t in want.outputs]}, the spec says "
+                    f"{[t.to_json() for t in self.outputs]}"
+                )
         if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
-            raise SpecError(f"config.pbtxt: max_batch_size must be at least 1 for a batched '{self.task}' model, "
-                            f"got {self.max_batch_size}")
+            raise SpecError(
+                f"config.pbtxt: max_batch_size must be at least 1 for a batched '{self.task}' model, "
+                f"got {self.max_batch_size}"
+            )
         p = self.version_policy
-        if p.kind not in ("latest", "all", "specific") or (p.kind == "latest" and p.num_versions < 1) \
-                or (p.kind == "specific" and not p.versions):
+        if (
+            p.kind not in ("latest", "all", "specific")
+            or (p.kind == "latest" and p.num_versions < 1)
+            or (p.kind == "specific" and not p.versions)
+        ):
             raise SpecError(f"config.pbtxt: version_policy {p.describe()} serves no version")
 
     def to_json(self) -> dict:
         """metadata.json's contents (the Triton fields go to config.pbtxt)."""
-        out = {"name": self.name, "task": self.task, "inputs": [t.to_json() for t in self.inputs],
-               "outputs": [t.to_json() for t in self.outputs]}
+        out = {
+            "name": self.name,
+            "task": self.task,
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+        }
         if self.coordinates:
             out["coordinates"] = self.coordinates
         return {**out, **{k: v for k, v in self.metadata.items() if k not in out}}
 
 
 def _fits(found: Tensor, want: Tensor) -> bool:
-    return (found.name == want.name and found.datatype == want.datatype and len(found.shape) == len(want.shape)
-            and all(w == -1 or f == w for f, w in zip(found.shape, want.shape)))
+    return (
+        found.name == want.name
+        and found.datatype == want.datatype
+        and len(found.shape) == len(want.shape)
+        and all(w == -1 or f == w for f, w in zip(found.shape, want.shape))
+    )
 
 
 @dataclass(frozen=True)
 class VersionRecord:
     """`N/metadata.json`: one version's sha256 and its free-form training metadata."""
+
     version: int
     onnx_sha256: str
     metadata: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        return {"version": self.version, **{k: v for k, v in self.metadata.items() if k != "version"},
-                "onnx_sha256": self.onnx_sha256}
+        return {
+            "version": self.version,
+            **{k: v for k, v in self.metadata.items() if k != "version"},
+            "onnx_sha256": self.onnx_sha256,
+        }
 
     @classmethod
     def from_json(cls, d: Any, version: int) -> "VersionRecord":

@@ -4,6 +4,7 @@ The message class is built from `model_config.pb`, the compiled descriptor of Tr
 model_config.proto (see regen_descriptor.py and NOTICE-triton.txt), so parsing is as strict
 as Triton's: an unknown field, a bad enum value or a cut-off file is a ParseError.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -16,9 +17,13 @@ from .warmup import Warmup, WarmupInput
 
 DESCRIPTOR_FILE = Path(__file__).resolve().parent / "model_config.pb"
 PLATFORM = "onnxruntime_onnx"
-INT64 = (descriptor.FieldDescriptor.TYPE_INT64, descriptor.FieldDescriptor.TYPE_UINT64,
-         descriptor.FieldDescriptor.TYPE_SINT64, descriptor.FieldDescriptor.TYPE_FIXED64,
-         descriptor.FieldDescriptor.TYPE_SFIXED64)
+INT64 = (
+    descriptor.FieldDescriptor.TYPE_INT64,
+    descriptor.FieldDescriptor.TYPE_UINT64,
+    descriptor.FieldDescriptor.TYPE_SINT64,
+    descriptor.FieldDescriptor.TYPE_FIXED64,
+    descriptor.FieldDescriptor.TYPE_SFIXED64,
+)
 
 
 @lru_cache(maxsize=1)
@@ -73,8 +78,10 @@ def apply_config(spec: ModelSpec, cfg) -> ModelSpec:
     for kind, tensors, declared in (("input", spec.inputs, cfg.input), ("output", spec.outputs, cfg.output)):
         have = [Tensor(t.name, TRITON_TO_V2.get(_enum_name(t, "data_type"), "?"), (-1, *t.dims)) for t in declared]
         if sorted(have, key=lambda t: t.name) != sorted(tensors, key=lambda t: t.name):
-            raise SpecError(f"config.pbtxt: {kind} {[t.to_json() for t in have]} disagrees with metadata.json "
-                            f"{[t.to_json() for t in tensors]}")
+            raise SpecError(
+                f"config.pbtxt: {kind} {[t.to_json() for t in have]} disagrees with metadata.json "
+                f"{[t.to_json() for t in tensors]}"
+            )
     which = cfg.version_policy.WhichOneof("policy_choice")
     if which == "all":
         policy = VersionPolicy("all")
@@ -83,9 +90,14 @@ def apply_config(spec: ModelSpec, cfg) -> ModelSpec:
     else:
         n = cfg.version_policy.latest.num_versions if which == "latest" else 1
         policy = VersionPolicy("latest", num_versions=n)
-    delay = (cfg.dynamic_batching.max_queue_delay_microseconds if cfg.HasField("dynamic_batching") else None)
-    return spec.with_(max_batch_size=cfg.max_batch_size, max_queue_delay_us=delay, version_policy=policy,
-                      warmups=read_warmups(cfg), response_cache=cfg.response_cache.enable)
+    delay = cfg.dynamic_batching.max_queue_delay_microseconds if cfg.HasField("dynamic_batching") else None
+    return spec.with_(
+        max_batch_size=cfg.max_batch_size,
+        max_queue_delay_us=delay,
+        version_policy=policy,
+        warmups=read_warmups(cfg),
+        response_cache=cfg.response_cache.enable,
+    )
 
 
 def _enum_name(msg, fieldname: str) -> str:
@@ -132,11 +144,20 @@ def read_warmups(cfg) -> tuple[Warmup, ...]:
         for name, i in sorted(w.inputs.items()):
             kind = i.WhichOneof("input_data_type")
             if kind is None:
-                raise SpecError(f"config.pbtxt: model_warmup '{w.name}' input '{name}' needs zero_data, random_data "
-                                "or input_data_file")
+                raise SpecError(
+                    f"config.pbtxt: model_warmup '{w.name}' input '{name}' needs zero_data, random_data "
+                    "or input_data_file"
+                )
             dtype = i.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[i.data_type].name
-            inputs.append(WarmupInput(name, TRITON_TO_V2.get(dtype, dtype), tuple(i.dims), kind,
-                                      i.input_data_file if kind == "input_data_file" else ""))
+            inputs.append(
+                WarmupInput(
+                    name,
+                    TRITON_TO_V2.get(dtype, dtype),
+                    tuple(i.dims),
+                    kind,
+                    i.input_data_file if kind == "input_data_file" else "",
+                )
+            )
         out.append(Warmup(w.name, w.batch_size, w.count, tuple(inputs)))
     return tuple(out)
 
@@ -147,8 +168,9 @@ def write_warmups(cfg, warmups: tuple[Warmup, ...]) -> None:
         entry = cfg.model_warmup.add(name=w.name, batch_size=w.batch_size, count=w.count)
         for i in w.inputs:
             value = entry.inputs[i.name]
-            value.data_type = value.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_name[
-                V2_TO_TRITON[i.datatype]].number
+            value.data_type = (
+                value.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_name[V2_TO_TRITON[i.datatype]].number
+            )
             value.dims.extend(i.dims)
             if i.kind == "input_data_file":
                 value.input_data_file = i.file

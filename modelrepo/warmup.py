@@ -11,6 +11,7 @@ Whether an input exists, and whether its file does, is checked when a version lo
 so that a bad warmup fails that version with the reason, as Triton fails the model instance.
 Reading and writing the config.pbtxt entries: modelrepo/triton.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,10 +22,10 @@ KINDS = ("zero_data", "random_data", "input_data_file")
 @dataclass(frozen=True)
 class WarmupInput:
     name: str
-    datatype: str            # V2 name, e.g. FP32
-    dims: tuple[int, ...]    # without the batch dimension
-    kind: str                # one of KINDS
-    file: str = ""           # input_data_file: a name inside the model's warmup/ folder
+    datatype: str  # V2 name, e.g. FP32
+    dims: tuple[int, ...]  # without the batch dimension
+    kind: str  # one of KINDS
+    file: str = ""  # input_data_file: a name inside the model's warmup/ folder
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the option, and exits with a code (docs/serving.md, "Running it"):
 Traces (docs/deployment.md, "Traces") are off unless the standard OTEL_* variables or Triton's --trace-config
 turn them on; a bad value of either is exit code 2 as well.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,28 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from commandline import OneLineParser
-from telemetry.logs import configure
 from telemetry.config import read_config, trace_config_env
+from telemetry.logs import configure
 
 from .errors import DeviceError
 from .settings import Settings
 
-OPTIONS = ("models", "host", "port", "grpc_port", "device", "workers", "threads", "log_level", "log_format",
-           "cache_config", "model_control_mode", "repository_poll_secs", "load_model", "http_restricted_api")
+OPTIONS = (
+    "models",
+    "host",
+    "port",
+    "grpc_port",
+    "device",
+    "workers",
+    "threads",
+    "log_level",
+    "log_format",
+    "cache_config",
+    "model_control_mode",
+    "repository_poll_secs",
+    "load_model",
+    "http_restricted_api",
+)
 SECRET = {"http_restricted_api"}  # never echoed in an error
 BAD_SETTING, NO_PORT = 2, 3  # exit codes
 
@@ -49,29 +64,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", help="uvicorn worker processes (INR_WORKERS, default: 1)")
     p.add_argument("--threads", help="onnxruntime threads per model, 0 = from the CPUs this process may use")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    p.add_argument("--log-format", choices=("text", "json"),
-                   help="json: one JSON object per line; both carry the trace and span ids when traces are on "
-                        "(INR_LOG_FORMAT, default: text)")
-    p.add_argument("--trace-config", action="append", metavar="[opentelemetry,]KEY=VALUE",
-                   help="traces, in Triton's form; repeatable: mode=opentelemetry turns them on; rate=N (one "
-                        "request in N; 0: only requests that bring a traceparent), level=OFF; opentelemetry,url="
-                        "URL, opentelemetry,protocol=grpc|http/protobuf (default: http/protobuf), "
-                        "opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N, bsp_schedule_delay="
-                        "MS, bsp_max_export_batch_size=N. Over the OTEL_* variables (docs/deployment.md, Traces)")
-    p.add_argument("--cache-config", metavar="local,size=BYTES",
-                   help="the byte budget of the cache store that renders and response caches share, in Triton's "
-                        "form (INR_CACHE_CONFIG; default: INR_RENDER_CACHE_BYTES, 64 MiB)")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="json: one JSON object per line; both carry the trace and span ids when traces are on "
+        "(INR_LOG_FORMAT, default: text)",
+    )
+    p.add_argument(
+        "--trace-config",
+        action="append",
+        metavar="[opentelemetry,]KEY=VALUE",
+        help="traces, in Triton's form; repeatable: mode=opentelemetry turns them on; rate=N (one "
+        "request in N; 0: only requests that bring a traceparent), level=OFF; opentelemetry,url="
+        "URL, opentelemetry,protocol=grpc|http/protobuf (default: http/protobuf), "
+        "opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N, bsp_schedule_delay="
+        "MS, bsp_max_export_batch_size=N. Over the OTEL_* variables (docs/deployment.md, Traces)",
+    )
+    p.add_argument(
+        "--cache-config",
+        metavar="local,size=BYTES",
+        help="the byte budget of the cache store that renders and response caches share, in Triton's "
+        "form (INR_CACHE_CONFIG; default: INR_RENDER_CACHE_BYTES, 64 MiB)",
+    )
     control = p.add_argument_group("model control (Triton's options)")
-    control.add_argument("--model-control-mode", choices=("none", "poll", "explicit"),
-                         help="none: load all at start; poll: also rescan the repository and load, reload and "
-                              "unload what changed; explicit: load and unload through /v2/repository "
-                              "(INR_MODEL_CONTROL_MODE, default: none)")
+    control.add_argument(
+        "--model-control-mode",
+        choices=("none", "poll", "explicit"),
+        help="none: load all at start; poll: also rescan the repository and load, reload and "
+        "unload what changed; explicit: load and unload through /v2/repository "
+        "(INR_MODEL_CONTROL_MODE, default: none)",
+    )
     control.add_argument("--repository-poll-secs", help="poll mode: seconds between scans (default: 15)")
-    control.add_argument("--load-model", action="append", metavar="NAME",
-                         help="explicit mode: load NAME at start; repeatable; '*' loads all (INR_LOAD_MODEL)")
-    control.add_argument("--http-restricted-api", action="append", metavar="API[,API...]:KEY=VALUE",
-                         help="requests to these API groups need the header KEY: VALUE, else 403; repeatable, "
-                              "e.g. model-repository:admin-key=SECRET (INR_HTTP_RESTRICTED_API)")
+    control.add_argument(
+        "--load-model",
+        action="append",
+        metavar="NAME",
+        help="explicit mode: load NAME at start; repeatable; '*' loads all (INR_LOAD_MODEL)",
+    )
+    control.add_argument(
+        "--http-restricted-api",
+        action="append",
+        metavar="API[,API...]:KEY=VALUE",
+        help="requests to these API groups need the header KEY: VALUE, else 403; repeatable, "
+        "e.g. model-repository:admin-key=SECRET (INR_HTTP_RESTRICTED_API)",
+    )
     return p
 
 
@@ -132,6 +168,7 @@ def probe_cuda(models: Path) -> bool:
 
     from .engine.registry import Registry
     from .engine.runtime import ModelRuntime, RuntimeOptions
+
     for path in Registry(models, RuntimeOptions()).discover():
         try:
             spec = read_spec(path)
@@ -149,6 +186,7 @@ def resolve_device(settings: Settings) -> Settings:
     import onnxruntime as ort
 
     from .engine.runtime import CUDA, check_device_available
+
     log = logging.getLogger("service")
     if settings.device == "cuda":
         check_device_available("cuda")
@@ -179,16 +217,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return NO_PORT if isinstance(e, PortUnavailable) else BAD_SETTING
     import uvicorn
+
     # Worker processes build their own app from the environment, so pass the settings that way.
     os.environ.update(env)
     os.environ.update(settings.environment())
     # The app drains on SIGTERM for up to INR_GRACEFUL_SHUTDOWN_S (service/server/drain.py) before uvicorn's
     # own shutdown starts, which then gives what still runs one more second.
-    uvicorn.run("service.app:create_app", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=settings.log_level,
-                log_config=log_config(settings.log_level, settings.log_format),
-                timeout_keep_alive=settings.timeout_keep_alive, timeout_graceful_shutdown=1,
-                http="service.server.guards:HeaderTimeoutProtocol")
+    uvicorn.run(
+        "service.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=settings.log_level,
+        log_config=log_config(settings.log_level, settings.log_format),
+        timeout_keep_alive=settings.timeout_keep_alive,
+        timeout_graceful_shutdown=1,
+        http="service.server.guards:HeaderTimeoutProtocol",
+    )
     return 0
 
 
@@ -197,6 +243,7 @@ def log_config(level: str, fmt: str = "text") -> dict:
     logs them; every line with the trace and span ids when a span is current (telemetry.logs), and with
     `fmt` json, every line a JSON object."""
     from uvicorn.config import LOGGING_CONFIG
+
     config = copy.deepcopy(LOGGING_CONFIG)
     for name in ("service", "modelrepo"):
         config["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}

@@ -10,6 +10,7 @@ path template (`group_of`); the viewer's static files, `/docs` and `/openapi.jso
 An API may be in one group only, as in Triton. The settings parse the groups, the HTTP middleware
 (service/server/restricted.py) and the gRPC servicer enforce them.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -17,13 +18,24 @@ import re
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository",
-          "statistics", "trace", "logging", "fit")
+GROUPS = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+    "fit",
+)
 HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 
 class RestrictedGroup(BaseModel):
     """APIs that need the header `key` with `value`."""
+
     model_config = ConfigDict(frozen=True)
     apis: tuple[str, ...]
     key: str

@@ -12,6 +12,7 @@ SIGTERM within INR_GRACEFUL_SHUTDOWN_S, INR_BODY_TIMEOUT_S, the queue timeouts, 
 OTEL_* variables itself (telemetry.config; `python -m service` checks them first, for its one-line error, and
 turns --trace-config into them).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,8 +70,10 @@ classification over an ONNX model repository.
 FIT_ENVELOPE = 64 * 1024  # multipart boundaries, part headers and the option fields around a fit's image
 ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
 COMMON = {"503": "draining (SIGTERM), not ready, or busy: see Retry-After"}
-WITH_BODY = {"408": "the body paused longer than INR_BODY_TIMEOUT_S",
-             "413": "the body is larger than INR_MAX_BODY_BYTES"}
+WITH_BODY = {
+    "408": "the body paused longer than INR_BODY_TIMEOUT_S",
+    "413": "the body is larger than INR_MAX_BODY_BYTES",
+}
 
 
 def document_common_codes(schema: dict) -> dict:
@@ -98,8 +101,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tracing.install(traces, "inr-serve", on_drop=metrics.spans_dropped)
         for reason in ("queue_full", "export_failed"):
             metrics.trace_drops.labels(reason)  # both series at 0 from the start
-    options = RuntimeOptions(device=settings.device, threads=threads, render_threads=settings.render_threads,
-                             spin=settings.spin, metrics=metrics)
+    options = RuntimeOptions(
+        device=settings.device,
+        threads=threads,
+        render_threads=settings.render_threads,
+        spin=settings.spin,
+        metrics=metrics,
+    )
     registry = Registry(settings.models, options)
     control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
     drain = Drain(settings.graceful_shutdown_s)
@@ -107,8 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device,
-                 threads)
+        log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device, threads)
         loop = asyncio.get_running_loop()
         heap = Heap(loop)
 
@@ -143,8 +150,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # FastAPI's own OpenTelemetry is off: the service's spans and metrics are its own (TraceRequests, Metrics),
     # and deciding per request whether FastAPI's were on cost about 20 µs (docs/benchmarks.md, floor)
-    app = FastAPI(title="INR model service", version="0.1.0", lifespan=lifespan, description=DESCRIPTION,
-                  telemetry={"tracing": False, "metrics": False, "logs": False, "auto_configure": False})
+    app = FastAPI(
+        title="INR model service",
+        version="0.1.0",
+        lifespan=lifespan,
+        description=DESCRIPTION,
+        telemetry={"tracing": False, "metrics": False, "logs": False, "auto_configure": False},
+    )
     app.state.settings = settings
     app.state.version = app.version
     app.state.registry = registry
@@ -161,10 +173,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # innermost: the inference routes' endpoints, reached without FastAPI's routing (service/server/hotpath.py)
     app.add_middleware(HotRoutes)
     # an upload to fit may be larger than other bodies: its own limit, plus the multipart envelope
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes,
-                       larger={"/v1/fits": (settings.fit_max_upload_bytes + FIT_ENVELOPE,
-                                            f"INR_FIT_MAX_UPLOAD_BYTES={settings.fit_max_upload_bytes} plus "
-                                            f"{FIT_ENVELOPE} bytes of form")})
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_body_bytes,
+        larger={
+            "/v1/fits": (
+                settings.fit_max_upload_bytes + FIT_ENVELOPE,
+                f"INR_FIT_MAX_UPLOAD_BYTES={settings.fit_max_upload_bytes} plus {FIT_ENVELOPE} bytes of form",
+            )
+        },
+    )
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)

@@ -5,6 +5,7 @@ maps them, FastAPI's validation errors, unknown routes (404), wrong methods (405
 oversized bodies (413) and anything unexpected (500) to one JSON shape:
 `{"error": "..."}`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,17 +21,20 @@ log = logging.getLogger(__name__)
 
 class ServiceError(Exception):
     """Base class: an error whose message is safe to show to the caller."""
+
     status = 500
     headers: dict | None = None
 
 
 class BadInput(ServiceError):
     """The request is well-formed JSON but its values make no sense (shape, range, NaN)."""
+
     status = 400
 
 
 class NotANumber(BadInput):
     """A boolean, a string or null where a number belongs (a coordinate, a pixel): 422, as pydantic's."""
+
     status = 422
 
 
@@ -44,6 +48,7 @@ class ModelNotFound(ServiceError):
 
 class WrongTask(ServiceError):
     """The model exists but does another job (e.g. classify on an image model)."""
+
     status = 400
 
     def __init__(self, name: str, task: str, needed: str, action: str):
@@ -63,17 +68,20 @@ class NotLoaded(ServiceError):
 
 class NotFound(ServiceError):
     """Something other than a model is missing, e.g. a model version (V2 protocol)."""
+
     status = 404
 
 
 class Overloaded(ServiceError):
     """A model's batching queue is full: come back later."""
+
     status = 503
     headers = {"retry-after": "1"}
 
 
 class QueueTimeout(ServiceError):
     """A request waited longer than its deadline for a batch or a render slot (INR_QUEUE_TIMEOUT_S)."""
+
     status = 503
 
     def __init__(self, message: str, retry_after: int = 1):
@@ -83,31 +91,38 @@ class QueueTimeout(ServiceError):
 
 class DeadlineExceeded(ServiceError):
     """The caller's own deadline (gRPC's) passed before the request could run: gRPC DEADLINE_EXCEEDED."""
+
     status = 408
 
 
 class RenderTimeout(ServiceError):
     """A render ran past INR_RENDER_TIMEOUT_S and was stopped at its next tile."""
+
     status = 503
 
 
 class NotImplementedFeature(ServiceError):
     """A valid request for something the service does not implement (e.g. a IIIF format)."""
+
     status = 501
 
 
 class TooLarge(ServiceError):
     """A request over one of the limits in settings."""
+
     status = 413
 
 
 class Forbidden(ServiceError):
     """A restricted API group (--http-restricted-api) called without its header; never names the value."""
+
     status = 403
 
     def __init__(self, api: str, header: str):
-        super().__init__(f"the '{api}' API is restricted: send the header '{header}' with the value set in "
-                         "--http-restricted-api (INR_HTTP_RESTRICTED_API)")
+        super().__init__(
+            f"the '{api}' API is restricted: send the header '{header}' with the value set in "
+            "--http-restricted-api (INR_HTTP_RESTRICTED_API)"
+        )
 
 
 class UnsupportedMedia(ServiceError):
@@ -116,17 +131,20 @@ class UnsupportedMedia(ServiceError):
 
 class InvalidOption(ServiceError):
     """A form or query option out of its range (a fit's steps, size, preset, name): 422, as pydantic's."""
+
     status = 422
 
 
 class Conflict(ServiceError):
     """The request contradicts the state of something that exists (a fit job already finished, a fit
     into a model of another task)."""
+
     status = 409
 
 
 class TooManyRequests(ServiceError):
     """A limit on work in flight (INR_FIT_MAX_RUNNING + INR_FIT_QUEUE_LIMIT): come back after Retry-After."""
+
     status = 429
 
     def __init__(self, message: str, retry_after: float = 1):
@@ -143,6 +161,7 @@ class NoPreview(ServiceError):
 
 class ClientGone(ServiceError):
     """The caller disconnected; the work it asked for was abandoned (nginx's 499)."""
+
     status = 499
 
 
@@ -162,10 +181,20 @@ class BodyTooLarge(StarletteHTTPException):
 
 
 # The gRPC status of each HTTP status, as Triton maps its errors (grpc.StatusCode names; service/api/grpc).
-GRPC_CODES = {400: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 422: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED",
-              404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 409: "FAILED_PRECONDITION", 413: "RESOURCE_EXHAUSTED",
-              429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
-              501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
+GRPC_CODES = {
+    400: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    422: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    409: "FAILED_PRECONDITION",
+    413: "RESOURCE_EXHAUSTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+}
 
 
 def grpc_code(status: int) -> str:

@@ -6,6 +6,7 @@ FastAPI's call of `endpoint` would, for a request whose path matched the endpoin
 the request has no query string (the endpoint has query parameters that `call` does not read). The server
 finds the declarations on the app's routes, so that it never imports a protocol module.
 """
+
 from __future__ import annotations
 
 from typing import Awaitable, Callable

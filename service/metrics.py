@@ -1,10 +1,12 @@
-"""Prometheus metrics (served at GET /metrics by service/api/metrics.py), and the per-model statistics behind the V2 `/stats` extension.
+"""Prometheus metrics (served at GET /metrics by service/api/metrics.py), and the per-model statistics behind the
+V2 `/stats` extension.
 
 Two kinds of series:
 
 * Triton's cumulative counters, under Triton's names and labels (`model`, `version`), so that
   dashboards made for Triton work. As in Triton each loaded version counts on its own: after a
-  swap the old version's series keeps its numbers and the new one starts at zero. `nv_inference_request_success`, `nv_inference_request_failure`
+  swap the old version's series keeps its numbers and the new one starts at zero. `nv_inference_request_success`,
+  `nv_inference_request_failure`
   (with `reason`), `nv_inference_count` (rows inferred: images or coordinates),
   `nv_inference_exec_count` (onnxruntime runs), `nv_inference_request_duration_us`,
   `nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`, and the gauge
@@ -19,6 +21,7 @@ With several uvicorn workers each process counts its own requests; a scrape sees
 answered it. The fit metrics (`inr_fit_*`) are not counted here but read from the job store at each scrape
 (service/fits/metrics.py), so every process and replica shows the same figures.
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
-LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 
 
@@ -49,6 +52,7 @@ class Duration:
 @dataclass
 class ModelStats:
     """Cumulative statistics of one model, in the fields of Triton's statistics extension."""
+
     success: Duration = field(default_factory=Duration)
     fail: Duration = field(default_factory=Duration)
     fail_reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -59,7 +63,7 @@ class ModelStats:
     last_inference_ms: int = 0
     pending: int = 0
     batches: dict[int, Duration] = field(default_factory=lambda: defaultdict(Duration))
-    cache_hit: Duration = field(default_factory=Duration)    # render cache lookups (service/render/cache.py)
+    cache_hit: Duration = field(default_factory=Duration)  # render cache lookups (service/render/cache.py)
     cache_miss: Duration = field(default_factory=Duration)
 
 
@@ -72,33 +76,65 @@ class Metrics:
         self.models: dict[tuple[str, str], ModelStats] = defaultdict(ModelStats)  # by (name, version)
         self.versions: dict[str, str] = {}  # the serving version of each model, for requests that name none
         self.request_seconds = Histogram(
-            "inr_request_duration_seconds", "HTTP request latency by model and endpoint",
-            ["model", "endpoint", "method", "code"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            "inr_request_duration_seconds",
+            "HTTP request latency by model and endpoint",
+            ["model", "endpoint", "method", "code"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.queue_seconds = Histogram(
-            "inr_inference_queue_duration_seconds", "time a request waited before its onnxruntime run started",
-            ["model"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            "inr_inference_queue_duration_seconds",
+            "time a request waited before its onnxruntime run started",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.compute_seconds = Histogram(
-            "inr_inference_compute_duration_seconds", "duration of one onnxruntime run (a whole batch)",
-            ["model"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            "inr_inference_compute_duration_seconds",
+            "duration of one onnxruntime run (a whole batch)",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.batch_rows = Histogram(
-            "inr_batch_size", "rows (images or coordinates) per onnxruntime run", ["model"],
-            buckets=BATCH_BUCKETS, registry=self.registry)
+            "inr_batch_size",
+            "rows (images or coordinates) per onnxruntime run",
+            ["model"],
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
         self.batch_requests = Histogram(
-            "inr_batch_requests", "requests merged into one onnxruntime run", ["model"],
-            buckets=BATCH_BUCKETS[:10], registry=self.registry)
+            "inr_batch_requests",
+            "requests merged into one onnxruntime run",
+            ["model"],
+            buckets=BATCH_BUCKETS[:10],
+            registry=self.registry,
+        )
         self.queue_timeouts = Counter(
-            "inr_queue_timeouts", "requests answered 503 after waiting longer than their deadline "
+            "inr_queue_timeouts",
+            "requests answered 503 after waiting longer than their deadline "
             "(INR_QUEUE_TIMEOUT_S or V2's timeout parameter) for a batch or a render slot",
-            ["model", "queue"], registry=self.registry)
-        self.models_gauge = Gauge("inr_models", "models in the repository by state", ["state"],
-                                  registry=self.registry)
-        self.render_deadlines = Counter("inr_render_deadline_exceeded", "renders stopped at a tile past "
-                                        "INR_RENDER_TIMEOUT_S", ["model"], registry=self.registry)
-        self.in_flight = Gauge("inr_requests_in_flight", "HTTP requests being answered now (a drain waits for "
-                               "them; set by the app from its Drain)", registry=self.registry)
-        self.trace_drops = Counter("inr_trace_spans_dropped", "spans that never reached the trace collector: "
-                                   "queue_full (OTEL_BSP_MAX_QUEUE_SIZE) or export_failed", ["reason"],
-                                   registry=self.registry)
+            ["model", "queue"],
+            registry=self.registry,
+        )
+        self.models_gauge = Gauge("inr_models", "models in the repository by state", ["state"], registry=self.registry)
+        self.render_deadlines = Counter(
+            "inr_render_deadline_exceeded",
+            "renders stopped at a tile past INR_RENDER_TIMEOUT_S",
+            ["model"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "inr_requests_in_flight",
+            "HTTP requests being answered now (a drain waits for them; set by the app from its Drain)",
+            registry=self.registry,
+        )
+        self.trace_drops = Counter(
+            "inr_trace_spans_dropped",
+            "spans that never reached the trace collector: queue_full (OTEL_BSP_MAX_QUEUE_SIZE) or export_failed",
+            ["reason"],
+            registry=self.registry,
+        )
         self.cache_info = None  # () -> CacheStore.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
         # several times per request. Keys are known models, route templates and status codes.
@@ -128,12 +164,15 @@ class Metrics:
         """The queue, compute, batch-rows and batch-requests histograms of `model`, bound once."""
         children = self._model_children.get(model)
         if children is None:
-            children = self._model_children[model] = tuple(h.labels(model) for h in (
-                self.queue_seconds, self.compute_seconds, self.batch_rows, self.batch_requests))
+            children = self._model_children[model] = tuple(
+                h.labels(model)
+                for h in (self.queue_seconds, self.compute_seconds, self.batch_rows, self.batch_requests)
+            )
         return children
 
-    def request(self, model: str, endpoint: str, method: str, code: int, seconds: float,
-                version: str | None = None) -> None:
+    def request(
+        self, model: str, endpoint: str, method: str, code: int, seconds: float, version: str | None = None
+    ) -> None:
         key = (model, endpoint, method, code)
         child = self._request_children.get(key)
         if child is None:
@@ -170,8 +209,9 @@ class Metrics:
             for q in queue_seconds:
                 s.queue.add(q)
 
-    def execution(self, model: str, rows: int, requests: int, compute_seconds: float,
-                  version: int | None = None) -> None:
+    def execution(
+        self, model: str, rows: int, requests: int, compute_seconds: float, version: int | None = None
+    ) -> None:
         """One onnxruntime run of `rows` rows for `requests` requests (ModelRuntime.predict: every query,
         classify, V2 infer batch and render tile)."""
         _, compute, batch_rows, batch_requests = self._per_model(model)
@@ -207,36 +247,91 @@ class Metrics:
                         rows.append("{" + ",".join(f'{k}="{v_}"' for k, v_ in labels.items()) + f"}} {v}")
                 families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n" + "".join(f"{name}{r}\n" for r in rows))
 
-            fam("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes",
-                lambda s: [({}, s.success.count)])
-            fam("nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes",
-                lambda s: [({"reason": r}, n) for r, n in sorted(s.fail_reasons.items())] or [({"reason": "OTHER"}, 0)])
-            fam("nv_inference_count", "counter", "Number of inferences performed (rows: images or coordinates)",
-                lambda s: [({}, s.inference_count)])
-            fam("nv_inference_exec_count", "counter", "Number of model executions performed (onnxruntime runs)",
-                lambda s: [({}, s.execution_count)])
-            fam("nv_inference_request_duration_us", "counter", "Cumulative inference request duration in microseconds",
-                lambda s: [({}, (s.success.ns + s.fail.ns) // 1000)])
-            fam("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds",
-                lambda s: [({}, s.queue.ns // 1000)])
-            fam("nv_inference_compute_infer_duration_us", "counter",
-                "Cumulative compute inference duration in microseconds", lambda s: [({}, s.compute_infer.ns // 1000)])
-            fam("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting "
-                "execution per-model", lambda s: [({}, s.pending)])
-            fam("nv_cache_num_hits_per_model", "counter", "Number of cache hits per model (renders and inference responses)",
-                lambda s: [({}, s.cache_hit.count)])
-            fam("nv_cache_num_misses_per_model", "counter", "Number of cache misses per model (renders and inference responses)",
-                lambda s: [({}, s.cache_miss.count)])
-            fam("nv_cache_hit_duration_per_model", "counter", "Total cache hit duration per model, in microseconds",
-                lambda s: [({}, s.cache_hit.ns // 1000)])
-            fam("nv_cache_miss_duration_per_model", "counter", "Total cache miss (render and insertion) duration "
-                "per model, in microseconds", lambda s: [({}, s.cache_miss.ns // 1000)])
+            fam(
+                "nv_inference_request_success",
+                "counter",
+                "Number of successful inference requests, all batch sizes",
+                lambda s: [({}, s.success.count)],
+            )
+            fam(
+                "nv_inference_request_failure",
+                "counter",
+                "Number of failed inference requests, all batch sizes",
+                lambda s: [({"reason": r}, n) for r, n in sorted(s.fail_reasons.items())] or [({"reason": "OTHER"}, 0)],
+            )
+            fam(
+                "nv_inference_count",
+                "counter",
+                "Number of inferences performed (rows: images or coordinates)",
+                lambda s: [({}, s.inference_count)],
+            )
+            fam(
+                "nv_inference_exec_count",
+                "counter",
+                "Number of model executions performed (onnxruntime runs)",
+                lambda s: [({}, s.execution_count)],
+            )
+            fam(
+                "nv_inference_request_duration_us",
+                "counter",
+                "Cumulative inference request duration in microseconds",
+                lambda s: [({}, (s.success.ns + s.fail.ns) // 1000)],
+            )
+            fam(
+                "nv_inference_queue_duration_us",
+                "counter",
+                "Cumulative inference queuing duration in microseconds",
+                lambda s: [({}, s.queue.ns // 1000)],
+            )
+            fam(
+                "nv_inference_compute_infer_duration_us",
+                "counter",
+                "Cumulative compute inference duration in microseconds",
+                lambda s: [({}, s.compute_infer.ns // 1000)],
+            )
+            fam(
+                "nv_inference_pending_request_count",
+                "gauge",
+                "Instantaneous number of pending requests awaiting execution per-model",
+                lambda s: [({}, s.pending)],
+            )
+            fam(
+                "nv_cache_num_hits_per_model",
+                "counter",
+                "Number of cache hits per model (renders and inference responses)",
+                lambda s: [({}, s.cache_hit.count)],
+            )
+            fam(
+                "nv_cache_num_misses_per_model",
+                "counter",
+                "Number of cache misses per model (renders and inference responses)",
+                lambda s: [({}, s.cache_miss.count)],
+            )
+            fam(
+                "nv_cache_hit_duration_per_model",
+                "counter",
+                "Total cache hit duration per model, in microseconds",
+                lambda s: [({}, s.cache_hit.ns // 1000)],
+            )
+            fam(
+                "nv_cache_miss_duration_per_model",
+                "counter",
+                "Total cache miss (render and insertion) duration per model, in microseconds",
+                lambda s: [({}, s.cache_miss.ns // 1000)],
+            )
         info = self.cache_info() if self.cache_info else None
         if info is not None:
             util = info["bytes"] / info["max_bytes"] if info["max_bytes"] else 0.0
-            for name, kind, doc, v in (("nv_cache_num_entries", "gauge", "Number of renders and responses stored in the cache", info["entries"]),
-                                       ("nv_cache_num_evictions", "counter", "Number of cache evictions", info["evictions"]),
-                                       ("nv_cache_util", "gauge", "Cache utilization [0.0 - 1.0]", util)):
+            for name, kind, doc, v in (
+                (
+                    "nv_cache_num_entries",
+                    "gauge",
+                    "Number of renders and responses stored in the cache",
+                    info["entries"],
+                ),
+                ("nv_cache_num_evictions", "counter", "Number of cache evictions", info["evictions"]),
+                ("nv_cache_util", "gauge", "Cache utilization [0.0 - 1.0]", util),
+            ):
                 families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n{name} {v}\n")
         return "".join(families)
 
@@ -249,13 +344,24 @@ class Metrics:
             s = self.models.get((name, str(version))) or ModelStats()
             zero = Duration().json()
             return {
-                "name": name, "version": version, "last_inference": s.last_inference_ms,
-                "inference_count": s.inference_count, "execution_count": s.execution_count,
-                "inference_stats": {"success": s.success.json(), "fail": s.fail.json(), "queue": s.queue.json(),
-                                    "compute_input": zero, "compute_infer": s.compute_infer.json(),
-                                    "compute_output": zero, "cache_hit": s.cache_hit.json(),
-                                    "cache_miss": s.cache_miss.json()},
-                "batch_stats": [{"batch_size": size, "compute_input": zero, "compute_infer": d.json(),
-                                 "compute_output": zero} for size, d in sorted(s.batches.items())],
+                "name": name,
+                "version": version,
+                "last_inference": s.last_inference_ms,
+                "inference_count": s.inference_count,
+                "execution_count": s.execution_count,
+                "inference_stats": {
+                    "success": s.success.json(),
+                    "fail": s.fail.json(),
+                    "queue": s.queue.json(),
+                    "compute_input": zero,
+                    "compute_infer": s.compute_infer.json(),
+                    "compute_output": zero,
+                    "cache_hit": s.cache_hit.json(),
+                    "cache_miss": s.cache_miss.json(),
+                },
+                "batch_stats": [
+                    {"batch_size": size, "compute_input": zero, "compute_infer": d.json(), "compute_output": zero}
+                    for size, d in sorted(s.batches.items())
+                ],
                 "memory_usage": [],
             }

@@ -1,4 +1,5 @@
 """Service settings: environment variables with the prefix INR_, overridden by the command line."""
+
 from __future__ import annotations
 
 import json
@@ -39,26 +40,43 @@ class Settings(BaseSettings):
     grpc_port: int = Field(8001, ge=0, le=65535, description="KServe V2 gRPC port (Triton's 8001); 0 turns gRPC off")
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes")
-    threads: int = Field(0, ge=0, le=256, description="onnxruntime intra-op threads per model; 0 = CPUs this "
-                                                         "process may use (affinity, cgroup quota) / workers")
-    spin: bool = Field(False, description="onnxruntime threads busy-wait between runs: a little faster on "
-                                          "dedicated cores, much slower when cores are shared")
+    threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="onnxruntime intra-op threads per model; 0 = CPUs this "
+        "process may use (affinity, cgroup quota) / workers",
+    )
+    spin: bool = Field(
+        False,
+        description="onnxruntime threads busy-wait between runs: a little faster on "
+        "dedicated cores, much slower when cores are shared",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = Field("text", description="json: one JSON object per line (with the "
-                                                                    "trace and span ids when traces are on)")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object per line (with the trace and span ids when traces are on)"
+    )
 
     # Limits: each one is answered with a 4xx naming it.
-    max_query_coords: int | None = Field(None, ge=1, description="coordinates per query or V2 infer request; "
-                                          "unset = the image model's max_batch_size (config.pbtxt)")
+    max_query_coords: int | None = Field(
+        None,
+        ge=1,
+        description="coordinates per query or V2 infer request; "
+        "unset = the image model's max_batch_size (config.pbtxt)",
+    )
     max_render_pixels: int = Field(16_777_216, ge=1, description="width × height × supersample² per render")
     max_supersample: int = Field(8, ge=1, le=16, description="largest supersample factor k (k×k samples)")
-    max_classify_images: int | None = Field(None, ge=1, description="images per classify or V2 infer request; "
-                                            "unset = the digits model's max_batch_size (config.pbtxt)")
+    max_classify_images: int | None = Field(
+        None,
+        ge=1,
+        description="images per classify or V2 infer request; unset = the digits model's max_batch_size (config.pbtxt)",
+    )
     max_classify_bytes: int = Field(8 * MiB, ge=1, description="bytes of uploaded files per /classify request")
     max_upload_pixels: int = Field(25_000_000, ge=1, description="pixels of one uploaded image (decompression bombs)")
     max_body_bytes: int = Field(16 * MiB, ge=1, description="request body size; larger bodies get 413")
-    render_concurrency: int = Field(4, ge=1, le=64, description="renders in flight (memory bound: one output "
-                                                               "image each); more wait for a slot")
+    render_concurrency: int = Field(
+        4, ge=1, le=64, description="renders in flight (memory bound: one output image each); more wait for a slot"
+    )
     # Small tiles keep a tile's [N, features] intermediates in L2: 8192 ran at 1.2-1.6x the coordinates/s of
     # 65 536 (docs/benchmarks.md, roofline). 4096 was measured beside it (docs/benchmarks.md, grid_render): faster
     # bare, but a 512² IIIF tile has 64 tiles' Python work instead of 36, and through the service it came out
@@ -67,98 +85,171 @@ class Settings(BaseSettings):
     # Render core (service/render/scheduler.py, render_cache.py): tiles of concurrent renders take turns.
     # Tiles side by side on one-thread sessions beat one tile at a time on a multi-thread session: a grid
     # model's graph is many small passes, each a fork and join of the intra-op pool (docs/benchmarks.md, grid_render).
-    render_workers: int = Field(0, ge=0, le=64, description="threads computing render tiles; the tiles of "
-                                                            "the renders in flight take turns on them; 0 = CPUs "
-                                                            "this process may use / INR_RENDER_THREADS")
-    render_threads: int = Field(1, ge=1, le=256, description="onnxruntime intra-op threads of the sessions that "
-                                                             "compute render tiles (image models on CPU)")
-    render_timeout_s: float = Field(60.0, gt=0, description="a render still running after this many seconds "
-                                                            "stops at its next tile and answers 503")
-    render_cache_bytes: int = Field(64 * MiB, ge=0, description="bytes of encoded renders kept in memory "
-                                                                "(LRU); 0 turns the cache off")
-    cache_config: str = Field("", description="Triton's --cache-config local,size=BYTES: the byte budget of the "
-                                              "one cache store that renders and inference responses (models with "
-                                              "response_cache enabled) share; empty = render_cache_bytes")
-    render_cache_max_age_s: int = Field(60, ge=0, description="Cache-Control max-age of a render whose URL does "
-                                                              "not pin a model version: how long browsers and "
-                                                              "nginx may show it after the model changes")
+    render_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="threads computing render tiles; the tiles of "
+        "the renders in flight take turns on them; 0 = CPUs "
+        "this process may use / INR_RENDER_THREADS",
+    )
+    render_threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="onnxruntime intra-op threads of the sessions that compute render tiles (image models on CPU)",
+    )
+    render_timeout_s: float = Field(
+        60.0, gt=0, description="a render still running after this many seconds stops at its next tile and answers 503"
+    )
+    render_cache_bytes: int = Field(
+        64 * MiB, ge=0, description="bytes of encoded renders kept in memory (LRU); 0 turns the cache off"
+    )
+    cache_config: str = Field(
+        "",
+        description="Triton's --cache-config local,size=BYTES: the byte budget of the "
+        "one cache store that renders and inference responses (models with "
+        "response_cache enabled) share; empty = render_cache_bytes",
+    )
+    render_cache_max_age_s: int = Field(
+        60,
+        ge=0,
+        description="Cache-Control max-age of a render whose URL does "
+        "not pin a model version: how long browsers and "
+        "nginx may show it after the model changes",
+    )
 
     # Dynamic batching (service/engine/batching.py): concurrent requests to one model share one onnxruntime run.
     batching: bool = Field(True, description="merge concurrent query/classify/infer requests per model")
-    max_batch: int | None = Field(None, ge=1, description="rows (coordinates or images) per batched run; "
-                                  "unset = each model's max_batch_size (config.pbtxt)")
+    max_batch: int | None = Field(
+        None,
+        ge=1,
+        description="rows (coordinates or images) per batched run; unset = each model's max_batch_size (config.pbtxt)",
+    )
     batch_policy: Literal["auto", "adaptive", "delay"] = Field(
-        "auto", description="adaptive: a free instance runs what is queued at once, and requests gather while "
-                            "the instances are busy (no wait without contention); delay: Triton's fixed wait for "
-                            "batch-mates (max_queue_delay); auto = delay when INR_MAX_QUEUE_DELAY_MS is set, "
-                            "else adaptive")
-    max_queue_delay_ms: float | None = Field(None, ge=0, le=1000, description="with the delay policy, the longest "
-                                             "wait for batch-mates after the oldest queued request; unset = each "
-                                             "model's dynamic_batching max_queue_delay_microseconds (config.pbtxt)")
+        "auto",
+        description="adaptive: a free instance runs what is queued at once, and requests gather while "
+        "the instances are busy (no wait without contention); delay: Triton's fixed wait for "
+        "batch-mates (max_queue_delay); auto = delay when INR_MAX_QUEUE_DELAY_MS is set, "
+        "else adaptive",
+    )
+    max_queue_delay_ms: float | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="with the delay policy, the longest "
+        "wait for batch-mates after the oldest queued request; unset = each "
+        "model's dynamic_batching max_queue_delay_microseconds (config.pbtxt)",
+    )
     max_queue: int = Field(1024, ge=1, description="requests waiting per model; more get 503")
-    batch_instances: int = Field(2, ge=1, le=64, description="batched runs of one model at once (one gathers "
-                                                               "while another computes)")
-    inline_run_ms: float = Field(2.0, ge=0, le=100, description="a request that is the only one in flight, to an "
-                                 "idle model whose last runs took at most this long for its rows, runs on the event "
-                                 "loop instead of a pool thread (saves the hand-off); 0 = always a thread")
+    batch_instances: int = Field(
+        2, ge=1, le=64, description="batched runs of one model at once (one gathers while another computes)"
+    )
+    inline_run_ms: float = Field(
+        2.0,
+        ge=0,
+        le=100,
+        description="a request that is the only one in flight, to an "
+        "idle model whose last runs took at most this long for its rows, runs on the event "
+        "loop instead of a pool thread (saves the hand-off); 0 = always a thread",
+    )
 
     # Connections, deadlines and shutdown. The keep-alive outlives the idle timeouts of the
     # proxies in front (nginx 75 s, AWS ALB 60 s), so that the proxy, not the server, closes an idle
     # connection and never sends on one the server has just closed.
-    timeout_keep_alive: float = Field(90.0, gt=0, le=3600, description="seconds an idle keep-alive connection "
-                                                                        "stays open")
-    graceful_shutdown_s: float = Field(20.0, ge=0, le=3600, description="on SIGTERM, seconds running requests "
-                                                                        "get to finish before the process exits")
-    queue_timeout_s: float = Field(10.0, gt=0, le=3600, description="longest wait for a batch or a render slot; "
-                                                                    "longer waits get 503 with Retry-After")
-    header_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds a client may take to send the "
-                                                                     "request line and headers (slowloris)")
-    body_timeout_s: float = Field(30.0, gt=0, le=3600, description="seconds a client may stay silent while "
-                                                                   "sending a request body")
+    timeout_keep_alive: float = Field(
+        90.0, gt=0, le=3600, description="seconds an idle keep-alive connection stays open"
+    )
+    graceful_shutdown_s: float = Field(
+        20.0, ge=0, le=3600, description="on SIGTERM, seconds running requests get to finish before the process exits"
+    )
+    queue_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="longest wait for a batch or a render slot; longer waits get 503 with Retry-After",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="seconds a client may take to send the request line and headers (slowloris)"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="seconds a client may stay silent while sending a request body"
+    )
 
     # IIIF Image API 3.0 (service/iiif, docs/iiif.md).
-    iiif_zoom: int = Field(16, ge=1, le=4096, description="IIIF upscaling: maxWidth/maxHeight = the native size × "
-                                                           "this (width/height are the native size; `^` sizes "
-                                                           "up to this)")
-    iiif_base_url: str = Field("", description="public URL that /iiif/3 is reached at behind a proxy, "
-                                                        "e.g. https://example.org/inr/iiif/3; empty: from the "
-                                                        "request and its X-Forwarded-Proto/Host/Port/Prefix")
+    iiif_zoom: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="IIIF upscaling: maxWidth/maxHeight = the native size × "
+        "this (width/height are the native size; `^` sizes "
+        "up to this)",
+    )
+    iiif_base_url: str = Field(
+        "",
+        description="public URL that /iiif/3 is reached at behind a proxy, "
+        "e.g. https://example.org/inr/iiif/3; empty: from the "
+        "request and its X-Forwarded-Proto/Host/Port/Prefix",
+    )
     iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
 
     # Fits over HTTP (docs/fits.md): the API queues, workers (python -m training worker) fit.
-    fit_store: str = Field(DEFAULT_STORE, description="the job store the API and the workers "
-                           "share: sqlite:///PATH (relative to the working directory), redis://HOST:PORT/DB or "
-                           "postgresql://USER:PASS@HOST/DB")
-    fit_max_upload_bytes: int = Field(20 * MiB, ge=1, description="bytes of one uploaded image for POST /v1/fits "
-                                      "(its request body may be this plus 64 KiB of multipart envelope)")
-    fit_max_size: int = Field(32768, ge=16, le=32768, description="largest cap on the longer side a fit may ask "
-                              "for (size); without one, an upload is fitted whole at its native size")
+    fit_store: str = Field(
+        DEFAULT_STORE,
+        description="the job store the API and the workers "
+        "share: sqlite:///PATH (relative to the working directory), redis://HOST:PORT/DB or "
+        "postgresql://USER:PASS@HOST/DB",
+    )
+    fit_max_upload_bytes: int = Field(
+        20 * MiB,
+        ge=1,
+        description="bytes of one uploaded image for POST /v1/fits "
+        "(its request body may be this plus 64 KiB of multipart envelope)",
+    )
+    fit_max_size: int = Field(
+        32768,
+        ge=16,
+        le=32768,
+        description="largest cap on the longer side a fit may ask "
+        "for (size); without one, an upload is fitted whole at its native size",
+    )
     fit_max_steps: int = Field(20_000, ge=1, description="most optimisation steps of one fit")
     fit_max_running: int = Field(1, ge=1, le=64, description="fits running at once across all workers")
     fit_queue_limit: int = Field(4, ge=0, description="fits waiting beyond the running ones; more get 429")
     fit_deadline_s: float = Field(900.0, gt=0, description="wall-clock seconds one fit may run; then it fails")
-    fit_stale_s: float = Field(15.0, gt=0, description="a running fit whose worker sent no heartbeat for this "
-                               "long is retried once, then failed")
+    fit_stale_s: float = Field(
+        15.0,
+        gt=0,
+        description="a running fit whose worker sent no heartbeat for this long is retried once, then failed",
+    )
 
     # Model control (service/engine/control.py), with Triton's names and meanings.
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
-        "none", description="none: load every model at start, ignore changes; poll: also rescan the repository "
-                            "every repository_poll_secs; explicit: load only load_model at start, then only on "
-                            "POST /v2/repository/models/NAME/load")
+        "none",
+        description="none: load every model at start, ignore changes; poll: also rescan the repository "
+        "every repository_poll_secs; explicit: load only load_model at start, then only on "
+        "POST /v2/repository/models/NAME/load",
+    )
     repository_poll_secs: float = Field(15.0, gt=0, le=86_400, description="poll mode: seconds between scans")
     load_model: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="explicit mode: models loaded at start ('*' = all); comma-separated")
+        default_factory=list, description="explicit mode: models loaded at start ('*' = all); comma-separated"
+    )
     http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
-        default_factory=list, description="API[,API...]:HEADER=VALUE groups that need that header; "
-                                          "several groups separated by ';' (or a JSON list)")
+        default_factory=list,
+        description="API[,API...]:HEADER=VALUE groups that need that header; "
+        "several groups separated by ';' (or a JSON list)",
+    )
 
     @field_validator("load_model", "http_restricted_api", mode="before")
     @classmethod
     def _split(cls, value, info):
         """An environment string: a JSON list, or items separated by ',' (models) or ';' (groups)."""
         if isinstance(value, str):
-            value = json.loads(value) if value.lstrip().startswith("[") else \
-                [v for v in value.split("," if info.field_name == "load_model" else ";") if v.strip()]
+            value = (
+                json.loads(value)
+                if value.lstrip().startswith("[")
+                else [v for v in value.split("," if info.field_name == "load_model" else ";") if v.strip()]
+            )
         if info.field_name == "http_restricted_api":
             value = [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value] if info.field_name == "load_model" else value
@@ -188,9 +279,11 @@ class Settings(BaseSettings):
         if "*" in self.load_model and len(self.load_model) > 1:
             raise ValueError("--load-model '*' must be the only --load-model")
         if self.model_control_mode == "explicit" and self.workers > 1:
-            raise ValueError("--model-control-mode explicit needs --workers 1: each worker process has its own "
-                             "models, and a load or unload request reaches only one of them (poll mode works "
-                             "with several workers)")
+            raise ValueError(
+                "--model-control-mode explicit needs --workers 1: each worker process has its own "
+                "models, and a load or unload request reaches only one of them (poll mode works "
+                "with several workers)"
+            )
         check_groups(self.http_restricted_api)
         return self
 

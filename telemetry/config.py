@@ -6,6 +6,7 @@ Off unless `OTEL_TRACES_EXPORTER` names an exporter (`otlp`, or `console` to pri
 line naming the variable or option (exit 2), never a warning from the SDK and a silent fallback.
 Torch-free and service-free: `python -m service` and `python -m training worker` both read it.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,12 +20,20 @@ RATIO_SAMPLERS = ("traceidratio", "parentbased_traceidratio")
 SAMPLERS = ("always_on", "always_off", "parentbased_always_on", "parentbased_always_off", *RATIO_SAMPLERS)
 DEFAULT_PORT = {"grpc": 4317, "http/protobuf": 4318}
 HTTP_PATH = "/v1/traces"
-BSP = {"OTEL_BSP_MAX_QUEUE_SIZE": 2048, "OTEL_BSP_SCHEDULE_DELAY": 5000, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 512,
-       "OTEL_BSP_EXPORT_TIMEOUT": 30000}
+BSP = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": 2048,
+    "OTEL_BSP_SCHEDULE_DELAY": 5000,
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 512,
+    "OTEL_BSP_EXPORT_TIMEOUT": 30000,
+}
 # --trace-config opentelemetry,KEY=VALUE → the variable it sets (Triton's keys, plus `protocol`)
-OTEL_KEYS = {"url": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "protocol": "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-             "bsp_max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE", "bsp_schedule_delay": "OTEL_BSP_SCHEDULE_DELAY",
-             "bsp_max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"}
+OTEL_KEYS = {
+    "url": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "protocol": "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "bsp_max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
+    "bsp_schedule_delay": "OTEL_BSP_SCHEDULE_DELAY",
+    "bsp_max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+}
 
 
 class TraceConfigError(ValueError):
@@ -33,11 +42,11 @@ class TraceConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TraceConfig:
-    exporters: tuple[str, ...]     # "otlp" and/or "console"
-    protocol: str                  # grpc | http/protobuf
-    endpoint: str                  # the traces URL the exporter sends to
+    exporters: tuple[str, ...]  # "otlp" and/or "console"
+    protocol: str  # grpc | http/protobuf
+    endpoint: str  # the traces URL the exporter sends to
     sampler: str
-    ratio: float | None            # the ratio samplers' argument
+    ratio: float | None  # the ratio samplers' argument
     queue_size: int
     schedule_delay_ms: int
     batch_size: int
@@ -106,8 +115,11 @@ def read_config(env: Mapping[str, str] | None = None) -> TraceConfig | None:
     exporters = tuple(dict.fromkeys(n for n in names if n != "none"))
     if not exporters:
         return None
-    pvar = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "").strip() \
+    pvar = (
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+        if env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "").strip()
         else "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
     protocol = check_protocol(pvar, env.get(pvar, "").strip() or "http/protobuf")
     endpoint = _endpoint(env, protocol)
     for var in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
@@ -120,14 +132,19 @@ def read_config(env: Mapping[str, str] | None = None) -> TraceConfig | None:
     ratio = check_ratio("OTEL_TRACES_SAMPLER_ARG", arg) if arg else None
     if sampler in RATIO_SAMPLERS and ratio is None:
         ratio = 1.0  # the specification's default
-    bsp = {var: int(_positive(var, env[var].strip())) if env.get(var, "").strip() else default
-           for var, default in BSP.items()}
+    bsp = {
+        var: int(_positive(var, env[var].strip())) if env.get(var, "").strip() else default
+        for var, default in BSP.items()
+    }
     if not env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "").strip():  # the default batch fits a smaller queue
-        bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = min(BSP["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"],
-                                                    bsp["OTEL_BSP_MAX_QUEUE_SIZE"])
+        bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] = min(
+            BSP["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"], bsp["OTEL_BSP_MAX_QUEUE_SIZE"]
+        )
     if bsp["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] > bsp["OTEL_BSP_MAX_QUEUE_SIZE"]:
-        raise TraceConfigError(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE ({bsp['OTEL_BSP_MAX_EXPORT_BATCH_SIZE']}) must be at "
-                               f"most OTEL_BSP_MAX_QUEUE_SIZE ({bsp['OTEL_BSP_MAX_QUEUE_SIZE']})")
+        raise TraceConfigError(
+            f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE ({bsp['OTEL_BSP_MAX_EXPORT_BATCH_SIZE']}) must be at "
+            f"most OTEL_BSP_MAX_QUEUE_SIZE ({bsp['OTEL_BSP_MAX_QUEUE_SIZE']})"
+        )
     return TraceConfig(exporters, protocol, endpoint, sampler, ratio, *bsp.values())
 
 
@@ -152,11 +169,15 @@ def _global(item: str, key: str, value: str) -> dict[str, str]:
         return _rate(item, value)
     if key == "level":
         if value.upper() not in ("OFF", "TIMESTAMPS"):
-            raise TraceConfigError(f"--trace-config {item}: level must be TIMESTAMPS or OFF (TENSORS is not "
-                                   "supported in OpenTelemetry mode)")
+            raise TraceConfigError(
+                f"--trace-config {item}: level must be TIMESTAMPS or OFF (TENSORS is not "
+                "supported in OpenTelemetry mode)"
+            )
         return {"OTEL_TRACES_EXPORTER": "none"} if value.upper() == "OFF" else {}
-    raise TraceConfigError(f"--trace-config {item}: unknown setting {key!r}; use mode, rate, level or "
-                           f"opentelemetry,{{{','.join([*OTEL_KEYS, 'resource'])}}}=VALUE")
+    raise TraceConfigError(
+        f"--trace-config {item}: unknown setting {key!r}; use mode, rate, level or "
+        f"opentelemetry,{{{','.join([*OTEL_KEYS, 'resource'])}}}=VALUE"
+    )
 
 
 def _otel(item: str, key: str, value: str, env: Mapping[str, str]) -> dict[str, str]:

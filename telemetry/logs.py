@@ -6,6 +6,7 @@ span is current), so that a log line leads to its trace, and `record.trace`, the
 for text formats to end with (`%(trace)s`, empty without a span, so that text logs are unchanged with traces
 off). `JsonFormatter` writes one object per line.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,12 @@ class JsonFormatter(logging.Formatter):
     """{"time", "level", "logger", "message", "trace_id", "span_id", and "exception" when there is one}."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
-               "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        out = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         if getattr(record, "trace_id", ""):
             out.update(trace_id=record.trace_id, span_id=record.span_id)
         if record.exc_info:

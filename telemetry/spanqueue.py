@@ -5,6 +5,7 @@ processor metrics: `queue_full`), or the export of its batch fails once the expo
 (`export_failed`). The first is read from the SDK's processor-metrics hook, the second from the exporter's
 result; both go to `on_drop(reason, count)`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,5 +65,7 @@ class CountingProcessor(BatchSpanProcessor):
         if batch is not None and hasattr(batch, "_metrics"):
             batch._metrics = _DropHook(batch._metrics, on_drop)
         else:
-            log.warning("this opentelemetry-sdk's BatchSpanProcessor reports no queue drops; only failed exports "
-                        "are counted in inr_trace_spans_dropped_total")
+            log.warning(
+                "this opentelemetry-sdk's BatchSpanProcessor reports no queue drops; only failed exports "
+                "are counted in inr_trace_spans_dropped_total"
+            )

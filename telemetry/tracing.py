@@ -9,6 +9,7 @@ queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE) and exported from its own thread. A s
 collector is counted through `on_drop(reason, n)`: `queue_full` when the queue had no room (the SDK drops
 the oldest), `export_failed` when an export of a batch failed (after the exporter's own retries).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,20 +34,29 @@ DropHook = Callable[[str, int], None]
 
 def _sampler(config: TraceConfig):
     from opentelemetry.sdk.trace import sampling as s
+
     ratio = s.TraceIdRatioBased(config.ratio if config.ratio is not None else 1.0)
-    return {"always_on": s.ALWAYS_ON, "always_off": s.ALWAYS_OFF,
-            "parentbased_always_on": s.ParentBased(s.ALWAYS_ON), "parentbased_always_off": s.ParentBased(s.ALWAYS_OFF),
-            "traceidratio": ratio, "parentbased_traceidratio": s.ParentBased(ratio)}[config.sampler]
+    return {
+        "always_on": s.ALWAYS_ON,
+        "always_off": s.ALWAYS_OFF,
+        "parentbased_always_on": s.ParentBased(s.ALWAYS_ON),
+        "parentbased_always_off": s.ParentBased(s.ALWAYS_OFF),
+        "traceidratio": ratio,
+        "parentbased_traceidratio": s.ParentBased(ratio),
+    }[config.sampler]
 
 
 def _exporter(config: TraceConfig, name: str):
     if name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         return ConsoleSpanExporter()
     if config.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+
         return Grpc(endpoint=config.endpoint, insecure=config.endpoint.startswith("http://"))
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+
     return Http(endpoint=config.endpoint)
 
 
@@ -61,6 +71,7 @@ def install(config: TraceConfig, service_name: str, on_drop: DropHook | None = N
     from opentelemetry.sdk.trace import TracerProvider
 
     from .spanqueue import CountingProcessor
+
     shutdown()
     attrs = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
@@ -70,14 +81,25 @@ def install(config: TraceConfig, service_name: str, on_drop: DropHook | None = N
     # collector that is down
     provider = TracerProvider(resource=Resource.create(attrs), sampler=_sampler(config), shutdown_on_exit=False)
     for name in config.exporters:
-        provider.add_span_processor(CountingProcessor(
-            _exporter(config, name), on_drop or (lambda reason, n: None), max_queue_size=config.queue_size,
-            schedule_delay_millis=config.schedule_delay_ms, max_export_batch_size=config.batch_size,
-            export_timeout_millis=config.export_timeout_ms))
+        provider.add_span_processor(
+            CountingProcessor(
+                _exporter(config, name),
+                on_drop or (lambda reason, n: None),
+                max_queue_size=config.queue_size,
+                schedule_delay_millis=config.schedule_delay_ms,
+                max_export_batch_size=config.batch_size,
+                export_timeout_millis=config.export_timeout_ms,
+            )
+        )
     tracer = provider.get_tracer("inr-serve")
     ON = True
-    log.info("traces: %s to %s (%s), sampler %s", "+".join(config.exporters), config.endpoint, config.protocol,
-             config.sampler)
+    log.info(
+        "traces: %s to %s (%s), sampler %s",
+        "+".join(config.exporters),
+        config.endpoint,
+        config.protocol,
+        config.sampler,
+    )
 
 
 def shutdown(timeout_s: float = SHUTDOWN_S) -> None:

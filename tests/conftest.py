@@ -1,4 +1,5 @@
 """The shared fixtures (tests/servers.py): a real model repository and the real server."""
+
 import os
 
 # Apps built in-process (TestClient) and servers started without the helper's free ports must not all reach

@@ -1,5 +1,6 @@
 """What the fit store race tests run in real processes (multiprocessing, spawn): each opens its own store, as an
 API process or a worker would, and some die on purpose where a crash hurts most (os._exit: no cleanup)."""
+
 from __future__ import annotations
 
 import os
@@ -10,11 +11,19 @@ from fitstore import FitStore, NameTaken, QueueFull
 OPTIONS = {"preset": "fourier-small", "size": 32, "steps": 60, "protocol": "paper", "seed": 0}
 
 
-def submit(store: FitStore, name: str, image: bytes, max_running: int = 1, queue_limit: int = 4,
-           derived: bool = False) -> dict:
-    return store.submit(name=name, options=OPTIONS, image_png=image, derived=derived,
-                        source={"filename": f"{name}.png", "width": 48, "height": 40, "mode": "RGB", "frames": 1},
-                        deadline_s=300, max_running=max_running, queue_limit=queue_limit)
+def submit(
+    store: FitStore, name: str, image: bytes, max_running: int = 1, queue_limit: int = 4, derived: bool = False
+) -> dict:
+    return store.submit(
+        name=name,
+        options=OPTIONS,
+        image_png=image,
+        derived=derived,
+        source={"filename": f"{name}.png", "width": 48, "height": 40, "mode": "RGB", "frames": 1},
+        deadline_s=300,
+        max_running=max_running,
+        queue_limit=queue_limit,
+    )
 
 
 def submit_many(url, go, out, tag, tries, max_running, queue_limit, image):

@@ -1,5 +1,6 @@
 """Helpers for the fit tests: a real `python -m training worker` subprocess, a real redis-server, a
 small photo-like PNG, and waiting on a job in the store."""
+
 from __future__ import annotations
 
 import io
@@ -40,12 +41,25 @@ def png(img: Image.Image | None = None, fmt: str = "PNG", **save) -> bytes:
     return buf.getvalue()
 
 
-def submit(store: FitStore, name: str = "upload", image: bytes | None = None, max_running: int = 1,
-           queue_limit: int = 4, deadline_s: float = 300, **options) -> dict:
+def submit(
+    store: FitStore,
+    name: str = "upload",
+    image: bytes | None = None,
+    max_running: int = 1,
+    queue_limit: int = 4,
+    deadline_s: float = 300,
+    **options,
+) -> dict:
     """A job as the API submits it (the API normalises the upload to an RGB PNG first)."""
-    return store.submit(name=name, options={**FAST, **options}, image_png=image or png(),
-                        source={"filename": f"{name}.png", "width": 48, "height": 40, "mode": "RGB", "frames": 1},
-                        deadline_s=deadline_s, max_running=max_running, queue_limit=queue_limit)
+    return store.submit(
+        name=name,
+        options={**FAST, **options},
+        image_png=image or png(),
+        source={"filename": f"{name}.png", "width": 48, "height": 40, "mode": "RGB", "frames": 1},
+        deadline_s=deadline_s,
+        max_running=max_running,
+        queue_limit=queue_limit,
+    )
 
 
 def wait_for(store: FitStore, job_id: str, predicate, timeout: float = 240, what: str = "") -> dict:
@@ -66,15 +80,45 @@ class Worker:
     """`python -m training worker` in a subprocess, on `store` and `models`; output kept in a log file; `env`:
     more environment variables."""
 
-    def __init__(self, store: str, models: Path, log: Path, *args: str, stale_s: float = 3, heartbeat_s: float = 0.5,
-                 env: dict | None = None):
+    def __init__(
+        self,
+        store: str,
+        models: Path,
+        log: Path,
+        *args: str,
+        stale_s: float = 3,
+        heartbeat_s: float = 0.5,
+        env: dict | None = None,
+    ):
         self.log_path = log
         self.log = open(log, "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "training", "-v", "worker", "--store", store, "--models", str(models),
-             "--stale-s", str(stale_s), "--heartbeat-s", str(heartbeat_s), "--poll-s", "0.2", "--nice", "0", *args],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "training",
+                "-v",
+                "worker",
+                "--store",
+                store,
+                "--models",
+                str(models),
+                "--stale-s",
+                str(stale_s),
+                "--heartbeat-s",
+                str(heartbeat_s),
+                "--poll-s",
+                "0.2",
+                "--nice",
+                "0",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -106,10 +150,25 @@ class RedisServer:
             pytest.skip("redis-server is not installed (apt-get install redis-server)")
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(folder)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         import redis
+
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 20
         while True:

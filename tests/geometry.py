@@ -8,6 +8,7 @@ body is written, so renders go through the whole graph, as the grid models' do: 
 gives the same pixels whatever the tile shapes. `with_onnx_size` adds the export's `image_width` /
 `image_height` metadata_props to such an ONNX graph.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-W, H = 40, 24          # the fixture's native pixel grid: wider than tall
+W, H = 40, 24  # the fixture's native pixel grid: wider than tall
 
 
 def target(width: int, height: int) -> np.ndarray:
@@ -41,8 +42,9 @@ def with_onnx_size(onnx_bytes: bytes, width: int, height: int) -> bytes:
     return proto.SerializeToString()
 
 
-def make_nonsquare_model(out: Path, size: tuple[int, int] = (W, H), steps: int = 300,
-                         onnx_size: tuple[int, int] | None = None) -> dict:
+def make_nonsquare_model(
+    out: Path, size: tuple[int, int] = (W, H), steps: int = 300, onnx_size: tuple[int, int] | None = None
+) -> dict:
     """Fit and write an image model of native `size` (W, H); `onnx_size` writes that geometry into the
     ONNX metadata (the recorded one when None). Returns the version's metadata as written."""
     import torch
@@ -56,24 +58,40 @@ def make_nonsquare_model(out: Path, size: tuple[int, int] = (W, H), steps: int =
     torch.set_num_threads(1)
     w, h = size
     img = target(w, h)
-    cfg = FitConfig(image="chelsea", size=max(w, h), steps=steps, lr=5e-3, batch_size=0 if w * h <= 16384 else 4096,
-                    protocol="full",
-                    device="cpu", progress=False,
-                    model=ImageModelConfig(depth=3, width=32, encoding=EncodingConfig(scale=6.0, features=32)))
+    cfg = FitConfig(
+        image="chelsea",
+        size=max(w, h),
+        steps=steps,
+        lr=5e-3,
+        batch_size=0 if w * h <= 16384 else 4096,
+        protocol="full",
+        device="cpu",
+        progress=False,
+        model=ImageModelConfig(depth=3, width=32, encoding=EncodingConfig(scale=6.0, features=32)),
+    )
     model, history = train(cfg, img)
     metrics, _ = evaluate(model, img, "full")
     onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"])
     probe = np.random.default_rng(0).random((1024, 2), dtype=np.float32) * 1.5 - 0.25
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
     onnx_bytes = with_onnx_size(onnx_bytes, *(onnx_size or size))
-    meta = {"description": f"a {w}×{h} crop of chelsea, fitted for the geometry tests",
-            "architecture": {**cfg.model.to_dict(), "parameters": count_parameters(model)},
-            "encoding": cfg.model.encoding.to_dict(),
-            "source": {"image": "chelsea", "size": [w, h]},
-            "training": {"steps": steps, "lr": cfg.lr, "protocol": "full", **history},
-            "metrics": metrics, "export": {"opset": 17, "max_abs_diff_vs_torch": parity}}
-    return write_model_dir(out, task="image", onnx_bytes=onnx_bytes, inputs=[TensorSpec("coords", "FP32", [-1, 2])],
-                           outputs=[TensorSpec("rgb", "FP32", [-1, 3])], metadata=meta)
+    meta = {
+        "description": f"a {w}×{h} crop of chelsea, fitted for the geometry tests",
+        "architecture": {**cfg.model.to_dict(), "parameters": count_parameters(model)},
+        "encoding": cfg.model.encoding.to_dict(),
+        "source": {"image": "chelsea", "size": [w, h]},
+        "training": {"steps": steps, "lr": cfg.lr, "protocol": "full", **history},
+        "metrics": metrics,
+        "export": {"opset": 17, "max_abs_diff_vs_torch": parity},
+    }
+    return write_model_dir(
+        out,
+        task="image",
+        onnx_bytes=onnx_bytes,
+        inputs=[TensorSpec("coords", "FP32", [-1, 2])],
+        outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
+        metadata=meta,
+    )
 
 
 def add_version_with_size(model: Path, size: tuple[int, int], onnx_size: tuple[int, int] | None = None) -> int:

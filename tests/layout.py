@@ -1,6 +1,7 @@
 """The import graph of the project's packages, read with `ast`: every `import` and `from … import` of one of our
 modules, at the top of a file or inside a function (a lazy import inside a function closes a circle just as
 well), for the layout tests (tests/test_layout.py, tests/service/test_layout.py, tests/training/test_layout.py)."""
+
 from __future__ import annotations
 
 import ast
@@ -46,7 +47,7 @@ def import_graph(*packages: str) -> dict[str, set[str]]:
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
     def visit(node: str) -> list[str] | None:
@@ -54,7 +55,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()

@@ -5,6 +5,7 @@ authentication, no fsync. PostgreSQL refuses to run as root; as root (CI), the c
 
 It skips with the reason when PostgreSQL or psycopg is missing; with INR_REQUIRE_POSTGRES=1 (CI) it fails.
 """
+
 from __future__ import annotations
 
 import glob
@@ -49,6 +50,7 @@ class PostgresServer:
                 _missing("running as root without runuser; PostgreSQL refuses to run as root")
             try:
                 import pwd
+
                 owner = pwd.getpwnam("postgres")
             except KeyError:
                 _missing("running as root and there is no 'postgres' user to run PostgreSQL as")
@@ -59,21 +61,24 @@ class PostgresServer:
         self.data, self.port = self.dir / "data", free_port()
         self.bindir = bindir
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
-        options = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"), "-w", "-t", "60",
-                  "start")
+        options = (
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.dir / "log"), "-w", "-t", "60", "start")
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._wait()
 
     def _run(self, tool: str, *args: str) -> None:
-        done = subprocess.run([*self.prefix, str(self.bindir / tool), *args], capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [*self.prefix, str(self.bindir / tool), *args], capture_output=True, text=True, timeout=120
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr[-2000:] or done.stdout[-2000:]}")
 
     def _wait(self) -> None:
         import psycopg
+
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -87,6 +92,7 @@ class PostgresServer:
     def flush(self) -> None:
         """Drop huey's tables: the next store starts empty (huey creates them again)."""
         import psycopg
+
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("drop table if exists huey_kv, huey_task, huey_schedule, huey_counter")
 

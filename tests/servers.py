@@ -1,10 +1,12 @@
-"""Fixtures and helpers for the service and client tests (tests/conftest.py registers the fixtures): a real model repository made by the training code, and the
+"""Fixtures and helpers for the service and client tests (tests/conftest.py registers the fixtures): a real model
+repository made by the training code, and the
 real server (uvicorn in a subprocess on a free port) answering over HTTP.
 
 The repository holds a tiny image model (`python -m training fit-image`), a tiny SineKAN digit
 classifier (`python -m training fit-digits`) trained on digits drawn with Pillow's built-in font,
 and broken folders the service must list as failed without stopping.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,14 +31,28 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-def draw_digit(digit: int, size: int = 200, font_size: int | None = None, stroke: int = 6,
-               offset: tuple[int, int] = (0, 0), angle: float = 0.0,
-               ink=(30, 30, 80), paper=(245, 240, 225)) -> Image.Image:
+def draw_digit(
+    digit: int,
+    size: int = 200,
+    font_size: int | None = None,
+    stroke: int = 6,
+    offset: tuple[int, int] = (0, 0),
+    angle: float = 0.0,
+    ink=(30, 30, 80),
+    paper=(245, 240, 225),
+) -> Image.Image:
     """A digit drawn dark-on-light with Pillow's built-in font (available wherever Pillow is)."""
     font = ImageFont.load_default(size=font_size or int(size * 0.75))
     img = Image.new("RGB", (size, size), paper)
-    ImageDraw.Draw(img).text((size / 2 + offset[0], size / 2 + offset[1]), str(digit), font=font, fill=ink,
-                             anchor="mm", stroke_width=stroke, stroke_fill=ink)
+    ImageDraw.Draw(img).text(
+        (size / 2 + offset[0], size / 2 + offset[1]),
+        str(digit),
+        font=font,
+        fill=ink,
+        anchor="mm",
+        stroke_width=stroke,
+        stroke_fill=ink,
+    )
     if angle:
         img = img.rotate(angle, resample=Image.BILINEAR, fillcolor=paper)
     return img
@@ -52,15 +68,23 @@ def digit_training_set(n_per_digit: int, seed: int) -> tuple[np.ndarray, np.ndar
     """Varied small drawings (size, stroke, tilt, position, polarity) through the service's own
     MNIST-style preprocessing, so training inputs look like what uploads become."""
     from service.engine.preprocess import mnist_like
+
     rng = np.random.default_rng(seed)
     xs, ys = [], []
     for d in range(10):
         for _ in range(n_per_digit):
             dark = rng.random() < 0.5
             ink, paper = ((20, 20, 20), (235, 235, 235)) if dark else ((235, 235, 235), (20, 20, 20))
-            img = draw_digit(d, size=64, font_size=int(rng.integers(30, 50)), stroke=int(rng.integers(0, 4)),
-                             offset=tuple(int(v) for v in rng.integers(-6, 7, 2)),
-                             angle=float(rng.uniform(-12, 12)), ink=ink, paper=paper)
+            img = draw_digit(
+                d,
+                size=64,
+                font_size=int(rng.integers(30, 50)),
+                stroke=int(rng.integers(0, 4)),
+                offset=tuple(int(v) for v in rng.integers(-6, 7, 2)),
+                angle=float(rng.uniform(-12, 12)),
+                ink=ink,
+                paper=paper,
+            )
             xs.append(mnist_like(img))
             ys.append(d)
     return np.stack(xs)[:, None].astype(np.float32), np.array(ys)
@@ -77,10 +101,38 @@ def make_digits_model(out: Path, data_dir: Path) -> float:
     for stem, images, labels in (("train", x, y), ("t10k", xt, yt)):
         write_idx(data_dir / f"{stem}-images-idx3-ubyte", np.rint(images[:, 0] * 255).astype(np.uint8))
         write_idx(data_dir / f"{stem}-labels-idx1-ubyte", labels.astype(np.uint8))
-    subprocess.run([PY, "-m", "training", "fit-digits", "--data-dir", str(data_dir), "--model", "sinekan",
-                    "--hidden", "32", "--epochs", "15", "--batch-size", "16", "--gamma", "1", "--lr", "3e-3",
-                    "--device", "cpu", "--no-progress", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "training",
+            "fit-digits",
+            "--data-dir",
+            str(data_dir),
+            "--model",
+            "sinekan",
+            "--hidden",
+            "32",
+            "--epochs",
+            "15",
+            "--batch-size",
+            "16",
+            "--gamma",
+            "1",
+            "--lr",
+            "3e-3",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     return json.loads((out / "1" / "metadata.json").read_text())["metrics"]["test_accuracy"]
 
 
@@ -118,8 +170,9 @@ def add_broken_models(repo: Path) -> None:
 
     junk = repo / "junk-metadata"
     copy_model(repo / "astronaut", junk)
-    (junk / "metadata.json").write_text(json.dumps({"task": "image", "version": "../astronaut/1",
-                                                    "description": 5, "inputs": "x", "metrics": [1]}))
+    (junk / "metadata.json").write_text(
+        json.dumps({"task": "image", "version": "../astronaut/1", "description": 5, "inputs": "x", "metrics": [1]})
+    )
 
     no_inputs = repo / "no-inputs"
     copy_model(repo / "digits", no_inputs)
@@ -139,10 +192,34 @@ def add_broken_models(repo: Path) -> None:
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("models")
-    subprocess.run([PY, "-m", "training", "fit-image", "--image", "astronaut", "--size", "32", "--steps", "60",
-                    "--width", "32", "--depth", "3", "--features", "32", "--out", str(repo / "astronaut"),
-                    "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "astronaut",
+            "--size",
+            "32",
+            "--steps",
+            "60",
+            "--width",
+            "32",
+            "--depth",
+            "3",
+            "--features",
+            "32",
+            "--out",
+            str(repo / "astronaut"),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     acc = make_digits_model(repo / "digits", tmp_path_factory.mktemp("digit-idx"))
     assert acc >= 0.9, f"the test digit model only reached {acc:.2f} accuracy"
     add_broken_models(repo)
@@ -167,9 +244,17 @@ class Server(serving.Server):
 
 @pytest.fixture(scope="session")
 def server(model_repo):
-    srv = Server(model_repo, env={"INR_MAX_QUERY_COORDS": "5000", "INR_MAX_RENDER_PIXELS": "1000000",
-                                  "INR_MAX_CLASSIFY_IMAGES": "8", "INR_MAX_BODY_BYTES": "2000000",
-                                  "INR_MAX_CLASSIFY_BYTES": "500000", "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv = Server(
+        model_repo,
+        env={
+            "INR_MAX_QUERY_COORDS": "5000",
+            "INR_MAX_RENDER_PIXELS": "1000000",
+            "INR_MAX_CLASSIFY_IMAGES": "8",
+            "INR_MAX_BODY_BYTES": "2000000",
+            "INR_MAX_CLASSIFY_BYTES": "500000",
+            "INR_RENDER_TILE_SAMPLES": "1024",
+        },
+    )
     with srv.running():
         yield srv
     assert srv.proc.returncode in (0, -15), "the server did not shut down cleanly"
@@ -183,8 +268,27 @@ def client(server):
 
 def fit_iiif_test_model(out: Path) -> None:
     """The validator's test image, fitted with the command of docs/iiif.md: every option at its default."""
-    subprocess.run([PY, "-m", "training", "fit-image", "--image", "iiif-test", "--size", "128", "--protocol", "full",
-                    "--out", str(out), "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=3600)
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "iiif-test",
+            "--size",
+            "128",
+            "--protocol",
+            "full",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -192,16 +296,41 @@ def iiif_repo(tmp_path_factory) -> Path:
     """`iiif-test` (the default fit, once per session), a tiny astronaut (32², one IIIF level) and `cat`, a
     non-square 2400×1500 model (four levels) for the deep-zoom pages (tests/geometry.py)."""
     from tests.geometry import make_nonsquare_model
+
     repo = tmp_path_factory.mktemp("iiif-models")
     reuse = os.environ.get("INR_TEST_IIIF_MODEL")  # a model fitted by the same command, to iterate faster
     if reuse:
         shutil.copytree(reuse, repo / "iiif-test")
     else:
         fit_iiif_test_model(repo / "iiif-test")
-    subprocess.run([PY, "-m", "training", "fit-image", "--image", "astronaut", "--size", "32", "--steps", "60",
-                    "--width", "32", "--depth", "3", "--features", "32", "--out", str(repo / "astronaut"),
-                    "--no-progress"], cwd=ROOT, check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "astronaut",
+            "--size",
+            "32",
+            "--steps",
+            "60",
+            "--width",
+            "32",
+            "--depth",
+            "3",
+            "--features",
+            "32",
+            "--out",
+            str(repo / "astronaut"),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     shutil.copytree(ROOT / "models" / "digits", repo / "digits")
     make_nonsquare_model(repo / "cat", size=(2400, 1500), steps=200)
     return repo

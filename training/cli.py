@@ -4,6 +4,7 @@ Bad input prints one line, `error: …`, and exits with code 2; no partial outpu
 The subcommand modules import nothing from here (tests/training/test_layout.py checks that `training`
 has no import cycle); each exposes `register(subparsers)` and sets `func` on its parser.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,7 @@ from .errors import UsageError
 def build_parser() -> argparse.ArgumentParser:
     from . import cli_image, reexport, sweep, worker
     from .digits import cli as cli_digits
+
     parser = OneLineParser(prog="python -m training", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)

@@ -1,4 +1,5 @@
 """`fit-image`: its options (shared with sweep-scale and the fit worker) and the subcommand."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,18 +9,28 @@ from contextlib import contextmanager
 
 from commandline import positive_float, positive_int
 
-from .encodings import ENCODINGS, INITS as ENCODING_INITS, Encoding, OptionError
+from .encodings import ENCODINGS, Encoding, OptionError
+from .encodings import INITS as ENCODING_INITS
 from .errors import UsageError
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, MODEL_DEFAULTS, ImageModelConfig
 from .images import BUILTIN, MAX_PIXELS, image_defaults, image_dims
-from .sinekan import INITS
 from .repository import check_out_dir
-
+from .sinekan import INITS
 
 # fit-image's defaults for the options a built-in image or a model may set otherwise (None: derived).
-FIT_DEFAULTS = {"encoding": "gaussian", "scale": 10.0, "features": 256, "width": 256, "grid": 8, "first_grid": None,
-                "first_freq": None, "hidden_freq": 1.0, "steps": 500, "lr": 5e-3}
+FIT_DEFAULTS = {
+    "encoding": "gaussian",
+    "scale": 10.0,
+    "features": 256,
+    "width": 256,
+    "grid": 8,
+    "first_grid": None,
+    "first_freq": None,
+    "hidden_freq": 1.0,
+    "steps": 500,
+    "lr": 5e-3,
+}
 
 
 def default_help(key: str, sep: str = "") -> str:
@@ -40,11 +51,19 @@ def zero_or_positive_float(text: str) -> float:
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", default="astronaut", help=f"built-in name ({', '.join(BUILTIN)}) or an image file")
-    p.add_argument("--size", type=positive_int, default=None,
-                   help="cap on the longer side: the image is downscaled only when it is longer than SIZE "
-                        f"or has more than --max-pixels pixels (default: native, up to {MAX_PIXELS} pixels)")
-    p.add_argument("--max-pixels", type=positive_int, default=MAX_PIXELS,
-                   help="a larger image is downscaled to this many pixels (default: %(default)s)")
+    p.add_argument(
+        "--size",
+        type=positive_int,
+        default=None,
+        help="cap on the longer side: the image is downscaled only when it is longer than SIZE "
+        f"or has more than --max-pixels pixels (default: native, up to {MAX_PIXELS} pixels)",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=positive_int,
+        default=MAX_PIXELS,
+        help="a larger image is downscaled to this many pixels (default: %(default)s)",
+    )
     p.add_argument("--crop", action="store_true", help="fit the image's centre square instead of the whole image")
     p.add_argument("--encoding", choices=sorted(ENCODINGS), help=default_help("encoding"))
     for encoding in option_owners():
@@ -53,35 +72,64 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=positive_int, default=4)
     p.add_argument("--width", type=positive_int, help=default_help("width"))
     p.add_argument("--grid", type=positive_int, help="sinekan: grid size G" + default_help("grid", " "))
-    p.add_argument("--first-grid", type=positive_int,
-                   help="sinekan: grid size of the first layer" + default_help("first_grid", " ").replace("derived", "--grid"))
-    p.add_argument("--first-freq", type=zero_or_positive_float,
-                   help="sinekan: the first layer's top frequency in cycles per unit (of a projection: in "
-                        "multiples of it), ω_k = 2π·F·k/G; 0 = the paper's ω_k = k" + default_help("first_freq", " "))
-    p.add_argument("--hidden-freq", type=positive_float,
-                   help="sinekan: scale of the later layers' frequency grids, ω_k = S·k/(G+1); 1 = the paper's"
-                        + default_help("hidden_freq", " "))
-    p.add_argument("--sinekan-init", default="scaled", choices=INITS,
-                   help="sinekan: amplitude initialisation: scaled to unit output variance (default; "
-                        "docs/benchmarks.md, fourier_table) or the paper's")
+    p.add_argument(
+        "--first-grid",
+        type=positive_int,
+        help="sinekan: grid size of the first layer" + default_help("first_grid", " ").replace("derived", "--grid"),
+    )
+    p.add_argument(
+        "--first-freq",
+        type=zero_or_positive_float,
+        help="sinekan: the first layer's top frequency in cycles per unit (of a projection: in "
+        "multiples of it), ω_k = 2π·F·k/G; 0 = the paper's ω_k = k" + default_help("first_freq", " "),
+    )
+    p.add_argument(
+        "--hidden-freq",
+        type=positive_float,
+        help="sinekan: scale of the later layers' frequency grids, ω_k = S·k/(G+1); 1 = the paper's"
+        + default_help("hidden_freq", " "),
+    )
+    p.add_argument(
+        "--sinekan-init",
+        default="scaled",
+        choices=INITS,
+        help="sinekan: amplitude initialisation: scaled to unit output variance (default; "
+        "docs/benchmarks.md, fourier_table) or the paper's",
+    )
     # Fast defaults, measured in docs/benchmarks.md, time_to_quality; the paper's protocol is
     # --steps 2000 --lr 1e-3 --schedule constant --batch-size 0.
     p.add_argument("--steps", type=positive_int, help=default_help("steps"))
     p.add_argument("--lr", type=positive_float, help="Adam learning rate" + default_help("lr", " "))
-    p.add_argument("--schedule", default="cosine", choices=SCHEDULES,
-                   help="learning rate: constant, or cosine decay to 0 over --steps (default)")
-    p.add_argument("--batch-size", type=int, default=4096,
-                   help="random mini-batch of training pixels per step; 0 = full batch")
-    p.add_argument("--protocol", default="paper", choices=PROTOCOLS,
-                   help="paper: train on [::2, ::2], test on the held-out pixels; full: train on all")
+    p.add_argument(
+        "--schedule",
+        default="cosine",
+        choices=SCHEDULES,
+        help="learning rate: constant, or cosine decay to 0 over --steps (default)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=4096, help="random mini-batch of training pixels per step; 0 = full batch"
+    )
+    p.add_argument(
+        "--protocol",
+        default="paper",
+        choices=PROTOCOLS,
+        help="paper: train on [::2, ::2], test on the held-out pixels; full: train on all",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--compile", action="store_true", help="torch.compile the training step")
-    p.add_argument("--init", default="pyramid", choices=ENCODING_INITS,
-                   help="grid models: start the tables from the image's pyramid under a linear head (default), "
-                        "or from instant-ngp's random start")
-    p.add_argument("--fp16-weights", action="store_true",
-                   help="round the weights to float16 and store them so (float32 compute; half the file)")
+    p.add_argument(
+        "--init",
+        default="pyramid",
+        choices=ENCODING_INITS,
+        help="grid models: start the tables from the image's pyramid under a linear head (default), "
+        "or from instant-ngp's random start",
+    )
+    p.add_argument(
+        "--fp16-weights",
+        action="store_true",
+        help="round the weights to float16 and store them so (float32 compute; half the file)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -112,14 +160,35 @@ def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfi
     for encoding in option_owners():
         encoding.check_options(encoding.from_args(args, (w, h)))
     enc = ENCODINGS[args.encoding].from_args(args, (w, h))
-    model = ImageModelConfig(model=args.model, depth=args.depth, width=args.width, grid_size=args.grid,
-                             first_grid=args.first_grid or 0, first_freq=args.first_freq or 0.0,
-                             sinekan_init=args.sinekan_init, hidden_freq=args.hidden_freq, encoding=enc)
-    return FitConfig(image=args.image, size=args.size, crop=args.crop, max_pixels=args.max_pixels,
-                     fp16_weights=args.fp16_weights, steps=args.steps, lr=args.lr, schedule=args.schedule,
-                     batch_size=args.batch_size, compile=args.compile, init=args.init,
-                     protocol=args.protocol, seed=args.seed, device=args.device,
-                     progress=not args.no_progress, model=model)
+    model = ImageModelConfig(
+        model=args.model,
+        depth=args.depth,
+        width=args.width,
+        grid_size=args.grid,
+        first_grid=args.first_grid or 0,
+        first_freq=args.first_freq or 0.0,
+        sinekan_init=args.sinekan_init,
+        hidden_freq=args.hidden_freq,
+        encoding=enc,
+    )
+    return FitConfig(
+        image=args.image,
+        size=args.size,
+        crop=args.crop,
+        max_pixels=args.max_pixels,
+        fp16_weights=args.fp16_weights,
+        steps=args.steps,
+        lr=args.lr,
+        schedule=args.schedule,
+        batch_size=args.batch_size,
+        compile=args.compile,
+        init=args.init,
+        protocol=args.protocol,
+        seed=args.seed,
+        device=args.device,
+        progress=not args.no_progress,
+        model=model,
+    )
 
 
 @contextmanager
@@ -151,4 +220,3 @@ def register(sub) -> None:
     add_image_options(p)
     p.add_argument("--out", help="model directory to write, e.g. models/astronaut")
     p.set_defaults(func=cmd_fit_image)
-

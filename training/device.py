@@ -1,4 +1,5 @@
 """Device choice: CUDA when it really works, else CPU."""
+
 from __future__ import annotations
 
 import logging

@@ -3,6 +3,7 @@
 Export refuses to return a model whose onnxruntime output differs from torch by
 more than the tolerance: a model that does not reproduce training is never written.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,12 +26,14 @@ def register_bitwise() -> None:
     """torch's TorchScript exporter has no symbolic for aten::bitwise_xor / bitwise_and (e.g. a spatial hash);
     ONNX has BitwiseXor and BitwiseAnd since opset 18, and onnxruntime runs them on int64."""
     from torch.onnx import register_custom_op_symbolic
+
     register_custom_op_symbolic("aten::bitwise_xor", lambda g, a, b: g.op("BitwiseXor", a, b), 18)
     register_custom_op_symbolic("aten::bitwise_and", lambda g, a, b: g.op("BitwiseAnd", a, b), 18)
 
 
-def export_onnx(module: nn.Module, example: torch.Tensor, input_name: str, output_names: list[str],
-                opset: int = OPSET) -> bytes:
+def export_onnx(
+    module: nn.Module, example: torch.Tensor, input_name: str, output_names: list[str], opset: int = OPSET
+) -> bytes:
     """Trace `module` on `example` (batch dim 0 dynamic) and return the ONNX bytes.
 
     A module whose `export_plan(input_name)` gives a plan (an image model whose encoding has its own layout,
@@ -52,14 +55,23 @@ def trace(module: nn.Module, example: torch.Tensor, input_name: str, output_name
     dyn = {input_name: {0: "N"}, **{n: {0: "N"} for n in output_names}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (example.cpu(),), buf, input_names=[input_name], output_names=output_names,
-                          dynamic_axes=dyn, opset_version=opset, dynamo=False)
+        torch.onnx.export(
+            module,
+            (example.cpu(),),
+            buf,
+            input_names=[input_name],
+            output_names=output_names,
+            dynamic_axes=dyn,
+            opset_version=opset,
+            dynamo=False,
+        )
     return buf.getvalue()
 
 
 def set_metadata_props(onnx_bytes: bytes, props: dict[str, str]) -> bytes:
     """The graph with `props` in its metadata_props (replacing keys of the same name)."""
     import onnx
+
     model = onnx.load_from_string(onnx_bytes)
     kept = [p for p in model.metadata_props if p.key not in props]
     del model.metadata_props[:]
@@ -72,13 +84,20 @@ def set_metadata_props(onnx_bytes: bytes, props: dict[str, str]) -> bytes:
 
 def ort_session(onnx_bytes: bytes):
     import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return ort.InferenceSession(onnx_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
-def check_parity(module: nn.Module, onnx_bytes: bytes, inputs: np.ndarray, input_name: str,
-                 output_names: list[str], atol: float = 1e-5) -> dict:
+def check_parity(
+    module: nn.Module,
+    onnx_bytes: bytes,
+    inputs: np.ndarray,
+    input_name: str,
+    output_names: list[str],
+    atol: float = 1e-5,
+) -> dict:
     """Run torch and onnxruntime on the same inputs; raise if any output differs by more than atol."""
     module = module.eval().cpu()
     with torch.no_grad():

@@ -1,10 +1,11 @@
 """Fit a coordinate → RGB network to one image and export it to the model repository."""
+
 from __future__ import annotations
 
 import logging
 import math
 import time
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +15,11 @@ from tqdm import tqdm
 from telemetry import tracing
 
 from .device import pick_device
+from .encodings import INITS, Fitted, encoding_for
 from .errors import UsageError
 from .export import OPSET, check_parity, export_onnx, set_metadata_props
-from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_batchnorm
-from .encodings import INITS, Fitted, encoding_for
 from .fp16 import round_weights_fp16, store_weights_fp16
+from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_batchnorm
 from .images import MAX_PIXELS, check_size, load_image, pixel_centres, save_png
 from .metrics import psnr_from_mse, sse, ssim
 from .repository import TensorSpec, write_model_dir
@@ -28,29 +29,29 @@ log = logging.getLogger(__name__)
 PROTOCOLS = ("paper", "full")
 SCHEDULES = ("constant", "cosine")
 RENDER_CHUNK = 65536
-PROBE = 65536   # training pixels the best weights are judged on
+PROBE = 65536  # training pixels the best weights are judged on
 PREVIEW_SIDE = 1024  # preview.png: the fitted render, downscaled (in its aspect) to at most this longer side
 
 
 @dataclass
 class FitConfig:
     image: str = "astronaut"
-    size: int | None = None     # cap on the longer side (None: native, up to max_pixels)
-    crop: bool = False          # fit the centre square instead of the whole image
+    size: int | None = None  # cap on the longer side (None: native, up to max_pixels)
+    crop: bool = False  # fit the centre square instead of the whole image
     max_pixels: int = MAX_PIXELS
     fp16_weights: bool = False  # weights rounded to and stored as float16 (float32 compute)
     # Defaults from docs/benchmarks.md, time_to_quality: as good a test PSNR as the paper's 2000 full-batch
     # steps at lr 1e-3, 2.4× sooner to 30 dB and 16× sooner to the end of the fit.
     steps: int = 500
     lr: float = 5e-3
-    schedule: str = "cosine"    # constant | cosine (decays lr to 0 over `steps`)
-    batch_size: int = 4096      # random mini-batch of training pixels; 0 = full batch
-    protocol: str = "paper"     # paper: train on [::2, ::2], test on the rest; full: train on all
+    schedule: str = "cosine"  # constant | cosine (decays lr to 0 over `steps`)
+    batch_size: int = 4096  # random mini-batch of training pixels; 0 = full batch
+    protocol: str = "paper"  # paper: train on [::2, ::2], test on the rest; full: train on all
     seed: int = 0
     device: str = "auto"
     progress: bool = True
-    compile: bool = False       # torch.compile the training forward/backward
-    init: str = "pyramid"       # start the encoding from the image where it can (Encoding.initialise) | random
+    compile: bool = False  # torch.compile the training forward/backward
+    init: str = "pyramid"  # start the encoding from the image where it can (Encoding.initialise) | random
     model: ImageModelConfig = field(default_factory=ImageModelConfig)
 
     def validate(self) -> None:
@@ -88,7 +89,7 @@ def predict(model: torch.nn.Module, coords: np.ndarray, device: torch.device) ->
     model.eval()
     out = np.empty((len(coords), 3), np.float32)
     for i in range(0, len(coords), RENDER_CHUNK):
-        out[i:i + RENDER_CHUNK] = model(torch.from_numpy(coords[i:i + RENDER_CHUNK]).to(device)).cpu().numpy()
+        out[i : i + RENDER_CHUNK] = model(torch.from_numpy(coords[i : i + RENDER_CHUNK]).to(device)).cpu().numpy()
     return out
 
 
@@ -125,7 +126,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     """
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
-    t0 = time.perf_counter()   # the fit's time includes the initialisation
+    t0 = time.perf_counter()  # the fit's time includes the initialisation
     model = ImageINR(cfg.model)
     encoding = encoding_for(cfg.model.encoding)
     init_seconds = encoding.initialise(cfg.model.encoding, model, img, cfg.protocol) if cfg.init == "pyramid" else None
@@ -135,8 +136,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     y = torch.from_numpy(tt).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, **encoding.optimizer_options(cfg.model.encoding))
     best = BestWeights(model, x, y, cfg.seed)
-    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.steps) if cfg.schedule == "cosine"
-             else None)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.steps) if cfg.schedule == "cosine" else None
     forward = torch.compile(model) if cfg.compile else model
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     bar = tqdm(range(cfg.steps), disable=not cfg.progress, desc="fit", unit="step", mininterval=0.5)
@@ -145,7 +145,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
         model.train()
         if cfg.batch_size and cfg.batch_size < len(x):
             idx = torch.randint(len(x), (cfg.batch_size,), device=device, generator=gen)
-            xb, yb = x.index_select(0, idx), y.index_select(0, idx)   # 3× faster than x[idx] on CPU
+            xb, yb = x.index_select(0, idx), y.index_select(0, idx)  # 3× faster than x[idx] on CPU
         else:
             xb, yb = x, y
         loss = torch.mean((forward(xb) - yb) ** 2)
@@ -167,9 +167,14 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     model = model.cpu().eval()
     if cfg.model.model == "mlp-bn":
         fold_batchnorm(model)
-    return model, {"train_seconds": round(seconds, 3), "init_seconds": init_seconds, "device": str(device),
-                   "final_loss": loss_v,
-                   "best_step": best.step, "best_probe_loss": best.loss}
+    return model, {
+        "train_seconds": round(seconds, 3),
+        "init_seconds": init_seconds,
+        "device": str(device),
+        "final_loss": loss_v,
+        "best_step": best.step,
+        "best_probe_loss": best.loss,
+    }
 
 
 def evaluate(model: torch.nn.Module, img: np.ndarray, protocol: str) -> tuple[dict, np.ndarray]:
@@ -185,15 +190,18 @@ def evaluate(model: torch.nn.Module, img: np.ndarray, protocol: str) -> tuple[di
     if n_all > n_train:
         metrics["test_psnr"] = round(psnr_from_mse((e_all - e_train) / (n_all - n_train)), 3)
     s = ssim(full, img)
-    metrics["ssim"] = None if s is None else round(s, 4)   # None: a side under 7 pixels
+    metrics["ssim"] = None if s is None else round(s, 4)  # None: a side under 7 pixels
     metrics["full_psnr"] = round(psnr_from_mse(e_all / n_all), 3)
     return metrics, full
 
 
 def checkpoint(model: ImageINR, cfg: FitConfig) -> dict:
     """What export needs to rebuild the module: constructor args plus weights."""
-    return {"model_args": cfg.model.to_dict(), "state_dict": model.state_dict(),
-            "fit": {**asdict(cfg), "model": cfg.model.to_dict()}}
+    return {
+        "model_args": cfg.model.to_dict(),
+        "state_dict": model.state_dict(),
+        "fit": {**asdict(cfg), "model": cfg.model.to_dict()},
+    }
 
 
 def rebuild(ckpt: dict) -> ImageINR:
@@ -210,8 +218,9 @@ def graph_opset(model: ImageINR) -> int:
     return max(OPSET, encoding_for(cfg).opset(cfg, model))
 
 
-def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict, metrics: dict,
-                       history: dict, preview: np.ndarray) -> dict:
+def export_image_model(
+    model: ImageINR, cfg: FitConfig, out: Path, source: dict, metrics: dict, history: dict, preview: np.ndarray
+) -> dict:
     """Export to ONNX, verify parity on random coordinates, write the model directory.
 
     `source.size` (else the preview's [W, H]) is the fitted pixel grid: written to the version's metadata and
@@ -222,7 +231,7 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
         opset = graph_opset(model)
         onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
         enc = cfg.model.encoding
-        onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)   # e.g. 8-bit tables
+        onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)  # e.g. 8-bit tables
         storage = {"weights": "float32", **stored}
         if cfg.fp16_weights:
             onnx_bytes, half = store_weights_fp16(onnx_bytes)
@@ -233,14 +242,23 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
         arch = cfg.model.to_dict()
         meta = {
             "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' "
-                           f"at {size[0]}×{size[1]}",
-            "architecture": {**arch, "parameters": count_parameters(model),
-                             "batchnorm_folded": cfg.model.model == "mlp-bn"},
+            f"at {size[0]}×{size[1]}",
+            "architecture": {
+                **arch,
+                "parameters": count_parameters(model),
+                "batchnorm_folded": cfg.model.model == "mlp-bn",
+            },
             "encoding": arch["encoding"],
             "source": {**source, "image": cfg.image, "size": size},
-            "training": {"steps": cfg.steps, "lr": cfg.lr, "schedule": cfg.schedule, "batch_size": cfg.batch_size,
-                         "protocol": cfg.protocol,
-                         "seed": cfg.seed, **history},
+            "training": {
+                "steps": cfg.steps,
+                "lr": cfg.lr,
+                "schedule": cfg.schedule,
+                "batch_size": cfg.batch_size,
+                "protocol": cfg.protocol,
+                "seed": cfg.seed,
+                **history,
+            },
             "metrics": metrics,
             "export": {"opset": opset, "max_abs_diff_vs_torch": parity, **storage},
             "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
@@ -254,9 +272,14 @@ def export_image_model(model: ImageINR, cfg: FitConfig, out: Path, source: dict,
 
     with tracing.span("inr.fit.write", attributes={"inr.model": out.name}):
         written = write_model_dir(
-            out, task="image", onnx_bytes=onnx_bytes,
-            inputs=[TensorSpec("coords", "FP32", [-1, 2])], outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
-            metadata=meta, extras=extras)
+            out,
+            task="image",
+            onnx_bytes=onnx_bytes,
+            inputs=[TensorSpec("coords", "FP32", [-1, 2])],
+            outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
+            metadata=meta,
+            extras=extras,
+        )
         tracing.annotate({"inr.model.version": written["version"]})
         return written
 

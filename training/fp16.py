@@ -8,6 +8,7 @@ in front of its users. The arithmetic is unchanged (onnxruntime folds the casts 
 only the file halves. An initializer that is not exact (a buffer, a folded constant) stays
 float32, so the graph computes exactly what the rounded torch model computes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,6 +29,7 @@ def store_weights_fp16(onnx_bytes: bytes, min_elements: int = MIN_ELEMENTS) -> t
     """(new ONNX bytes, report: how many initializers / values went to float16, bytes before/after)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
     model = onnx.load_from_string(onnx_bytes)
     graph = model.graph
     casts, kept, converted, values = [], [], 0, 0
@@ -38,19 +40,26 @@ def store_weights_fp16(onnx_bytes: bytes, min_elements: int = MIN_ELEMENTS) -> t
             continue
         half = numpy_helper.from_array(arr.astype(np.float16), name=f"{init.name}__fp16")
         kept.append(half)
-        casts.append(helper.make_node("Cast", [half.name], [init.name], to=TensorProto.FLOAT,
-                                      name=f"{init.name}__to_fp32"))
+        casts.append(
+            helper.make_node("Cast", [half.name], [init.name], to=TensorProto.FLOAT, name=f"{init.name}__to_fp32")
+        )
         converted += 1
         values += arr.size
     out = restore_in_graph(model, kept, casts)
-    return out, {"weights": "float16 storage, float32 compute", "fp16_initializers": converted,
-                 "fp16_values": int(values), "bytes_fp32": len(onnx_bytes), "bytes": len(out)}
+    return out, {
+        "weights": "float16 storage, float32 compute",
+        "fp16_initializers": converted,
+        "fp16_values": int(values),
+        "bytes_fp32": len(onnx_bytes),
+        "bytes": len(out),
+    }
 
 
 def restore_in_graph(model, initializers: list, nodes: list) -> bytes:
     """The graph with `initializers` as its initializers and `nodes` (which rebuild the values the rest of the
     graph reads under their old names) in front of its nodes; checked and serialized."""
     import onnx
+
     graph = model.graph
     del graph.initializer[:]
     graph.initializer.extend(initializers)

@@ -4,6 +4,7 @@ Small parts first (layers), then the whole (`ImageINR` = encoding + body + sigmo
 `ImageModelConfig` is passed whole and saved in checkpoints as `model_args`, so
 export can rebuild the exact module.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,14 +20,14 @@ from .sinekan import INITS, SineKAN
 
 @dataclass
 class ImageModelConfig:
-    model: str = "mlp"          # mlp | mlp-bn | sinekan
-    depth: int = 4              # number of linear (or SineKAN) layers, output included
+    model: str = "mlp"  # mlp | mlp-bn | sinekan
+    depth: int = 4  # number of linear (or SineKAN) layers, output included
     width: int = 256
-    grid_size: int = 8          # sinekan only
-    first_grid: int = 0         # sinekan: the first layer's grid size (0 = grid_size)
-    first_freq: float = 0.0     # sinekan: the first layer's top frequency in cycles per unit (0 = paper)
+    grid_size: int = 8  # sinekan only
+    first_grid: int = 0  # sinekan: the first layer's grid size (0 = grid_size)
+    first_freq: float = 0.0  # sinekan: the first layer's top frequency in cycles per unit (0 = paper)
     sinekan_init: str = "scaled"  # sinekan: amplitude init, scaled (unit output variance) | paper
-    hidden_freq: float = 1.0    # sinekan: scale of the later layers' grids, ω_k = hidden_freq·k/(G+1) (1 = paper)
+    hidden_freq: float = 1.0  # sinekan: scale of the later layers' grids, ω_k = hidden_freq·k/(G+1) (1 = paper)
     out_dim: int = 3
     encoding: EncodingConfig = field(default_factory=EncodingConfig)
 
@@ -70,9 +71,14 @@ def sinekan_first_scale(cfg: ImageModelConfig) -> float:
 
 def sinekan_body(in_dim: int, cfg: ImageModelConfig) -> nn.Sequential:
     """SineKAN layers [in, width × (depth−1), out] on raw or encoded coordinates."""
-    return SineKAN([in_dim] + [cfg.width] * (cfg.depth - 1) + [cfg.out_dim], grid_size=cfg.grid_size,
-                   first_grid=cfg.first_grid or None, first_scale=sinekan_first_scale(cfg), init=cfg.sinekan_init,
-                   later_scale=cfg.hidden_freq)
+    return SineKAN(
+        [in_dim] + [cfg.width] * (cfg.depth - 1) + [cfg.out_dim],
+        grid_size=cfg.grid_size,
+        first_grid=cfg.first_grid or None,
+        first_scale=sinekan_first_scale(cfg),
+        init=cfg.sinekan_init,
+        later_scale=cfg.hidden_freq,
+    )
 
 
 BODIES = {"mlp": mlp_body, "mlp-bn": mlp_bn_body, "sinekan": sinekan_body}
@@ -83,8 +89,17 @@ BODIES = {"mlp": mlp_body, "mlp-bn": mlp_bn_body, "sinekan": sinekan_body}
 # parameters against the 4×256 MLP's 264k; σ 0.6× the MLP's (3 against 5 at 128² on those photos);
 # with fit-image's fast schedule (cosine, 4096-pixel batches) at lr 1e-3, which beat 2e-3 and 5e-3 there.
 MODEL_DEFAULTS: dict[str, dict] = {
-    "sinekan": {"encoding": "projection", "features": 128, "width": 130, "grid": 4, "first_grid": 8,
-                "first_freq": 1.0, "hidden_freq": 3.0, "scale": 6.0, "lr": 1e-3},
+    "sinekan": {
+        "encoding": "projection",
+        "features": 128,
+        "width": 130,
+        "grid": 4,
+        "first_grid": 8,
+        "first_freq": 1.0,
+        "hidden_freq": 3.0,
+        "scale": 6.0,
+        "lr": 1e-3,
+    },
 }
 
 

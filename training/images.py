@@ -3,6 +3,7 @@
 Coordinates are (x, y) in [0,1]², x to the right, y down; pixel (i, j) has its
 centre at ((j+0.5)/W, (i+0.5)/H).
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,7 +33,7 @@ BUILTIN = tuple(SKIMAGE_PHOTOS) + tuple(TEXT_IMAGES) + (IIIF_TEST,)
 IMAGE_DEFAULTS: dict[str, dict] = {IIIF_TEST: {"scale": 14.0, "width": 128, "features": 128, "steps": 2000}}
 # The most pixels a fit takes (INR_MAX_UPLOAD_PIXELS' default): a larger image is downscaled to fit.
 MAX_PIXELS = 25_000_000
-MAX_SIDE = 32768             # --size caps the longer side at most at this
+MAX_SIDE = 32768  # --size caps the longer side at most at this
 MAX_DECODE_PIXELS = 300_000_000  # files with more pixels than this are refused before decoding
 
 
@@ -45,12 +46,16 @@ def iiif_validator_colours() -> list[list[tuple[int, int, int]]]:
     column x, row y. Read from its source with `ast` (importing it would pull in libmagic and bottle)."""
     spec = importlib.util.find_spec("iiif_validator")
     if spec is None or spec.origin is None:
-        raise UsageError("--image iiif-test needs the colour table of the iiif-validator package: "
-                         "pip install iiif-validator==1.0.5")
+        raise UsageError(
+            "--image iiif-test needs the colour table of the iiif-validator package: pip install iiif-validator==1.0.5"
+        )
     tree = ast.parse((Path(spec.origin).parent / "validator.py").read_text())
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute)
-                and node.targets[0].attr == "colorInfo"):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Attribute)
+            and node.targets[0].attr == "colorInfo"
+        ):
             table = ast.literal_eval(node.value)
             if len(table) == IIIF_GRID and all(len(col) == IIIF_GRID for col in table):
                 return [[tuple(int(c) for c in rgb) for rgb in col] for col in table]
@@ -59,8 +64,8 @@ def iiif_validator_colours() -> list[list[tuple[int, int, int]]]:
 
 def iiif_test_image() -> np.ndarray:
     """[1000, 1000, 3] uint8: square (x, y) — column x, row y — is colorInfo[x][y]."""
-    table = np.asarray(iiif_validator_colours(), dtype=np.uint8)          # [x, y, 3]
-    grid = table.transpose(1, 0, 2)                                        # [row, column, 3]
+    table = np.asarray(iiif_validator_colours(), dtype=np.uint8)  # [x, y, 3]
+    grid = table.transpose(1, 0, 2)  # [row, column, 3]
     return np.repeat(np.repeat(grid, IIIF_SQUARE, axis=0), IIIF_SQUARE, axis=1)
 
 
@@ -79,14 +84,16 @@ def text_image(text: str, size: int = 512, seed: int = 0) -> np.ndarray:
 
 def _skimage_photo(name: str) -> np.ndarray:
     from skimage import data
+
     img = getattr(data, name)()
     if img.ndim == 2:
         img = np.stack([img] * 3, axis=-1)
     return img[..., :3]
 
 
-def fit_dims(width: int, height: int, size: int | None = None, crop: bool = False,
-             max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+def fit_dims(
+    width: int, height: int, size: int | None = None, crop: bool = False, max_pixels: int = MAX_PIXELS
+) -> tuple[int, int]:
     """(W, H) a native width × height image is fitted at: the whole image (its centre square with `crop`),
     downscaled only so that its longer side is at most `size` and its pixels at most `max_pixels`."""
     if crop:
@@ -116,8 +123,7 @@ def read_native(image: str) -> tuple[np.ndarray, dict, int]:
         arr = iiif_test_image()
         n = IIIF_GRID * IIIF_SQUARE
         # native_size: the pixel size the image is defined at; IIIF serves the model at exactly this size.
-        source = {"kind": "builtin-iiif-test", "name": image, "package": "iiif-validator",
-                  "native_size": [n, n]}
+        source = {"kind": "builtin-iiif-test", "name": image, "package": "iiif-validator", "native_size": [n, n]}
         resample = Image.BOX  # area averages: flat squares stay flat, no Lanczos ringing along the edges
     elif image in SKIMAGE_PHOTOS:
         arr = _skimage_photo(image)
@@ -129,8 +135,10 @@ def read_native(image: str) -> tuple[np.ndarray, dict, int]:
         try:
             with Image.open(path) as im:
                 if im.width * im.height > MAX_DECODE_PIXELS:
-                    raise UsageError(f"image file '{image}' has {im.width}×{im.height} pixels, more than "
-                                     f"{MAX_DECODE_PIXELS} this tool decodes")
+                    raise UsageError(
+                        f"image file '{image}' has {im.width}×{im.height} pixels, more than "
+                        f"{MAX_DECODE_PIXELS} this tool decodes"
+                    )
                 arr = np.asarray(im.convert("RGB"))
         except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
             raise UsageError(f"cannot read image file '{image}': {e.__class__.__name__}") from None
@@ -139,8 +147,9 @@ def read_native(image: str) -> tuple[np.ndarray, dict, int]:
     return _to_uint8(arr), source, resample
 
 
-def load_image(image: str, size: int | None = None, crop: bool = False,
-               max_pixels: int = MAX_PIXELS) -> tuple[np.ndarray, dict]:
+def load_image(
+    image: str, size: int | None = None, crop: bool = False, max_pixels: int = MAX_PIXELS
+) -> tuple[np.ndarray, dict]:
     """The image to fit as [H, W, 3] float32 in [0,1] — whole, at its native size and aspect unless `size`
     caps its longer side or it has more than `max_pixels`; its centre square only with `crop` — and a
     description of its source (`size`: the fitted [W, H])."""
@@ -159,7 +168,9 @@ def load_image(image: str, size: int | None = None, crop: bool = False,
     return out, source
 
 
-def image_dims(image: str, size: int | None = None, crop: bool = False, max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+def image_dims(
+    image: str, size: int | None = None, crop: bool = False, max_pixels: int = MAX_PIXELS
+) -> tuple[int, int]:
     """(W, H) that `load_image` returns, reading only a file's header."""
     check_size(size)
     if image in TEXT_IMAGES:

@@ -9,6 +9,7 @@ read from that version's metrics) to the version and to the model's metadata.jso
 atomically. It refuses a model that was not fitted from the named file, or a file whose sha256 is not the
 recorded one (the photo changed: redo the provenance), so the metadata never describes another image.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,11 @@ def describe(photo: dict, meta: dict) -> str:
     steps = meta.get("training", {}).get("steps")
     fit = f"fitted at that native size for {steps} steps" if steps else "fitted at that native size"
     quality = f": {psnr:.2f} dB PSNR over all pixels" if isinstance(psnr, (int, float)) else ""
-    return (f"{photo['subject']}: \"{photo['title']}\" by {photo['author']} ({photo['year']}, {photo['licence']}, "
-            f"Debian package {photo['package'].split()[0]}), Lanczos-downscaled from {w0}×{h0} to {w}×{h} and "
-            f"{fit}{quality}")
+    return (
+        f'{photo["subject"]}: "{photo["title"]}" by {photo["author"]} ({photo["year"]}, {photo["licence"]}, '
+        f"Debian package {photo['package'].split()[0]}), Lanczos-downscaled from {w0}×{h0} to {w}×{h} and "
+        f"{fit}{quality}"
+    )
 
 
 def annotate(model: Path, provenance: Path) -> str:
@@ -53,12 +56,16 @@ def annotate(model: Path, provenance: Path) -> str:
     meta = dict(record.metadata)
     source = dict(meta.get("source") or {})
     if source.get("image") != photo["file"]:
-        raise UsageError(f"{model} version {record.version} was fitted from {source.get('image')!r}, "
-                         f"not from {photo['file']!r} that {provenance} describes")
+        raise UsageError(
+            f"{model} version {record.version} was fitted from {source.get('image')!r}, "
+            f"not from {photo['file']!r} that {provenance} describes"
+        )
     digest = sha256_file(Path(photo["file"]))
     if digest != photo["sha256"]:
-        raise UsageError(f"{photo['file']} has sha256 {digest[:12]}…, {provenance} records {photo['sha256'][:12]}…: "
-                         "the photo changed, so its provenance must be checked again")
+        raise UsageError(
+            f"{photo['file']} has sha256 {digest[:12]}…, {provenance} records {photo['sha256'][:12]}…: "
+            "the photo changed, so its provenance must be checked again"
+        )
     source["photo"] = {k: v for k, v in photo.items() if k != "file"}
     meta["source"] = source
     meta["description"] = describe(photo, meta)

@@ -7,6 +7,7 @@ exporter — today's Concat-free encoding graph and the separable body (`1/body.
 `separable`). Everything else in the version's metadata.json (training, metrics, source) and
 preview.png are kept.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ import torch
 
 from modelrepo import SpecError, read_spec, version_numbers
 
-from .errors import UsageError
 from .encodings import encoding_for
+from .errors import UsageError
 from .export import check_parity, export_onnx, ort_session
 from .fp16 import store_weights_fp16
 from .image_models import ImageINR, ImageModelConfig, fold_batchnorm
@@ -62,8 +63,10 @@ def load_from_onnx(folder: Path) -> tuple[torch.nn.Module, dict, bytes, Path]:
         fold_batchnorm(model)  # the exported graph holds folded weights
     missing, _ = model.load_state_dict(stored_weights(onnx.load_from_string(old).graph), strict=False)
     if missing:
-        raise UsageError(f"{vdir}: the ONNX file lacks the weights {missing[:4]}; only a graph that keeps them "
-                         "by name (encoding.B, body.N.weight) can be re-exported")
+        raise UsageError(
+            f"{vdir}: the ONNX file lacks the weights {missing[:4]}; only a graph that keeps them "
+            "by name (encoding.B, body.N.weight) can be re-exported"
+        )
     return model.eval(), meta, old, vdir
 
 
@@ -72,6 +75,7 @@ def stored_weights(graph) -> dict[str, torch.Tensor]:
     training/fp16.py) and 8-bit tables (`NAME__u8` · `NAME__scale` + `NAME__low`, computed in float32 as the
     graph's Cast → Mul → Add does; e.g. training/encodings/grid_quant.py) read back."""
     from onnx import numpy_helper
+
     arrays = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     out = {}
     for name, a in arrays.items():
@@ -105,13 +109,18 @@ def reexport_image(folder: Path) -> dict:
         diff = float(np.max(np.abs(model(torch.from_numpy(probe)).numpy() - ref)))
     if not diff <= REBUILD_ATOL:
         raise UsageError(f"{folder}: the rebuilt model differs from its ONNX file by {diff:.3g} > {REBUILD_ATOL}")
-    onnx_bytes = stored_as_before(export_onnx(model, torch.rand(8, 2), "coords", ["rgb"]), model,
-                                  meta.get("export", {}))
+    onnx_bytes = stored_as_before(
+        export_onnx(model, torch.rand(8, 2), "coords", ["rgb"]), model, meta.get("export", {})
+    )
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
     keep = {k: v for k, v in meta.items() if k not in WRITTEN}
     keep["export"] = {**meta.get("export", {}), "max_abs_diff_vs_torch": parity}
-    keep["reexport"] = {"from_onnx_sha256": meta.get("onnx_sha256"), "max_abs_diff_vs_old_onnx": diff,
-                        "fit_command": meta.get("command"), "command": command_line()}
+    keep["reexport"] = {
+        "from_onnx_sha256": meta.get("onnx_sha256"),
+        "max_abs_diff_vs_old_onnx": diff,
+        "fit_command": meta.get("command"),
+        "command": command_line(),
+    }
     write_body = write_separable(model, probe, keep)
     preview = vdir / str(meta.get("preview", "preview.png"))
 
@@ -122,9 +131,15 @@ def reexport_image(folder: Path) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.reexport-", dir=folder.parent))
     try:
-        out = write_model_dir(tmp / folder.name, task="image", onnx_bytes=onnx_bytes,
-                              inputs=[TensorSpec("coords", "FP32", [-1, 2])],
-                              outputs=[TensorSpec("rgb", "FP32", [-1, 3])], metadata=keep, extras=extras)
+        out = write_model_dir(
+            tmp / folder.name,
+            task="image",
+            onnx_bytes=onnx_bytes,
+            inputs=[TensorSpec("coords", "FP32", [-1, 2])],
+            outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
+            metadata=keep,
+            extras=extras,
+        )
         old_dir = folder.with_name(f".{folder.name}.old")
         shutil.rmtree(old_dir, ignore_errors=True)
         folder.rename(old_dir)

@@ -10,6 +10,7 @@ A new --out folder gets version 1; an existing model gets the next version besid
 Everything appears atomically (modelrepo.write_version), so a failure never leaves a
 half-written model behind and a serving process never sees half a version.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -28,8 +29,8 @@ __all__ = ["TensorSpec", "check_out_dir", "sha256_bytes", "write_model_dir", "co
 @dataclass
 class TensorSpec:
     name: str
-    datatype: str        # V2 protocol datatype, e.g. FP32
-    shape: list[int]     # full shape, -1 for dynamic
+    datatype: str  # V2 protocol datatype, e.g. FP32
+    shape: list[int]  # full shape, -1 for dynamic
 
     def tensor(self) -> Tensor:
         return Tensor(self.name, self.datatype, tuple(self.shape))
@@ -49,10 +50,18 @@ def command_line() -> str:
     return "python -m training " + portable_command(sys.argv[1:])
 
 
-def write_model_dir(out: Path, *, task: str, onnx_bytes: bytes, inputs: list[TensorSpec],
-                    outputs: list[TensorSpec], metadata: dict, max_batch_size: int = 0,
-                    dynamic_batching_us: int | None = None,
-                    extras: Callable[[Path], None] | None = None) -> dict:
+def write_model_dir(
+    out: Path,
+    *,
+    task: str,
+    onnx_bytes: bytes,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    metadata: dict,
+    max_batch_size: int = 0,
+    dynamic_batching_us: int | None = None,
+    extras: Callable[[Path], None] | None = None,
+) -> dict:
     """Write the model (its next version) atomically; return the version's metadata as written,
     with `name`, `task` and `version`. `max_batch_size` 0 takes the task's default row limit.
 
@@ -61,10 +70,15 @@ def write_model_dir(out: Path, *, task: str, onnx_bytes: bytes, inputs: list[Ten
     out = Path(out)
     meta = dict(metadata)
     description = meta.get("description")
-    spec = ModelSpec.for_task(out.name, task, inputs=[s.tensor() for s in inputs],
-                              outputs=[s.tensor() for s in outputs], max_batch_size=max_batch_size or None,
-                              max_queue_delay_us=dynamic_batching_us,
-                              metadata={"description": description} if isinstance(description, str) else {})
+    spec = ModelSpec.for_task(
+        out.name,
+        task,
+        inputs=[s.tensor() for s in inputs],
+        outputs=[s.tensor() for s in outputs],
+        max_batch_size=max_batch_size or None,
+        max_queue_delay_us=dynamic_batching_us,
+        metadata={"description": description} if isinstance(description, str) else {},
+    )
     if isinstance(meta.get("coordinates"), str):
         spec = spec.with_(coordinates=meta["coordinates"])
     meta.update(created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), command=command_line())

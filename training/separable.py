@@ -13,6 +13,7 @@ module, exports the body graph beside `model.onnx` and checks its parity. It cov
 SineKAN on sine features is separable up to its encoding, which then is the first stage.
 An MLP on raw coordinates has no sines: it has no separable form (returns None).
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,11 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .encodings import Identity, Projection, SinCos, SineFeatures, TWO_PI
-from .export import check_parity, export_onnx, ort_session
-from .image_models import ImageINR
 from modelrepo import SeparableStage
 
+from .encodings import TWO_PI, Identity, Projection, SinCos, SineFeatures
+from .export import check_parity, export_onnx, ort_session
+from .image_models import ImageINR
 from .repository import sha256_bytes
 from .sinekan import SineKANLayer
 
@@ -41,8 +42,8 @@ BODY_ATOL = 1e-5
 
 @dataclass
 class FirstStage:
-    P: np.ndarray       # [F, 2] float64: feature k is sin(P[k]·x + phase[k])
-    phase: np.ndarray   # [F] float64
+    P: np.ndarray  # [F, 2] float64: feature k is sin(P[k]·x + phase[k])
+    phase: np.ndarray  # [F] float64
 
     def features(self, coords: np.ndarray) -> np.ndarray:
         """sin(x Pᵀ + φ) of [N, 2] coordinates, in float64."""
@@ -116,12 +117,16 @@ def split(model: ImageINR) -> tuple[FirstStage, SeparableBody] | None:
         W = TWO_PI * np.concatenate([B, B], axis=1)
         phase = np.concatenate([np.zeros(m), np.full(m, np.pi / 2)])
         perm = torch.stack([torch.arange(m) + m, torch.arange(m)], dim=1).reshape(-1)
-        return (FirstStage(W.T[perm.numpy()].copy(), phase[perm.numpy()]),
-                SeparableBody(None, permute_inputs(body, perm)))
+        return (
+            FirstStage(W.T[perm.numpy()].copy(), phase[perm.numpy()]),
+            SeparableBody(None, permute_inputs(body, perm)),
+        )
     if isinstance(enc, SineFeatures):
         # the plain graph computes 2π·(v f + φ): P = 2π f, phase = 2π φ
-        return (FirstStage(TWO_PI * _f64(enc.freqs).T, TWO_PI * _f64(enc.phases)),
-                SeparableBody(None, body, amps=enc.amps))
+        return (
+            FirstStage(TWO_PI * _f64(enc.freqs).T, TWO_PI * _f64(enc.phases)),
+            SeparableBody(None, body, amps=enc.amps),
+        )
     first = body[0] if isinstance(body, nn.Sequential) and len(body) else None
     if isinstance(first, SineKANLayer) and isinstance(enc, (Identity, Projection)):
         # sin(ω_g p_j + φ_jg) on p = x M (M = I on raw coordinates, B for projections), grid-major [G, in]
@@ -155,10 +160,16 @@ def export_separable(model: ImageINR, probe: np.ndarray) -> tuple[bytes, dict] |
     pipeline = float(np.max(np.abs(ref - got)))
     if not pipeline <= 1e-4:
         from .export import ExportParityError
+
         raise ExportParityError(f"separable render differs from the model by {pipeline:.3g} > 1e-4")
     log.info("separable export: body parity %s, pipeline %.3g", body_parity, pipeline)
-    contract = SeparableStage(tuple(map(tuple, stage.P.tolist())), tuple(stage.phase.tolist()), BODY_FILE,
-                              sha256_bytes(onnx_bytes), BODY_INPUT)
+    contract = SeparableStage(
+        tuple(map(tuple, stage.P.tolist())),
+        tuple(stage.phase.tolist()),
+        BODY_FILE,
+        sha256_bytes(onnx_bytes),
+        BODY_INPUT,
+    )
     return onnx_bytes, contract.to_metadata(parity={"body_vs_torch": body_parity["rgb"], "pipeline_vs_torch": pipeline})
 
 

@@ -11,6 +11,7 @@ of the later layers' grids, ω_k = scale·k/(G+1). On 2D coordinates in [0, 1] t
 rad cannot reach an image's frequencies; the first scale plays the part of SIREN's ω₀, the later
 one sets how much each layer bends its (unit-variance) input. The maths of the layer stays the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,15 @@ def phase_scale(grid_size: int) -> float:
 
 
 class SineKANLayer(nn.Module):
-    def __init__(self, in_dim: int, out_dim: int, grid_size: int = 8, is_first: bool = False,
-                 frequency_scale: float = 1.0, init: str = "paper"):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        grid_size: int = 8,
+        is_first: bool = False,
+        frequency_scale: float = 1.0,
+        init: str = "paper",
+    ):
         super().__init__()
         if init not in INITS:
             raise ValueError(f"unknown SineKAN init '{init}'; valid: {', '.join(INITS)}")
@@ -90,13 +98,13 @@ class SineKANLayer(nn.Module):
         draw = torch.empty(self.out_dim, self.in_dim, 1)
         if self.is_first:
             draw.normal_(0.0, FIRST_LAYER_AMPLITUDE_STD)
-            var_a = FIRST_LAYER_AMPLITUDE_STD ** 2
+            var_a = FIRST_LAYER_AMPLITUDE_STD**2
         else:
             draw.uniform_(-1.0, 1.0)
             var_a = 1.0 / 3.0
         k = torch.arange(1, self.grid_size + 1, dtype=torch.float32)
         if self.init == "scaled":
-            c = 1.0 / math.sqrt(var_a * 0.5 * float((1.0 / k ** 2).sum()))
+            c = 1.0 / math.sqrt(var_a * 0.5 * float((1.0 / k**2).sum()))
             self.amplitudes.copy_(draw * c / (math.sqrt(self.in_dim) * k))
         else:
             self.amplitudes.copy_(draw / (self.out_dim * k))
@@ -119,8 +127,10 @@ class SineKANLayer(nn.Module):
         return y.reshape(*lead, self.out_dim)
 
     def extra_repr(self) -> str:
-        return (f"in_dim={self.in_dim}, out_dim={self.out_dim}, grid_size={self.grid_size}, is_first={self.is_first}, "
-                f"frequency_scale={self.frequency_scale:g}")
+        return (
+            f"in_dim={self.in_dim}, out_dim={self.out_dim}, grid_size={self.grid_size}, is_first={self.is_first}, "
+            f"frequency_scale={self.frequency_scale:g}"
+        )
 
 
 class SineKAN(nn.Sequential):
@@ -131,11 +141,26 @@ class SineKAN(nn.Sequential):
     amplitude initialisation.
     """
 
-    def __init__(self, dims: list[int], grid_size: int = 8, first_grid: int | None = None,
-                 first_scale: float = 1.0, init: str = "paper", later_scale: float = 1.0):
-        super().__init__(*[
-            SineKANLayer(a, b, grid_size=(first_grid or grid_size) if i == 0 else grid_size, is_first=(i == 0),
-                         frequency_scale=first_scale if i == 0 else later_scale, init=init)
-            for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
-        ])
+    def __init__(
+        self,
+        dims: list[int],
+        grid_size: int = 8,
+        first_grid: int | None = None,
+        first_scale: float = 1.0,
+        init: str = "paper",
+        later_scale: float = 1.0,
+    ):
+        super().__init__(
+            *[
+                SineKANLayer(
+                    a,
+                    b,
+                    grid_size=(first_grid or grid_size) if i == 0 else grid_size,
+                    is_first=(i == 0),
+                    frequency_scale=first_scale if i == 0 else later_scale,
+                    init=init,
+                )
+                for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
+            ]
+        )
         self.out_dim = dims[-1]

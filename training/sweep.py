@@ -4,6 +4,7 @@ Small σ underfits (blurry, low train PSNR); large σ overfits the training pixe
 (high train PSNR, falling test PSNR): the kernel γ(v1)ᵀγ(v2) gets too narrow to
 interpolate between training samples.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,14 +51,22 @@ def sweep_scale(args: argparse.Namespace, out: Path) -> list[dict]:
 
 def write_results(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"Gaussian Fourier features, σ sweep: image `{args.image}` at {args.size}², "
-             f"{args.model} {args.depth}×{args.width}, {args.steps} steps, lr {args.lr}, seed {args.seed}.", "",
-             "| σ | train PSNR (dB) | test PSNR (dB) | SSIM | seconds |", "|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Gaussian Fourier features, σ sweep: image `{args.image}` at {args.size}², "
+        f"{args.model} {args.depth}×{args.width}, {args.steps} steps, lr {args.lr}, seed {args.seed}.",
+        "",
+        "| σ | train PSNR (dB) | test PSNR (dB) | SSIM | seconds |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['scale']:g} | {r['train_psnr']:.2f} | {r['test_psnr']:.2f} | {r['ssim']:.3f} | {r['seconds']:.1f} |")
+        lines.append(
+            f"| {r['scale']:g} | {r['train_psnr']:.2f} | {r['test_psnr']:.2f} | {r['ssim']:.3f} | {r['seconds']:.1f} |"
+        )
     tmp_md = out.with_suffix(".md.tmp")
     tmp_md.write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)

@@ -1,5 +1,6 @@
 """The job store's backends, one module each (the contract they keep: fitstore.backends.base). A new backend is a
 module here with a `Backend` class, its URL scheme in fitstore.urls.SCHEMES, and one line in BACKENDS."""
+
 from __future__ import annotations
 
 from ..urls import StoreUrl

@@ -9,6 +9,7 @@ named in `expect` must only ever be written through `txn` (on PostgreSQL the tra
 advisory lock, not on the rows). `now()` is read in the store, never in the process: no process judges
 another by its own clock.
 """
+
 from __future__ import annotations
 
 from ..urls import StoreUrl
@@ -33,4 +34,3 @@ class Atomic:
 
     def counters(self, prefix: str) -> dict[str, int]:
         raise NotImplementedError
-

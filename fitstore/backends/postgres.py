@@ -1,5 +1,6 @@
 """The PostgreSQL backend: huey's PostgresHuey; each transaction holds `pg_advisory_xact_lock` on the queue's
 name, then `pg_notify`s as huey's own enqueue does. The clock is `clock_timestamp()`."""
+
 from __future__ import annotations
 
 from huey import PostgresHuey

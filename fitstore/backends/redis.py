@@ -1,5 +1,6 @@
 """The Redis backend: huey's RedisHuey; each transaction is one Lua script (EVALSHA), which no other command
 interleaves. The clock is Redis `TIME`."""
+
 from __future__ import annotations
 
 import json
@@ -44,10 +45,20 @@ class Backend(Atomic):
 
     def txn(self, expect: dict, puts: dict, deletes=(), enqueue=(), incr: dict | None = None) -> bool:
         incr = incr or {}
-        spec = {"expect": [[k, 0 if v is None else 1] for k, v in expect.items()], "puts": list(puts),
-                "deletes": list(deletes), "enqueue": len(enqueue), "incr": list(incr)}
-        args = [json.dumps(spec), *(v for v in expect.values() if v is not None), *puts.values(), *enqueue,
-                *incr.values()]
+        spec = {
+            "expect": [[k, 0 if v is None else 1] for k, v in expect.items()],
+            "puts": list(puts),
+            "deletes": list(deletes),
+            "enqueue": len(enqueue),
+            "incr": list(incr),
+        }
+        args = [
+            json.dumps(spec),
+            *(v for v in expect.values() if v is not None),
+            *puts.values(),
+            *enqueue,
+            *incr.values(),
+        ]
         return bool(self._txn(keys=[self.s.result_key, self.s.queue_key, self.s.counter_key], args=args))
 
     def counters(self, prefix: str) -> dict[str, int]:

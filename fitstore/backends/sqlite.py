@@ -7,6 +7,7 @@ memory; it does not work over a network file system), so all its processes run o
 clock is that host's one clock; reading it in SQLite (through its VFS, not the process's own `time.time`)
 keeps the rule the same on every backend.
 """
+
 from __future__ import annotations
 
 from huey import SqliteHuey
@@ -17,6 +18,7 @@ from .base import Atomic
 
 class Backend(Atomic):
     """SQL transactions over huey's tables; PostgreSQL's backend is the same with its own marks and lock."""
+
     mark = "?"
     kv = "kv"
     task = "task"
@@ -53,15 +55,20 @@ class Backend(Atomic):
             for data in enqueue:
                 curs.execute(f"insert into {self.task} (queue, data, priority) values ({m}, {m}, 0)", (s.name, data))
             for key, n in (incr or {}).items():
-                curs.execute(f"insert into {self.counter} (queue, key, value) values ({m}, {m}, {m}) on conflict "
-                             f"(queue, key) do update set value = {self.counter}.value + excluded.value",
-                             (s.name, key, n))
+                curs.execute(
+                    f"insert into {self.counter} (queue, key, value) values ({m}, {m}, {m}) on conflict "
+                    f"(queue, key) do update set value = {self.counter}.value + excluded.value",
+                    (s.name, key, n),
+                )
             if enqueue:
                 self._notify(curs)
         return True
 
     def counters(self, prefix: str) -> dict[str, int]:
         m = self.mark
-        rows = self.s.sql(f"select key, value from {self.counter} where queue = {m} and substr(key, 1, {m}) = {m}",
-                          (self.s.name, len(prefix), prefix), results=True)
+        rows = self.s.sql(
+            f"select key, value from {self.counter} where queue = {m} and substr(key, 1, {m}) = {m}",
+            (self.s.name, len(prefix), prefix),
+            results=True,
+        )
         return {k: int(v) for k, v in rows}

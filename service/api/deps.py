@@ -4,6 +4,7 @@ The inference routes (v1 query and classify, V2 infer) take only what can fail a
 by its validated name) and read the app's state themselves: each dependency FastAPI solves costs a few
 microseconds per request. `image_model` and `digits_model` read the registry directly for the
 same reason."""
+
 from __future__ import annotations
 
 from typing import Annotated

@@ -12,6 +12,7 @@ coordinate) and encode the answer with `json.dumps` after `.tolist()`. Here:
   validates the body with the pydantic model, whose messages stay the reference.
 * `json_response` writes numpy arrays with orjson's native numpy support.
 """
+
 from __future__ import annotations
 
 import email.message
@@ -78,8 +79,16 @@ async def read_body(request: Request) -> bytes:
     if not body:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     if not is_json(request.headers.get("content-type")):
-        raise RequestValidationError([{"type": "model_attributes_type", "loc": ("body",), "input": body,
-                                       "msg": "Input should be a valid dictionary or object to extract fields from"}])
+        raise RequestValidationError(
+            [
+                {
+                    "type": "model_attributes_type",
+                    "loc": ("body",),
+                    "input": body,
+                    "msg": "Input should be a valid dictionary or object to extract fields from",
+                }
+            ]
+        )
     return body
 
 
@@ -88,8 +97,17 @@ def parse_body(body: bytes) -> Any:
     try:
         return loads(body)
     except JSONError as e:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
-                                       "input": {}, "ctx": {"error": e.msg}}]) from None
+        raise RequestValidationError(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ("body", e.pos),
+                    "msg": "JSON decode error",
+                    "input": {},
+                    "ctx": {"error": e.msg},
+                }
+            ]
+        ) from None
 
 
 async def read_json(request: Request) -> Any:
@@ -126,8 +144,9 @@ def validate(model: type[M], doc: Any) -> M:
 
 
 def json_response(content: dict, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status_code,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status_code, media_type="application/json"
+    )
 
 
 REF = "#/components/schemas/{model}"
@@ -137,8 +156,12 @@ BODY_MODELS: list[type[BaseModel]] = []  # models whose schemas go into componen
 def openapi_body(model: type[BaseModel]) -> dict:
     """`openapi_extra` for a route that reads `model` itself: its JSON body, by reference."""
     BODY_MODELS.append(model)
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-        "$ref": REF.format(model=model.__name__)}}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}},
+        }
+    }
 
 
 def add_body_schemas(schema: dict) -> dict:

@@ -1,12 +1,12 @@
 """Request and response bodies (pydantic), which are also the OpenAPI documentation."""
+
 from __future__ import annotations
 
 import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator,
-                      model_validator)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..geometry import transform as tf
@@ -42,18 +42,24 @@ def _json_number(value: Any) -> Any:
 Coordinate = Annotated[float, BeforeValidator(_json_number), Field(allow_inf_nan=False)]
 Point = Annotated[tuple[Coordinate, Coordinate], numbers(2)]
 Row3 = Annotated[tuple[FiniteFloat, FiniteFloat, FiniteFloat], numbers(3)]
-BACKGROUND_DOC = ("what to show outside the unit square after the transform: 'extrapolate' (the network's own "
-                  "values, default), 'transparent' (png/webp only) or a colour such as 'white' or '#ff8800'")
+BACKGROUND_DOC = (
+    "what to show outside the unit square after the transform: 'extrapolate' (the network's own "
+    "values, default), 'transparent' (png/webp only) or a colour such as 'white' or '#ff8800'"
+)
 
 
-RENDER_SIZE_DOC = ("pixels; a missing side follows the image: only width → height = round(width·H/W) of the "
-                   "render frame in model pixels (the native aspect for the whole image, W and H swapped for "
-                   "odd quarter turns), only height likewise, neither → 256 on the longer side")
-VIEWPORT_DOC = ("[x0, y0, x1, y1]: the region shown, after the transform, in the normalised coordinates of the "
-                "image turned by the rotation's nearest quarter turn (ties turn up; none for a matrix): for an odd "
-                "quarter turn of a W×H model x spans H pixels and y spans W pixels, about the image centre, so "
-                "[0,0,1,1] with rotate 90 shows the whole turned image; for even turns and square models these are "
-                "the model's own normalised coordinates")
+RENDER_SIZE_DOC = (
+    "pixels; a missing side follows the image: only width → height = round(width·H/W) of the "
+    "render frame in model pixels (the native aspect for the whole image, W and H swapped for "
+    "odd quarter turns), only height likewise, neither → 256 on the longer side"
+)
+VIEWPORT_DOC = (
+    "[x0, y0, x1, y1]: the region shown, after the transform, in the normalised coordinates of the "
+    "image turned by the rotation's nearest quarter turn (ties turn up; none for a matrix): for an odd "
+    "quarter turn of a W×H model x spans H pixels and y spans W pixels, about the image centre, so "
+    "[0,0,1,1] with rotate 90 shows the whole turned image; for even turns and square models these are "
+    "the model's own normalised coordinates"
+)
 
 
 class ErrorBody(BaseModel):
@@ -67,14 +73,24 @@ class Transform(BaseModel):
     turns without shearing. The model is sampled at the inverse-mapped coordinates. Or `matrix`
     [[a, b, c], [d, e, f]], applied directly (raw) to the query coordinates."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"rotate": 90}, {"rotate": 30, "scale": 1.5, "translate": [0.1, 0]}, {"matrix": [[1, 0, 0.1], [0, 1, 0]]}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"rotate": 90},
+                {"rotate": 30, "scale": 1.5, "translate": [0.1, 0]},
+                {"matrix": [[1, 0, 0.1], [0, 1, 0]]},
+            ]
+        },
+    )
 
     rotate: FiniteFloat = Field(0.0, description="degrees, counter-clockwise on screen")
     scale: FiniteFloat | Pair = Field(1.0, description="s or [sx, sy], 1e-9 ≤ |s| ≤ 1e9 (negative flips)")
     translate: Pair = Field((0.0, 0.0), description="[tx, ty] in unit-square units")
     center: Pair = Field((0.5, 0.5), description="[cx, cy], centre of rotation and scaling")
-    matrix: Annotated[tuple[Row3, Row3], numbers(2, numbers(3).json_schema)] | None = Field(None, description="2×3 matrix applied to the query coordinates")
+    matrix: Annotated[tuple[Row3, Row3], numbers(2, numbers(3).json_schema)] | None = Field(
+        None, description="2×3 matrix applied to the query coordinates"
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> "Transform":
@@ -94,7 +110,8 @@ class Transform(BaseModel):
 
     @property
     def frame_rotate(self) -> float:
-        """The rotation the render frame turns with (service/geometry/transform.py `render_frame`); none for a matrix."""
+        """The rotation the render frame turns with (service/geometry/transform.py `render_frame`); none for a
+        matrix."""
         return 0.0 if self.matrix is not None else self.rotate
 
 
@@ -108,8 +125,10 @@ def _check_background(text: str) -> str:
 
 
 class QueryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"coords": [[0.5, 0.5], [0.25, 0.75]], "transform": {"rotate": 90}}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"coords": [[0.5, 0.5], [0.25, 0.75]], "transform": {"rotate": 90}}]},
+    )
 
     coords: list[Point] = Field(min_length=1, description="[[x, y], …] in the unit square, x right, y down")
     transform: Transform | None = None
@@ -124,18 +143,34 @@ class QueryRequest(BaseModel):
 
 
 class QueryResponse(BaseModel):
-    rgb: list[Annotated[tuple[float, float, float], numbers(3)]] = Field(description="[[r, g, b], …] in [0,1], one per coordinate")
+    rgb: list[Annotated[tuple[float, float, float], numbers(3)]] = Field(
+        description="[[r, g, b], …] in [0,1], one per coordinate"
+    )
 
 
 class RenderRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"width": 512, "height": 512, "viewport": [0.25, 0.25, 0.75, 0.75], "transform": {"rotate": 45},
-         "supersample": 2, "format": "png", "background": "transparent"}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "width": 512,
+                    "height": 512,
+                    "viewport": [0.25, 0.25, 0.75, 0.75],
+                    "transform": {"rotate": 45},
+                    "supersample": 2,
+                    "format": "png",
+                    "background": "transparent",
+                }
+            ]
+        },
+    )
 
     width: int | None = Field(None, ge=1, le=65536, description=RENDER_SIZE_DOC)
     height: int | None = Field(None, ge=1, le=65536, description=RENDER_SIZE_DOC)
     viewport: Annotated[tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat], numbers(4)] = Field(
-        (0.0, 0.0, 1.0, 1.0), description=VIEWPORT_DOC)
+        (0.0, 0.0, 1.0, 1.0), description=VIEWPORT_DOC
+    )
     transform: Transform | None = None
     supersample: int = Field(1, ge=1, le=16, description="k: k×k samples per pixel, averaged (anti-aliasing)")
     format: Literal["png", "jpeg", "webp"] = "png"
@@ -161,13 +196,26 @@ class RenderRequest(BaseModel):
         return self
 
 
-ImagesJson = Annotated[list[Any], WithJsonSchema({
-    "type": "array", "description": "each image 28×28 nested lists or 784 flat values in [0,1], "
-                                    "white digit on black (MNIST)",
-    "items": {"oneOf": [
-        {"type": "array", "items": {"type": "array", "items": {"type": "number"}, "minItems": 28, "maxItems": 28},
-         "minItems": 28, "maxItems": 28},
-        {"type": "array", "items": {"type": "number"}, "minItems": 784, "maxItems": 784}]}})]
+ImagesJson = Annotated[
+    list[Any],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "description": "each image 28×28 nested lists or 784 flat values in [0,1], white digit on black (MNIST)",
+            "items": {
+                "oneOf": [
+                    {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 28, "maxItems": 28},
+                        "minItems": 28,
+                        "maxItems": 28,
+                    },
+                    {"type": "array", "items": {"type": "number"}, "minItems": 784, "maxItems": 784},
+                ]
+            },
+        }
+    ),
+]
 
 
 class ClassifyRequest(BaseModel):
@@ -202,6 +250,7 @@ class TensorInfo(BaseModel):
 class ModelInfo(BaseModel):
     """One model: each field once. The render internals (the separable stage) and the training
     history stay in the model folder; `metadata` is the rest of the free-form training record."""
+
     name: str
     task: str | None = Field(description="image or digits")
     version: int | None = Field(description="the version that /v1 and unversioned /v2 calls use")
@@ -212,16 +261,24 @@ class ModelInfo(BaseModel):
     inputs: list[TensorInfo] = []
     outputs: list[TensorInfo] = []
     metrics: dict = Field(default_factory=dict, description="metrics from training")
-    metadata: dict = Field(default_factory=dict, description="provenance: how the model was made (architecture, encoding, "
-                                                              "source, training settings), free-form")
+    metadata: dict = Field(
+        default_factory=dict,
+        description="provenance: how the model was made (architecture, encoding, source, training settings), free-form",
+    )
     preview_url: str | None = Field(None, description="the training preview image, when the model ships one")
     versions: list[VersionInfo] = Field(default_factory=list, description="the loaded versions and their states")
     version_policy: str | None = Field(None, description="config.pbtxt's version_policy, e.g. 'latest 1'")
     max_batch_size: int | None = Field(None, description="rows (coordinates or images) per request and per run")
-    width: int | None = Field(None, description="image models: the native width W in pixels (metadata.json "
-                                                "source.size or source.native_size); null when not recorded (square)")
-    height: int | None = Field(None, description="image models: the native height H in pixels; x in [0,1] spans "
-                                                 "W pixels and y in [0,1] spans H pixels")
+    width: int | None = Field(
+        None,
+        description="image models: the native width W in pixels (metadata.json "
+        "source.size or source.native_size); null when not recorded (square)",
+    )
+    height: int | None = Field(
+        None,
+        description="image models: the native height H in pixels; x in [0,1] spans "
+        "W pixels and y in [0,1] spans H pixels",
+    )
 
 
 class ModelSummary(BaseModel):

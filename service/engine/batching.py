@@ -43,6 +43,7 @@ Requests are validated before they are queued, so inputs in one batch have the s
 shape and dtype. onnxruntime sessions are safe to run from several threads, so /render (which
 calls the model from the thread pool directly) can run beside a batch.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,7 +63,6 @@ from .policy import BatchConfig, deadline, max_rows, queue_delay, queue_timeout
 from .runtime import ModelRuntime
 from .traced import recording, run_span, start_run
 
-
 SPLIT_RUN_S = 0.005  # queued work at least this long is shared among the instances (ModelQueue.share)
 
 
@@ -78,8 +78,13 @@ class Pending:
 class ModelQueue:
     """The queue and worker task of one model."""
 
-    def __init__(self, model: ModelRuntime, config: BatchConfig, metrics: Metrics | None,
-                 inflight: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        model: ModelRuntime,
+        config: BatchConfig,
+        metrics: Metrics | None,
+        inflight: Callable[[], int] | None = None,
+    ):
         self.model, self.config, self.metrics, self.inflight = model, config, metrics, inflight
         self.row_seconds = float("inf")  # seconds per row of the last runs (see timed_run); inf = none yet
         self.max_rows = max_rows(model, config)
@@ -93,8 +98,9 @@ class ModelQueue:
         # needs no context of the loop's: its spans are made on the loop (traced.start_run).
         self.pool = ThreadPoolExecutor(config.instances, thread_name_prefix=f"batch-{model.name}")
         loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}")
-                      for i in range(config.instances)]
+        self.tasks = [
+            loop.create_task(self.worker(), name=f"batcher-{model.name}-{i}") for i in range(config.instances)
+        ]
 
     async def submit(self, x: np.ndarray, timeout: float | None = None) -> Outputs:
         if self.may_run_here(x, timeout):
@@ -102,8 +108,10 @@ class ModelQueue:
             if self.may_run_here(x, timeout):
                 return self.run_here(x)
         if len(self.items) >= self.config.max_queue:
-            raise Overloaded(f"model '{self.model.name}' has {len(self.items)} requests waiting, the limit "
-                             "(INR_MAX_QUEUE); try again later")
+            raise Overloaded(
+                f"model '{self.model.name}' has {len(self.items)} requests waiting, the limit "
+                "(INR_MAX_QUEUE); try again later"
+            )
         loop = asyncio.get_running_loop()
         item = Pending(x, loop.create_future())
         limit, what = deadline(self.config, timeout)
@@ -115,8 +123,15 @@ class ModelQueue:
         return await item.future
 
     def may_run_here(self, x: np.ndarray, timeout: float | None) -> bool:
-        return (timeout is None and not self.delay and self.inflight is not None and not self.items
-                and not self.running and self.inflight() <= 1 and self.row_seconds * len(x) <= self.config.inline_run)
+        return (
+            timeout is None
+            and not self.delay
+            and self.inflight is not None
+            and not self.items
+            and not self.running
+            and self.inflight() <= 1
+            and self.row_seconds * len(x) <= self.config.inline_run
+        )
 
     def run_here(self, x: np.ndarray) -> Outputs:
         """Run on the event loop now (see the module's docstring): no wait, so the queue time is 0."""

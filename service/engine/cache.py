@@ -5,6 +5,7 @@ Entries are keyed by a sha256 that includes the loaded model's identity (`model_
 and the sha256 of its files), so a changed model folder, a new version or a reload can never be answered
 from an old entry.
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,6 +22,7 @@ class Entry(Protocol):
 @dataclass(frozen=True)
 class CachedOutputs:
     """A response cache entry (service/engine/response_cache.py): a model's output tensors for one input."""
+
     outputs: dict
 
     @property
@@ -32,9 +34,13 @@ def model_identity(model) -> dict:
     """What identifies a loaded model's function: its name, version and file digests."""
     sep = getattr(model, "separable", None)
     record = getattr(model, "record", None)
-    return {"model": model.name, "version": str(model.version),
-            "onnx_sha256": record.onnx_sha256 if record else None,
-            "body_sha256": sep.sha256 if sep else None, "stage_sha256": sep.stage_sha256 if sep else None}
+    return {
+        "model": model.name,
+        "version": str(model.version),
+        "onnx_sha256": record.onnx_sha256 if record else None,
+        "body_sha256": sep.sha256 if sep else None,
+        "stage_sha256": sep.stage_sha256 if sep else None,
+    }
 
 
 class CacheStore:
@@ -72,5 +78,9 @@ class CacheStore:
 
     def info(self) -> dict:
         with self.lock:
-            return {"entries": len(self.entries), "bytes": self.bytes, "max_bytes": self.max_bytes,
-                    "evictions": self.evictions}
+            return {
+                "entries": len(self.entries),
+                "bytes": self.bytes,
+                "max_bytes": self.max_bytes,
+                "evictions": self.evictions,
+            }

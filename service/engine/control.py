@@ -13,6 +13,7 @@ which builds the new versions beside the serving ones and swaps only once they a
 broken new version leaves the old one serving, and the failure shows in the index
 (`POST /v2/repository/index`). Requests already running on an old version finish on it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -63,8 +64,15 @@ def index_entries(name: str, state: ModelState | None, loading: bool) -> list[di
         return [{"name": name, "state": "UNAVAILABLE", "reason": "unloaded"}]
     if not state.versions:
         return [{"name": name, "state": "UNAVAILABLE", "reason": state.reason or "not loaded"}]
-    rows = [{"name": name, "version": str(v.version), "state": "READY" if v.ready else "UNAVAILABLE",
-             "reason": "" if v.ready else (v.error or "")} for v in state.versions]
+    rows = [
+        {
+            "name": name,
+            "version": str(v.version),
+            "state": "READY" if v.ready else "UNAVAILABLE",
+            "reason": "" if v.ready else (v.error or ""),
+        }
+        for v in state.versions
+    ]
     if state.error:  # e.g. a new spec that does not parse, while older versions keep serving
         rows.append({"name": name, "state": "UNAVAILABLE", "reason": state.error})
     return rows
@@ -77,7 +85,7 @@ class ModelControl:
         self.registry, self.mode, self.poll_secs = registry, mode, poll_secs
         self.startup = list(startup or [])
         self.seen: dict[str, Fingerprint] = {}  # what each folder held at its last load (or attempt)
-        self.loading: set[str] = set()      # names with a load under way (shown as LOADING)
+        self.loading: set[str] = set()  # names with a load under way (shown as LOADING)
         self.task: asyncio.Task | None = None
 
     # -- start and stop ---------------------------------------------------------------------------
@@ -129,8 +137,9 @@ class ModelControl:
             now = fingerprint(path)
             if self.seen.get(name) == now and name in self.registry.models:
                 continue
-            log.info("model %s: %s in the repository; loading", name,
-                     "changed" if name in self.registry.models else "new")
+            log.info(
+                "model %s: %s in the repository; loading", name, "changed" if name in self.registry.models else "new"
+            )
             try:
                 self._load(name, now)
             except Exception:  # noqa: BLE001 - e.g. removed between scan and load; the next scan sees it
@@ -141,8 +150,10 @@ class ModelControl:
     # -- the repository API -----------------------------------------------------------------------
     def _explicit_only(self, action: str) -> None:
         if self.mode != "explicit":
-            raise BadInput(f"{action} requests are refused in model control mode '{self.mode}': start the "
-                           "server with --model-control-mode explicit (INR_MODEL_CONTROL_MODE)")
+            raise BadInput(
+                f"{action} requests are refused in model control mode '{self.mode}': start the "
+                "server with --model-control-mode explicit (INR_MODEL_CONTROL_MODE)"
+            )
 
     async def load(self, name: str) -> ModelState:
         """Load or reload `name` (explicit mode). 404 for no such folder; 400 when nothing of it is ready."""
@@ -151,8 +162,9 @@ class ModelControl:
         if not state.ready:
             raise BadInput(f"failed to load '{name}': {failures(state)}")
         if failures(state):  # ready, but a version failed: e.g. a broken new one beside the old
-            raise BadInput(f"model '{name}' loaded with failures ({failures(state)}); serving version "
-                           f"{state.serving.version}")
+            raise BadInput(
+                f"model '{name}' loaded with failures ({failures(state)}); serving version {state.serving.version}"
+            )
         return state
 
     async def unload(self, name: str) -> None:
@@ -204,13 +216,22 @@ def served_span(state: ModelState) -> None:
     It links to the load that started serving it."""
     from opentelemetry import trace
     from opentelemetry.trace import Link
+
     serving = state.serving
     source = serving.metadata.get("source")
     parent = tracing.parent_from(source.get("traceparent")) if isinstance(source, dict) else None
     if parent is None:
         return
     load = trace.get_current_span()  # inr.model.load: the served span covers the load
-    span = tracing.tracer.start_span("inr.fit.served", context=parent, links=[Link(load.get_span_context())],
-                                     start_time=getattr(load, "start_time", None), attributes={
-        "inr.model": state.name, "inr.model.version": serving.version, "inr.fit.job": source.get("job", "")})
+    span = tracing.tracer.start_span(
+        "inr.fit.served",
+        context=parent,
+        links=[Link(load.get_span_context())],
+        start_time=getattr(load, "start_time", None),
+        attributes={
+            "inr.model": state.name,
+            "inr.model.version": serving.version,
+            "inr.fit.job": source.get("job", ""),
+        },
+    )
     span.end()

@@ -11,6 +11,7 @@ the dataplane, and encodes the answer; it holds no inference logic. The dataplan
 
 Errors are the domain errors of service/errors.py, mapped to HTTP in one place.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,14 +21,14 @@ import numpy as np
 
 from telemetry import tracing
 
-from .batching import BatchConfig, BatchingInference, Outputs
 from ..geometry.sampling import Background
-from .limits import check_rows, row_limit
-from .cache import CacheStore
-from .response_cache import lookup, response_key, store
 from ..metrics import Metrics
-from .runtime import ModelRuntime
 from ..settings import Settings
+from .batching import BatchConfig, BatchingInference, Outputs
+from .cache import CacheStore
+from .limits import check_rows, row_limit
+from .response_cache import lookup, response_key, store
+from .runtime import ModelRuntime
 from .tasks import DigitsRuntime, ImageRuntime
 from .traced import infer_span
 
@@ -41,8 +42,13 @@ class TracedBatching(BatchingInference):
 
 
 class DataPlane:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, cache: CacheStore | None = None,
-                 inflight: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        cache: CacheStore | None = None,
+        inflight: Callable[[], int] | None = None,
+    ):
         """`inflight`: requests in flight in the process (the drain's count), for the batcher's run on the loop."""
         self.settings, self.metrics, self.cache = settings, metrics, cache
         batching = TracedBatching if tracing.ON else BatchingInference  # nothing of traces on the path when off
@@ -75,8 +81,9 @@ class DataPlane:
             self.metrics.cache(model.name, hit, time.perf_counter() - start, model.version)
         return out
 
-    async def query(self, model: ImageRuntime, coords: np.ndarray, matrix: np.ndarray,
-                    background: Background) -> np.ndarray:
+    async def query(
+        self, model: ImageRuntime, coords: np.ndarray, matrix: np.ndarray, background: Background
+    ) -> np.ndarray:
         """RGB at the coordinates, sampled at their inverse-mapped model coordinates."""
         self.check_rows(model, len(coords))
         src = model.preprocess(coords, matrix)

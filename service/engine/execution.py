@@ -4,6 +4,7 @@
 `run_alone` has the queue's deadline for its wait for a pool thread: Triton applies the queue timeout to every
 request not yet executing. Once its run has started, it finishes.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,7 @@ def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseE
     except Exception as e:  # noqa: BLE001 - handed to the request(s) that caused it
         if len(xs) == 1:
             return [e]
-        log.warning("model %s: batched run of %d requests failed (%s); running them one by one",
-                    model.name, len(xs), e)
+        log.warning("model %s: batched run of %d requests failed (%s); running them one by one", model.name, len(xs), e)
         results: list[Outputs | BaseException] = []
         for x in xs:
             try:
@@ -46,8 +46,9 @@ def run_batch(model: ModelRuntime, xs: list[np.ndarray]) -> list[Outputs | BaseE
     return [{k: v[a:b] for k, v in merged.items()} for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-async def run_alone(model: ModelRuntime, x: np.ndarray, config: BatchConfig, metrics: Metrics | None,
-                    timeout: float | None = None) -> Outputs:
+async def run_alone(
+    model: ModelRuntime, x: np.ndarray, config: BatchConfig, metrics: Metrics | None, timeout: float | None = None
+) -> Outputs:
     """Run `x` by itself in the thread pool; 503 if no pool thread took it within its deadline."""
     arrived = time.perf_counter()
     started: float | None = None

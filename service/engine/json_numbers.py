@@ -1,5 +1,6 @@
 """Numbers from JSON documents into numpy: the fast path of every numeric body (v1 coordinates and
 pixels, V2 JSON tensors), and the checks that name a value which is not a JSON number."""
+
 from __future__ import annotations
 
 import itertools
@@ -117,16 +118,16 @@ def leading_rows(body: bytes, key: str, width: int) -> tuple[np.ndarray, dict] |
     if head is None:
         return None
     start, end = head.end(), body.rfind(b"]]")  # the last "]]" ends the rows when no other member has one
-    rows = text_rows(body[start:end + 2], width) if end >= start else None
+    rows = text_rows(body[start : end + 2], width) if end >= start else None
     if rows is None:
         first = body.find(b"]]", start)  # else the first, if they are rows of this shape
         if first < 0 or first == end:
             return None
-        end, rows = first, text_rows(body[start:first + 2], width)
+        end, rows = first, text_rows(body[start : first + 2], width)
         if rows is None:
             return None
     try:
-        rest = body[end + 2:].lstrip(JSON_SPACE)
+        rest = body[end + 2 :].lstrip(JSON_SPACE)
         others = orjson.loads(b"{" + (rest[1:] if rest[:1] == b"," else rest)) if rest[:1] in (b",", b"}") else None
     except orjson.JSONDecodeError:  # the whole body then gets orjson's answer, or the standard library's
         return None

@@ -1,13 +1,16 @@
 """Row limits per model, in one place: the model's `max_batch_size` (config.pbtxt), lowered by a
 service-wide setting when one is set. v1 query, v1 classify, V2 infer and the batcher all use it."""
+
 from __future__ import annotations
 
 from ..errors import TooLarge
-from .runtime import ModelRuntime
 from ..settings import Settings
+from .runtime import ModelRuntime
 
-CAPS = {"image": ("max_query_coords", "INR_MAX_QUERY_COORDS", "coordinates"),
-        "digits": ("max_classify_images", "INR_MAX_CLASSIFY_IMAGES", "images")}
+CAPS = {
+    "image": ("max_query_coords", "INR_MAX_QUERY_COORDS", "coordinates"),
+    "digits": ("max_classify_images", "INR_MAX_CLASSIFY_IMAGES", "images"),
+}
 
 
 def row_limit(model: ModelRuntime, settings: Settings) -> tuple[int, str]:
@@ -24,5 +27,4 @@ def check_rows(model: ModelRuntime, rows: int, settings: Settings) -> None:
     limit, what = row_limit(model, settings)
     if rows > limit:
         unit = CAPS[model.task][2]
-        raise TooLarge(f"{rows} {unit} is more than the limit of {limit} per request for model "
-                       f"'{model.name}' ({what})")
+        raise TooLarge(f"{rows} {unit} is more than the limit of {limit} per request for model '{model.name}' ({what})")

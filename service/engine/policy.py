@@ -1,5 +1,6 @@
 """What batching may do, per model: rows per run, the wait for batch-mates (the policy) and the
 deadlines of a queued request. service/engine/batching.py applies it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,20 +15,27 @@ DEFAULT_DELAY = 0.0005  # seconds, for a model whose config.pbtxt has no dynamic
 @dataclass(frozen=True)
 class BatchConfig:
     enabled: bool = True
-    max_batch: int | None = None    # rows per run; None = each model's max_batch_size
+    max_batch: int | None = None  # rows per run; None = each model's max_batch_size
     max_queue_delay: float | None = None  # seconds; None = each model's config.pbtxt delay
-    policy: str = "auto"            # adaptive | delay | auto (delay when max_queue_delay is set)
-    max_queue: int = 1024           # requests waiting per model
-    instances: int = 2              # batches of one model running at once
-    queue_timeout: float = 10.0     # seconds a request may wait for its batch
-    inline_run: float = 0.0         # seconds: a lone request's run at most this long runs on the loop
+    policy: str = "auto"  # adaptive | delay | auto (delay when max_queue_delay is set)
+    max_queue: int = 1024  # requests waiting per model
+    instances: int = 2  # batches of one model running at once
+    queue_timeout: float = 10.0  # seconds a request may wait for its batch
+    inline_run: float = 0.0  # seconds: a lone request's run at most this long runs on the loop
 
     @classmethod
     def from_settings(cls, s: Settings) -> "BatchConfig":
         delay = None if s.max_queue_delay_ms is None else s.max_queue_delay_ms / 1000
-        return cls(enabled=s.batching, max_batch=s.max_batch, max_queue_delay=delay, policy=s.batch_policy,
-                   max_queue=s.max_queue, instances=s.batch_instances, queue_timeout=s.queue_timeout_s,
-                   inline_run=s.inline_run_ms / 1000)
+        return cls(
+            enabled=s.batching,
+            max_batch=s.max_batch,
+            max_queue_delay=delay,
+            policy=s.batch_policy,
+            max_queue=s.max_queue,
+            instances=s.batch_instances,
+            queue_timeout=s.queue_timeout_s,
+            inline_run=s.inline_run_ms / 1000,
+        )
 
 
 def deadline(config: BatchConfig, timeout: float | None) -> tuple[float, str]:
@@ -38,8 +46,10 @@ def deadline(config: BatchConfig, timeout: float | None) -> tuple[float, str]:
 
 
 def queue_timeout(model: ModelRuntime, waited_for: str, limit: float, what: str) -> QueueTimeout:
-    return QueueTimeout(f"model '{model.name}': waited {limit:g} s in the queue for {waited_for}, the limit "
-                        f"({what}); the server is busy, try again later")
+    return QueueTimeout(
+        f"model '{model.name}': waited {limit:g} s in the queue for {waited_for}, the limit "
+        f"({what}); the server is busy, try again later"
+    )
 
 
 def adaptive(config: BatchConfig) -> bool:

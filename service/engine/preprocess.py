@@ -8,6 +8,7 @@ white digit on black, the way MNIST was made:
   4. scale the longest side to 20 px, keeping the aspect ratio;
   5. paste into 28×28 so that the centre of mass sits at the centre.
 """
+
 from __future__ import annotations
 
 import io
@@ -20,7 +21,7 @@ from ..errors import BadInput, NotANumber, TooLarge
 from .json_numbers import describe, looks_like_a_number, non_number
 
 SIDE, BOX = 28, 20
-INK_THRESHOLD = 0.2       # after stretching, pixels above this count as ink for the crop
+INK_THRESHOLD = 0.2  # after stretching, pixels above this count as ink for the crop
 FORMATS = ("PNG", "JPEG")
 
 
@@ -65,8 +66,10 @@ def decode(data: bytes, name: str, max_pixels: int) -> Image.Image:
             if img.format not in FORMATS:
                 raise PreprocessError(f"'{name}' is {img.format}; send PNG or JPEG")
             if img.width * img.height > max_pixels:
-                raise TooLarge(f"'{name}' is {img.width}×{img.height} pixels, more than the limit of "
-                               f"{max_pixels} (INR_MAX_UPLOAD_PIXELS)")
+                raise TooLarge(
+                    f"'{name}' is {img.width}×{img.height} pixels, more than the limit of "
+                    f"{max_pixels} (INR_MAX_UPLOAD_PIXELS)"
+                )
             img.load()
             img = ImageOps.exif_transpose(img)  # phone photos: upright as the camera meant
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -111,7 +114,7 @@ def to_white_on_black(grey: np.ndarray, name: str = "image") -> np.ndarray:
 def crop_to_ink(ink: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero((ink > INK_THRESHOLD).any(axis=1))
     cols = np.flatnonzero((ink > INK_THRESHOLD).any(axis=0))
-    return ink[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    return ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
 
 
 def fit_box(ink: np.ndarray, box: int = BOX) -> np.ndarray:
@@ -135,7 +138,7 @@ def centre_by_mass(ink: np.ndarray, side: int = SIDE) -> np.ndarray:
     out = np.zeros((side, side))
     y0, x0 = max(0, top), max(0, left)
     y1, x1 = min(side, top + h), min(side, left + w)
-    out[y0:y1, x0:x1] = ink[y0 - top:y1 - top, x0 - left:x1 - left]
+    out[y0:y1, x0:x1] = ink[y0 - top : y1 - top, x0 - left : x1 - left]
     return out
 
 

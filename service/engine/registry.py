@@ -9,6 +9,7 @@ serialized by a per-name lock; loads of different names run in parallel. The tab
 is an immutable mapping of immutable `ModelState`s, replaced in one assignment, so readers
 (`get`, `ready_model`, `models`) never lock and never see half a swap.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,6 +34,7 @@ class ModelState:
 
     `error` is a model-level failure (unreadable spec, no version folder); when a reload fails,
     the versions that served before stay in `versions`, still ready, and `error` says why."""
+
     name: str
     path: Path
     spec: ModelSpec | None
@@ -92,9 +94,9 @@ class Registry:
         self.root = Path(root)
         self.options = options
         self._models: Mapping[str, ModelState] = {}
-        self._swap = threading.Lock()              # guards the table's replacement
+        self._swap = threading.Lock()  # guards the table's replacement
         self._name_locks: dict[str, threading.Lock] = {}
-        self.listeners: list[Listener] = []       # called after every change, with the runtimes dropped
+        self.listeners: list[Listener] = []  # called after every change, with the runtimes dropped
         self.loaded = False
 
     # -- reading (lock-free) ----------------------------------------------------------------------
@@ -145,7 +147,7 @@ class Registry:
     # -- changing (blocking: call from a worker thread) ---------------------------------------------
     def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load every model folder (or the given names). DeviceError propagates (start-up must fail)."""
-        for name in (self.scan() if names is None else names):
+        for name in self.scan() if names is None else names:
             self.load(name)
         self.loaded = True
         ready = sum(m.ready for m in self._models.values())
@@ -197,16 +199,19 @@ class Registry:
             return ModelState(name, path, old.spec if previous else None, tuple(previous), str(e))
         wanted = spec.version_policy.select(version_numbers(path))
         if not wanted:
-            error = (f"no version folder N/model.onnx that version_policy {spec.version_policy.describe()} selects"
-                     if version_numbers(path) else "no version folder (N/model.onnx)")
+            error = (
+                f"no version folder N/model.onnx that version_policy {spec.version_policy.describe()} selects"
+                if version_numbers(path)
+                else "no version folder (N/model.onnx)"
+            )
             return ModelState(name, path, spec if not previous else old.spec, tuple(previous), error)
         versions = [self._version(path, spec, n, old) for n in wanted]
         if not any(v.ready for v in versions) and previous:
             kept = {v.version for v in versions}
-            versions = sorted([*versions, *(v for v in previous if v.version not in kept)],
-                              key=lambda v: v.version)
-            return ModelState(name, path, old.spec, tuple(versions),
-                              "no new version became ready; the previous ones keep serving")
+            versions = sorted([*versions, *(v for v in previous if v.version not in kept)], key=lambda v: v.version)
+            return ModelState(
+                name, path, old.spec, tuple(versions), "no new version became ready; the previous ones keep serving"
+            )
         return ModelState(name, path, spec, tuple(versions))
 
     def _version(self, path: Path, spec: ModelSpec, n: int, old: ModelState | None) -> ModelRuntime:
@@ -234,4 +239,3 @@ class Registry:
                 listener(self, dropped)
             except Exception:  # noqa: BLE001 - a listener must not break a swap
                 log.exception("registry listener failed")
-

@@ -7,11 +7,13 @@ files, never answers from an old entry. A hit returns the stored outputs without
 runs it and stores a copy of all its outputs (the requested subset is picked afterwards, so one entry serves
 any choice of outputs).
 
-The store is the one the renders use (`CacheStore`, service/engine/cache.py): one LRU, one byte budget, set by `--cache-config
+The store is the one the renders use (`CacheStore`, service/engine/cache.py): one LRU, one byte budget, set by
+`--cache-config
 local,size=BYTES` (Triton's form, INR_CACHE_CONFIG) or else INR_RENDER_CACHE_BYTES; renders and responses
 evict each other by recency. Hits and misses count per model in `nv_cache_num_hits_per_model` and
 `nv_cache_num_misses_per_model` with renders' (service/metrics.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +21,7 @@ import json
 
 import numpy as np
 
-from .cache import CacheStore, CachedOutputs, model_identity
+from .cache import CachedOutputs, CacheStore, model_identity
 
 PREFIX = "infer:"
 

@@ -6,6 +6,7 @@ sha256 of `N/model.onnx` against the recorded one, and the ONNX graph's inputs a
 against the model's spec. A failure becomes `status="failed"` with the reason, once, at load;
 the exception is a device that does not really run the model, which raises DeviceError.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,17 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from modelrepo import (ONNX_TO_V2, ContractError, ImageSource, ModelSpec, SpecError, VersionRecord, check_onnx_geometry,
-                       check_version, read_version)
+from modelrepo import (
+    ONNX_TO_V2,
+    ContractError,
+    ImageSource,
+    ModelSpec,
+    SpecError,
+    VersionRecord,
+    check_onnx_geometry,
+    check_version,
+    read_version,
+)
 
 from ..errors import DeviceError, ModelLoadError
 from ..metrics import Metrics
@@ -33,14 +43,16 @@ CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    device: str = "cpu"   # cpu | cuda | auto
-    threads: int = 1      # intra-op threads per session
+    device: str = "cpu"  # cpu | cuda | auto
+    threads: int = 1  # intra-op threads per session
     render_threads: int = 0  # intra-op threads of the sessions render tiles run on; 0 = `threads`
-    spin: bool = False    # let idle intra-op threads busy-wait (faster on dedicated cores only)
+    spin: bool = False  # let idle intra-op threads busy-wait (faster on dedicated cores only)
     metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
 
 
-def cgroup_cpu_limit(cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None) -> int | None:
+def cgroup_cpu_limit(
+    cpu_max: str | None = None, quota_us: str | None = None, period_us: str | None = None
+) -> int | None:
     """CPUs allowed by a cgroup quota: v2 `cpu.max` ("200000 100000" or "max 100000") or
     v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`. None when there is no quota."""
     try:
@@ -69,8 +81,11 @@ def available_cpus() -> int:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         n = os.cpu_count() or 1
-    limit = cgroup_cpu_limit(_read("/sys/fs/cgroup/cpu.max"), _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
-                             _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+    limit = cgroup_cpu_limit(
+        _read("/sys/fs/cgroup/cpu.max"),
+        _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+        _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+    )
     return max(1, min(n, limit) if limit else n)
 
 
@@ -81,8 +96,10 @@ def default_threads(workers: int = 1) -> int:
 def check_device_available(device: str) -> None:
     """Fail early when CUDA is demanded but this onnxruntime build has no CUDA provider."""
     if device == "cuda" and CUDA not in ort.get_available_providers():
-        raise DeviceError(f"--device cuda: this onnxruntime has no {CUDA} (available: "
-                          f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu")
+        raise DeviceError(
+            f"--device cuda: this onnxruntime has no {CUDA} (available: "
+            f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu"
+        )
 
 
 class ModelRuntime:
@@ -93,7 +110,7 @@ class ModelRuntime:
     """
 
     def __init__(self, path: Path, spec: ModelSpec, version: int, options: RuntimeOptions):
-        self.path = Path(path)          # the model folder
+        self.path = Path(path)  # the model folder
         self.name = self.path.name
         self.spec = spec
         self.version = version
@@ -104,7 +121,7 @@ class ModelRuntime:
         self.error: str | None = None
         self.provider: str | None = None
         self.session: ort.InferenceSession | None = None
-        self.render_session: ort.InferenceSession | None = None   # renders' tiles: see _render_sessions
+        self.render_session: ort.InferenceSession | None = None  # renders' tiles: see _render_sessions
         self.retired = False
         self.separable: SeparableBody | None = None
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
@@ -175,8 +192,11 @@ class ModelRuntime:
         self._check_signature()
         if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
             try:
-                check_onnx_geometry(ImageSource.from_metadata(self.record.metadata),
-                                    self.session.get_modelmeta().custom_metadata_map, self.version)
+                check_onnx_geometry(
+                    ImageSource.from_metadata(self.record.metadata),
+                    self.session.get_modelmeta().custom_metadata_map,
+                    self.version,
+                )
             except ContractError as e:
                 raise ModelLoadError(str(e)) from None
         self._render_sessions(onnx_path)
@@ -209,8 +229,9 @@ class ModelRuntime:
         try:
             with warnings.catch_warnings():  # a missing provider is reported by _session, not as a warning
                 warnings.simplefilter("ignore", UserWarning)
-                return ort.InferenceSession(str(onnx_path), sess_options=self._session_options(threads),
-                                            providers=providers)
+                return ort.InferenceSession(
+                    str(onnx_path), sess_options=self._session_options(threads), providers=providers
+                )
         except Exception as e:  # onnxruntime raises several types for a bad file
             first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
             raise ModelLoadError(f"unreadable ONNX file: {first[:300]}") from None
@@ -223,15 +244,19 @@ class ModelRuntime:
         if CUDA in session.get_providers():
             return session
         if device == "cuda":
-            raise DeviceError(f"--device cuda: model '{self.name}' does not run on {CUDA} "
-                              f"(session providers: {', '.join(session.get_providers())})")
+            raise DeviceError(
+                f"--device cuda: model '{self.name}' does not run on {CUDA} "
+                f"(session providers: {', '.join(session.get_providers())})"
+            )
         log.info("model %s: CUDA did not take the session; using %s", self.name, CPU)
         return self._make_session(onnx_path, [CPU])
 
     def _check_signature(self) -> None:
         """The graph's inputs and outputs must be the spec's: same names, datatypes and shapes."""
-        for kind, declared, found in (("inputs", self.spec.inputs, self.session.get_inputs()),
-                                      ("outputs", self.spec.outputs, self.session.get_outputs())):
+        for kind, declared, found in (
+            ("inputs", self.spec.inputs, self.session.get_inputs()),
+            ("outputs", self.spec.outputs, self.session.get_outputs()),
+        ):
             have = {t.name: (ONNX_TO_V2.get(t.type, t.type), _dims(t.shape)) for t in found}
             for t in declared:
                 got = have.get(t.name)
@@ -239,10 +264,13 @@ class ModelRuntime:
                     raise ModelLoadError(
                         f"the ONNX graph of version {self.version} disagrees with the spec: {kind} "
                         f"{[(n, d, list(s)) for n, (d, s) in have.items()]}, the spec says "
-                        f"{[(x.name, x.datatype, list(x.shape)) for x in declared]}")
+                        f"{[(x.name, x.datatype, list(x.shape)) for x in declared]}"
+                    )
             if kind == "inputs" and len(have) != len(declared):
-                raise ModelLoadError(f"the ONNX graph of version {self.version} takes inputs {list(have)}; "
-                                     f"the spec says {[x.name for x in declared]}")
+                raise ModelLoadError(
+                    f"the ONNX graph of version {self.version} takes inputs {list(have)}; "
+                    f"the spec says {[x.name for x in declared]}"
+                )
         self.provider = self.session.get_providers()[0]
 
     def predict(self, x: np.ndarray, requests: int = 1) -> dict[str, np.ndarray]:

@@ -5,6 +5,7 @@ An image model whose metadata.json has a `separable` entry (written by training/
 sin(P[k]·x + φ[k]). Renders compute the first stage per tile row and column (service/render/separable.py)
 and run only the body per pixel.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from ..errors import ModelLoadError
 
 @dataclass(frozen=True)
 class FirstStage:
-    P: np.ndarray       # [F, 2] float64
-    phase: np.ndarray   # [F] float64
+    P: np.ndarray  # [F, 2] float64
+    phase: np.ndarray  # [F] float64
 
     @classmethod
     def from_metadata(cls, entry: dict) -> "FirstStage":
@@ -40,8 +41,9 @@ class FirstStage:
 @dataclass(frozen=True)
 class SeparableBody:
     """A loaded body graph and its first stage."""
+
     stage: FirstStage
-    session: object          # onnxruntime.InferenceSession, features → rgb
+    session: object  # onnxruntime.InferenceSession, features → rgb
     input: str
     sha256: str
     stage_sha256: str
@@ -65,13 +67,22 @@ def load_separable(entry, version_dir: Path, make_session: Callable[[Path], obje
         raise ModelLoadError(f"missing {version_dir.name}/{name} (metadata.json separable)")
     digest = sha256_file(path)
     if digest != contract.body_sha256:
-        raise ModelLoadError(f"sha256 of {version_dir.name}/{name} ({digest[:12]}…) does not match metadata.json "
-                             f"separable.body_sha256: tampered or stale")
+        raise ModelLoadError(
+            f"sha256 of {version_dir.name}/{name} ({digest[:12]}…) does not match metadata.json "
+            f"separable.body_sha256: tampered or stale"
+        )
     session = make_session(path)
     inputs, outputs = session.get_inputs(), {o.name for o in session.get_outputs()}
     want = contract.input
-    if (len(inputs) != 1 or inputs[0].name != want or inputs[0].type != "tensor(float)"
-            or inputs[0].shape[-1] != stage.features or "rgb" not in outputs):
-        raise ModelLoadError(f"{version_dir.name}/{name}: expected one float input '{want}' of shape "
-                             f"[N, {stage.features}] and an output 'rgb'")
+    if (
+        len(inputs) != 1
+        or inputs[0].name != want
+        or inputs[0].type != "tensor(float)"
+        or inputs[0].shape[-1] != stage.features
+        or "rgb" not in outputs
+    ):
+        raise ModelLoadError(
+            f"{version_dir.name}/{name}: expected one float input '{want}' of shape "
+            f"[N, {stage.features}] and an output 'rgb'"
+        )
     return SeparableBody(stage, session, want, digest, contract.stage_sha256)

@@ -5,6 +5,7 @@ dataplane (service/engine/dataplane.py) runs it through the batcher, renders cal
 their worker threads. V2 infer needs no task-specific steps: its pre- and postprocessing
 (tensors in, tensors out) is the same for every task (service/api/v2/infer.py).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -16,6 +16,7 @@ costs the SDK about 80 µs to record and 130 µs to encode (bench/span_cost.py),
 With traces off, `DataPlane` uses the plain `BatchingInference` (not `TracedBatching`), and the batcher's only
 trace work is a check of `tracing.ON` where a request is queued, runs alone or on the loop, and a batch starts.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -25,7 +26,8 @@ from opentelemetry.trace import Link
 
 from telemetry import tracing
 
-NO_SPAN = nullcontext()   # reusable: it holds no state
+NO_SPAN = nullcontext()  # reusable: it holds no state
+
 
 def recording():
     """The current span if it records (its trace was sampled), else None."""
@@ -38,8 +40,9 @@ def infer_span(model, rows: int):
     nothing when the request's trace is not sampled."""
     if not trace.get_current_span().is_recording():
         return NO_SPAN
-    return tracing.tracer.start_as_current_span("inr.infer", attributes={
-        "inr.model": model.name, "inr.model.version": model.version, "inr.rows": rows})
+    return tracing.tracer.start_as_current_span(
+        "inr.infer", attributes={"inr.model": model.name, "inr.model.version": model.version, "inr.rows": rows}
+    )
 
 
 def start_run(batch: list, rows: int, started: float):
@@ -49,9 +52,11 @@ def start_run(batch: list, rows: int, started: float):
     if not traced:
         return None
     run = tracing.tracer.start_span(
-        "inr.run", context=trace.set_span_in_context(traced[0].trace),
+        "inr.run",
+        context=trace.set_span_in_context(traced[0].trace),
         links=[Link(p.trace.get_span_context()) for p in traced],
-        attributes={"inr.batch.size": len(batch), "inr.batch.rows": rows})
+        attributes={"inr.batch.size": len(batch), "inr.batch.rows": rows},
+    )
     ctx = run.get_span_context()
     for p in traced:
         p.trace.set_attributes({"inr.batch.size": len(batch), "inr.queue.seconds": started - p.arrived})

@@ -6,6 +6,7 @@ that names an input the model does not have, a datatype or dims that disagree wi
 short `warmup/` file, or a run that fails makes the version failed, with that reason. The runs are not
 counted in the inference statistics (Triton does not count them either).
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,16 @@ from modelrepo.warmup import Warmup, WarmupInput
 from ..errors import ModelLoadError
 
 log = logging.getLogger(__name__)
-DTYPES = {"FP32": np.float32, "FP64": np.float64, "FP16": np.float16, "INT64": np.int64, "INT32": np.int32,
-          "INT8": np.int8, "UINT8": np.uint8, "BOOL": np.bool_}
+DTYPES = {
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "FP16": np.float16,
+    "INT64": np.int64,
+    "INT32": np.int32,
+    "INT8": np.int8,
+    "UINT8": np.uint8,
+    "BOOL": np.bool_,
+}
 
 
 def warmup_array(w: Warmup, i: WarmupInput, spec: ModelSpec, folder: Path, rng: np.random.Generator) -> np.ndarray:
@@ -30,13 +39,18 @@ def warmup_array(w: Warmup, i: WarmupInput, spec: ModelSpec, folder: Path, rng: 
     where = f"model_warmup '{w.name}' input '{i.name}'"
     declared = next((t for t in spec.inputs if t.name == i.name), None)
     if declared is None:
-        raise ModelLoadError(f"{where}: the model has no input '{i.name}'; its inputs: "
-                             f"{', '.join(t.name for t in spec.inputs)}")
+        raise ModelLoadError(
+            f"{where}: the model has no input '{i.name}'; its inputs: {', '.join(t.name for t in spec.inputs)}"
+        )
     want = declared.shape[1:]
-    if i.datatype != declared.datatype or len(i.dims) != len(want) or \
-            any(w_ >= 0 and d != w_ for d, w_ in zip(i.dims, want)):
-        raise ModelLoadError(f"{where}: {i.datatype} {list(i.dims)} does not match the model's input "
-                             f"{declared.datatype} {list(want)}")
+    if (
+        i.datatype != declared.datatype
+        or len(i.dims) != len(want)
+        or any(w_ >= 0 and d != w_ for d, w_ in zip(i.dims, want))
+    ):
+        raise ModelLoadError(
+            f"{where}: {i.datatype} {list(i.dims)} does not match the model's input {declared.datatype} {list(want)}"
+        )
     shape = (w.rows, *i.dims)
     dtype = np.dtype(DTYPES.get(i.datatype, np.float32))
     if i.kind == "zero_data":
@@ -52,8 +66,9 @@ def warmup_array(w: Warmup, i: WarmupInput, spec: ModelSpec, folder: Path, rng: 
         raise ModelLoadError(f"{where}: input_data_file warmup/{i.file}: {e.strerror or e}") from None
     need = math.prod(i.dims) * dtype.itemsize
     if len(data) < need:
-        raise ModelLoadError(f"{where}: warmup/{i.file} holds {len(data)} bytes; one row of {i.datatype} "
-                             f"{list(i.dims)} needs {need}")
+        raise ModelLoadError(
+            f"{where}: warmup/{i.file} holds {len(data)} bytes; one row of {i.datatype} {list(i.dims)} needs {need}"
+        )
     row = np.frombuffer(data[:need], dtype).reshape(i.dims)
     return np.broadcast_to(row, shape).copy()  # Triton repeats the file's tensor for every batch row
 

@@ -8,6 +8,7 @@ Records leave the API with `links`, `workers` (live heartbeats) and, while queue
 `note` saying so. The API also reaps: a running job whose worker stopped sending heartbeats goes
 back to the queue once, then fails (at most one reap every REAP_EVERY_S per process).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,8 @@ import time
 
 import anyio
 
-from telemetry import tracing
 from fitstore import FINISHED, PRESETS, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl
+from telemetry import tracing
 
 from ..errors import Conflict, NotFound, TooManyRequests
 from ..settings import Settings
@@ -69,8 +70,10 @@ class Fits:
         against the repository's folders and the targets of queued, running and succeeded jobs: the store
         checks it again in the transaction that inserts the job, and a name another process took first
         is passed over for the next. 429 when full."""
-        with tracing.span("inr.fit.enqueue", attributes={"inr.fit.preset": options.get("preset", ""),
-                                                         "inr.fit.steps": options.get("steps", 0)}):
+        with tracing.span(
+            "inr.fit.enqueue",
+            attributes={"inr.fit.preset": options.get("preset", ""), "inr.fit.steps": options.get("steps", 0)},
+        ):
             return await self._submit(upload, options, name)
 
     async def _submit(self, upload: Upload, options: dict, name: str | None) -> dict:
@@ -85,13 +88,23 @@ class Fits:
                 if derived:
                     active = await self.call("active_names")
                     name = await anyio.to_thread.run_sync(
-                        derive_name, upload.source.get("filename", ""),
-                        lambda n: n in active or n in passed or (s.models / n).exists())
+                        derive_name,
+                        upload.source.get("filename", ""),
+                        lambda n: n in active or n in passed or (s.models / n).exists(),
+                    )
                 try:
-                    record = await self.call("submit", name=name, options=options, image_png=upload.png,
-                                             source=upload.source, deadline_s=s.fit_deadline_s,
-                                             max_running=s.fit_max_running, queue_limit=s.fit_queue_limit,
-                                             derived=derived, traceparent=trace)
+                    record = await self.call(
+                        "submit",
+                        name=name,
+                        options=options,
+                        image_png=upload.png,
+                        source=upload.source,
+                        deadline_s=s.fit_deadline_s,
+                        max_running=s.fit_max_running,
+                        queue_limit=s.fit_queue_limit,
+                        derived=derived,
+                        traceparent=trace,
+                    )
                     break
                 except NameTaken:
                     passed.add(name)
@@ -99,7 +112,9 @@ class Fits:
                     raise TooManyRequests(
                         f"{e.active} fits are queued or running; the limit is {e.limit} (INR_FIT_MAX_RUNNING="
                         f"{s.fit_max_running} + INR_FIT_QUEUE_LIMIT={s.fit_queue_limit}): retry after "
-                        f"{math.ceil(e.retry_after)} s", e.retry_after) from None
+                        f"{math.ceil(e.retry_after)} s",
+                        e.retry_after,
+                    ) from None
         tracing.annotate({"inr.fit.job": record["id"], "inr.fit.name": record["name"]})
         return await self.present(record)
 
@@ -130,8 +145,9 @@ class Fits:
         except KeyError:
             raise NotFound(f"unknown fit job '{job_id}'") from None
         except JobFinished as e:
-            raise Conflict(f"fit job '{job_id}' is already {e.record.get('state')}; only a queued or running "
-                           "job can be cancelled") from None
+            raise Conflict(
+                f"fit job '{job_id}' is already {e.record.get('state')}; only a queued or running job can be cancelled"
+            ) from None
         end = time.monotonic() + CANCEL_WAIT_S
         while record.get("state") not in FINISHED and time.monotonic() < end:
             await asyncio.sleep(POLL_S)
@@ -164,9 +180,12 @@ def present(record: dict, workers: int) -> dict:
         links["preview"] = f"{base}/previews/{seq}.png"
     name, version = out.get("name"), out.get("version")
     if out.get("state") == "succeeded" and name and version:
-        links.update(model=f"/v1/models/{name}",  # its versions, this one among them
-                     render=f"/v1/models/{name}/versions/{version}/render?width=512",
-                     iiif=f"/iiif/3/{name}/info.json", viewer=f"/?model={name}")
+        links.update(
+            model=f"/v1/models/{name}",  # its versions, this one among them
+            render=f"/v1/models/{name}/versions/{version}/render?width=512",
+            iiif=f"/iiif/3/{name}/info.json",
+            viewer=f"/?model={name}",
+        )
     out["links"] = links
     out["workers"] = workers
     if out.get("state") == "queued" and workers == 0:

@@ -12,14 +12,15 @@ worker that died still counts.
 - histograms: `inr_fit_duration_seconds` (the attempt that succeeded, claim to written version) and
   `inr_fit_steps_per_second` (its steps over that time).
 """
+
 from __future__ import annotations
 
 import logging
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from fitstore import metrics as fitmetrics
 from fitstore import FINISHED, STATES
+from fitstore import metrics as fitmetrics
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,12 @@ def snapshot(fits) -> dict | None:
     store = fits.store()
     now = store.now()
     records = store.list()
-    return {"states": {s: sum(r["state"] == s for r in records) for s in STATES},
-            "workers": len(store.workers(now)), "counters": store.metric_counters(),
-            "messages": store.huey.pending_count() + store.huey.scheduled_count()}
+    return {
+        "states": {s: sum(r["state"] == s for r in records) for s in STATES},
+        "workers": len(store.workers(now)),
+        "counters": store.metric_counters(),
+        "messages": store.huey.pending_count() + store.huey.scheduled_count(),
+    }
 
 
 class FitCollector:
@@ -57,18 +61,23 @@ class FitCollector:
         yield GaugeMetricFamily("inr_fit_queue_depth", "fit jobs queued, waiting for a worker", value=states["queued"])
         yield GaugeMetricFamily("inr_fit_running", "fits running now", value=states["running"])
         yield GaugeMetricFamily("inr_fit_workers", "fit workers with a live heartbeat", value=snap["workers"])
-        yield GaugeMetricFamily("inr_fit_queue_messages", "messages in the job queue and its schedule (a job's "
-                                "message, a retry's, a duplicate that will be dropped)", value=snap["messages"])
+        yield GaugeMetricFamily(
+            "inr_fit_queue_messages",
+            "messages in the job queue and its schedule (a job's message, a retry's, a duplicate that will be dropped)",
+            value=snap["messages"],
+        )
         for name, doc, kind, labels in (
-                ("inr_fit_finished", "fit jobs ended, by final state", "finished", tuple(sorted(FINISHED))),
-                ("inr_fit_failures", "fit jobs failed, by reason", "failures", fitmetrics.FAILURES),
-                ("inr_fit_retries", "fit attempts queued again, by reason", "retries", fitmetrics.RETRIES)):
+            ("inr_fit_finished", "fit jobs ended, by final state", "finished", tuple(sorted(FINISHED))),
+            ("inr_fit_failures", "fit jobs failed, by reason", "failures", fitmetrics.FAILURES),
+            ("inr_fit_retries", "fit attempts queued again, by reason", "retries", fitmetrics.RETRIES),
+        ):
             family = CounterMetricFamily(name, doc, labels=["state" if kind == "finished" else "reason"])
             for label, n in fitmetrics.labelled(counters, kind, labels).items():
                 family.add_metric([label], n)
             yield family
         for name, doc, key in (
-                ("inr_fit_duration_seconds", "wall-clock seconds of each succeeded fit's attempt", "duration"),
-                ("inr_fit_steps_per_second", "optimisation steps per second of each succeeded fit", "steps_rate")):
+            ("inr_fit_duration_seconds", "wall-clock seconds of each succeeded fit's attempt", "duration"),
+            ("inr_fit_steps_per_second", "optimisation steps per second of each succeeded fit", "steps_rate"),
+        ):
             buckets, total = fitmetrics.histogram(counters, key)
             yield HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)

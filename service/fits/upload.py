@@ -13,6 +13,7 @@ decompression-bomb guard). It is then made the 8-bit RGB image the worker fits:
 and stored as PNG bytes. The options are the documented subset of `fit-image`; each one out of
 range is a 422 naming the field and its limit.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from modelrepo import NAME_RE, SpecError, read_spec
 from fitstore import DEFAULT_PRESET
+from modelrepo import NAME_RE, SpecError, read_spec
 
 from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
 
@@ -39,16 +40,17 @@ NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 @dataclass(frozen=True)
 class Upload:
-    png: bytes       # the normalised image: 8-bit RGB PNG
-    source: dict     # filename, width, height (upright), mode, format, frames
+    png: bytes  # the normalised image: 8-bit RGB PNG
+    source: dict  # filename, width, height (upright), mode, format, frames
 
 
 def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Upload:
     """The upload as an 8-bit RGB PNG, or a 4xx naming the problem and the limiting setting."""
     filename = "".join(c for c in filename if c.isprintable())[-200:] or "upload"  # shown in errors, kept
     if len(data) > max_bytes:
-        raise TooLarge(f"'{filename}' is {len(data)} bytes, more than the limit of {max_bytes} "
-                       "(INR_FIT_MAX_UPLOAD_BYTES)")
+        raise TooLarge(
+            f"'{filename}' is {len(data)} bytes, more than the limit of {max_bytes} (INR_FIT_MAX_UPLOAD_BYTES)"
+        )
     if not data:
         raise BadInput(f"'{filename}' is empty (0 bytes); send an image file")
     try:
@@ -56,8 +58,10 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Uploa
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             img = Image.open(io.BytesIO(data))
             if img.width * img.height > max_pixels:  # from the header: nothing decoded yet
-                raise TooLarge(f"'{filename}' is {img.width}×{img.height} pixels, more than the limit of "
-                               f"{max_pixels} (INR_MAX_UPLOAD_PIXELS)")
+                raise TooLarge(
+                    f"'{filename}' is {img.width}×{img.height} pixels, more than the limit of "
+                    f"{max_pixels} (INR_MAX_UPLOAD_PIXELS)"
+                )
             if img.width < 1 or img.height < 1:
                 raise BadInput(f"'{filename}' has no pixels ({img.width}×{img.height})")
             fmt, mode, frames = img.format, img.mode, getattr(img, "n_frames", 1)
@@ -70,16 +74,23 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Uploa
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # Pillow's own guard, first
         found = re.search(r"\((\d+) pixels\)", str(e))
         size = f"{int(found.group(1))} pixels" if found else "more pixels"
-        raise TooLarge(f"'{filename}' has {size}, more than the limit of {max_pixels} "
-                       "(INR_MAX_UPLOAD_PIXELS)") from None
+        raise TooLarge(
+            f"'{filename}' has {size}, more than the limit of {max_pixels} (INR_MAX_UPLOAD_PIXELS)"
+        ) from None
     except Image.UnidentifiedImageError:
         raise BadInput(f"'{filename}' is not an image Pillow can read (PNG, JPEG, GIF, WebP, TIFF, BMP …)") from None
     except Exception as e:  # noqa: BLE001 - anything a decoder raises on untrusted bytes is a damaged file
         raise BadInput(f"'{filename}' is a damaged or truncated image: {e}") from None
     buf = io.BytesIO()
     rgb.save(buf, "PNG", compress_level=3)
-    source = {"filename": filename, "width": rgb.width, "height": rgb.height, "mode": mode, "format": fmt,
-              "frames": int(frames)}
+    source = {
+        "filename": filename,
+        "width": rgb.width,
+        "height": rgb.height,
+        "mode": mode,
+        "format": fmt,
+        "frames": int(frames),
+    }
     return Upload(buf.getvalue(), source)
 
 
@@ -129,18 +140,20 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
     preset = form.get("preset") or DEFAULT_PRESET
     if preset not in presets:
         raise InvalidOption(f"preset {preset[:40]!r} is unknown; valid presets: {', '.join(presets)}")
-    protocol = form.get("protocol") or "full"   # a user's photo: fit every pixel
+    protocol = form.get("protocol") or "full"  # a user's photo: fit every pixel
     if protocol not in PROTOCOLS:
         raise InvalidOption(f"protocol {protocol[:40]!r} is unknown; valid: {', '.join(PROTOCOLS)}")
-    return {"preset": preset,
-            # a cap on the longer side; the preset's by default (grid: None, the whole image at its native size,
-            # which is within INR_MAX_UPLOAD_PIXELS); fitted whole, in its aspect, either way
-            "size": as_int(form, "size", preset_size(presets[preset], max_size), MIN_SIZE, max_size,
-                           "INR_FIT_MAX_SIZE"),
-            "steps": as_int(form, "steps", min(int(presets[preset]["steps"]), max_steps), 1, max_steps,
-                            "INR_FIT_MAX_STEPS"),
-            "protocol": protocol,
-            "seed": as_int(form, "seed", 0, 0, MAX_SEED)}
+    return {
+        "preset": preset,
+        # a cap on the longer side; the preset's by default (grid: None, the whole image at its native size,
+        # which is within INR_MAX_UPLOAD_PIXELS); fitted whole, in its aspect, either way
+        "size": as_int(form, "size", preset_size(presets[preset], max_size), MIN_SIZE, max_size, "INR_FIT_MAX_SIZE"),
+        "steps": as_int(
+            form, "steps", min(int(presets[preset]["steps"]), max_steps), 1, max_steps, "INR_FIT_MAX_STEPS"
+        ),
+        "protocol": protocol,
+        "seed": as_int(form, "seed", 0, 0, MAX_SEED),
+    }
 
 
 def check_name(name: str) -> str:
@@ -155,8 +168,9 @@ def check_name(name: str) -> str:
     if len(name) > 64:
         raise InvalidOption(f"name is {len(name)} characters; the limit is 64")
     if not NAME_RE.match(name):
-        raise InvalidOption(f"name {shown} must match {NAME_RE.pattern}: a letter or digit, then letters, "
-                            "digits, '_', '.' or '-'")
+        raise InvalidOption(
+            f"name {shown} must match {NAME_RE.pattern}: a letter or digit, then letters, digits, '_', '.' or '-'"
+        )
     return name
 
 

@@ -6,6 +6,7 @@ and what is shown where a sample falls outside the unit square.
   - `transparent`: alpha 0 (png and webp only), partial alpha along the edge;
   - a colour: `white`, `#808080`, `#f00`, … (any CSS colour Pillow knows), blended along the edge.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from .transform import apply
 
 @dataclass(frozen=True)
 class Background:
-    mode: str                                   # extrapolate | transparent | colour
+    mode: str  # extrapolate | transparent | colour
     rgb: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @classmethod
@@ -29,8 +30,10 @@ class Background:
         try:
             rgb = ImageColor.getrgb(text)[:3]
         except ValueError:
-            raise ValueError(f"background must be 'extrapolate', 'transparent' or a colour such as 'white' "
-                             f"or '#ff8800', got '{text}'") from None
+            raise ValueError(
+                f"background must be 'extrapolate', 'transparent' or a colour such as 'white' "
+                f"or '#ff8800', got '{text}'"
+            ) from None
         return cls("colour", tuple(c / 255.0 for c in rgb))
 
 
@@ -41,8 +44,10 @@ def model_coords(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
     """Map output points through the 2×3 matrix, refusing results the float32 model cannot take."""
     src = apply(matrix, points)
     if not np.all(np.abs(src) < FLOAT32_LIMIT):
-        raise ValueError(f"coordinates after the transform reach {np.abs(src).max():.3g}; they must stay "
-                         f"below {FLOAT32_LIMIT:g} in magnitude")
+        raise ValueError(
+            f"coordinates after the transform reach {np.abs(src).max():.3g}; they must stay "
+            f"below {FLOAT32_LIMIT:g} in magnitude"
+        )
     return src
 
 

@@ -18,6 +18,7 @@ Because y points down, a counter-clockwise turn on screen maps (1, 0) to
 Matrix form: a 2×3 matrix M = [[a, b, c], [d, e, f]] applied directly to the query
 coordinates, as in the seed blog: the model is sampled at M · (x, y, 1).
 """
+
 from __future__ import annotations
 
 import math
@@ -59,35 +60,62 @@ def pixel_unscale(size: Size) -> np.ndarray:
     return scaling(1.0, size[0] / size[1])
 
 
-def forward(rotate: float = 0.0, scale: tuple[float, float] = (1.0, 1.0),
-            translate: tuple[float, float] = (0.0, 0.0), center: tuple[float, float] = (0.5, 0.5),
-            size: Size = None) -> np.ndarray:
+def forward(
+    rotate: float = 0.0,
+    scale: tuple[float, float] = (1.0, 1.0),
+    translate: tuple[float, float] = (0.0, 0.0),
+    center: tuple[float, float] = (0.5, 0.5),
+    size: Size = None,
+) -> np.ndarray:
     """The 3×3 matrix that moves the image: rotate about center, then scale about center (both in square
     pixels of a `size` = (W, H) model), then translate."""
     cx, cy = center
-    return (translation(*translate) @ translation(cx, cy) @ pixel_unscale(size) @ scaling(*scale)
-            @ rotation(rotate) @ pixel_scale(size) @ translation(-cx, -cy))
+    return (
+        translation(*translate)
+        @ translation(cx, cy)
+        @ pixel_unscale(size)
+        @ scaling(*scale)
+        @ rotation(rotate)
+        @ pixel_scale(size)
+        @ translation(-cx, -cy)
+    )
 
 
-def sampling_matrix(rotate: float = 0.0, scale: tuple[float, float] = (1.0, 1.0),
-                    translate: tuple[float, float] = (0.0, 0.0), center: tuple[float, float] = (0.5, 0.5),
-                    matrix: list[list[float]] | None = None, size: Size = None) -> np.ndarray:
+def sampling_matrix(
+    rotate: float = 0.0,
+    scale: tuple[float, float] = (1.0, 1.0),
+    translate: tuple[float, float] = (0.0, 0.0),
+    center: tuple[float, float] = (0.5, 0.5),
+    matrix: list[list[float]] | None = None,
+    size: Size = None,
+) -> np.ndarray:
     """The 2×3 matrix from output coordinates to the model's coordinates (`matrix`: as given, raw)."""
     if matrix is not None:
         return np.asarray(matrix, dtype=np.float64).reshape(2, 3)
     return inverse(rotate, scale, translate, center, size)[:2]
 
 
-def inverse(rotate: float = 0.0, scale: tuple[float, float] = (1.0, 1.0),
-            translate: tuple[float, float] = (0.0, 0.0), center: tuple[float, float] = (0.5, 0.5),
-            size: Size = None) -> np.ndarray:
+def inverse(
+    rotate: float = 0.0,
+    scale: tuple[float, float] = (1.0, 1.0),
+    translate: tuple[float, float] = (0.0, 0.0),
+    center: tuple[float, float] = (0.5, 0.5),
+    size: Size = None,
+) -> np.ndarray:
     """F⁻¹ = T(c) · D⁻¹ · R(−θ) · S(1/sx, 1/sy) · D · T(−c) · T(−t), composed exactly rather than by
     matrix inversion."""
     (sx, sy), (cx, cy), (tx, ty) = scale, center, translate
     if not all(MIN_SCALE <= abs(s) <= MAX_SCALE for s in (sx, sy)):
         raise ValueError(f"scale must be non-zero, between {MIN_SCALE:g} and {MAX_SCALE:g} in magnitude")
-    return (translation(cx, cy) @ pixel_unscale(size) @ rotation(-rotate) @ scaling(1 / sx, 1 / sy)
-            @ pixel_scale(size) @ translation(-cx, -cy) @ translation(-tx, -ty))
+    return (
+        translation(cx, cy)
+        @ pixel_unscale(size)
+        @ rotation(-rotate)
+        @ scaling(1 / sx, 1 / sy)
+        @ pixel_scale(size)
+        @ translation(-cx, -cy)
+        @ translation(-tx, -ty)
+    )
 
 
 def quarter_turns(rotate: float) -> int:
@@ -122,8 +150,9 @@ def is_identity(m: np.ndarray) -> bool:
 DEFAULT_SIDE = 256  # a render that names neither width nor height: this many pixels on its longer side
 
 
-def frame_pixels(width: int | None, height: int | None, frame, size: Size,
-                 default: int = DEFAULT_SIDE) -> tuple[int, int]:
+def frame_pixels(
+    width: int | None, height: int | None, frame, size: Size, default: int = DEFAULT_SIDE
+) -> tuple[int, int]:
     """A render's width and height, the missing ones following the frame's aspect in model pixels (the
     native aspect for the whole image, turned for odd quarter turns): only `width` → height =
     round(width · aspect⁻¹); only `height` likewise; neither → `default` on the longer side."""

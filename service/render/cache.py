@@ -7,6 +7,7 @@ the 2×3 sampling matrix, viewport, supersampling, background, format and, for l
 quality). A changed model folder, a new version or a reload changes the sha256s, so it can never
 be answered from an old entry; the key doubles as the strong ETag.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,11 +33,16 @@ def render_key(model, spec: RenderSpec, fmt: str, quality: int, finish: str = ""
     """sha256 hex of the model identity and the canonical render request (`finish`: a pixel operation
     after sampling, e.g. IIIF gray)."""
     canonical = {
-        **model_identity(model), "geometry": getattr(model, "image_size", None),
-        "width": spec.width, "height": spec.height, "supersample": spec.supersample,
-        "matrix": [float(v) for v in spec.matrix.reshape(-1)], "viewport": [float(v) for v in spec.viewport],
+        **model_identity(model),
+        "geometry": getattr(model, "image_size", None),
+        "width": spec.width,
+        "height": spec.height,
+        "supersample": spec.supersample,
+        "matrix": [float(v) for v in spec.matrix.reshape(-1)],
+        "viewport": [float(v) for v in spec.viewport],
         "background": [spec.background.mode, list(spec.background.rgb)],
-        "format": fmt, "quality": quality if fmt in ("jpeg", "webp") else None,
+        "format": fmt,
+        "quality": quality if fmt in ("jpeg", "webp") else None,
     }
     if fmt == "png":  # the bytes change with the zlib level: so does the strong ETag
         canonical["png_level"] = PNG_COMPRESS_LEVEL

@@ -9,6 +9,7 @@ One path for every render (POST/GET /render and IIIF through service/render/serv
     client's disconnect, polled, which stops it the same way;
   - encoding in a worker thread.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,13 +23,13 @@ import numpy as np
 
 from telemetry import tracing
 
-from ..errors import ClientGone, QueueTimeout, RenderTimeout
-from .imaging import RenderSpec, new_image, plain_sampler, render_tile
-from ..metrics import Metrics
 from ..engine.runtime import ModelRuntime, available_cpus
+from ..errors import ClientGone, QueueTimeout, RenderTimeout
+from ..metrics import Metrics
+from ..settings import Settings
+from .imaging import RenderSpec, new_image, plain_sampler, render_tile
 from .scheduler import TileJob, TileScheduler
 from .separable import separable_sampler
-from ..settings import Settings
 from .tiling import tiles
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ DISCONNECT_POLL_S = 0.1
 @dataclass
 class RenderCore:
     """The app's render machinery, made in the lifespan: slots, the tile scheduler and metrics."""
+
     settings: Settings
     scheduler: TileScheduler
     slots: asyncio.Semaphore
@@ -58,18 +60,24 @@ def sampler_for(model: ModelRuntime, spec: RenderSpec):
     return plain_sampler(model.render_rgb, spec)
 
 
-async def compute_render(core: RenderCore, model: ModelRuntime, spec: RenderSpec,
-                         encode: Callable[[np.ndarray], bytes],
-                         is_disconnected: Callable[[], Awaitable[bool]]) -> bytes:
+async def compute_render(
+    core: RenderCore,
+    model: ModelRuntime,
+    spec: RenderSpec,
+    encode: Callable[[np.ndarray], bytes],
+    is_disconnected: Callable[[], Awaitable[bool]],
+) -> bytes:
     """Take a slot, render tile by tile on the scheduler, encode. Raises QueueTimeout, RenderTimeout,
     ClientGone or the model's error."""
     settings = core.settings
     arrived = time.monotonic()
     if not await _acquire(core.slots, settings.queue_timeout_s):
         core.metrics.queue_timeout(model.name, "render")
-        raise QueueTimeout(f"no render slot within {settings.queue_timeout_s:g} s (INR_QUEUE_TIMEOUT_S): "
-                           f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
-                           retry_after=max(1, round(settings.queue_timeout_s)))
+        raise QueueTimeout(
+            f"no render slot within {settings.queue_timeout_s:g} s (INR_QUEUE_TIMEOUT_S): "
+            f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
+            retry_after=max(1, round(settings.queue_timeout_s)),
+        )
     try:
         return await _render_in_slot(core, model, spec, encode, is_disconnected, arrived)
     finally:
@@ -104,14 +112,19 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
 
     def deadline_error() -> Exception:
         core.metrics.render_deadlines.labels(model.name).inc()
-        return RenderTimeout(f"the render of {spec.width}×{spec.height} ran past its deadline of "
-                             f"{settings.render_timeout_s:g} s (INR_RENDER_TIMEOUT_S); stopped after "
-                             f"{job.done} of {job.total} tiles")
+        return RenderTimeout(
+            f"the render of {spec.width}×{spec.height} ran past its deadline of "
+            f"{settings.render_timeout_s:g} s (INR_RENDER_TIMEOUT_S); stopped after "
+            f"{job.done} of {job.total} tiles"
+        )
 
-    job = TileJob(tiles(spec.height, spec.width, spec.supersample, settings.render_tile_samples),
-                  lambda t: render_tile(spec, t, sample(t), out),
-                  deadline=arrived + settings.render_timeout_s, on_deadline=deadline_error,
-                  on_cancel=lambda: ClientGone("the client disconnected; render abandoned"))
+    job = TileJob(
+        tiles(spec.height, spec.width, spec.supersample, settings.render_tile_samples),
+        lambda t: render_tile(spec, t, sample(t), out),
+        deadline=arrived + settings.render_timeout_s,
+        on_deadline=deadline_error,
+        on_cancel=lambda: ClientGone("the client disconnected; render abandoned"),
+    )
     with tracing.span("inr.render.tiles", attributes={"inr.tiles": job.total}):
         await _tiles(core, job, model, spec, is_disconnected)
     with tracing.span("inr.render.encode"):
@@ -138,4 +151,3 @@ async def _tiles(core: RenderCore, job: TileJob, model: ModelRuntime, spec: Rend
         raise
     finally:
         watcher.cancel()
-

@@ -1,5 +1,6 @@
 """Tiled renders of an image model: the samples of each tile, the background outside the unit square
 (service/geometry/sampling.py) blended along the edge, supersamples averaged, and the encoded image."""
+
 from __future__ import annotations
 
 import io
@@ -24,7 +25,7 @@ PNG_COMPRESS_LEVEL = 1
 class RenderSpec:
     width: int
     height: int
-    matrix: np.ndarray                          # 2×3, output → model coordinates
+    matrix: np.ndarray  # 2×3, output → model coordinates
     viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
     supersample: int = 1
     background: Background = Background("extrapolate")
@@ -62,15 +63,15 @@ def plain_sampler(predict: Predict, spec: RenderSpec) -> Sampler:
 def render_tile(spec: RenderSpec, t: Tile, rgb: np.ndarray, out: np.ndarray) -> None:
     """Clip a tile's sampled rgb, paint the background, average the supersamples, write into `out`."""
     k = spec.supersample
-    rgb = np.fmax(rgb, 0.0)            # NaN → 0 (fmax ignores it), −inf → 0
-    np.fmin(rgb, 1.0, out=rgb)         # +inf → 1
+    rgb = np.fmax(rgb, 0.0)  # NaN → 0 (fmax ignores it), −inf → 0
+    np.fmin(rgb, 1.0, out=rgb)  # +inf → 1
     rgb = rgb.reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
     src = None
     if spec.background.mode != "extrapolate":
         src = apply(spec.matrix, sample_coords(t, spec.width, spec.height, k, spec.viewport))
-    pixels = _fill(rgb, src, spec.background, k)      # rgb itself, or a new array
+    pixels = _fill(rgb, src, spec.background, k)  # rgb itself, or a new array
     np.multiply(pixels, 255.0, out=pixels)
-    out[t.y0:t.y1, t.x0:t.x1] = np.rint(pixels, out=pixels)
+    out[t.y0 : t.y1, t.x0 : t.x1] = np.rint(pixels, out=pixels)
 
 
 def new_image(spec: RenderSpec) -> np.ndarray:
@@ -95,13 +96,17 @@ def _fill(rgb: np.ndarray, src: np.ndarray | None, background: Background, k: in
     if background.mode == "colour":
         return block_mean(rgb * inside + np.asarray(background.rgb) * (1.0 - inside), k)
     alpha = block_mean(inside, k)
-    colour = block_mean(rgb * inside, k) / np.maximum(alpha, 1e-12)   # un-premultiplied: no dark fringe
+    colour = block_mean(rgb * inside, k) / np.maximum(alpha, 1e-12)  # un-premultiplied: no dark fringe
     return np.concatenate([np.clip(colour, 0.0, 1.0), alpha], axis=-1)
 
 
 def encode(pixels: np.ndarray | Image.Image, fmt: str, quality: int = 90) -> bytes:
     """PNG, JPEG or WebP bytes of an [H, W, 3|4] uint8 array (or of an image in any mode the format takes)."""
-    img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
+    img = (
+        pixels
+        if isinstance(pixels, Image.Image)
+        else Image.fromarray(pixels, "RGBA" if pixels.shape[-1] == 4 else "RGB")
+    )
     buf = io.BytesIO()
     if fmt == "png":
         img.save(buf, "PNG", compress_level=PNG_COMPRESS_LEVEL)

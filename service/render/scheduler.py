@@ -13,6 +13,7 @@ Before each tile the job's deadline and cancel flag are checked: a render past i
 abandoned by its client stops there and its future fails; tiles already running finish and are
 dropped.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,20 +28,26 @@ HEAD_START = 32  # tiles a new render may take before it shares the workers roun
 
 
 class TileJob:
-    def __init__(self, tiles: Iterable, run_tile: Callable[[object], None], deadline: float | None = None,
-                 on_deadline: Callable[[], Exception] | None = None, on_cancel: Callable[[], Exception] | None = None):
+    def __init__(
+        self,
+        tiles: Iterable,
+        run_tile: Callable[[object], None],
+        deadline: float | None = None,
+        on_deadline: Callable[[], Exception] | None = None,
+        on_cancel: Callable[[], Exception] | None = None,
+    ):
         self.pending = deque(tiles)
         self.total = len(self.pending)
         self.run_tile = run_tile
-        self.deadline = deadline                    # time.monotonic() value, or None
+        self.deadline = deadline  # time.monotonic() value, or None
         self.on_deadline = on_deadline or (lambda: TimeoutError("render deadline passed"))
         self.on_cancel = on_cancel or (lambda: RuntimeError("render cancelled"))
         self.cancelled = threading.Event()
         self.future: Future = Future()
-        self.service = 0                            # tiles handed out (the scheduler's priority)
+        self.service = 0  # tiles handed out (the scheduler's priority)
         self.done = 0
         self.failed = False
-        self.started: list[int] = []                # order of tiles started (tests and benchmarks read it)
+        self.started: list[int] = []  # order of tiles started (tests and benchmarks read it)
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -54,9 +61,10 @@ class TileScheduler:
         self.cond = threading.Condition()
         self.jobs: list[TileJob] = []
         self.closed = False
-        self.clock = 0                              # global tile counter, for TileJob.started
-        self.threads = [threading.Thread(target=self._work, name=f"{name}-tiles-{i}", daemon=True)
-                        for i in range(workers)]
+        self.clock = 0  # global tile counter, for TileJob.started
+        self.threads = [
+            threading.Thread(target=self._work, name=f"{name}-tiles-{i}", daemon=True) for i in range(workers)
+        ]
         for t in self.threads:
             t.start()
 

@@ -12,6 +12,7 @@ corners of a rotated region) and call `RenderService.render`, which owns:
   - the render itself on the shared tile scheduler (service/render/core.py), the pixel operation on
     the array, and one encode.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,14 +24,14 @@ from fastapi.responses import Response
 
 from telemetry import tracing
 
-from ..errors import BadInput, TooLarge
-from .imaging import MEDIA_TYPES, RenderSpec, check_render_coords, encode
-from ..metrics import Metrics
 from ..engine.cache import CacheStore
+from ..engine.runtime import ModelRuntime
+from ..errors import BadInput, TooLarge
+from ..metrics import Metrics
+from ..settings import Settings
 from .cache import CachedRender, etag_matches, etag_of, render_key
 from .core import RenderCore, compute_render
-from ..engine.runtime import ModelRuntime
-from ..settings import Settings
+from .imaging import MEDIA_TYPES, RenderSpec, check_render_coords, encode
 
 Finish = Callable[[np.ndarray], object]  # [H, W, C] uint8 → the array or PIL image to encode
 
@@ -38,10 +39,10 @@ Finish = Callable[[np.ndarray], object]  # [H, W, C] uint8 → the array or PIL 
 @dataclass(frozen=True)
 class RenderJob:
     spec: RenderSpec
-    format: str = "png"                  # png | jpeg | webp
-    quality: int = 90                    # jpeg / webp
-    finish: Finish | None = None         # a pixel operation before the one encode (IIIF quality, region mask)
-    finish_key: str = ""                 # what `finish` does, in the cache key and so in the ETag
+    format: str = "png"  # png | jpeg | webp
+    quality: int = 90  # jpeg / webp
+    finish: Finish | None = None  # a pixel operation before the one encode (IIIF quality, region mask)
+    finish_key: str = ""  # what `finish` does, in the cache key and so in the ETag
 
     def encode(self, pixels: np.ndarray) -> bytes:
         return encode(self.finish(pixels) if self.finish else pixels, self.format, self.quality)
@@ -49,10 +50,10 @@ class RenderJob:
 
 @dataclass(frozen=True)
 class Rendered:
-    status: int                          # 200, or 304 when If-None-Match named this ETag
+    status: int  # 200, or 304 when If-None-Match named this ETag
     body: bytes
     media_type: str
-    headers: dict = field(default_factory=dict)   # exactly one ETag and one Cache-Control
+    headers: dict = field(default_factory=dict)  # exactly one ETag and one Cache-Control
 
     @property
     def etag(self) -> str:
@@ -75,13 +76,16 @@ def cache_control(settings: Settings, pinned: bool, max_age: int) -> str:
 
 def check_limits(spec: RenderSpec, settings: Settings) -> RenderSpec:
     """The spec checked against the limits (TooLarge, BadInput naming the setting or the value)."""
-    samples = spec.width * spec.height * spec.supersample ** 2
+    samples = spec.width * spec.height * spec.supersample**2
     if spec.supersample > settings.max_supersample:
-        raise TooLarge(f"supersample {spec.supersample} is more than the limit of {settings.max_supersample} "
-                       "(INR_MAX_SUPERSAMPLE)")
+        raise TooLarge(
+            f"supersample {spec.supersample} is more than the limit of {settings.max_supersample} (INR_MAX_SUPERSAMPLE)"
+        )
     if samples > settings.max_render_pixels:
-        raise TooLarge(f"width × height × supersample² = {samples} is more than the limit of "
-                       f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)")
+        raise TooLarge(
+            f"width × height × supersample² = {samples} is more than the limit of "
+            f"{settings.max_render_pixels} (INR_MAX_RENDER_PIXELS)"
+        )
     try:
         check_render_coords(spec)
     except ValueError as e:
@@ -103,17 +107,31 @@ class RenderService:
         if self.core is not None:
             self.core.close()
 
-    async def render(self, model: ModelRuntime, job: RenderJob, *, cache_control: str,
-                     if_none_match: str | None = None,
-                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Rendered:
+    async def render(
+        self,
+        model: ModelRuntime,
+        job: RenderJob,
+        *,
+        cache_control: str,
+        if_none_match: str | None = None,
+        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Rendered:
         """The encoded image, or 304 when `if_none_match` names its ETag; from the cache when it can be.
         A caller that disconnects (a viewer that zoomed again) cancels the render at its next tile.
         Traced as `inr.render` (attribute `inr.cache`: hit, miss or not_modified) over `inr.render.plan`
         and, on a miss, service/render/core.py's `inr.render.tiles` and `inr.render.encode`."""
         spec = job.spec
-        with tracing.span("inr.render", attributes={"inr.model": model.name, "inr.model.version": model.version,
-                                                    "inr.width": spec.width, "inr.height": spec.height,
-                                                    "inr.supersample": spec.supersample, "inr.format": job.format}):
+        with tracing.span(
+            "inr.render",
+            attributes={
+                "inr.model": model.name,
+                "inr.model.version": model.version,
+                "inr.width": spec.width,
+                "inr.height": spec.height,
+                "inr.supersample": spec.supersample,
+                "inr.format": job.format,
+            },
+        ):
             return await self._render(model, job, cache_control, if_none_match, is_disconnected)
 
     async def _render(self, model, job, cache_control, if_none_match, is_disconnected) -> Rendered:

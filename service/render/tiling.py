@@ -4,6 +4,7 @@ A render of W×H pixels with k×k supersampling is a grid of (W·k)×(H·k) samp
 averaged in k×k blocks. Tiles are rectangles of output pixels whose samples fit
 in `max_samples`; each tile is sampled, run through the model and reduced on its own.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,13 @@ def tiles(height: int, width: int, supersample: int, max_samples: int) -> Iterat
             yield Tile(y0, min(y0 + rows, height), x0, min(x0 + cols, width))
 
 
-def grid_axes(tile: Tile, width: int, height: int, supersample: int,
-              viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+def grid_axes(
+    tile: Tile,
+    width: int,
+    height: int,
+    supersample: int,
+    viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
+) -> tuple[np.ndarray, np.ndarray]:
     """The pixel-centre sample grid, the one definition of it: a tile's sample columns x and rows y, float64.
 
     Sample (a, b) of pixel (i, j) sits at ((j + (b+½)/k)/W, (i + (a+½)/k)/H) within the
@@ -50,8 +56,13 @@ def grid_axes(tile: Tile, width: int, height: int, supersample: int,
     return xs, ys
 
 
-def sample_coords(tile: Tile, width: int, height: int, supersample: int,
-                  viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)) -> np.ndarray:
+def sample_coords(
+    tile: Tile,
+    width: int,
+    height: int,
+    supersample: int,
+    viewport: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
+) -> np.ndarray:
     """[rows·k, cols·k, 2] float64 sample points (x, y) of a tile (`grid_axes`, meshed)."""
     gx, gy = np.meshgrid(*grid_axes(tile, width, height, supersample, viewport))
     return np.stack([gx, gy], axis=-1)

@@ -14,6 +14,7 @@
 
 A second signal while draining skips the wait.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -66,8 +67,9 @@ class Drain:
         if self.draining:  # a second signal: stop waiting
             return self._forward(sig, frame)
         self.since = time.monotonic()
-        log.info("%s: draining %d running request(s), at most %.0f s", signal.Signals(sig).name, self.inflight,
-                 self.grace)
+        log.info(
+            "%s: draining %d running request(s), at most %.0f s", signal.Signals(sig).name, self.inflight, self.grace
+        )
         self.loop.call_soon_threadsafe(self._start_waiting, sig)
 
     def _start_waiting(self, sig: int) -> None:
@@ -102,8 +104,11 @@ class DrainGuard:
             return await self.app(scope, receive, send)
         drain = self.drain
         if drain.draining and scope["path"] not in ALWAYS:
-            response = error_response(503, "the server is shutting down; send the request to another replica",
-                                      headers={"connection": "close", "retry-after": "1"})
+            response = error_response(
+                503,
+                "the server is shutting down; send the request to another replica",
+                headers={"connection": "close", "retry-after": "1"},
+            )
             return await response(scope, receive, send)
         drain.inflight += 1
         started = False
@@ -120,12 +125,19 @@ class DrainGuard:
             # instead of letting the cancellation surface as a 500 with a traceback
             if not drain.draining:
                 raise
-            log.warning("%s %s cut: still running at the end of the %.0f s grace period (INR_GRACEFUL_SHUTDOWN_S)",
-                        scope["method"], scope["path"], drain.grace)
+            log.warning(
+                "%s %s cut: still running at the end of the %.0f s grace period (INR_GRACEFUL_SHUTDOWN_S)",
+                scope["method"],
+                scope["path"],
+                drain.grace,
+            )
             if not started:
-                response = error_response(503, "the server shut down before this request finished "
-                                          f"(INR_GRACEFUL_SHUTDOWN_S={drain.grace:g}); retry on another replica",
-                                          headers={"connection": "close", "retry-after": "1"})
+                response = error_response(
+                    503,
+                    "the server shut down before this request finished "
+                    f"(INR_GRACEFUL_SHUTDOWN_S={drain.grace:g}); retry on another replica",
+                    headers={"connection": "close", "retry-after": "1"},
+                )
                 await response(scope, receive, send)
         finally:
             drain.inflight -= 1

@@ -13,6 +13,7 @@ uvicorn times out only idle keep-alive connections. Two gaps are closed here:
   `INR_BODY_TIMEOUT_S`; a client that sends headers and then nothing gets 408 and the request's
   task ends, freeing whatever it held.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,7 +44,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         path, root = scope["path"], scope.get("root_path", "")
         if root and path.startswith(root):
-            path = path[len(root):]
+            path = path[len(root) :]
         limit, setting = self.larger.get(path.rstrip("/") or "/", (self.limit, "INR_MAX_BODY_BYTES"))
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
@@ -65,8 +66,9 @@ class BodyTimedOut(HTTPException):
     """Raised from `receive`; an HTTPException so FastAPI's body parsing re-raises it."""
 
     def __init__(self, seconds: float):
-        super().__init__(408, f"the client sent no body data for {seconds:g} s (INR_BODY_TIMEOUT_S)",
-                         headers={"connection": "close"})
+        super().__init__(
+            408, f"the client sent no body data for {seconds:g} s (INR_BODY_TIMEOUT_S)", headers={"connection": "close"}
+        )
 
 
 class BodyTimeout:
@@ -94,10 +96,11 @@ class BodyTimeout:
 
 
 def _timeout_response(seconds: float) -> bytes:
-    body = (b'{"error":"the request line and headers did not arrive within %g s (INR_HEADER_TIMEOUT_S)"}'
-            % seconds)
-    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(body), body))
+    body = b'{"error":"the request line and headers did not arrive within %g s (INR_HEADER_TIMEOUT_S)"}' % seconds
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
 
 
 class HeaderTimeoutProtocol(_Base):

@@ -22,6 +22,7 @@ references tell), the heap is frozen again. If one is still held after MAX_CHECK
 keeps it for good: the heap is frozen anyway, with a warning, rather than paying a full collection every
 RECHECK_S for ever.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,8 +72,11 @@ class Heap:
             self.pending = self.loop.call_later(RECHECK_S, self._check)
             return
         if self.gone:
-            log.warning("%d dropped model runtime(s) still held after %.0f s; freezing the heap with them",
-                        len(self.gone), self.checks * RECHECK_S)
+            log.warning(
+                "%d dropped model runtime(s) still held after %.0f s; freezing the heap with them",
+                len(self.gone),
+                self.checks * RECHECK_S,
+            )
             self.gone = []
         gc.freeze()
         log.debug("heap settled: %d objects frozen", gc.get_freeze_count())

@@ -1,7 +1,8 @@
 """The inference routes without FastAPI's request machinery: the same endpoints, reached directly.
 
 The protocol modules declare which endpoints are hot, and how to call them with the path parameters
-(service/hotroutes.py); this module finds the declarations on the app's routes. `HotRoutes` is the innermost of the app's middlewares: inside the drain, the metrics, the restricted API
+(service/hotroutes.py); this module finds the declarations on the app's routes. `HotRoutes` is the innermost of the
+app's middlewares: inside the drain, the metrics, the restricted API
 groups and the body guards, which all still apply. For `POST /v1/models/{name}/query`,
 `POST /v1/models/{name}/classify` without a query string and `POST /v2/models/{name}[/versions/{version}]/infer`,
 with a name FastAPI would accept (`ModelName`: at most NAME_MAX characters), it calls the route's own endpoint
@@ -18,6 +19,7 @@ that Starlette's router would set, so that the metrics label the request with it
 In the profile of one-digit classify at one client, what this skips was about a sixth of the event
 loop's samples (docs/benchmarks.md, floor).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable

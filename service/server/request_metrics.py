@@ -1,5 +1,6 @@
 """The HTTP requests' metrics, as pure ASGI: every request timed and counted by service/metrics.py's `Metrics`,
 labelled with its route template and its model."""
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """The restricted API groups over HTTP (service/access.py): a request to an API of a restricted group without
 its header gets 403 `{"error": ...}` before any route runs or its body is read."""
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,7 @@ class RestrictedApi:
             self.table = route_table(scope["app"].routes)
         path, root = scope["path"], scope.get("root_path", "")
         if root and path.startswith(root):
-            path = path[len(root):]
+            path = path[len(root) :]
         partial = None
         for regex, methods, group in self.table:
             if regex.match(path):

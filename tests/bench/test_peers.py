@@ -1,6 +1,7 @@
 """`python -m bench.peers` end to end with this service alone (the peers are an optional extra, not in CI):
 the real server on the bundled models, every answer checked against onnxruntime, wrk's numbers and the
 server's CPU per request in the result file. Timing is never asserted."""
+
 import json
 import shutil
 import subprocess
@@ -12,8 +13,20 @@ import pytest
 from bench import peers
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = ["--servers", "inr", "--rounds", "1", "--duration", "1", "--coords-duration", "1", "--warmup", "0",
-         "--concurrency", "2"]
+QUICK = [
+    "--servers",
+    "inr",
+    "--rounds",
+    "1",
+    "--duration",
+    "1",
+    "--coords-duration",
+    "1",
+    "--warmup",
+    "0",
+    "--concurrency",
+    "2",
+]
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
 
 
@@ -23,8 +36,13 @@ def test_our_server_answers_like_onnxruntime_and_is_measured_on_every_workload(t
     assert peers.main([*QUICK, "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     rows = result["rows"]
-    assert [r["load"] for r in rows] == ["V2 JSON, 2,000 coordinates", "V2 binary, 2,000 coordinates",
-                                         "V2 classify, JSON", "v1 classify, JSON", "v1 query, 2,000 coordinates"]
+    assert [r["load"] for r in rows] == [
+        "V2 JSON, 2,000 coordinates",
+        "V2 binary, 2,000 coordinates",
+        "V2 classify, JSON",
+        "v1 classify, JSON",
+        "v1 query, 2,000 coordinates",
+    ]
     for r in rows:
         assert r["server"] == "inr" and r["concurrency"] == 2 and r["errors"] == 0
         assert r["rps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 and r["cpu_ms_per_req"] > 0
@@ -36,20 +54,31 @@ def test_our_server_answers_like_onnxruntime_and_is_measured_on_every_workload(t
 @needs_wrk
 def test_an_answer_off_onnxruntime_stops_the_run_before_any_timing(tmp_path):
     # v1 JSON rounds to 6 decimals, so with no tolerance at all the check must refuse it
-    p = subprocess.run([sys.executable, "-m", "bench.peers", *QUICK, "--atol", "0", "--out", str(tmp_path / "x.json")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench.peers", *QUICK, "--atol", "0", "--out", str(tmp_path / "x.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     assert "error: inr answers v1 classify, JSON" in p.stderr and "away from onnxruntime (tolerance 0)" in p.stderr
     assert not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--servers", "inr,triton"], "unknown server(s) ['triton']; choose from inr, inr2, kserve, litserve, bentoml"),
-    (["--servers", "kserve"], "--servers must include inr"),
-    (["--servers", "inr,kserve", "--peer-python", "/nonexistent/python"], "--peer-python /nonexistent/python is not"),
-    (["--models", "/nonexistent"], "--models /nonexistent has no astronaut/1/model.onnx"),
-    (["--rounds", "0"], "must be positive"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--servers", "inr,triton"], "unknown server(s) ['triton']; choose from inr, inr2, kserve, litserve, bentoml"),
+        (["--servers", "kserve"], "--servers must include inr"),
+        (
+            ["--servers", "inr,kserve", "--peer-python", "/nonexistent/python"],
+            "--peer-python /nonexistent/python is not",
+        ),
+        (["--models", "/nonexistent"], "--models /nonexistent has no astronaut/1/model.onnx"),
+        (["--rounds", "0"], "must be positive"),
+    ],
+)
 def test_bad_arguments_are_one_line_errors(argv, message, capsys):
     assert peers.main(argv) == 2
     err = capsys.readouterr().err

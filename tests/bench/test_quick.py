@@ -3,6 +3,7 @@
 Timing is never asserted here: speed lives in docs/benchmarks.md. These tests check that
 every benchmark trains, exports, serves and measures real models and writes its results.
 """
+
 import importlib.util
 import json
 import math
@@ -29,7 +30,9 @@ def test_fourier_table_fits_every_encoding_on_every_image(smoke):
     r = results["fourier_table"]
     encodings = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
     assert quick.fourier_table.ENCODINGS == encodings
-    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {(i, e) for i in ("astronaut", "text") for e in encodings}
+    assert {(x["image"], x["encoding"]) for x in r["runs"]} == {
+        (i, e) for i in ("astronaut", "text") for e in encodings
+    }
     assert all(math.isfinite(x["test_psnr"]) and x["test_psnr"] > 0 for x in r["runs"])
     assert r["sigma"] in (2.0, 5.0) and len(r["sigma_sweep"]) == 2
     assert set(r["summary"]) == {"natural", "text"}
@@ -69,21 +72,48 @@ def test_sinekan_speed_times_all_four_exported_classifiers(smoke):
     models = {x["model"] for x in r["rows"]}
     assert {"sinekan", "bspline-kan", "fourier-kan", "mlp"} <= models
     assert {(x["batch"], x["runtime"]) for x in r["ratios"]} == {
-        (b, rt) for b in (1, 8) for rt in ("onnxruntime", "torch eager")}
+        (b, rt) for b in (1, 8) for rt in ("onnxruntime", "torch eager")
+    }
     assert all(x["bspline-kan_over_sinekan"] > 0 for x in r["ratios"])
 
 
 def test_an_unknown_variant_is_one_line_error_with_the_valid_names():
-    p = subprocess.run([sys.executable, "-m", "bench.time_to_quality", "--variants", "warp-speed"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench.time_to_quality", "--variants", "warp-speed"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
     assert "unknown variant(s) ['warp-speed']" in p.stderr and "paper" in p.stderr
 
 
 def test_fourier_table_runs_an_extra_variant_row_with_its_own_options(tmp_path):
-    r = quick.fourier_table.main(["--size", "16", "--steps", "2", "--photos", "camera", "--texts", "", "--sigmas", "5",
-                                  "--encodings", "gaussian", "--variant", "tiny=--model sinekan --width 8 --scale 3",
-                                  "--threads", "1", "--out-dir", str(tmp_path), "--plot", ""])
+    r = quick.fourier_table.main(
+        [
+            "--size",
+            "16",
+            "--steps",
+            "2",
+            "--photos",
+            "camera",
+            "--texts",
+            "",
+            "--sigmas",
+            "5",
+            "--encodings",
+            "gaussian",
+            "--variant",
+            "tiny=--model sinekan --width 8 --scale 3",
+            "--threads",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+            "--plot",
+            "",
+        ]
+    )
     assert r["encodings"] == ["gaussian", "tiny"]
     tiny = next(x for x in r["runs"] if x["encoding"] == "tiny")
     assert "--model sinekan --width 8 --scale 3" in tiny["argv"]
@@ -91,17 +121,35 @@ def test_fourier_table_runs_an_extra_variant_row_with_its_own_options(tmp_path):
 
 
 def test_a_malformed_variant_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bench.fourier_table", "--variant", "no-options", "--out-dir", str(tmp_path)],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.fourier_table", "--variant", "no-options", "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert r.returncode == 2 and "--variant wants NAME=OPTIONS" in r.stderr and len(r.stderr.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 
 def test_render_cost_times_the_plain_graph_and_the_separable_body_of_each_model(tmp_path):
     from bench import render_cost
-    r = render_cost.main(["--samples", "64", "--rounds", "1", "--out-dir", str(tmp_path),
-                          "--model", "mlp=--model mlp --width 16", "--model", "kan=--model sinekan --width 8 --features 8",
-                          "--model", "raw=--model mlp --encoding none --width 8"])
+
+    r = render_cost.main(
+        [
+            "--samples",
+            "64",
+            "--rounds",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+            "--model",
+            "mlp=--model mlp --width 16",
+            "--model",
+            "kan=--model sinekan --width 8 --features 8",
+            "--model",
+            "raw=--model mlp --encoding none --width 8",
+        ]
+    )
     m = r["models"]
     assert all(x["plain_us_per_sample"] > 0 for x in m.values())
     assert m["kan"]["body_features"] == 8 * 8 and m["kan"]["body_us_per_sample"] > 0  # 8 projections × first grid 8

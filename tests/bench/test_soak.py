@@ -1,6 +1,7 @@
 """`python -m bench.soak --preset ci`: the mixed wrk load runs end to end against the real server on the
 bundled models and reports errors by kind, latencies per request type and RSS. Speed is not asserted;
 errors are: the mixed load must not lose a request."""
+
 import json
 import shutil
 

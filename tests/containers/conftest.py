@@ -6,6 +6,7 @@ real engine, every request through nginx. Marked `containers` (`pytest -m contai
 Measurements (build times, sizes, time to healthy, failover and drain counts) are collected in
 `report` and written to build/containers/report.json at the end; docs/deployment.md quotes them.
 """
+
 from __future__ import annotations
 
 import json

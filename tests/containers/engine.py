@@ -4,6 +4,7 @@ Podman (with podman-compose) or Docker (with Docker Compose v2), whichever answe
 first, because that is what runs on this project's CI machines. Everything the suite creates is named
 with its own prefix, so that `cleanup()` can remove it even after a failed check.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -29,7 +30,9 @@ class EngineError(RuntimeError):
 def run(argv: list[str], timeout: float = 600, check: bool = True, **kw) -> subprocess.CompletedProcess:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
     if check and result.returncode != 0:
-        raise EngineError(f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise EngineError(
+            f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
@@ -42,8 +45,8 @@ def _works(argv: list[str]) -> bool:
 
 @dataclass
 class Engine:
-    cli: str                 # "podman" or "docker"
-    compose: list[str]       # the compose tool's argv prefix
+    cli: str  # "podman" or "docker"
+    compose: list[str]  # the compose tool's argv prefix
 
     @classmethod
     def find(cls) -> "Engine | None":
@@ -104,8 +107,11 @@ class Engine:
 
     def offline_bases(self) -> None:
         """The stand-in base images, for a machine that cannot pull them (deploy/offline-bases)."""
-        run(["bash", str(ROOT / "deploy" / "offline-bases" / "build.sh")], timeout=900,
-            env={**os.environ, "ENGINE": self.cli})
+        run(
+            ["bash", str(ROOT / "deploy" / "offline-bases" / "build.sh")],
+            timeout=900,
+            env={**os.environ, "ENGINE": self.cli},
+        )
 
 
 def local_torch_wheels() -> list[str]:

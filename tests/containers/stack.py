@@ -5,6 +5,7 @@ models (the `train` profile writes new versions there; the repository stays clea
 of the suite goes to nginx's published port, as a user's would; the replicas are reached only
 through the engine (`exec`), to read their own counters.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,10 @@ from bench.serving import free_port
 
 from .engine import PREFIX, ROOT, Engine, EngineError, run
 
-METRICS = ("python -c \"import urllib.request; "
-           "print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=5).read().decode())\"")
+METRICS = (
+    'python -c "import urllib.request; '
+    "print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=5).read().decode())\""
+)
 
 
 class Stack:
@@ -33,16 +36,22 @@ class Stack:
         shutil.copytree(ROOT / "models", folder / "models")
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "INR_HTTP_PORT": str(self.port), "INR_GRPC_HOST_PORT": str(self.grpc_port),
-                    "HOST_UID": str(os.getuid()), "HOST_GID": str(os.getgid())}
+        self.env = {
+            **os.environ,
+            "INR_HTTP_PORT": str(self.port),
+            "INR_GRPC_HOST_PORT": str(self.grpc_port),
+            "HOST_UID": str(os.getuid()),
+            "HOST_GID": str(os.getgid()),
+        }
 
     @property
     def models(self) -> Path:
         return self.dir / "models"
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True):
-        return run([*self.engine.compose, "-p", self.project, *args], cwd=self.dir, env=self.env,
-                   timeout=timeout, check=check)
+        return run(
+            [*self.engine.compose, "-p", self.project, *args], cwd=self.dir, env=self.env, timeout=timeout, check=check
+        )
 
     def up(self, replicas: int = 1) -> float:
         """Start the default services (`--no-build`: the suite built the images); seconds until
@@ -92,13 +101,17 @@ class Stack:
     def replica_metrics(self, container: str) -> dict[tuple, float]:
         """The replica's own /metrics, read inside its container (not through nginx)."""
         text = self.engine("exec", container, "sh", "-c", METRICS).stdout
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
 
     def address(self, container: str) -> str:
         """The container's addresses on its networks (a restarted container may get a new one)."""
-        return self.engine("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
-                           container, check=False).stdout.strip()
+        return self.engine(
+            "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", container, check=False
+        ).stdout.strip()
 
     def diagnose(self, path: str) -> str:
         """What a failed check needs: the answer through nginx, each container's state and log tail."""
@@ -136,6 +149,7 @@ class Settling:
     """How nginx came back after the replicas restarted, in seconds from the restart: the first 200, the
     last non-200 before `stable_s` of unbroken 200s (None if none followed the first 200), and the
     answers that failed after the first 200 (stale addresses), each with how long it took."""
+
     first_ok: float | None = None
     last_bad: float | None = None
     stale: list = field(default_factory=list)

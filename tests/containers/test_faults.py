@@ -1,6 +1,7 @@
 """Three api replicas behind nginx, and the faults a deployment meets: requests spread over the
 replicas (by their own counters), a replica drained by a stop with a render running on it, a
 replica killed under load, and a render as large as the limits allow under the memory limit."""
+
 from __future__ import annotations
 
 import io
@@ -98,8 +99,12 @@ def test_a_stopped_replica_finishes_its_render_while_the_others_answer(stack, re
     stopper.join()
     render.join(120)
     status, png = result["render"]
-    report["drain"] = {"render_status": status, "stop_s": round(stop["s"], 1), "requests_during_stop": len(codes),
-                       "failures_during_stop": sum(c != 200 for c in codes)}
+    report["drain"] = {
+        "render_status": status,
+        "stop_s": round(stop["s"], 1),
+        "requests_during_stop": len(codes),
+        "failures_during_stop": sum(c != 200 for c in codes),
+    }
     assert status == 200 and Image.open(io.BytesIO(png)).size == (size, size)
     assert codes and set(codes) == {200}, codes
     assert stop["s"] < 30, "the replica did not exit on its own before the stop timeout"
@@ -132,8 +137,10 @@ def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
                     r = c.post("/v2/models/digits/infer", json=v2)
                 else:  # a different tile each time: nginx cannot answer it from its cache
                     x0 = (i % 37) / 40
-                    r = c.get("/v1/models/astronaut/render",
-                              params={"width": 128, "height": 128, "viewport": f"{x0},0.1,{x0 + 0.05},0.15"})
+                    r = c.get(
+                        "/v1/models/astronaut/render",
+                        params={"width": 128, "height": 128, "viewport": f"{x0},0.1,{x0 + 0.05},0.15"},
+                    )
                 done.append((kind, r.status_code))
             except httpx.HTTPError as e:
                 done.append((kind, type(e).__name__))
@@ -146,8 +153,11 @@ def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
         list(pool.map(one, range(240)))
     assert killed.is_set()
     failures = {kind: sum(1 for k, s in done if k == kind and s != 200) for kind in ("get_render", "post_infer")}
-    report["sigkill_under_load"] = {"requests": len(done), **{f"{k}_failures": v for k, v in failures.items()},
-                                    "restarts_by_policy": stack.engine.inspect(victim)["RestartCount"]}
+    report["sigkill_under_load"] = {
+        "requests": len(done),
+        **{f"{k}_failures": v for k, v in failures.items()},
+        "restarts_by_policy": stack.engine.inspect(victim)["RestartCount"],
+    }
     assert len(done) == 240
     assert failures["get_render"] == 0, done
     assert failures["post_infer"] == 0, done  # nginx retries inference POSTs too (deploy/nginx)
@@ -156,17 +166,25 @@ def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
 
 def peak_mb(stack: Stack, container: str) -> float:
     """The container's peak memory, from its cgroup (v1 or v2); -1 where the cgroup does not say."""
-    read = stack.engine("exec", container, "sh", "-c", "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes "
-                        "/sys/fs/cgroup/memory.peak 2>/dev/null", check=False).stdout.split()
+    read = stack.engine(
+        "exec",
+        container,
+        "sh",
+        "-c",
+        "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes /sys/fs/cgroup/memory.peak 2>/dev/null",
+        check=False,
+    ).stdout.split()
     return round(int(read[0]) / 2**20) if read else -1
 
 
 # Inside a replica, straight to its port: nginx's proxy_read_timeout (60 s) would cut a render that is slow
 # only because the machine is busy. Prints the status and the PNG's width and height (IHDR).
-RENDER_4096 = ("python -c \"import json, struct, urllib.request as u; r = u.urlopen(u.Request("
-               "'http://127.0.0.1:8000/v1/models/astronaut/render', json.dumps({'width': 4096, 'height': 4096, "
-               f"'format': 'png'}}).encode(), {{'content-type': 'application/json'}}), timeout={RENDER_TIMEOUT_S}); "
-               "b = r.read(); print(r.status, *struct.unpack('>II', b[16:24]))\"")
+RENDER_4096 = (
+    'python -c "import json, struct, urllib.request as u; r = u.urlopen(u.Request('
+    "'http://127.0.0.1:8000/v1/models/astronaut/render', json.dumps({'width': 4096, 'height': 4096, "
+    f"'format': 'png'}}).encode(), {{'content-type': 'application/json'}}), timeout={RENDER_TIMEOUT_S}); "
+    "b = r.read(); print(r.status, *struct.unpack('>II', b[16:24]))\""
+)
 
 
 def test_the_largest_render_under_the_memory_limit(stack, report):
@@ -178,9 +196,13 @@ def test_the_largest_render_under_the_memory_limit(stack, report):
     states = {rep: stack.engine.inspect(rep)["State"] for rep in replicas}
     oom = [rep for rep, s in states.items() if s.get("OOMKilled")]
     restarts = {rep: stack.engine.inspect(rep)["RestartCount"] - before[rep] for rep in replicas}
-    report["render_4096_under_1g"] = {"outcome": outcome, "seconds": round(time.monotonic() - t0, 1),
-                                      "oom_killed": len(oom), "restarts": sum(restarts.values()),
-                                      "peak_mb": max(peak_mb(stack, rep) for rep in replicas)}
+    report["render_4096_under_1g"] = {
+        "outcome": outcome,
+        "seconds": round(time.monotonic() - t0, 1),
+        "oom_killed": len(oom),
+        "restarts": sum(restarts.values()),
+        "peak_mb": max(peak_mb(stack, rep) for rep in replicas),
+    }
     assert outcome == "200 4096 4096" or oom or any(restarts.values()), f"failed without an OOM kill: {outcome}"
     wait_replicas(stack, timeout=180)
     with httpx.Client(base_url=stack.url, timeout=120) as c:

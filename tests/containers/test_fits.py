@@ -4,6 +4,7 @@ fitted by the trainer, its Server-Sent Events stream through nginx in order unti
 new version, written into ./models as the host user, is served by the api (poll mode) through v1 query,
 render and IIIF, without a restart. Then: with no worker, a fit queues and says so, and the trainer
 started again fits it; and nginx lets a full-size upload reach the service's own limit."""
+
 from __future__ import annotations
 
 import io
@@ -45,8 +46,7 @@ def photo(seed: int = 0) -> bytes:
 
 
 def submit(http: httpx.Client, name: str, seed: int = 0) -> dict:
-    r = http.post("/v1/fits", files={"file": (f"{name}.png", photo(seed), "image/png")},
-                  data={**OPTIONS, "name": name})
+    r = http.post("/v1/fits", files={"file": (f"{name}.png", photo(seed), "image/png")}, data={**OPTIONS, "name": name})
     assert r.status_code == 202, r.text
     record = r.json()
     assert r.headers["location"] == record["links"]["self"] == f"/v1/fits/{record['id']}"
@@ -125,12 +125,17 @@ def test_a_fit_posted_through_nginx_streams_its_progress_and_is_served(stack, ht
     assert (folder / "model.onnx").is_file() and folder.stat().st_uid == os.getuid()
     (api,) = stack.containers()
     assert stack.engine.inspect(api)["RestartCount"] == 0
-    report["fits_http"] = {"post_s": round(posted, 2), "first_event_s": round(events[0][0], 2),
-                           "events": len(events), "progress_events": len(steps),
-                           "stream_to_succeeded_s": round(streamed, 1),
-                           "served_after_succeeded_s": round(served_after, 1),
-                           "upload_to_served_s": round(total, 1), "psnr_last_step": [e[3] for e in events if e[2] == "progress"][-1].get("psnr"),
-                           "metrics": events[-1][3].get("metrics")}
+    report["fits_http"] = {
+        "post_s": round(posted, 2),
+        "first_event_s": round(events[0][0], 2),
+        "events": len(events),
+        "progress_events": len(steps),
+        "stream_to_succeeded_s": round(streamed, 1),
+        "served_after_succeeded_s": round(served_after, 1),
+        "upload_to_served_s": round(total, 1),
+        "psnr_last_step": [e[3] for e in events if e[2] == "progress"][-1].get("psnr"),
+        "metrics": events[-1][3].get("metrics"),
+    }
 
 
 def test_without_a_worker_a_fit_queues_and_says_so_then_the_trainer_fits_it(stack, http, report):

@@ -1,4 +1,5 @@
 """The images themselves, built from the unmodified Dockerfile: what runs in them and as whom."""
+
 from __future__ import annotations
 
 from .engine import PYTHON_BASE, RUNTIME_IMAGE, TRAIN_IMAGE
@@ -19,8 +20,10 @@ def test_runtime_runs_as_non_root_with_its_healthcheck(images):
 
 
 def test_runtime_has_no_torch_and_no_training_but_the_client_works(images):
-    probe = ("import importlib.util as u, sys; "
-             "found = [m for m in ('torch', 'training') if u.find_spec(m)]; print(found); sys.exit(bool(found))")
+    probe = (
+        "import importlib.util as u, sys; "
+        "found = [m for m in ('torch', 'training') if u.find_spec(m)]; print(found); sys.exit(bool(found))"
+    )
     assert in_image(images, RUNTIME_IMAGE, "python", "-c", probe, check=False).returncode == 0
     assert "usage" in in_image(images, RUNTIME_IMAGE, "python", "-m", "inr_client", "--help").stdout.lower()
     assert in_image(images, RUNTIME_IMAGE, "sh", "-c", "command -v gcc cc g++", check=False).returncode != 0

@@ -1,5 +1,6 @@
 """The Kubernetes Deployments (the api's and the fit worker's) and the KServe predictor's container, run
-as written by `podman kube play` with the images the compose stack ran: its securityContext (read-only root, uid 10001, no
+as written by `podman kube play` with the images the compose stack ran: its securityContext (read-only root, uid
+10001, no
 capabilities), its limits and env, and its probes answering on the declared port. No cluster runs
 here; tests/deploy/test_k8s.py validates the same files against the Kubernetes and KServe schemas.
 
@@ -9,6 +10,7 @@ the suite's prefix for the ReadWriteMany claim, which the init container seeds w
 and the fits ConfigMap given to `kube play --configmap` with a SQLite store in the pod's /tmp (no Redis
 runs here; test_fits_k8s.py checks the Redis wiring statically).
 """
+
 from __future__ import annotations
 
 import time
@@ -21,7 +23,6 @@ import yaml
 from bench.serving import free_port
 
 from .engine import PREFIX, ROOT, RUNTIME_IMAGE, TRAIN_IMAGE
-
 
 INIT_TYPE = "io.podman.annotations.init.container.type"
 
@@ -64,8 +65,11 @@ def wait_ready(port: int, path: str, timeout: float = 120) -> None:
 
 def fits_configmap(tmp_path) -> str:
     """deploy/k8s/fits-store.yaml's ConfigMap with a SQLite store in the pod's /tmp (no Redis here)."""
-    (fits,) = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "fits-store.yaml").read_text())
-               if d["kind"] == "ConfigMap"]
+    (fits,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "fits-store.yaml").read_text())
+        if d["kind"] == "ConfigMap"
+    ]
     fits["data"]["INR_FIT_STORE"] = "sqlite:////tmp/fits.sqlite"
     path = tmp_path / "fits-configmap.yaml"
     path.write_text(yaml.safe_dump(fits))
@@ -102,8 +106,12 @@ def test_the_deployment_runs_as_written(podman, tmp_path):
         env = dict(e.split("=", 1) for e in info["Config"]["Env"])
         assert {e["name"]: e["value"] for e in container["env"]}.items() <= env.items()
         # it serves from a read-only root with /tmp an emptyDir
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models/astronaut/query", method="POST",
-                                     data=b'{"coords": [[0.5, 0.5]]}', headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/models/astronaut/query",
+            method="POST",
+            data=b'{"coords": [[0.5, 0.5]]}',
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.status == 200
         # the models come from the volume the init container seeded, mounted read-only

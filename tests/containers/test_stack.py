@@ -1,5 +1,6 @@
 """docker-compose.yml up with one api replica: health, the read-only models mount, a broken model in
 the mount, every protocol through nginx, nginx's render cache, and nginx before any replica is up."""
+
 from __future__ import annotations
 
 import io
@@ -33,9 +34,14 @@ def otlp():
 @pytest.fixture(scope="module")
 def stack(make_stack, report, otlp) -> Stack:
     s = make_stack("one")
-    if s.engine.cli == "podman":   # traces on, over OTLP/HTTP, for the traceparent test below
-        s.env.update({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-                      "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.http_url.removesuffix("/v1/traces")})
+    if s.engine.cli == "podman":  # traces on, over OTLP/HTTP, for the traceparent test below
+        s.env.update(
+            {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.http_url.removesuffix("/v1/traces"),
+            }
+        )
     broken = s.models / "broken"  # a model folder whose ONNX file is not what its metadata says
     (broken / "1").mkdir(parents=True)
     for f in ("config.pbtxt",):
@@ -82,17 +88,21 @@ def test_a_traceparent_sent_through_nginx_comes_back_in_the_replicas_span(stack,
     if stack.engine.cli != "podman":
         pytest.skip("the replicas reach the host's receiver as host.containers.internal under Podman only")
     trace_id, parent = secrets.token_hex(16), secrets.token_hex(8)
-    r = http.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]},
-                  headers={"traceparent": f"00-{trace_id}-{parent}-01"})
+    r = http.post(
+        "/v1/models/astronaut/query",
+        json={"coords": [[0.5, 0.5]]},
+        headers={"traceparent": f"00-{trace_id}-{parent}-01"},
+    )
     assert r.status_code == 200, r.text
     version, answered_trace, answered_span, flags = r.headers["traceparent"].split("-")
     assert (version, answered_trace, flags) == ("00", trace_id, "01") and answered_span != parent
     spans = otlp.wait_trace(trace_id, "inr.infer", timeout=60)
     server = next(s for s in spans if s.span_id == answered_span)
-    assert server.parent_id == parent and server.service == "inr-serve" and server.kind == 2   # SERVER
+    assert server.parent_id == parent and server.service == "inr-serve" and server.kind == 2  # SERVER
     assert any(s.name == "inr.infer" and s.parent_id == answered_span for s in spans)
-    bad = http.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]},
-                    headers={"traceparent": f"00-{trace_id}-zz-01"})
+    bad = http.post(
+        "/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]}, headers={"traceparent": f"00-{trace_id}-zz-01"}
+    )
     assert bad.status_code == 200 and bad.headers["traceparent"].split("-")[1] != trace_id
 
 
@@ -138,8 +148,11 @@ def test_metrics_through_nginx_count_the_requests(http):
     from prometheus_client.parser import text_string_to_metric_families
 
     text = http.get("/metrics").text
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(text) for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
     assert metric(samples, "nv_inference_request_success", model="digits") >= 1
 
 
@@ -183,10 +196,14 @@ def test_nginx_answers_json_503_while_no_replica_runs_then_serves_without_a_rest
         dns = stack.engine("exec", nginx, "getent", "hosts", "api", check=False)
         if running and dns.returncode != 0:
             # seen once in CI (Podman 4.3, aardvark-dns 1.4), never reproduced in 5 loaded runs here
-            pytest.xfail("the engine's DNS no longer answers 'api' inside the nginx container although a replica "
-                         f"runs; nginx cannot route without it\n{diagnosis}")
-        pytest.fail(f"nginx did not serve the restarted replica for {STABLE_S:g} s without a break within 120 s "
-                    f"(first 200 at {came_back.first_ok} s; failures after it: {came_back.stale})\n{diagnosis}")
+            pytest.xfail(
+                "the engine's DNS no longer answers 'api' inside the nginx container although a replica "
+                f"runs; nginx cannot route without it\n{diagnosis}"
+            )
+        pytest.fail(
+            f"nginx did not serve the restarted replica for {STABLE_S:g} s without a break within 120 s "
+            f"(first 200 at {came_back.first_ok} s; failures after it: {came_back.stale})\n{diagnosis}"
+        )
     assert stack.engine.inspect(nginx)["State"]["StartedAt"] == started, "nginx was restarted"
 
 

@@ -1,6 +1,7 @@
 """The `train` profile writes into the models folder that the api mounts read-only and polls: two fits
 become version 1 then version 2 of a new model, served without a restart and without a failed request,
 and nginx's cache never answers a version-pinned URL with another version's image."""
+
 from __future__ import annotations
 
 import threading
@@ -24,9 +25,32 @@ def stack(make_stack) -> Stack:
 
 def fit(stack: Stack, seed: int) -> float:
     t0 = time.monotonic()
-    stack.compose("--profile", "train", "run", "--rm", "train", "fit-image", "--image", "astronaut", "--size", "32",
-                  "--steps", "30", "--width", "32", "--depth", "2", "--features", "32", "--seed", str(seed),
-                  "--no-progress", "--out", f"models/{NAME}", timeout=600)
+    stack.compose(
+        "--profile",
+        "train",
+        "run",
+        "--rm",
+        "train",
+        "fit-image",
+        "--image",
+        "astronaut",
+        "--size",
+        "32",
+        "--steps",
+        "30",
+        "--width",
+        "32",
+        "--depth",
+        "2",
+        "--features",
+        "32",
+        "--seed",
+        str(seed),
+        "--no-progress",
+        "--out",
+        f"models/{NAME}",
+        timeout=600,
+    )
     return time.monotonic() - t0
 
 
@@ -72,9 +96,11 @@ def test_two_fits_are_served_as_versions_1_and_2_without_a_restart_or_a_failure(
     finally:
         stop.set()
         client.join(30)
-    report["train_profile"] = {"fit_s": [round(fit1, 1), round(fit2, 1)],
-                               "served_after_fit_s": [round(seen1, 1), round(seen2, 1)],
-                               "queries": len(answers)}
+    report["train_profile"] = {
+        "fit_s": [round(fit1, 1), round(fit2, 1)],
+        "served_after_fit_s": [round(seen1, 1), round(seen2, 1)],
+        "queries": len(answers),
+    }
     first_ok = answers.index(200)
     assert set(answers[:first_ok]) <= {404}, "before version 1 the model is unknown"
     assert set(answers[first_ok:]) == {200}, f"a query failed while versions were switched: {answers[first_ok:]}"

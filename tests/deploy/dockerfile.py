@@ -1,6 +1,7 @@
 """The Dockerfile's stages, read with dockerfile-parse, for the static checks of what cannot be built
 here (the gpu target) and of what must agree across files (ports, settings, the torch pin).
 The runtime and train targets are built and run for real by tests/containers."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ agree with the Dockerfile and nginx config.
 The schema is the compose-spec project's JSON schema as vendored by the check-jsonschema
 package (builtin_schemas/vendor/compose-spec.json, Apache-2.0), so no network is needed.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,11 +41,14 @@ def test_compose_file_validates_against_the_compose_specification(schema, compos
     assert errors(schema, compose) == []
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["services"]["api"].update(helthcheck={}), "helthcheck"),
-    (lambda d: d["services"]["api"]["deploy"]["resources"]["limits"].update(cpu="2"), "cpu"),
-    (lambda d: d["services"]["api"].update(restart=["always"]), "restart"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["services"]["api"].update(helthcheck={}), "helthcheck"),
+        (lambda d: d["services"]["api"]["deploy"]["resources"]["limits"].update(cpu="2"), "cpu"),
+        (lambda d: d["services"]["api"].update(restart=["always"]), "restart"),
+    ],
+)
 def test_the_schema_catches_typos_and_wrong_types(schema, compose, mutate, expected):
     doc = copy.deepcopy(compose)
     mutate(doc)
@@ -87,8 +91,9 @@ def test_api_polls_the_folder_train_writes_into(compose):
     api, train = compose["services"]["api"], compose["services"]["train"]
     env = api["environment"]
     assert env["INR_MODEL_CONTROL_MODE"] == "poll"
-    settings = Settings(**{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items()
-                           if k.startswith("INR_")})
+    settings = Settings(
+        **{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items() if k.startswith("INR_")}
+    )
     assert settings.model_control_mode == "poll" and 0 < settings.repository_poll_secs <= 60
     assert api["volumes"][0]["source"] == train["volumes"][0]["source"]
     assert api["volumes"][0]["target"] == env["INR_MODELS"]
@@ -131,12 +136,20 @@ def test_the_resolver_script_takes_the_first_nameserver(tmp_path):
     script = (ROOT / "deploy" / "nginx" / "15-container-resolver.envsh").read_text()
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("search dns.podman\nnameserver 10.89.0.1\nnameserver 10.255.255.53\n")
-    out = subprocess.run(["sh", "-c", script.replace("/etc/resolv.conf", str(resolv)) + 'echo "$NGINX_RESOLVER"'],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sh", "-c", script.replace("/etc/resolv.conf", str(resolv)) + 'echo "$NGINX_RESOLVER"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "10.89.0.1"
     resolv.write_text("nameserver fd00::1\n")
-    out = subprocess.run(["sh", "-c", script.replace("/etc/resolv.conf", str(resolv)) + 'echo "$NGINX_RESOLVER"'],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sh", "-c", script.replace("/etc/resolv.conf", str(resolv)) + 'echo "$NGINX_RESOLVER"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "[fd00::1]"
 
 

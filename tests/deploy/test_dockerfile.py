@@ -1,19 +1,23 @@
 """The Dockerfile: hadolint-clean, and each target keeps its promises."""
+
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from .conftest import ROOT
 
-DOCKERFILES = (sorted(ROOT.glob("Dockerfile*")) + sorted((ROOT / "deploy").rglob("Dockerfile*"))
-               + sorted((ROOT / "deploy").rglob("*.Containerfile")))
+DOCKERFILES = (
+    sorted(ROOT.glob("Dockerfile*"))
+    + sorted((ROOT / "deploy").rglob("Dockerfile*"))
+    + sorted((ROOT / "deploy").rglob("*.Containerfile"))
+)
 
 
 def hadolint() -> str:
@@ -76,8 +80,9 @@ def test_train_target_pins_the_same_torch_as_pyproject(dockerfile):
 
 def test_every_copy_source_is_in_the_repository_and_on_the_dockerignore_allow_list(dockerfile):
     """The gpu stages are not built here; their COPY sources must be what the built stages copy."""
-    allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
-               if line.startswith("!")}
+    allowed = {
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    }
     stages = {s.name for s in dockerfile.stages}
     for stage in dockerfile.stages:
         for source, paths, _ in stage.copies():
@@ -92,10 +97,15 @@ def test_every_copy_source_is_in_the_repository_and_on_the_dockerignore_allow_li
 def test_the_build_context_carries_the_bundled_models_but_not_their_source_photos():
     """`COPY models` puts every bundled model in the serving images; the photo a model was fitted from
     (data/photos, for `make models`) stays out of every build context, and the context stays small."""
-    allowed = [line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
-               if line.startswith("!")]
-    files = [f for a in allowed for f in ([ROOT / a] if (ROOT / a).is_file() else (ROOT / a).rglob("*"))
-             if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")]
+    allowed = [
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    ]
+    files = [
+        f
+        for a in allowed
+        for f in ([ROOT / a] if (ROOT / a).is_file() else (ROOT / a).rglob("*"))
+        if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith(".")
+    ]
     assert "models" in allowed and any(f.name == "model.onnx" for f in files)
     photos = [p for p in (ROOT / "data").rglob("*") if p.is_file()]
     assert photos and not set(photos) & set(files), "a source photo would be sent to the image build"

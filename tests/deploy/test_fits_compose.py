@@ -3,6 +3,7 @@ service (the worker) shares the models folder (read-write; the api mounts it rea
 with the api; the store's folder is writable by both; nginx lets the upload through, never sends a POST
 /v1/fits to a second replica, and streams /v1/fits/ID/events unbuffered.
 tests/containers/test_fits.py runs all of it for real."""
+
 from __future__ import annotations
 
 import re
@@ -87,12 +88,18 @@ def test_the_api_fit_settings_are_settings(services):
 
     env = services["api"]["environment"]
     fits = {k for k in env if k.startswith("INR_FIT_")}
-    assert {"INR_FIT_STORE", "INR_FIT_MAX_RUNNING", "INR_FIT_QUEUE_LIMIT", "INR_FIT_DEADLINE_S",
-            "INR_FIT_MAX_UPLOAD_BYTES"} <= fits
+    assert {
+        "INR_FIT_STORE",
+        "INR_FIT_MAX_RUNNING",
+        "INR_FIT_QUEUE_LIMIT",
+        "INR_FIT_DEADLINE_S",
+        "INR_FIT_MAX_UPLOAD_BYTES",
+    } <= fits
     known = Settings.model_fields
     if "fit_store" in known:  # the API's settings (branch fits-api); until merged, only the names are checked
-        settings = Settings(**{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items()
-                               if k.startswith("INR_")})
+        settings = Settings(
+            **{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items() if k.startswith("INR_")}
+        )
         assert settings.fit_store == "sqlite:////app/fits/jobs.sqlite" and settings.fit_max_upload_bytes == 20 << 20
         assert {k.removeprefix("INR_").lower() for k in fits} <= known.keys()
 
@@ -164,8 +171,9 @@ def test_nginx_lets_a_full_size_upload_through_to_the_service(services):
     # the service's own limit on the request is the upload plus 64 KiB of multipart envelope
     assert size(directive(body, "client_max_body_size")) >= limit + 64 * 1024
     root = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
-    assert size(re.search(r"^\s*client_max_body_size\s+(\w+);", root, re.M).group(1)) < limit, \
+    assert size(re.search(r"^\s*client_max_body_size\s+(\w+);", root, re.M).group(1)) < limit, (
         "only the upload route gets the larger limit"
+    )
 
 
 @pytest.mark.parametrize("path", ["/v1/fits", "/v1/fits/f3a9c2e1d0b4", "/v1/fits/f3a9c2e1d0b4/events"])
@@ -176,8 +184,9 @@ def test_nginx_never_retries_a_fit_request_on_another_replica_once_sent(path):
     assert "proxy_pass $api_backend;" in body
 
 
-@pytest.mark.parametrize("path", ["/v1/models/astronaut/query", "/v2/models/digits/infer",
-                                  "/v1/models/astronaut/versions/2/render"])
+@pytest.mark.parametrize(
+    "path", ["/v1/models/astronaut/query", "/v2/models/digits/infer", "/v1/models/astronaut/versions/2/render"]
+)
 def test_inference_is_still_retried(path):
     assert "non_idempotent" in directive(pick(path), "proxy_next_upstream")
 

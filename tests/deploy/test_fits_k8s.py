@@ -4,6 +4,7 @@ the Kubernetes API schemas; this checks that the pieces fit together: one store 
 worker, pointing at the Redis Service; the worker writes the volume the api mounts read-only; the
 worker runs the train image as the api runs the runtime image (non-root, read-only root, no
 capabilities); and the api's init container seeds the volume with the bundled models."""
+
 from __future__ import annotations
 
 import re
@@ -74,7 +75,10 @@ def test_api_and_worker_read_the_same_store_which_is_the_redis_service(objects, 
     redis = objects["Deployment", m.group(1)]
     assert service["spec"]["selector"].items() <= redis["spec"]["template"]["metadata"]["labels"].items()
     (rc,) = pod(redis)["containers"]
-    assert rc["image"].startswith("redis:7") and {p["name"]: p["containerPort"] for p in rc["ports"]}[port["targetPort"]] == 6379
+    assert (
+        rc["image"].startswith("redis:7")
+        and {p["name"]: p["containerPort"] for p in rc["ports"]}[port["targetPort"]] == 6379
+    )
     assert redis["spec"]["replicas"] == 1 and redis["spec"]["strategy"]["type"] == "Recreate"
     assert "--appendonly" in rc["args"] and rc["args"][rc["args"].index("--maxmemory-policy") + 1] == "noeviction"
     # the store's data: an emptyDir (survives container restarts; docs say what a lost pod costs)
@@ -110,12 +114,17 @@ def test_worker_writes_the_models_volume_the_api_reads_read_only(objects, api, w
 
 def test_worker_runs_the_train_image_as_the_api_runs_its_own(api, worker, dockerfile):
     w = container(worker)
-    assert w["args"][0] == "worker" and dockerfile.stage("train").last("ENTRYPOINT").exec_form() == \
-        ["python", "-m", "training"]
+    assert w["args"][0] == "worker" and dockerfile.stage("train").last("ENTRYPOINT").exec_form() == [
+        "python",
+        "-m",
+        "training",
+    ]
     args = dict(zip(w["args"][1::2], w["args"][2::2]))
     assert int(args["--nice"]) >= 10 and int(args["--threads"]) == int(env(w)["OMP_NUM_THREADS"])
     assert float(w["resources"]["limits"]["cpu"]) >= int(args["--threads"])
-    assert {"cpu", "memory"} <= w["resources"]["limits"].keys() and {"cpu", "memory"} <= w["resources"]["requests"].keys()
+    assert {"cpu", "memory"} <= w["resources"]["limits"].keys() and {"cpu", "memory"} <= w["resources"][
+        "requests"
+    ].keys()
     for key in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile"):
         assert pod(worker)["securityContext"][key] == pod(api)["securityContext"][key], key
     assert w["securityContext"] == container(api)["securityContext"]
@@ -150,11 +159,17 @@ def test_the_api_sets_the_fit_limits_as_valid_settings(objects, api, worker):
 def test_kustomize_gives_the_worker_the_train_image_and_the_api_the_runtime_image(tmp_path: Path):
     def images(folder: Path) -> dict[str, str]:
         out = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True, check=True).stdout
-        return {d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]][0]
-                for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"}
+        return {
+            d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]][0]
+            for d in yaml.safe_load_all(out)
+            if d and d["kind"] == "Deployment"
+        }
 
-    assert images(K8S) == {"inr-serve": "inr-serve:cpu", "inr-serve-worker": "inr-serve:train",
-                           "inr-serve-redis": "redis:7-alpine"}
+    assert images(K8S) == {
+        "inr-serve": "inr-serve:cpu",
+        "inr-serve-worker": "inr-serve:train",
+        "inr-serve-redis": "redis:7-alpine",
+    }
     # `kustomize edit set image inr-serve=REGISTRY/...` (docs/deployment.md) leaves the worker's alone
     copy = tmp_path / "k8s"
     shutil.copytree(K8S, copy)
@@ -186,5 +201,8 @@ def test_the_init_container_seeds_the_volume_without_overwriting(api, tmp_path: 
     seed(script, image_models, volume, "pod-a")
     seed(script, image_models, volume, "pod-b")  # a second pod: nothing changes
     assert sorted(p.name for p in volume.iterdir()) == ["astronaut", "digits"], "no temporary folders left"
-    assert not (volume / "astronaut" / "1").exists() and (volume / "astronaut" / "2" / "model.onnx").read_text() == "fitted"
+    assert (
+        not (volume / "astronaut" / "1").exists()
+        and (volume / "astronaut" / "2" / "model.onnx").read_text() == "fitted"
+    )
     assert (volume / "digits" / "1" / "model.onnx").read_text() == "bundled digits"

@@ -2,6 +2,7 @@
 Events on /v1/fits/ID/events reach the client as the backend sends them, even from a backend that does
 not ask for it with `X-Accel-Buffering: no`; a 20 MiB upload passes /v1/fits while other routes keep
 16m. tests/containers/test_fits.py runs the same through nginx in the compose stack with the real API."""
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ class Backend(BaseHTTPRequestHandler):
         for seq in (1, 2):
             if seq == 2:  # by construction: event 2 goes out only once the client has event 1
                 Backend.second_after_first.append(Backend.got_first.wait(HOLD_S))
-            self.wfile.write(f"id: {seq}\nevent: progress\ndata: {{\"sent\": {time.time()}}}\n\n".encode())
+            self.wfile.write(f'id: {seq}\nevent: progress\ndata: {{"sent": {time.time()}}}\n\n'.encode())
             self.wfile.flush()
 
     def do_POST(self):
@@ -64,16 +65,21 @@ def nginx(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nginx")
     port = free_port()
     conf = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
-    conf = (conf.replace("${NGINX_RESOLVER}", "127.0.0.1")
-            .replace("http://api:8000", f"http://127.0.0.1:{backend.server_port}")
-            .replace("listen 8080;", f"listen 127.0.0.1:{port};")
-            .replace("listen 8081 http2;", f"listen 127.0.0.1:{free_port()} http2;")
-            .replace("/tmp/", f"{folder}/"))
+    conf = (
+        conf.replace("${NGINX_RESOLVER}", "127.0.0.1")
+        .replace("http://api:8000", f"http://127.0.0.1:{backend.server_port}")
+        .replace("listen 8080;", f"listen 127.0.0.1:{port};")
+        .replace("listen 8081 http2;", f"listen 127.0.0.1:{free_port()} http2;")
+        .replace("/tmp/", f"{folder}/")
+    )
     # as root, nginx's workers would run as nobody and could not use temp folders under pytest's own
     conf = "daemon off;\n" + ("user root;\n" if os.geteuid() == 0 else "") + conf
     (folder / "nginx.conf").write_text(conf)
-    proc = subprocess.Popen(["nginx", "-c", str(folder / "nginx.conf"), "-e", str(folder / "error.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["nginx", "-c", str(folder / "nginx.conf"), "-e", str(folder / "error.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 10
     while True:
@@ -109,8 +115,9 @@ def test_events_reach_the_client_as_they_are_sent(nginx):
 def test_a_20_mib_upload_passes_to_v1_fits_and_not_elsewhere(nginx):
     body = b"x" * (20 * (1 << 20) + 50_000)  # the largest upload plus some multipart envelope
     Backend.bodies.clear()
-    r = httpx.post(nginx + "/v1/fits", content=body, headers={"Content-Type": "multipart/form-data; boundary=b"},
-                   timeout=60)
+    r = httpx.post(
+        nginx + "/v1/fits", content=body, headers={"Content-Type": "multipart/form-data; boundary=b"}, timeout=60
+    )
     assert r.status_code == 202 and Backend.bodies == [("/v1/fits", len(body))]
     r = httpx.post(nginx + "/v1/models/astronaut/render", content=body, timeout=60)
     assert r.status_code == 413 and len(Backend.bodies) == 1, "only the upload route takes more than 16m"

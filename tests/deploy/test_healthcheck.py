@@ -1,4 +1,5 @@
 """deploy/healthcheck.py (the image's HEALTHCHECK) against the real service and real sockets."""
+
 from __future__ import annotations
 
 import http.server
@@ -28,8 +29,9 @@ def service(tmp_path_factory):
     port = free_port()
     models = tmp_path_factory.mktemp("models")
     env = {**os.environ, "INR_MODELS": str(models), "INR_PORT": str(port), "INR_HOST": "127.0.0.1"}
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -2,6 +2,7 @@
 KServe's InferenceService CRD (tests/deploy/schemas), the same image settings, probes on the
 service's health endpoints, and an HPA that targets the Deployment. tests/containers/test_kube.py
 runs the Deployment and the KServe predictor's container with the real image."""
+
 from __future__ import annotations
 
 import copy
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from .conftest import ROOT
+
 MANIFESTS = sorted((ROOT / "deploy" / "k8s").glob("*.yaml")) + sorted((ROOT / "deploy" / "kserve").glob("*.yaml"))
 
 
@@ -78,8 +80,11 @@ def test_deployment_runs_the_image_non_root_with_probes(k8s, dockerfile):
 def test_hpa_scales_the_deployment_on_cpu(k8s):
     hpa = k8s["HorizontalPodAutoscaler"]
     assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": k8s["Deployment"]["metadata"]["name"]}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": k8s["Deployment"]["metadata"]["name"],
+    }
     assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
     assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
 
@@ -121,18 +126,24 @@ KSERVE_SCHEMA = next((ROOT / "tests" / "deploy" / "schemas").glob("kserve-*-infe
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("path", sorted(set((ROOT / "deploy" / "k8s").glob("*.yaml")) - {ROOT / "deploy" / "k8s" / "kustomization.yaml"}),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted(set((ROOT / "deploy" / "k8s").glob("*.yaml")) - {ROOT / "deploy" / "k8s" / "kustomization.yaml"}),
+    ids=lambda p: p.name,
+)
 def test_k8s_manifest_validates_strictly_against_the_kubernetes_api(path: Path, version: str):
     for doc in docs(path):
         kubernetes_validate.validate(doc, version, strict=True)
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(containerPort="http"), "http"),
-    (lambda d: d["spec"]["template"]["spec"].update(terminationGracePeriod=30), "terminationGracePeriod"),
-    (lambda d: d["spec"].update(replicas="two"), "two"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(containerPort="http"), "http"),
+        (lambda d: d["spec"]["template"]["spec"].update(terminationGracePeriod=30), "terminationGracePeriod"),
+        (lambda d: d["spec"].update(replicas="two"), "two"),
+    ],
+)
 def test_the_kubernetes_schemas_catch_typos_and_wrong_types(k8s, mutate, expected):
     doc = copy.deepcopy(k8s["Deployment"])
     mutate(doc)
@@ -171,11 +182,14 @@ def test_kserve_manifest_validates_against_the_inferenceservice_crd(path: Path, 
         assert isvc_errors(isvc_validator, doc) == []
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["spec"]["predictor"].update(minReplica=1), "minReplica"),
-    (lambda d: d["spec"]["predictor"].update(scaleMetric="gpu"), "gpu"),
-    (lambda d: d["spec"]["predictor"]["containers"][0]["ports"][0].update(containerPort="8000"), "8000"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["spec"]["predictor"].update(minReplica=1), "minReplica"),
+        (lambda d: d["spec"]["predictor"].update(scaleMetric="gpu"), "gpu"),
+        (lambda d: d["spec"]["predictor"]["containers"][0]["ports"][0].update(containerPort="8000"), "8000"),
+    ],
+)
 def test_the_crd_schema_catches_typos_and_wrong_types(isvc_validator, mutate, expected):
     (doc,) = docs(ROOT / "deploy" / "kserve" / "inferenceservice.yaml")
     mutate(doc)

@@ -1,6 +1,7 @@
 """Keep-alive and graceful-shutdown settings agree across the Dockerfile, compose, Kubernetes and
 the service: the keep-alive outlives nginx's idle timeout, and every orchestrator waits longer than
 the drain before it kills the process."""
+
 from __future__ import annotations
 
 import re
@@ -11,6 +12,7 @@ import yaml
 from service.settings import Settings
 
 from .conftest import ROOT
+
 NGINX_KEEPALIVE_S = 75  # nginx's default keepalive_timeout, the longest common proxy idle timeout
 KEYS = ("INR_TIMEOUT_KEEP_ALIVE", "INR_GRACEFUL_SHUTDOWN_S")
 

@@ -1,5 +1,6 @@
 """models/ is also a Triton model repository: every config.pbtxt parses strictly against
 Triton's ModelConfig proto and agrees with the ONNX file next to it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,11 +51,14 @@ def test_generated_configs_for_both_tasks_parse():
     assert parsed.dynamic_batching.max_queue_delay_microseconds == 500
 
 
-@pytest.mark.parametrize("bad", [
-    'name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch: 4\n',                         # no such field
-    'name: "m"\ninput [ { name: "x" data_type: TYPE_FLOAT32 dims: [ 2 ] } ]\n',        # no such enum value
-    'name: "m"\ninput [ { name: "x" dims: [ 2 ] }\n',                                   # unbalanced bracket
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        'name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch: 4\n',  # no such field
+        'name: "m"\ninput [ { name: "x" data_type: TYPE_FLOAT32 dims: [ 2 ] } ]\n',  # no such enum value
+        'name: "m"\ninput [ { name: "x" dims: [ 2 ] }\n',  # unbalanced bracket
+    ],
+)
 def test_the_parser_rejects_what_triton_would_reject(bad: str):
     with pytest.raises(text_format.ParseError):
         parse_config(bad)
@@ -63,4 +67,5 @@ def test_the_parser_rejects_what_triton_would_reject(bad: str):
 def test_the_shipped_descriptor_is_tritonclients():
     from modelrepo.regen_descriptor import serialized_descriptor
     from modelrepo.triton import DESCRIPTOR_FILE
+
     assert DESCRIPTOR_FILE.read_bytes() == serialized_descriptor(), "run python -m modelrepo.regen_descriptor"

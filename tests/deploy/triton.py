@@ -6,6 +6,7 @@ out of the file instead of importing the module, so the protobuf *runtime* versi
 the generated code cannot break the tests, and build the message class from it. This is read
 fresh from tritonclient, independently of the copy the service ships (modelrepo/model_config.pb).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -28,5 +29,13 @@ def parse_config(text: str):
     return text_format.Parse(text, model_config_class()())
 
 
-DATA_TYPE_TO_ONNX = {"TYPE_FP32": 1, "TYPE_UINT8": 2, "TYPE_INT8": 3, "TYPE_INT32": 6, "TYPE_INT64": 7,
-                     "TYPE_BOOL": 9, "TYPE_FP16": 10, "TYPE_FP64": 11}
+DATA_TYPE_TO_ONNX = {
+    "TYPE_FP32": 1,
+    "TYPE_UINT8": 2,
+    "TYPE_INT8": 3,
+    "TYPE_INT32": 6,
+    "TYPE_INT64": 7,
+    "TYPE_BOOL": 9,
+    "TYPE_FP16": 10,
+    "TYPE_FP64": 11,
+}

@@ -1,5 +1,6 @@
 """The fit store on each backend: SQLite (a file), a real redis-server and a real PostgreSQL server, both
 started here for the session (tests/fits.py, tests/pgserver.py; each skips with its reason when missing)."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,6 +33,7 @@ def url(request, tmp_path):
     if request.param == "redis":
         server = request.getfixturevalue("redis_server")
         import redis
+
         redis.Redis.from_url(server.url).flushall()
         return server.url
     server = request.getfixturevalue("pg_server")

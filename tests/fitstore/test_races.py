@@ -2,6 +2,7 @@
 Redis and PostgreSQL: the queue limit across submitters, derived names across submitters, a message lost by a
 worker that died between taking it and claiming it, a worker that died after claiming, an API that died
 inside its submit, and staleness judged by the store's clock whatever a process's own clock says."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -9,8 +10,8 @@ import time
 
 import pytest
 
-from fitstore import metrics as fitmetrics
 from fitstore import FitStore
+from fitstore import metrics as fitmetrics
 from tests import fitrace
 from tests.fits import png
 

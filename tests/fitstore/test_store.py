@@ -1,5 +1,6 @@
 """The fit job store on its embedded backend (SQLite) and real servers (redis-server, PostgreSQL): records, events,
 limits, cancel, one claim per attempt under a race, fit slots, and dead workers retried once then failed."""
+
 from __future__ import annotations
 
 import threading
@@ -85,8 +86,11 @@ def test_progress_events_keep_order_and_previews(url):
     store = FitStore(url)
     rec = store.claim(submit(store)["id"], 1, "w1")
     for step in (10, 20, 30):
-        rec = store.progress(rec, {"step": step, "steps": 60, "loss": 0.1 / step, "psnr": step, "eta_s": 1.0},
-                             preview=b"png%d" % step if step == 20 else None)
+        rec = store.progress(
+            rec,
+            {"step": step, "steps": 60, "loss": 0.1 / step, "psnr": step, "eta_s": 1.0},
+            preview=b"png%d" % step if step == 20 else None,
+        )
     events = store.events(rec["id"])
     assert [e["seq"] for e in events] == [1, 2, 3, 4, 5]
     assert [e.get("step") for e in events[2:]] == [10, 20, 30]
@@ -103,7 +107,7 @@ def test_a_dead_workers_job_is_retried_once_then_failed_and_reaped_once(url):
     # w1's heartbeat is fresh: a reaper that calls 60 s stale reaps nothing (asking `store`, 0.5 s, failed
     # whenever a loaded machine took half a second from the register to the reap)
     assert FitStore(url, stale_s=60).reap() == []
-    time.sleep(0.7)            # w1 stops beating: dead (a lower bound, so a slow machine only makes it deader)
+    time.sleep(0.7)  # w1 stops beating: dead (a lower bound, so a slow machine only makes it deader)
     reapers = [FitStore(url, stale_s=0.5) for _ in range(4)]
     reaped = []
     threads = [threading.Thread(target=lambda s=s: reaped.extend(s.reap())) for s in reapers]
@@ -146,7 +150,7 @@ def test_a_store_written_before_jobseq_keeps_its_jobs_listed_and_numbering(url):
     """Stores made by the earlier code numbered jobs with huey's counter `jobs`; an upgrade goes on from it."""
     old = submit(FitStore(url), "old")
     store = FitStore(url)
-    store.kv.delete_data("jobseq")      # as the earlier code left it: the number only in the counter
+    store.kv.delete_data("jobseq")  # as the earlier code left it: the number only in the counter
     store.kv.incr("jobs", 1)
     new = submit(store, "new")
     assert [r["id"] for r in store.list()] == [new["id"], old["id"]]

@@ -1,4 +1,5 @@
 """The Python client (sync and async) against the real server from conftest.py."""
+
 import asyncio
 
 import numpy as np
@@ -6,7 +7,6 @@ import pytest
 
 from inr_client import AsyncClient, Client, ClientError, ServiceError
 from inr_client.calls import decode_image
-
 from tests.servers import draw_digit, png_bytes
 
 # The test server allows 1,000,000 samples per render; tiles of 256² stay well under it.
@@ -44,7 +44,7 @@ def test_a_render_fetched_as_tiles_equals_one_render_of_the_same_viewport(api, t
     tiled = api.render("astronaut", 50, 37, viewport=viewport, transform=transform, tile=16)
     assert tiled.shape == whole.shape == (37, 50, 3)
     diff = np.abs(tiled.astype(int) - whole.astype(int))
-    assert diff.max() <= 1 and (diff > 0).mean() < 0.01   # float rounding only
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01  # float rounding only
 
 
 def test_a_render_larger_than_the_server_allows_in_one_request_succeeds_in_tiles(api):
@@ -55,7 +55,7 @@ def test_a_render_larger_than_the_server_allows_in_one_request_succeeds_in_tiles
     image = api.render("astronaut", 1010, 1000, tile=512, progress=seen.append)
     assert image.shape == (1000, 1010, 3)
     assert sum(seen) == 1010 * 1000
-    assert image.std() > 10   # an image, not a blank
+    assert image.std() > 10  # an image, not a blank
 
 
 def test_render_to_file_streams_a_png_equal_to_the_stitched_render(api, tmp_path):
@@ -103,15 +103,18 @@ def test_errors_from_the_service_raise_service_error_with_its_message(api):
     assert 400 <= err.value.status < 500 and "astronaut" in err.value.message
 
 
-@pytest.mark.parametrize("call, problem", [
-    (lambda c: c.query("astronaut", [0.5, 0.5]), "shape"),
-    (lambda c: c.render("astronaut", 10, 10, viewport=[0.5, 0, 0.2, 1]), "x1 > x0"),
-    (lambda c: c.render("astronaut", 10, 10, viewport=[0, 0, float("nan"), 1]), "finite"),
-    (lambda c: c.render("astronaut", 0, 10), "width"),
-    (lambda c: c.render_bytes("astronaut", 10, 10, format="gif"), "format"),
-    (lambda c: c.classify("digits", np.zeros((2, 27, 27))), "28"),
-    (lambda c: c.classify_files("digits", []), "no image"),
-])
+@pytest.mark.parametrize(
+    "call, problem",
+    [
+        (lambda c: c.query("astronaut", [0.5, 0.5]), "shape"),
+        (lambda c: c.render("astronaut", 10, 10, viewport=[0.5, 0, 0.2, 1]), "x1 > x0"),
+        (lambda c: c.render("astronaut", 10, 10, viewport=[0, 0, float("nan"), 1]), "finite"),
+        (lambda c: c.render("astronaut", 0, 10), "width"),
+        (lambda c: c.render_bytes("astronaut", 10, 10, format="gif"), "format"),
+        (lambda c: c.classify("digits", np.zeros((2, 27, 27))), "28"),
+        (lambda c: c.classify_files("digits", []), "no image"),
+    ],
+)
 def test_bad_arguments_are_refused_before_anything_is_sent(api, call, problem):
     with pytest.raises(ClientError, match=problem):
         call(api)

@@ -1,4 +1,5 @@
 """The client runs alone: `training`, torch and the service cannot be imported (the client is a package of its own)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,24 +8,30 @@ import sys
 from tests.servers import ROOT
 
 # Python started with a finder that refuses `training`, `torch` and `service`, then runs the client as -m would.
-HIDDEN = ("import sys, runpy\n"
-          "class Hide:\n"
-          "    def find_spec(self, name, path=None, target=None):\n"
-          "        if name.split('.')[0] in ('training', 'torch', 'service'):\n"
-          "            raise ModuleNotFoundError(f'No module named {name!r} (hidden by the test)')\n"
-          "sys.meta_path.insert(0, Hide())\n"
-          "sys.argv = ['inr_client', *sys.argv[1:]]\n"
-          "runpy.run_module('inr_client', run_name='__main__', alter_sys=True)\n")
+HIDDEN = (
+    "import sys, runpy\n"
+    "class Hide:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('training', 'torch', 'service'):\n"
+    "            raise ModuleNotFoundError(f'No module named {name!r} (hidden by the test)')\n"
+    "sys.meta_path.insert(0, Hide())\n"
+    "sys.argv = ['inr_client', *sys.argv[1:]]\n"
+    "runpy.run_module('inr_client', run_name='__main__', alter_sys=True)\n"
+)
 
 
 def client(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", HIDDEN, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-c", HIDDEN, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
 def test_the_hiding_works():
-    r = subprocess.run([sys.executable, "-c", HIDDEN.replace("inr_client", "training"), "--help"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", HIDDEN.replace("inr_client", "training"), "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode != 0 and "hidden by the test" in r.stderr
 
 

@@ -1,4 +1,5 @@
 """Pure parts of the client: the tile plan, tile viewports, the streaming PNG writer, the atomic sink."""
+
 import io
 
 import numpy as np
@@ -23,7 +24,7 @@ def test_plan_covers_every_pixel_exactly_once():
     for band in bands:
         assert len({t.height for t in band}) == 1
         for t in band:
-            cover[t.y:t.y + t.height, t.x:t.x + t.width] += 1
+            cover[t.y : t.y + t.height, t.x : t.x + t.width] += 1
     assert (cover == 1).all()
     assert [len(b) for b in bands] == [5, 5, 5]
 
@@ -34,8 +35,8 @@ def test_tile_viewports_have_the_pixel_centres_of_the_big_render():
     for band in plan(width, height, 10):
         for t in band:
             txs, tys = centres(tile_viewport(t, width, height, viewport), t.width, t.height)
-            np.testing.assert_allclose(txs, xs[t.x:t.x + t.width], atol=1e-12)
-            np.testing.assert_allclose(tys, ys[t.y:t.y + t.height], atol=1e-12)
+            np.testing.assert_allclose(txs, xs[t.x : t.x + t.width], atol=1e-12)
+            np.testing.assert_allclose(tys, ys[t.y : t.y + t.height], atol=1e-12)
 
 
 def test_tile_viewport_defaults_to_the_unit_square():
@@ -56,7 +57,7 @@ def test_png_writer_streams_bands_into_a_png_equal_to_the_array(channels):
     buf = io.BytesIO()
     writer = PngWriter(buf, 33, 45, channels)
     for y in range(0, 45, 16):
-        writer.write(image[y:y + 16])
+        writer.write(image[y : y + 16])
     writer.close()
     decoded = np.asarray(Image.open(io.BytesIO(buf.getvalue())))
     np.testing.assert_array_equal(decoded, image)

@@ -1,5 +1,6 @@
 """The model repository contract (modelrepo): specs, config.pbtxt through Triton's schema, atomic writes,
 versions and version policies."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,18 @@ import sys
 import pytest
 from google.protobuf import text_format
 
-from modelrepo import (ModelSpec, SpecError, VersionPolicy, config_json, config_text, parse_config, read_spec,
-                       read_version, version_numbers, write_version)
+from modelrepo import (
+    ModelSpec,
+    SpecError,
+    VersionPolicy,
+    config_json,
+    config_text,
+    parse_config,
+    read_spec,
+    read_version,
+    version_numbers,
+    write_version,
+)
 from modelrepo.triton import apply_config
 
 
@@ -35,8 +46,14 @@ def test_what_triton_refuses_does_not_parse(text):
         parse_config(text)
 
 
-@pytest.mark.parametrize("policy,expected", [(VersionPolicy("latest", 2), [3, 7]), (VersionPolicy("all"), [1, 3, 7]),
-                                             (VersionPolicy("specific", versions=(1, 9)), [1])])
+@pytest.mark.parametrize(
+    "policy,expected",
+    [
+        (VersionPolicy("latest", 2), [3, 7]),
+        (VersionPolicy("all"), [1, 3, 7]),
+        (VersionPolicy("specific", versions=(1, 9)), [1]),
+    ],
+)
 def test_version_policies_select_as_triton_does(policy, expected):
     assert policy.select([7, 1, 3]) == expected
 
@@ -44,8 +61,10 @@ def test_version_policies_select_as_triton_does(policy, expected):
 def test_policies_are_read_from_config_pbtxt(tmp_path):
     spec = ModelSpec.for_task("m", "digits")
     write_version(tmp_path / "m", spec, b"onnx", {"a": 1})
-    for text, want in (("all {}", VersionPolicy("all")), ("specific { versions: [2, 1] }",
-                                                          VersionPolicy("specific", versions=(2, 1)))):
+    for text, want in (
+        ("all {}", VersionPolicy("all")),
+        ("specific { versions: [2, 1] }", VersionPolicy("specific", versions=(2, 1))),
+    ):
         cfg = parse_config(config_text(spec))
         cfg.version_policy.Clear()
         text_format.Merge(text, cfg.version_policy)
@@ -55,8 +74,13 @@ def test_policies_are_read_from_config_pbtxt(tmp_path):
 
 def test_writing_into_an_existing_model_adds_the_next_version(tmp_path):
     spec = ModelSpec.for_task("m", "image")
-    first = write_version(tmp_path / "m", spec, b"one", {"metrics": {"psnr": 20}},
-                          extras=lambda d: (d / "preview.png").write_bytes(b"png"))
+    first = write_version(
+        tmp_path / "m",
+        spec,
+        b"one",
+        {"metrics": {"psnr": 20}},
+        extras=lambda d: (d / "preview.png").write_bytes(b"png"),
+    )
     second = write_version(tmp_path / "m", spec, b"two", {"metrics": {"psnr": 25}})
     assert (first.record.version, second.record.version) == (1, 2)
     assert version_numbers(tmp_path / "m") == [1, 2]
@@ -77,17 +101,21 @@ def test_a_new_version_keeps_the_operators_version_policy(tmp_path):
 def test_a_failed_write_leaves_nothing(tmp_path):
     def boom(_):
         raise RuntimeError("disk full")
+
     with pytest.raises(RuntimeError):
         write_version(tmp_path / "m", ModelSpec.for_task("m", "image"), b"x", {}, extras=boom)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda m: m.pop("inputs"), "'inputs' must be a non-empty list"),
-    (lambda m: m.update(task="speech"), "unknown task 'speech'"),
-    (lambda m: m["inputs"][0].update(shape=[-1, 3]), "a 'image' model takes one input"),
-    (lambda m: m["outputs"][0].update(datatype="FP99"), "datatype 'FP99'"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda m: m.pop("inputs"), "'inputs' must be a non-empty list"),
+        (lambda m: m.update(task="speech"), "unknown task 'speech'"),
+        (lambda m: m["inputs"][0].update(shape=[-1, 3]), "a 'image' model takes one input"),
+        (lambda m: m["outputs"][0].update(datatype="FP99"), "datatype 'FP99'"),
+    ],
+)
 def test_bad_specs_name_their_field(tmp_path, change, message):
     write_version(tmp_path / "m", ModelSpec.for_task("m", "image"), b"x", {})
     meta = json.loads((tmp_path / "m" / "metadata.json").read_text())
@@ -106,26 +134,34 @@ def test_config_pbtxt_that_disagrees_with_metadata_is_refused(tmp_path):
 
 
 def test_the_contract_imports_neither_torch_nor_the_service_nor_training():
-    code = ("import sys, modelrepo, modelrepo.folder, modelrepo.triton; "
-            "bad = [m for m in ('torch', 'service', 'training', 'onnxruntime') if m in sys.modules]; "
-            "sys.exit(f'imported {bad}' if bad else 0)")
+    code = (
+        "import sys, modelrepo, modelrepo.folder, modelrepo.triton; "
+        "bad = [m for m in ('torch', 'service', 'training', 'onnxruntime') if m in sys.modules]; "
+        "sys.exit(f'imported {bad}' if bad else 0)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_metadata_records_no_absolute_path():
     """Exported metadata names files relative to the model folder, or by their names only."""
     from modelrepo import portable, portable_command
+
     assert portable("/work/runs/ckpt/a.pt") == "a.pt" and portable("build/a.pt") == "build/a.pt"
-    assert portable_command(["export-digits", "--data-dir", "/data/mnist-10k", "--checkpoint=/r/a.pt",
-                             "--out", "models/digits"]) == \
-        "export-digits --data-dir mnist-10k --checkpoint=a.pt --out models/digits"
+    assert (
+        portable_command(
+            ["export-digits", "--data-dir", "/data/mnist-10k", "--checkpoint=/r/a.pt", "--out", "models/digits"]
+        )
+        == "export-digits --data-dir mnist-10k --checkpoint=a.pt --out models/digits"
+    )
 
 
 def test_the_image_source_is_read_typed_and_junk_is_absent():
     """The service reads the training and native sizes through modelrepo, never the raw dict."""
     from modelrepo import ImageSource
-    assert ImageSource.from_metadata({"source": {"size": [128, 96], "native_size": [1000, 1000]}}) == \
-        ImageSource((128, 96), (1000, 1000))
+
+    assert ImageSource.from_metadata({"source": {"size": [128, 96], "native_size": [1000, 1000]}}) == ImageSource(
+        (128, 96), (1000, 1000)
+    )
     for junk in ({}, {"source": "x"}, {"source": {"size": [True, 2]}}, {"source": {"size": [0, 5]}}, []):
         assert ImageSource.from_metadata(junk) == ImageSource()
 
@@ -136,16 +172,21 @@ def test_the_native_geometry_and_the_onnx_check():
     import pytest
 
     from modelrepo import ContractError, ImageSource, check_onnx_geometry
+
     wide = ImageSource.from_metadata({"source": {"size": [2560, 1600]}})
     assert (wide.native, wide.aspect) == ((2560, 1600), 1.6)
     assert ImageSource((128, 128), (1000, 1000)).native == (1000, 1000)
     assert (ImageSource().native, ImageSource().aspect) == (None, 1.0)
     check_onnx_geometry(wide, {"image_width": "2560", "image_height": "1600"}, 1)
-    check_onnx_geometry(wide, {"other": "x"}, 1)                        # older exports carry none
-    for props, message in (({"image_width": "2560", "image_height": "1000"}, "2560×1000 pixels, 1/metadata.json "
-                                                                              "source.size says 2560×1600"),
-                           ({"image_width": "2560"}, "needs integer image_width and image_height"),
-                           ({"image_width": "wide", "image_height": "1"}, "needs integer")):
+    check_onnx_geometry(wide, {"other": "x"}, 1)  # older exports carry none
+    for props, message in (
+        (
+            {"image_width": "2560", "image_height": "1000"},
+            "2560×1000 pixels, 1/metadata.json source.size says 2560×1600",
+        ),
+        ({"image_width": "2560"}, "needs integer image_width and image_height"),
+        ({"image_width": "wide", "image_height": "1"}, "needs integer"),
+    ):
         with pytest.raises(ContractError, match=message):
             check_onnx_geometry(wide, props, 1)
     with pytest.raises(ContractError, match="records no source.size"):
@@ -168,21 +209,26 @@ def test_the_separable_stage_round_trips_and_matches_numpys_float64_digest():
     assert SeparableStage.from_metadata(json.loads(json.dumps(entry))) == stage
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda e: e.update(P=[[1.0, 2.0, 3.0]] * 6), "P must be finite"),
-    (lambda e: e.update(phase=e["phase"][:-1]), "P must be finite"),
-    (lambda e: e.update(P=[[True, 1.0]] * 6), "number arrays"),
-    (lambda e: e.update(phase=["0.5"] * 6), "number arrays"),
-    (lambda e: e.update(P=[[float("nan"), 1.0]] * 6), "P must be finite"),
-    (lambda e: e.update(P=[], phase=[]), "P must be finite"),
-    (lambda e: e["P"].__setitem__(0, [9.0, 9.0]), "stage_sha256"),
-    (lambda e: e.update(body="../model.onnx"), "body must be a file name"),
-    (lambda e: e.update(body_sha256=None), "body_sha256"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda e: e.update(P=[[1.0, 2.0, 3.0]] * 6), "P must be finite"),
+        (lambda e: e.update(phase=e["phase"][:-1]), "P must be finite"),
+        (lambda e: e.update(P=[[True, 1.0]] * 6), "number arrays"),
+        (lambda e: e.update(phase=["0.5"] * 6), "number arrays"),
+        (lambda e: e.update(P=[[float("nan"), 1.0]] * 6), "P must be finite"),
+        (lambda e: e.update(P=[], phase=[]), "P must be finite"),
+        (lambda e: e["P"].__setitem__(0, [9.0, 9.0]), "stage_sha256"),
+        (lambda e: e.update(body="../model.onnx"), "body must be a file name"),
+        (lambda e: e.update(body_sha256=None), "body_sha256"),
+    ],
+)
 def test_a_broken_separable_entry_is_refused_naming_the_field(change, message):
     from modelrepo import ContractError, SeparableStage
 
-    stage = SeparableStage(tuple((float(i), 1.0) for i in range(6)), tuple(0.1 * i for i in range(6)), "body.onnx", "0" * 64)
+    stage = SeparableStage(
+        tuple((float(i), 1.0) for i in range(6)), tuple(0.1 * i for i in range(6)), "body.onnx", "0" * 64
+    )
     entry = json.loads(json.dumps(stage.to_metadata()))
     change(entry)
     with pytest.raises(ContractError, match=message):

@@ -6,6 +6,7 @@ silently (each gets an answer, or is logged and counted when its client is gone)
 * a model file that cannot be read at load: that model fails, the others serve;
 * onnxruntime failing inside one batch: the batch-mates still get their answers.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
     graph fails at run time for x ≥ 0.01 (a Gather out of bounds)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
     from modelrepo import sha256_bytes
 
     repo = tmp_path_factory.mktemp("faulty")
@@ -54,16 +56,25 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
 
     table = np.linspace(0, 1, 30, dtype=np.float32).reshape(10, 3)
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["coords", "zero"], ["x"], axis=1),
-         helper.make_node("Mul", ["x", "thousand"], ["scaled"]),
-         helper.make_node("Cast", ["scaled"], ["index"], to=TensorProto.INT64),
-         helper.make_node("Gather", ["table", "index"], ["rgb"], axis=0)],
-        "fails_for_large_x", [helper.make_tensor_value_info("coords", TensorProto.FLOAT, ["n", 2])],
+        [
+            helper.make_node("Gather", ["coords", "zero"], ["x"], axis=1),
+            helper.make_node("Mul", ["x", "thousand"], ["scaled"]),
+            helper.make_node("Cast", ["scaled"], ["index"], to=TensorProto.INT64),
+            helper.make_node("Gather", ["table", "index"], ["rgb"], axis=0),
+        ],
+        "fails_for_large_x",
+        [helper.make_tensor_value_info("coords", TensorProto.FLOAT, ["n", 2])],
         [helper.make_tensor_value_info("rgb", TensorProto.FLOAT, ["n", 3])],
-        [numpy_helper.from_array(np.array(0, np.int64), "zero"),
-         numpy_helper.from_array(np.array(1000, np.float32), "thousand"), numpy_helper.from_array(table, "table")])
-    faulty = copy_astronaut("faulty", onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                                             ir_version=8).SerializeToString())
+        [
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array(1000, np.float32), "thousand"),
+            numpy_helper.from_array(table, "table"),
+        ],
+    )
+    faulty = copy_astronaut(
+        "faulty",
+        onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString(),
+    )
     cfg = faulty / "config.pbtxt"  # its warmup must pass for the model to serve: zeros, not random coordinates
     cfg.write_text(cfg.read_text().replace("random_data: true", "zero_data: true"))
     return repo
@@ -71,12 +82,21 @@ def faulty_repo(model_repo, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def srv(faulty_repo):
-    s = Server(faulty_repo, "--log-level", "info", env={
-        "INR_HEADER_TIMEOUT_S": str(TIMEOUT_S), "INR_BODY_TIMEOUT_S": str(TIMEOUT_S),
-        # the eight concurrent 1-row queries of the batch test share one batch: it runs once it holds 8 rows,
-        # and the first waits up to 1 s for the rest (was 200 ms: eight threads released by a barrier on a
-        # loaded machine can spread wider, and a late bad query ran alone, without the batched-run log line)
-        "INR_MAX_QUEUE_DELAY_MS": "1000", "INR_MAX_BATCH": "8", "INR_BATCH_INSTANCES": "1"})
+    s = Server(
+        faulty_repo,
+        "--log-level",
+        "info",
+        env={
+            "INR_HEADER_TIMEOUT_S": str(TIMEOUT_S),
+            "INR_BODY_TIMEOUT_S": str(TIMEOUT_S),
+            # the eight concurrent 1-row queries of the batch test share one batch: it runs once it holds 8 rows,
+            # and the first waits up to 1 s for the rest (was 200 ms: eight threads released by a barrier on a
+            # loaded machine can spread wider, and a late bad query ran alone, without the batched-run log line)
+            "INR_MAX_QUEUE_DELAY_MS": "1000",
+            "INR_MAX_BATCH": "8",
+            "INR_BATCH_INSTANCES": "1",
+        },
+    )
     with s.running():
         yield s
 
@@ -88,8 +108,11 @@ def answers(srv) -> bool:
 
 def counted(srv, code: int, path: str) -> float:
     prefix = "inr_request_duration_seconds_count{"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(f"{srv.url}/metrics").text.splitlines()
-               if line.startswith(prefix) and f'code="{code}"' in line and f'endpoint="{path}"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in httpx.get(f"{srv.url}/metrics").text.splitlines()
+        if line.startswith(prefix) and f'code="{code}"' in line and f'endpoint="{path}"' in line
+    )
 
 
 def recv_all(s: socket.socket, timeout: float) -> bytes:
@@ -104,9 +127,11 @@ def test_a_client_gone_mid_upload_is_logged_and_counted(srv):
     before = counted(srv, 499, "/v1/models/{name}/classify")
     idle = in_flight(srv.url)
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
-        s.sendall(b"POST /v1/models/digits/classify HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n"
-                  b"Content-Type: multipart/form-data; boundary=b\r\n\r\n--b\r\nContent-Disposition: form-data; "
-                  b'name="files"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n' + os.urandom(20000))
+        s.sendall(
+            b"POST /v1/models/digits/classify HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n\r\n--b\r\nContent-Disposition: form-data; "
+            b'name="files"; filename="a.png"\r\nContent-Type: image/png\r\n\r\n' + os.urandom(20000)
+        )
         # gone mid-upload by construction: the server is reading the body when the client closes
         # (was: a 0.3 s sleep, and the 499 awaited 10 s)
         wait_for(lambda: in_flight(srv.url) >= idle + 1, 60, "the upload in flight")
@@ -134,8 +159,10 @@ def test_headers_that_never_end_are_timed_out_and_closed(srv):
 
 def test_headers_then_no_body_is_a_408_and_frees_the_request(srv):
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
-        s.sendall(b"POST /v1/models/astronaut/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100\r\n\r\n{\"coords\": ")
+        s.sendall(
+            b"POST /v1/models/astronaut/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"coords": '
+        )
         reply = recv_all(s, 10 * TIMEOUT_S)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower()
@@ -171,8 +198,7 @@ def test_an_onnxruntime_error_in_one_batch_fails_only_its_request(srv):
     table = np.linspace(0, 1, 30).reshape(10, 3)
     for i, x in enumerate(xs[:-1]):
         assert results[x].status_code == 200, results[x].text
-        np.testing.assert_allclose(results[x].json()["rgb"][0], table[int(np.float32(x) * np.float32(1000))],
-                                   atol=1e-6)
+        np.testing.assert_allclose(results[x].json()["rgb"][0], table[int(np.float32(x) * np.float32(1000))], atol=1e-6)
     bad = results[0.5]
     assert bad.status_code == 500 and "see the server log" in bad.json()["error"]
     assert answers(srv)

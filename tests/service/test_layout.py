@@ -9,13 +9,20 @@ inside a function, and nothing imports in a circle (docs/architecture.md, "Layer
     server    server/    ASGI layers around any app: drain, guards, metrics, traces     ground
     app       app.py, __main__.py: puts it all together                             everything
 """
+
 from __future__ import annotations
 
 from tests.layout import ROOT, find_cycle, import_graph, top_level_imports
 
-USES = {"ground": set(), "engine": {"ground"}, "render": {"ground", "engine"}, "fits": {"ground"},
-        "api": {"ground", "engine", "render", "fits"}, "server": {"ground"},
-        "app": {"ground", "engine", "render", "fits", "api", "server"}}
+USES = {
+    "ground": set(),
+    "engine": {"ground"},
+    "render": {"ground", "engine"},
+    "fits": {"ground"},
+    "api": {"ground", "engine", "render", "fits"},
+    "server": {"ground"},
+    "app": {"ground", "engine", "render", "fits", "api", "server"},
+}
 
 
 def layer_of(module: str) -> str:
@@ -51,12 +58,17 @@ def test_service_has_no_import_cycle():
 
 
 def test_the_layer_check_finds_an_upward_import():
-    graph = {"service.engine.runtime": {"service.render.core"}, "service.render.core": {"service.engine.runtime"},
-             "service.server.hotpath": {"service.api.v1.query"}, "service.settings": {"service.server.restricted"}}
+    graph = {
+        "service.engine.runtime": {"service.render.core"},
+        "service.render.core": {"service.engine.runtime"},
+        "service.server.hotpath": {"service.api.v1.query"},
+        "service.settings": {"service.server.restricted"},
+    }
     assert violations(graph) == [
         "service.engine.runtime (engine) imports service.render.core (render)",
         "service.server.hotpath (server) imports service.api.v1.query (api)",
-        "service.settings (ground) imports service.server.restricted (server)"]
+        "service.settings (ground) imports service.server.restricted (server)",
+    ]
 
 
 def test_nothing_in_service_imports_torch_or_training():

@@ -1,4 +1,5 @@
 """GET /metrics: Prometheus text that parses, Triton's counter names, and values that rise with traffic."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,11 @@ from prometheus_client.parser import text_string_to_metric_families
 def scrape(client) -> dict[tuple, float]:
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(r.text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels) -> float:
@@ -43,8 +47,10 @@ def test_metrics_rise_after_inference_requests(client):
     for name in ("nv_inference_request_duration_us", "nv_inference_compute_infer_duration_us"):
         assert rise(name, **digits) > 0
     assert rise("nv_inference_queue_duration_us", **digits) >= 0
-    assert rise("inr_request_duration_seconds_count", model="digits", endpoint="/v1/models/{name}/classify",
-                code="200") == 1
+    assert (
+        rise("inr_request_duration_seconds_count", model="digits", endpoint="/v1/models/{name}/classify", code="200")
+        == 1
+    )
     assert rise("inr_request_duration_seconds_count", model="digits", endpoint="/v2/models/{name}/infer") == 1
     assert rise("inr_request_duration_seconds_count", model="digits", code="400") == 1
     assert rise("inr_batch_size_sum", model="digits") == 5
@@ -59,15 +65,19 @@ def test_metrics_count_models_by_state_and_keep_unknown_names_out_of_labels(clie
     assert value(samples, "inr_models", state="ready") == states.count("ready") == 2
     assert value(samples, "inr_models", state="failed") == states.count("failed") >= 4
     assert not any("made-up" in str(labels) for _, labels in samples)
-    assert value(samples, "inr_request_duration_seconds_count", endpoint="/v1/models/{name}", model="",
-                 code="404") >= 1
+    assert value(samples, "inr_request_duration_seconds_count", endpoint="/v1/models/{name}", model="", code="404") >= 1
 
 
 def test_triton_counters_use_tritons_names_without_suffixes(client):
     text = client.get("/metrics").text
-    for name in ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_count",
-                 "nv_inference_exec_count", "nv_inference_queue_duration_us",
-                 "nv_inference_compute_infer_duration_us"):
+    for name in (
+        "nv_inference_request_success",
+        "nv_inference_request_failure",
+        "nv_inference_count",
+        "nv_inference_exec_count",
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_infer_duration_us",
+    ):
         assert f"# TYPE {name} counter" in text and f'\n{name}{{model="digits",version="1"' in text
     assert "# TYPE inr_batch_size histogram" in text
 
@@ -113,6 +123,7 @@ def test_fit_metrics_read_an_unmade_store_as_zeros_and_an_unreachable_one_as_dow
 
     from service.app import create_app
     from service.settings import Settings
+
     for store, up in ((f"sqlite:///{tmp_path}/fits.sqlite", 1), ("redis://127.0.0.1:1/0", 0)):
         with TestClient(create_app(Settings(models=model_repo, grpc_port=0, fit_store=store))) as c:
             samples = scrape(c)

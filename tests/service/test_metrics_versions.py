@@ -1,5 +1,6 @@
 """Triton's per-model counters are kept per (model, version): a swap starts the new version at zero and
 leaves the old version's series as it was."""
+
 from types import SimpleNamespace
 
 from service.metrics import Metrics
@@ -20,7 +21,7 @@ def test_each_version_counts_its_own_series_across_a_swap():
     m.set_models(serving(1))
     m.execution("digits", rows=3, requests=1, compute_seconds=0.001, version=1)
     m.request("digits", "/v2/models/{name}/infer", "POST", 200, 0.002)
-    m.set_models(serving(2))          # the registry swapped version 2 in
+    m.set_models(serving(2))  # the registry swapped version 2 in
     m.execution("digits", rows=5, requests=2, compute_seconds=0.001, version=2)
     m.execution("digits", rows=1, requests=1, compute_seconds=0.001, version=1)  # a request queued before the swap
     m.request("digits", "/v2/models/{name}/infer", "POST", 200, 0.002)

@@ -1,5 +1,6 @@
 """The service runs on onnxruntime, numpy, FastAPI and Pillow: importing and serving (a fit queued included)
 never imports torch or training/."""
+
 import subprocess
 
 from tests.servers import PY, ROOT
@@ -33,7 +34,12 @@ sys.exit(1 if loaded else 0)
 
 
 def test_serving_requests_never_imports_torch(model_repo, tmp_path):
-    r = subprocess.run([PY, "-c", SCRIPT, str(model_repo), str(tmp_path / "fits.sqlite")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [PY, "-c", SCRIPT, str(model_repo), str(tmp_path / "fits.sqlite")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "torch or training modules: []" in r.stdout

@@ -1,6 +1,7 @@
 """`python -m service` refusing to start: a taken port (HTTP or gRPC), a model repository that is
 not a readable folder, or a bad setting is one line on stderr that names the option, no traceback, and the
 documented exit code (2: a bad setting; 3: a port that cannot be listened on)."""
+
 from __future__ import annotations
 
 import os
@@ -8,14 +9,20 @@ import socket
 import subprocess
 
 import pytest
-from tests.servers import PY, ROOT
 
 from bench.serving import free_port
+from tests.servers import PY, ROOT
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "service", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [PY, "-m", "service", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def one_line(r: subprocess.CompletedProcess, code: int, starts: str) -> None:
@@ -50,8 +57,11 @@ def test_a_taken_grpc_port_is_one_line_and_exit_3(tmp_path, taken, how):
 
 def test_the_same_port_for_http_and_grpc_is_a_bad_setting(tmp_path):
     port = str(free_port())
-    one_line(run_cli("--models", str(tmp_path), "--port", port, "--grpc-port", port), 2,
-             f"error: --grpc-port / INR_GRPC_PORT: {port} is also the HTTP port (--port)")
+    one_line(
+        run_cli("--models", str(tmp_path), "--port", port, "--grpc-port", port),
+        2,
+        f"error: --grpc-port / INR_GRPC_PORT: {port} is also the HTTP port (--port)",
+    )
 
 
 def test_a_file_given_as_the_repository_is_one_line_and_exit_2(tmp_path):
@@ -60,8 +70,9 @@ def test_a_file_given_as_the_repository_is_one_line_and_exit_2(tmp_path):
     one_line(run_cli("--models", str(f), "--port", str(free_port())), 2, f"error: --models '{f}' is not a directory")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder whatever its mode; the in-process test below "
-                                               "covers the refusal")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads a folder whatever its mode; the in-process test below covers the refusal"
+)
 def test_an_unreadable_repository_is_one_line_and_exit_2(tmp_path):
     repo = tmp_path / "models"
     repo.mkdir()
@@ -75,21 +86,26 @@ def test_an_unreadable_repository_is_one_line_and_exit_2(tmp_path):
 
 def test_a_repository_that_cannot_be_listed_is_refused_before_start(tmp_path, monkeypatch):
     from service import __main__ as cli
+
     real = os.listdir
 
     def denied(path):
         if str(path) == str(tmp_path):
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
+
     monkeypatch.setattr(cli.os, "listdir", denied)
     with pytest.raises(ValueError, match=r"^--models '.*' cannot be read \(Permission denied\)$"):
         cli.settings_from(cli.build_parser().parse_args(["--models", str(tmp_path)]))
 
 
-@pytest.mark.parametrize("env,starts", [
-    ({"INR_MAX_BODY_BYTES": "lots"}, "error: --max-body-bytes: Input should be a valid integer"),
-    ({"INR_GRPC_PORT": "-1"}, "error: --grpc-port: Input should be greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    "env,starts",
+    [
+        ({"INR_MAX_BODY_BYTES": "lots"}, "error: --max-body-bytes: Input should be a valid integer"),
+        ({"INR_GRPC_PORT": "-1"}, "error: --grpc-port: Input should be greater than or equal to 0"),
+    ],
+)
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, starts):
     one_line(run_cli("--models", str(tmp_path), env={"INR_PORT": str(free_port()), **env}), 2, starts)
 
@@ -97,7 +113,12 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, starts):
 def test_a_bad_otel_setting_under_plain_uvicorn_is_one_line_and_exit_2():
     """`uvicorn --factory service.app:create_app` (docs/serving.md, "Under load") reads OTEL_* in the factory: the
     same line."""
-    r = subprocess.run([PY, "-m", "uvicorn", "--factory", "service.app:create_app", "--port", str(free_port())],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"})
+    r = subprocess.run(
+        [PY, "-m", "uvicorn", "--factory", "service.app:create_app", "--port", str(free_port())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"},
+    )
     one_line(r, 2, "OTEL_TRACES_SAMPLER: unknown sampler 'sometimes'")

@@ -5,6 +5,7 @@ The real server (`python -m service`, poll mode) exports over OTLP/gRPC; a real 
 exports over OTLP/HTTP. An HTTP classify, a gRPC infer and a render arrive as trees of spans under their
 server spans, continuing the client's `traceparent`; a fit arrives as one trace from the upload to the
 version the API serves. A malformed `traceparent` starts a new trace and is never an error."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,9 +17,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
+from bench.otlp import Receiver, tree
 from fitstore import FitStore
 from tests.fits import Worker, photo, png
-from bench.otlp import Receiver, tree
 from tests.servers import ROOT, Server
 
 FAST = {"preset": "fourier-small", "size": "32", "steps": "60", "protocol": "paper", "seed": "0"}
@@ -27,8 +28,12 @@ SERVER_KIND = 2  # SPAN_KIND_SERVER in the OTLP protobuf
 
 
 def otel(endpoint: str, protocol: str) -> dict:
-    return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +45,17 @@ def stack(tmp_path_factory):
     for name in ("digits", "astronaut"):
         shutil.copytree(ROOT / "models" / name, repo / name)
     url = f"sqlite:///{tmp_path_factory.mktemp('traces-store') / 'fits.sqlite'}"
-    srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.5",
-                 env={"INR_FIT_STORE": url, "INR_MAX_QUEUE_DELAY_MS": "20",
-                      **otel(receiver.grpc_url, "grpc")}).wait_ready()
-    worker = Worker(url, repo, tmp_path_factory.mktemp("traces-log") / "worker.log",
-                    env=otel(receiver.http_url, "http/protobuf"))
+    srv = Server(
+        repo,
+        "--model-control-mode",
+        "poll",
+        "--repository-poll-secs",
+        "0.5",
+        env={"INR_FIT_STORE": url, "INR_MAX_QUEUE_DELAY_MS": "20", **otel(receiver.grpc_url, "grpc")},
+    ).wait_ready()
+    worker = Worker(
+        url, repo, tmp_path_factory.mktemp("traces-log") / "worker.log", env=otel(receiver.http_url, "http/protobuf")
+    )
     store = FitStore(url)
     try:
         yield srv, worker, receiver, store
@@ -70,8 +81,12 @@ def by_name(spans, name: str):
 def test_an_http_classify_continues_the_clients_trace(stack):
     srv, _, receiver, _ = stack
     image = np.zeros((28, 28)).tolist()
-    r = httpx.post(f"{srv.url}/v1/models/digits/classify", json={"images": [image]},
-                   headers={"traceparent": f"00-{CLIENT[0]}-{CLIENT[1]}-01"}, timeout=30)
+    r = httpx.post(
+        f"{srv.url}/v1/models/digits/classify",
+        json={"images": [image]},
+        headers={"traceparent": f"00-{CLIENT[0]}-{CLIENT[1]}-01"},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     trace_id, span_id = ids(r.headers["traceparent"])
     assert trace_id == CLIENT[0] and span_id != CLIENT[1]
@@ -97,8 +112,12 @@ def test_a_request_the_sampler_left_out_makes_no_spans_and_answers_its_trace(sta
     image = np.zeros((28, 28)).tolist()
     left_out, sampled = "5" * 32, "6" * 32
     for trace_id, flags in ((left_out, "00"), (sampled, "01")):
-        r = httpx.post(f"{srv.url}/v1/models/digits/classify", json={"images": [image]},
-                       headers={"traceparent": f"00-{trace_id}-{'7' * 16}-{flags}"}, timeout=30)
+        r = httpx.post(
+            f"{srv.url}/v1/models/digits/classify",
+            json={"images": [image]},
+            headers={"traceparent": f"00-{trace_id}-{'7' * 16}-{flags}"},
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
         assert r.headers["traceparent"].startswith(f"00-{trace_id}-") and r.headers["traceparent"].endswith(flags)
     receiver.wait_trace(sampled, "POST /v1/models/{name}/classify", "inr.infer", "inr.run")
@@ -106,8 +125,10 @@ def test_a_request_the_sampler_left_out_makes_no_spans_and_answers_its_trace(sta
 
 
 def digits_request(images: int) -> pb.ModelInferRequest:
-    request = pb.ModelInferRequest(model_name="digits", inputs=[pb.ModelInferRequest.InferInputTensor(
-        name="images", datatype="FP32", shape=[images, 1, 28, 28])])
+    request = pb.ModelInferRequest(
+        model_name="digits",
+        inputs=[pb.ModelInferRequest.InferInputTensor(name="images", datatype="FP32", shape=[images, 1, 28, 28])],
+    )
     request.raw_input_contents.append(np.zeros((images, 1, 28, 28), np.float32).tobytes())
     return request
 
@@ -115,8 +136,11 @@ def digits_request(images: int) -> pb.ModelInferRequest:
 def rpc(channel: grpc.Channel, name: str, response, stream: bool = False):
     """A KServe V2 method on the raw channel (its trailing metadata is what the test reads)."""
     kind = channel.stream_stream if stream else channel.unary_unary
-    return kind(f"/inference.GRPCInferenceService/{name}", request_serializer=pb.ModelInferRequest.SerializeToString,
-                response_deserializer=response.FromString)
+    return kind(
+        f"/inference.GRPCInferenceService/{name}",
+        request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=response.FromString,
+    )
 
 
 def test_a_grpc_infer_continues_the_trace_in_its_metadata(stack):
@@ -124,8 +148,9 @@ def test_a_grpc_infer_continues_the_trace_in_its_metadata(stack):
     request, trace_id = digits_request(2), "1" * 32
     with grpc.insecure_channel(srv.grpc_url) as channel:
         infer = rpc(channel, "ModelInfer", pb.ModelInferResponse)
-        response, call = infer.with_call(request, metadata=[("traceparent", f"00-{trace_id}-{'2' * 16}-01")],
-                                         timeout=30)
+        response, call = infer.with_call(
+            request, metadata=[("traceparent", f"00-{trace_id}-{'2' * 16}-01")], timeout=30
+        )
         assert len(response.raw_output_contents) == 2
         answered = dict(call.trailing_metadata())["traceparent"]
         with pytest.raises(grpc.RpcError) as err:  # an error answers it too
@@ -149,13 +174,19 @@ def test_a_grpc_stream_is_one_server_span_over_its_requests(stack):
     request, trace_id = digits_request(1), "3" * 32
     with grpc.insecure_channel(srv.grpc_url) as channel:
         stream = rpc(channel, "ModelStreamInfer", pb.ModelStreamInferResponse, stream=True)
-        call = stream(iter([request, request, request]), metadata=[("traceparent", f"00-{trace_id}-{'4' * 16}-01")],
-                      timeout=30)
+        call = stream(
+            iter([request, request, request]), metadata=[("traceparent", f"00-{trace_id}-{'4' * 16}-01")], timeout=30
+        )
         answers = list(call)
         assert len(answers) == 3 and not any(a.error_message for a in answers)
         assert ids(dict(call.trailing_metadata())["traceparent"])[0] == trace_id
-    receiver.wait(lambda rc: len([s for s in rc.trace(trace_id) if s.name == "inr.infer"]) == 3 and
-                  any(s.name.endswith("/ModelStreamInfer") for s in rc.trace(trace_id)), what="the stream's spans")
+    receiver.wait(
+        lambda rc: (
+            len([s for s in rc.trace(trace_id) if s.name == "inr.infer"]) == 3
+            and any(s.name.endswith("/ModelStreamInfer") for s in rc.trace(trace_id))
+        ),
+        what="the stream's spans",
+    )
     spans = receiver.trace(trace_id)
     [root] = by_name(spans, "inference.GRPCInferenceService/ModelStreamInfer")
     assert root.parent_id == "4" * 16 and root.kind == SERVER_KIND
@@ -165,6 +196,7 @@ def test_a_grpc_stream_is_one_server_span_over_its_requests(stack):
 def test_a_batch_links_its_requests_and_they_link_it(stack):
     srv, _, receiver, _ = stack
     import concurrent.futures
+
     image = np.zeros((28, 28)).tolist()
 
     def classify(_):
@@ -174,8 +206,10 @@ def test_a_batch_links_its_requests_and_they_link_it(stack):
         answers = list(pool.map(classify, range(32)))
     assert all(a.status_code == 200 for a in answers)
     traces = {ids(a.headers["traceparent"])[0] for a in answers}
-    receiver.wait(lambda rc: all(any(s.name == "inr.infer" for s in rc.trace(t)) for t in traces),
-                  what="every request's inr.infer")
+    receiver.wait(
+        lambda rc: all(any(s.name == "inr.infer" for s in rc.trace(t)) for t in traces),
+        what="every request's inr.infer",
+    )
     runs = [s for s in receiver.named("inr.run") if s.attributes["inr.batch.size"] > 1 and s.trace_id in traces]
     assert runs, "no two of 32 requests from 8 threads shared a batch within 20 ms"
     run = runs[0]
@@ -196,8 +230,9 @@ def test_a_render_has_plan_tiles_encode_and_a_cache_hit(stack):
     assert first.status_code == second.status_code == 200
     miss, hit = ids(first.headers["traceparent"])[0], ids(second.headers["traceparent"])[0]
     assert miss != hit  # no traceparent sent: each request starts its own trace
-    spans = receiver.wait_trace(miss, "GET /v1/models/{name}/render", "inr.render", "inr.render.plan",
-                                "inr.render.tiles", "inr.render.encode")
+    spans = receiver.wait_trace(
+        miss, "GET /v1/models/{name}/render", "inr.render", "inr.render.plan", "inr.render.tiles", "inr.render.encode"
+    )
     print(f"\na render:\n{tree(spans)}")
     [root] = by_name(spans, "GET /v1/models/{name}/render")
     [render] = by_name(spans, "inr.render")
@@ -216,8 +251,13 @@ def test_an_iiif_tile_is_planned_then_rendered(stack):
     r = httpx.get(f"{srv.url}/iiif/3/astronaut/0,0,128,128/32,/0/default.png", timeout=30)
     assert r.status_code == 200, r.text
     trace_id, _ = ids(r.headers["traceparent"])
-    spans = receiver.wait_trace(trace_id, "GET /iiif/3/{name}/{region}/{size}/{rotation}/{quality_format}",
-                                "inr.iiif.plan", "inr.render", "inr.render.tiles")
+    spans = receiver.wait_trace(
+        trace_id,
+        "GET /iiif/3/{name}/{region}/{size}/{rotation}/{quality_format}",
+        "inr.iiif.plan",
+        "inr.render",
+        "inr.render.tiles",
+    )
     [root] = by_name(spans, "GET /iiif/3/{name}/{region}/{size}/{rotation}/{quality_format}")
     [planned] = by_name(spans, "inr.iiif.plan")
     [render] = by_name(spans, "inr.render")
@@ -226,13 +266,25 @@ def test_an_iiif_tile_is_planned_then_rendered(stack):
     assert render.attributes["inr.width"] == 32
 
 
-@pytest.mark.parametrize("header", ["garbage", "00-" + "0" * 32 + "-b7ad6b7169203331-01",
-                                    "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
-                                    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "00-xyz-abc-01", ""])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "garbage",
+        "00-" + "0" * 32 + "-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-xyz-abc-01",
+        "",
+    ],
+)
 def test_a_malformed_traceparent_starts_a_new_trace(stack, header):
     srv, _, receiver, _ = stack
-    r = httpx.post(f"{srv.url}/v1/models/digits/classify", json={"images": [np.zeros((28, 28)).tolist()]},
-                   headers={"traceparent": header}, timeout=30)
+    r = httpx.post(
+        f"{srv.url}/v1/models/digits/classify",
+        json={"images": [np.zeros((28, 28)).tolist()]},
+        headers={"traceparent": header},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     trace_id, span_id = ids(r.headers["traceparent"])
     assert trace_id not in header
@@ -253,8 +305,17 @@ def test_a_fit_is_one_trace_from_upload_to_the_served_version(stack):
             assert time.monotonic() < deadline, worker.output()[-3000:]
             time.sleep(0.3)
         assert client.get(f"/v1/fits/{job}").json()["state"] == "succeeded", worker.output()[-3000:]
-    spans = receiver.wait_trace(trace_id, "POST /v1/fits", "inr.fit.enqueue", "inr.fit.claim", "inr.fit",
-                                "inr.fit.export", "inr.fit.write", "inr.fit.served", timeout=60)
+    spans = receiver.wait_trace(
+        trace_id,
+        "POST /v1/fits",
+        "inr.fit.enqueue",
+        "inr.fit.claim",
+        "inr.fit",
+        "inr.fit.export",
+        "inr.fit.write",
+        "inr.fit.served",
+        timeout=60,
+    )
     print(f"\nthe fit's trace ({len(spans)} spans):\n{tree(spans)}")
     [upload] = by_name(spans, "POST /v1/fits")
     assert upload.span_id == upload_span and upload.parent_id == "" and upload.service == "inr-serve"

@@ -1,6 +1,7 @@
 """telemetry.logs: log lines carry the current span's trace and span ids (text: a ` trace_id=… span_id=…`
 suffix, JSON: fields), and nothing of the kind with traces off. The tracer is the real SDK's (telemetry.tracing),
 exporting to a closed port; the service's own lines are checked end to end in tests/service/test_traces_faults.py."""
+
 from __future__ import annotations
 
 import io
@@ -9,8 +10,8 @@ import logging
 
 from bench.serving import free_port
 from telemetry import tracing
-from telemetry.logs import TEXT, JsonFormatter, TraceIds
 from telemetry.config import read_config
+from telemetry.logs import TEXT, JsonFormatter, TraceIds
 
 
 def logger_to(stream: io.StringIO, formatter: logging.Formatter) -> logging.Logger:
@@ -28,8 +29,15 @@ def test_lines_carry_the_ids_of_the_current_span_only():
     text, lines = io.StringIO(), io.StringIO()
     plain, structured = logger_to(text, logging.Formatter(TEXT)), logger_to(lines, JsonFormatter())
     plain.info("before")
-    tracing.install(read_config({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
-                                 f"http://127.0.0.1:{free_port()}/v1/traces"}), "test")
+    tracing.install(
+        read_config(
+            {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{free_port()}/v1/traces",
+            }
+        ),
+        "test",
+    )
     try:
         plain.info("outside a span")
         with tracing.span("work") as span:
@@ -41,10 +49,16 @@ def test_lines_carry_the_ids_of_the_current_span_only():
         tracing.shutdown(timeout_s=0.5)
     assert not tracing.ON
     trace_id, span_id = f"{c.trace_id:032x}", f"{c.span_id:016x}"
-    assert text.getvalue().splitlines() == ["INFO test-logs-%d: before" % id(text),
-                                            "INFO test-logs-%d: outside a span" % id(text),
-                                            f"INFO test-logs-{id(text)}: inside trace_id={trace_id} span_id={span_id}"]
+    assert text.getvalue().splitlines() == [
+        "INFO test-logs-%d: before" % id(text),
+        "INFO test-logs-%d: outside a span" % id(text),
+        f"INFO test-logs-{id(text)}: inside trace_id={trace_id} span_id={span_id}",
+    ]
     inside, outside = (json.loads(line) for line in lines.getvalue().splitlines())
     assert (inside["message"], inside["trace_id"], inside["span_id"], inside["level"]) == (
-        "inside json", trace_id, span_id, "INFO")
+        "inside json",
+        trace_id,
+        span_id,
+        "INFO",
+    )
     assert "trace_id" not in outside and outside["time"].endswith("Z")

@@ -11,10 +11,18 @@ def enc(name, **kw):
     return build_encoding(EncodingConfig(name=name, **kw))
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("none", 2), ("basic", 4), ("positional", 2 * 2 * 6), ("gaussian", 2 * 40), ("sine", 40), ("projection", 40),
-    ("grid", 8 * 2),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("none", 2),
+        ("basic", 4),
+        ("positional", 2 * 2 * 6),
+        ("gaussian", 2 * 40),
+        ("sine", 40),
+        ("projection", 40),
+        ("grid", 8 * 2),
+    ],
+)
 def test_each_encoding_maps_n_by_2_to_n_by_out_dim(name, expected):
     e = enc(name, features=40, levels=6, max_freq=32, bandwidth=16, image_size=[30, 20])
     y = e(torch.rand(7, 2))

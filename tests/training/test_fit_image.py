@@ -1,4 +1,5 @@
 """Short real fits, export parity, the model directory, and CLI bad input."""
+
 import json
 import subprocess
 import sys
@@ -22,24 +23,42 @@ SMALL = ["--size", "32", "--width", "64", "--depth", "3", "--features", "64", "-
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "training", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "training", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("repo") / "astro"
-    r = run_cli("fit-image", "--image", "astronaut", "--encoding", "gaussian", "--scale", "6", "--steps", "150",
-                *SMALL, "--out", str(out))
+    r = run_cli(
+        "fit-image",
+        "--image",
+        "astronaut",
+        "--encoding",
+        "gaussian",
+        "--scale",
+        "6",
+        "--steps",
+        "150",
+        *SMALL,
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     return out
 
 
 def fit(encoding: str, steps: int = 150) -> dict:
     img, _ = load_image("astronaut", 32)
-    cfg = FitConfig(image="astronaut", size=32, steps=steps, progress=False, device="cpu",
-                    model=ImageModelConfig(width=64, depth=3, encoding=EncodingConfig(name=encoding, scale=6,
-                                                                                        features=64)))
+    cfg = FitConfig(
+        image="astronaut",
+        size=32,
+        steps=steps,
+        progress=False,
+        device="cpu",
+        model=ImageModelConfig(width=64, depth=3, encoding=EncodingConfig(name=encoding, scale=6, features=64)),
+    )
     model, _ = train(cfg, img)
     return evaluate(model, img, "paper")[0]
 
@@ -76,15 +95,33 @@ def test_exported_model_gives_back_the_training_pixels(exported):
     assert meta["metrics"]["train_psnr"] > 25
 
 
-@pytest.mark.parametrize("model, extra", [("mlp", {}), ("mlp-bn", {}), ("sinekan", {}),
-                                          ("sinekan", dict(first_grid=32, first_freq=16.0, sinekan_init="paper",
-                                                           encoding=EncodingConfig(name="none"))),
-                                          ("sinekan", dict(first_grid=8, first_freq=1.0, hidden_freq=2.0,
-                                                           encoding=EncodingConfig(name="projection", features=8)))])
+@pytest.mark.parametrize(
+    "model, extra",
+    [
+        ("mlp", {}),
+        ("mlp-bn", {}),
+        ("sinekan", {}),
+        ("sinekan", dict(first_grid=32, first_freq=16.0, sinekan_init="paper", encoding=EncodingConfig(name="none"))),
+        (
+            "sinekan",
+            dict(first_grid=8, first_freq=1.0, hidden_freq=2.0, encoding=EncodingConfig(name="projection", features=8)),
+        ),
+    ],
+)
 def test_every_network_exports_with_onnx_equal_to_torch(model, extra):
     torch.manual_seed(0)
-    net = ImageINR(ImageModelConfig(**{"model": model, "width": 16, "depth": 3, "grid_size": 4,
-                                       "encoding": EncodingConfig(name="gaussian", features=8), **extra}))
+    net = ImageINR(
+        ImageModelConfig(
+            **{
+                "model": model,
+                "width": 16,
+                "depth": 3,
+                "grid_size": 4,
+                "encoding": EncodingConfig(name="gaussian", features=8),
+                **extra,
+            }
+        )
+    )
     if model == "mlp-bn":  # give BatchNorm non-trivial statistics, then freeze them
         net.train()
         for _ in range(5):
@@ -108,26 +145,32 @@ def test_parity_check_refuses_a_model_that_differs_from_torch():
         check_parity(net, onnx_bytes, np.random.rand(50, 2).astype(np.float32), "coords", ["rgb"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--image", "mona-lisa"], "unknown image 'mona-lisa'"),
-    (["--encoding", "fourier"], "invalid choice: 'fourier'"),
-    (["--model", "transformer"], "invalid choice: 'transformer'"),
-    (["--size", "0"], "--size"),
-    (["--size", "abc"], "--size"),
-    (["--steps", "-5"], "--steps"),
-    (["--scale", "nan"], "--scale"),
-    (["--scale", "-1"], "--scale"),
-    (["--lr", "inf"], "--lr"),
-    (["--model", "sinekan", "--first-grid", "0"], "--first-grid"),
-    (["--model", "sinekan", "--first-freq", "-2"], "--first-freq"),
-    (["--model", "sinekan", "--hidden-freq", "0"], "--hidden-freq"),
-    (["--model", "sinekan", "--hidden-freq", "inf"], "--hidden-freq"),
-    (["--model", "sinekan", "--sinekan-init", "xavier"], "invalid choice: 'xavier'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--image", "mona-lisa"], "unknown image 'mona-lisa'"),
+        (["--encoding", "fourier"], "invalid choice: 'fourier'"),
+        (["--model", "transformer"], "invalid choice: 'transformer'"),
+        (["--size", "0"], "--size"),
+        (["--size", "abc"], "--size"),
+        (["--steps", "-5"], "--steps"),
+        (["--scale", "nan"], "--scale"),
+        (["--scale", "-1"], "--scale"),
+        (["--lr", "inf"], "--lr"),
+        (["--model", "sinekan", "--first-grid", "0"], "--first-grid"),
+        (["--model", "sinekan", "--first-freq", "-2"], "--first-freq"),
+        (["--model", "sinekan", "--hidden-freq", "0"], "--hidden-freq"),
+        (["--model", "sinekan", "--hidden-freq", "inf"], "--hidden-freq"),
+        (["--model", "sinekan", "--sinekan-init", "xavier"], "invalid choice: 'xavier'"),
+    ],
+)
 def test_bad_fit_image_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "m"
-    r = run_cli("fit-image", *args, "--steps", "1", *SMALL, "--out", str(out)) if "--steps" not in args else \
-        run_cli("fit-image", *args, *SMALL, "--out", str(out))
+    r = (
+        run_cli("fit-image", *args, "--steps", "1", *SMALL, "--out", str(out))
+        if "--steps" not in args
+        else run_cli("fit-image", *args, *SMALL, "--out", str(out))
+    )
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert message in r.stderr
@@ -160,6 +203,7 @@ def fit_config_of(*argv):
     import argparse
 
     from training.cli_image import add_image_options, fit_config
+
     p = argparse.ArgumentParser()
     add_image_options(p)
     return fit_config(p.parse_args(list(argv)))
@@ -173,18 +217,47 @@ def test_model_sinekan_alone_gives_the_benchmarked_variant_and_explicit_options_
     """`--model sinekan` with every other option left out is the best SineKAN of docs/benchmarks.md, fourier_table;
     an option given on the command line is kept, even when it equals fit-image's own default."""
     from training.image_models import MODEL_DEFAULTS
+
     m = parsed("--model", "sinekan")
     d = MODEL_DEFAULTS["sinekan"]
     assert (m.encoding.name, m.encoding.features, m.encoding.scale) == (d["encoding"], d["features"], d["scale"])
     assert (m.width, m.grid_size, m.first_grid, m.first_freq, m.hidden_freq) == (
-        d["width"], d["grid"], d["first_grid"], d["first_freq"], d["hidden_freq"])
+        d["width"],
+        d["grid"],
+        d["first_grid"],
+        d["first_freq"],
+        d["hidden_freq"],
+    )
     from training.cli_image import FIT_DEFAULTS
-    assert fit_config_of("--model", "sinekan").lr == d["lr"] and fit_config_of("--model", "mlp").lr == FIT_DEFAULTS["lr"]
+
+    assert (
+        fit_config_of("--model", "sinekan").lr == d["lr"] and fit_config_of("--model", "mlp").lr == FIT_DEFAULTS["lr"]
+    )
     assert fit_config_of("--model", "sinekan", "--lr", "5e-3").lr == 5e-3
-    m = parsed("--model", "sinekan", "--encoding", "gaussian", "--width", "256", "--grid", "8", "--scale", "10",
-               "--first-freq", "0", "--hidden-freq", "1")
+    m = parsed(
+        "--model",
+        "sinekan",
+        "--encoding",
+        "gaussian",
+        "--width",
+        "256",
+        "--grid",
+        "8",
+        "--scale",
+        "10",
+        "--first-freq",
+        "0",
+        "--hidden-freq",
+        "1",
+    )
     assert (m.encoding.name, m.width, m.grid_size, m.encoding.scale, m.first_freq, m.hidden_freq) == (
-        "gaussian", 256, 8, 10.0, 0.0, 1.0)
+        "gaussian",
+        256,
+        8,
+        10.0,
+        0.0,
+        1.0,
+    )
     mlp = parsed("--model", "mlp")
     assert (mlp.encoding.name, mlp.width, mlp.encoding.features, mlp.encoding.scale) == ("gaussian", 256, 256, 10.0)
 

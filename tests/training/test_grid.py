@@ -1,5 +1,6 @@
 """The multiresolution grid encoding (training/encodings/grid.py): levels, aspect, dense and hashed lookups,
 the range checks, and its export through onnxruntime."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +59,8 @@ def test_a_hashed_level_equals_bilinear_sampling_of_its_hashed_table():
         enc.tables[0].normal_()
     i, j = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
     idx = torch.bitwise_and(torch.bitwise_xor(j, i * PRIME_Y), 255)
-    dense = enc.tables[0][idx].permute(2, 0, 1).unsqueeze(0)                      # [1, F, H, W]
-    coords = torch.rand(500, 2) * 1.2 - 0.1                                          # inside and beyond
+    dense = enc.tables[0][idx].permute(2, 0, 1).unsqueeze(0)  # [1, F, H, W]
+    coords = torch.rand(500, 2) * 1.2 - 0.1  # inside and beyond
     ref = F.grid_sample(dense, (coords * 2 - 1).view(1, 1, -1, 2), align_corners=False, padding_mode="border")
     assert torch.allclose(enc(coords), ref.view(2, -1).t(), atol=1e-5)
 
@@ -69,10 +70,10 @@ def test_the_derived_table_keeps_the_tables_within_the_byte_budget():
     cfg = grid_cfg(2000, 1500, grid_levels=8, grid_features=2, grid_finest=2000, grid_bytes_per_pixel=1.5)
     enc = MultiresGrid(cfg)
     assert enc.log2_table == table_log2(cfg, enc.sizes)
-    assert enc.entries() * 2 <= 1.5 * 2000 * 1500                         # float16 bytes
+    assert enc.entries() * 2 <= 1.5 * 2000 * 1500  # float16 bytes
     assert any(enc.dense) and enc.hashed
     bigger = MultiresGrid(grid_cfg(2000, 1500, grid_levels=8, grid_finest=2000, grid_log2_table=enc.log2_table + 1))
-    assert bigger.entries() * 2 > 1.5 * 2000 * 1500                         # the largest T that fits
+    assert bigger.entries() * 2 > 1.5 * 2000 * 1500  # the largest T that fits
 
 
 def test_by_default_every_level_is_dense_and_the_finest_as_fine_as_the_budget_allows():
@@ -91,13 +92,16 @@ def test_tiny_and_extreme_images_build_and_run(size):
     assert all(rx >= 1 and ry >= 1 and rx <= max(size) and ry <= max(size) for rx, ry in enc.sizes)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("grid_levels", 0, "--grid-levels must be in 1..32"),
-    ("grid_features", 0, "--grid-features must be in 1..16"),
-    ("grid_log2_table", 40, "--grid-log2-table must be in 8..26"),
-    ("grid_finest", 100_000, "--grid-finest must be in 1..32768"),
-    ("image_size", [0, 5], "image's size"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("grid_levels", 0, "--grid-levels must be in 1..32"),
+        ("grid_features", 0, "--grid-features must be in 1..16"),
+        ("grid_log2_table", 40, "--grid-log2-table must be in 8..26"),
+        ("grid_finest", 100_000, "--grid-finest must be in 1..32768"),
+        ("image_size", [0, 5], "image's size"),
+    ],
+)
 def test_out_of_range_options_are_refused_naming_the_range(field, value, message):
     with pytest.raises(UsageError, match=message.replace(".", r"\.")):
         MultiresGrid(grid_cfg(30, 20, **{field: value}))
@@ -114,6 +118,6 @@ def test_grid_models_export_and_onnxruntime_matches_torch(log2_table, opset):
     probe = np.random.default_rng(0).random((3000, 2), dtype=np.float32) * 1.5 - 0.25
     assert check_parity(net, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)["rgb"] <= 1e-5
     ops = {n.op_type for n in __import__("onnx").load_from_string(onnx_bytes).graph.node}
-    assert ("GridSample" in ops) == (log2_table == 8)   # all-dense grids export packed corners (grid_export.py)
+    assert ("GridSample" in ops) == (log2_table == 8)  # all-dense grids export packed corners (grid_export.py)
     assert ("BitwiseXor" in ops) == (log2_table == 8)
     assert ort_session(onnx_bytes).run(["rgb"], {"coords": probe[:0]})[0].shape == (0, 3)

@@ -1,5 +1,6 @@
 """The render layout of dense grid models (training/encodings/grid_export.py): one Gather of packed corner cells
 instead of a GridSample per level, within the export's parity gate, float16 storage kept."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,14 +8,12 @@ import onnx
 import pytest
 import torch
 
-from training.encodings import EncodingConfig
-from training.encodings import grid_export
+from training.encodings import EncodingConfig, grid_export
 from training.export import check_parity, export_onnx, ort_session, trace
 from training.fp16 import round_weights_fp16, store_weights_fp16
 from training.image_models import ImageINR, ImageModelConfig
 
-EDGES = np.array([[0, 0], [1, 1], [0, 1], [1, 0], [0.5, 0], [1, 0.5], [-3, 7], [1e30, -1e30], [-1e30, 0.5]],
-                 np.float32)
+EDGES = np.array([[0, 0], [1, 1], [0, 1], [1, 0], [0.5, 0], [1, 0.5], [-3, 7], [1e30, -1e30], [-1e30, 0.5]], np.float32)
 
 
 def grid_model(w: int, h: int, depth: int = 3, width: int = 16, **kw) -> ImageINR:
@@ -70,7 +69,7 @@ def test_float16_storage_keeps_the_small_file_and_the_parity():
     packed, report = store_weights_fp16(export_onnx(net, torch.rand(8, 2), "coords", ["rgb"]))
     traced, _ = store_weights_fp16(trace(net, torch.rand(8, 2), "coords", ["rgb"], 17))
     assert report["fp16_initializers"] >= 1
-    assert len(packed) <= len(traced) + 8192          # the tables are stored once, as float16; the packing is folded at load
+    assert len(packed) <= len(traced) + 8192  # the tables are stored once, as float16; the packing is folded at load
     probe = np.random.default_rng(2).random((2000, 2), dtype=np.float32) * 1.5 - 0.25
     assert check_parity(net, packed, probe, "coords", ["rgb"], atol=1e-5)["rgb"] <= 1e-5
 
@@ -89,5 +88,5 @@ def test_large_and_hashed_grids_keep_the_traced_graph(monkeypatch):
     assert grid_export.plan(net, "coords") is None
     assert "GridSample" in ops(export_onnx(net, torch.rand(8, 2), "coords", ["rgb"]))
     monkeypatch.undo()
-    assert grid_export.plan(grid_model(48, 30, grid_log2_table=8), "coords") is None       # a hashed level
+    assert grid_export.plan(grid_model(48, 30, grid_log2_table=8), "coords") is None  # a hashed level
     assert grid_export.plan(net.body, "coords") is None and grid_export.plan(net, "features") is None

@@ -1,5 +1,6 @@
 """The pyramid start (training/encodings/grid_init.py) and 8-bit tables (grid_quant.py) of grid models,
 on a real photo (scikit-image's chelsea) and through onnxruntime."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,7 @@ import onnx
 import pytest
 import torch
 
-from training.encodings import EncodingConfig
-from training.encodings import grid_init
+from training.encodings import EncodingConfig, grid_init
 from training.encodings.grid import MultiresGrid
 from training.encodings.grid_init import linear_head, pyramid_init
 from training.encodings.grid_quant import round_tables_8bit, store_tables_8bit
@@ -25,14 +25,17 @@ from training.metrics import psnr
 
 @pytest.fixture(scope="module")
 def chelsea() -> np.ndarray:
-    img, _ = load_image("chelsea", 120, False, 10**6)   # 120×80, its native aspect
+    img, _ = load_image("chelsea", 120, False, 10**6)  # 120×80, its native aspect
     return img
 
 
 def grid_model(img: np.ndarray, depth: int = 2, width: int = 32, model: str = "mlp", **enc) -> ImageINR:
     h, w = img.shape[:2]
-    return ImageINR(ImageModelConfig(model=model, depth=depth, width=width,
-                                     encoding=EncodingConfig(name="grid", image_size=[w, h], **enc)))
+    return ImageINR(
+        ImageModelConfig(
+            model=model, depth=depth, width=width, encoding=EncodingConfig(name="grid", image_size=[w, h], **enc)
+        )
+    )
 
 
 def render(model: ImageINR, img: np.ndarray) -> np.ndarray:
@@ -41,8 +44,11 @@ def render(model: ImageINR, img: np.ndarray) -> np.ndarray:
 
 
 def test_the_head_becomes_an_exact_linear_map_of_the_features():
-    body = ImageINR(ImageModelConfig(depth=3, width=40, encoding=EncodingConfig(name="grid", image_size=[20, 10],
-                                                                                grid_levels=4, grid_features=2))).body
+    body = ImageINR(
+        ImageModelConfig(
+            depth=3, width=40, encoding=EncodingConfig(name="grid", image_size=[20, 10], grid_levels=4, grid_features=2)
+        )
+    ).body
     last = linear_head(body, 8)
     m = torch.randn(3, 8)
     with torch.no_grad():
@@ -61,14 +67,14 @@ def test_a_head_that_cannot_be_linear_keeps_its_random_start(chelsea, model, dep
 
 def test_the_model_starts_as_the_photo_at_its_grid_resolution(chelsea):
     """Step 0 after the pyramid start is close to the photo; the random start is grey."""
-    m = grid_model(chelsea, grid_finest=60, grid_bytes_per_pixel=16)   # every level dense, the finest at half size
+    m = grid_model(chelsea, grid_finest=60, grid_bytes_per_pixel=16)  # every level dense, the finest at half size
     grey = psnr(render(m, chelsea), chelsea)
     assert pyramid_init(m, chelsea, "full") is not None
     start = psnr(render(m, chelsea), chelsea)
     assert grey < 18 and start > grey + 8, (grey, start)
     finer = grid_model(chelsea, grid_finest=120, grid_bytes_per_pixel=16)
     pyramid_init(finer, chelsea, "full")
-    assert psnr(render(finer, chelsea), chelsea) > start + 3   # native cells hold more of it
+    assert psnr(render(finer, chelsea), chelsea) > start + 3  # native cells hold more of it
 
 
 def test_each_level_is_back_projected_until_its_reading_fits_better(chelsea, monkeypatch):
@@ -102,14 +108,14 @@ def test_8_bit_tables_cost_little_and_are_stored_as_uint8_with_parity(chelsea):
     round_tables_8bit(m)
     after = psnr(render(m, chelsea), chelsea)
     assert before - after < 0.5, (before, after)
-    for t in m.encoding.tables:                                  # 256 values or fewer per channel
+    for t in m.encoding.tables:  # 256 values or fewer per channel
         assert all(len(torch.unique(t[:, c])) <= 256 for c in range(t.shape[1]))
     plain = export_onnx(m, torch.rand(8, 2), "coords", ["rgb"])
     small, report = store_tables_8bit(plain, m)
     assert report["u8_tables"] == len(m.encoding.tables)
     u8 = [i for i in onnx.load_from_string(small).graph.initializer if i.data_type == onnx.TensorProto.UINT8]
     assert sum(int(np.prod(i.dims)) for i in u8) == m.encoding.entries()
-    assert len(plain) - len(small) >= 2.5 * m.encoding.entries()   # a byte per entry instead of four (+ scales)
+    assert len(plain) - len(small) >= 2.5 * m.encoding.entries()  # a byte per entry instead of four (+ scales)
     probe = np.random.default_rng(0).random((2048, 2), dtype=np.float32) * 1.4 - 0.2
     check_parity(m, small, probe, "coords", ["rgb"], atol=1e-5)
 
@@ -123,18 +129,66 @@ def test_8_bit_tables_buy_twice_the_cells_within_the_same_bytes():
 
 def test_fit_image_refuses_other_table_bits_and_writes_nothing(tmp_path):
     out = tmp_path / "m"
-    r = subprocess.run([sys.executable, "-m", "training", "fit-image", "--image", "chelsea", "--encoding", "grid",
-                        "--grid-table-bits", "12", "--steps", "1", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "chelsea",
+            "--encoding",
+            "grid",
+            "--grid-table-bits",
+            "12",
+            "--steps",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "--grid-table-bits must be one of 8, 16, got 12" in r.stderr
     assert not out.exists()
 
 
 def test_fit_image_writes_an_8_bit_grid_model_that_matches_its_metadata(tmp_path):
     out = tmp_path / "m"
-    r = subprocess.run([sys.executable, "-m", "training", "fit-image", "--image", "chelsea", "--size", "96",
-                        "--protocol", "full", "--encoding", "grid", "--depth", "2", "--width", "32",
-                        "--grid-table-bits", "8", "--fp16-weights", "--steps", "20", "--lr", "2e-3",
-                        "--batch-size", "4096", "--no-progress", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "chelsea",
+            "--size",
+            "96",
+            "--protocol",
+            "full",
+            "--encoding",
+            "grid",
+            "--depth",
+            "2",
+            "--width",
+            "32",
+            "--grid-table-bits",
+            "8",
+            "--fp16-weights",
+            "--steps",
+            "20",
+            "--lr",
+            "2e-3",
+            "--batch-size",
+            "4096",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["export"]["tables"]["u8_tables"] == 8 and meta["export"]["max_abs_diff_vs_torch"]["rgb"] <= 1e-5

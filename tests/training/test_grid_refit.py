@@ -1,5 +1,6 @@
 """A finest level on the native pixels (training/encodings/grid.py `native_ladder`) and its refit through the
 rounding of everything else (training/encodings/grid_refit.py), on a real photo (scikit-image's chelsea)."""
+
 from __future__ import annotations
 
 import copy
@@ -27,14 +28,15 @@ LUMA = dict(grid_table_bits=8, grid_finest_features=1)
 
 @pytest.fixture(scope="module")
 def chelsea() -> np.ndarray:
-    img, _ = load_image("chelsea", 120, False, 10**6)   # 120×80, its native aspect
+    img, _ = load_image("chelsea", 120, False, 10**6)  # 120×80, its native aspect
     return img
 
 
 def grid_model(img: np.ndarray, **enc) -> ImageINR:
     h, w = img.shape[:2]
-    return ImageINR(ImageModelConfig(depth=2, width=32, encoding=EncodingConfig(name="grid", image_size=[w, h],
-                                                                                 **enc))).eval()
+    return ImageINR(
+        ImageModelConfig(depth=2, width=32, encoding=EncodingConfig(name="grid", image_size=[w, h], **enc))
+    ).eval()
 
 
 def render(model: ImageINR, img: np.ndarray) -> np.ndarray:
@@ -50,10 +52,10 @@ def test_one_feature_on_the_finest_level_puts_it_on_the_native_pixels_within_the
     for w, h in [(2667, 1500), (1500, 2667), (2309, 1732), (640, 480)]:
         enc = MultiresGrid(cfg(w, h, **LUMA))
         assert enc.sizes[-1] == (w, h) and enc.level_features == [2] * 7 + [1] and enc.out_dim == 15
-        assert enc.entries() <= 1.45 * w * h                       # one byte an entry
+        assert enc.entries() <= 1.45 * w * h  # one byte an entry
         top = enc.sizes[-2]
-        assert max(top) <= max(w, h) // 2 and enc.entries() > 1.3 * w * h   # the coarse ladder takes the rest
-    same = level_sizes(cfg(2667, 1500, grid_table_bits=8))              # equal features: as before, below native
+        assert max(top) <= max(w, h) // 2 and enc.entries() > 1.3 * w * h  # the coarse ladder takes the rest
+    same = level_sizes(cfg(2667, 1500, grid_table_bits=8))  # equal features: as before, below native
     assert same[-1][0] < 2667 * 0.8
 
 
@@ -72,7 +74,7 @@ def test_the_luma_goes_to_the_native_level_and_each_chroma_below_it():
     features = [2] * 7 + [1]
     assert slot_channel(7, 0, features) == 0
     assert [slot_channel(level, 1, features) for level in (6, 5, 4)] == [1, 2, 1]
-    assert [slot_channel(level, 1, [2] * 8) for level in (7, 6, 5)] == [1, 2, 1]   # equal features: as before
+    assert [slot_channel(level, 1, [2] * 8) for level in (7, 6, 5)] == [1, 2, 1]  # equal features: as before
 
 
 def test_the_start_holds_the_luma_exactly_and_beats_equal_features_in_the_same_bytes(chelsea):
@@ -81,10 +83,10 @@ def test_the_start_holds_the_luma_exactly_and_beats_equal_features_in_the_same_b
     pyramid_init(luma, chelsea, "full")
     pyramid_init(plain, chelsea, "full")
     out = render(luma, chelsea)
-    target = np.clip(chelsea, 0.5 / 255, 1 - 0.5 / 255)          # as the start clips the photo before its logits
+    target = np.clip(chelsea, 0.5 / 255, 1 - 0.5 / 255)  # as the start clips the photo before its logits
     y_out = np.log(out / (1 - out)) @ BASIS[0].numpy()
     y_img = np.log(target / (1 - target)) @ BASIS[0].numpy()
-    assert np.abs(y_out - y_img).max() < 1e-3                 # the luma of the logits, pixel for pixel
+    assert np.abs(y_out - y_img).max() < 1e-3  # the luma of the logits, pixel for pixel
     assert psnr(out, chelsea) > psnr(render(plain, chelsea), chelsea) + 3
 
 
@@ -102,8 +104,11 @@ def test_the_refit_wins_back_what_rounding_the_coarse_levels_lost(chelsea):
     tc, tt, _, _ = split_pixels(chelsea, "full")
     report = refit_native(m, tc, tt, w, h)
     after = psnr(render(m, chelsea), chelsea)
-    assert report["mse_after"] < report["mse_before"] and after > before + 3 and after > start - 0.1, \
-        (start, before, after)
+    assert report["mse_after"] < report["mse_before"] and after > before + 3 and after > start - 0.1, (
+        start,
+        before,
+        after,
+    )
 
 
 def test_finishing_rounds_the_native_level_to_8_bits_that_store_as_uint8_with_parity(chelsea):
@@ -119,7 +124,7 @@ def test_finishing_rounds_the_native_level_to_8_bits_that_store_as_uint8_with_pa
     native = m.encoding.tables[-1]
     assert len(torch.unique(native)) <= 256
     again = copy.deepcopy(m)
-    round_tables_8bit(again)                                      # the min/max rounding keeps the refit's steps
+    round_tables_8bit(again)  # the min/max rounding keeps the refit's steps
     assert torch.equal(again.encoding.tables[-1], native)
     small, report = store_tables_8bit(export_onnx(m, torch.rand(8, 2), "coords", ["rgb"]), m)
     assert report["u8_tables"] == 8
@@ -166,5 +171,7 @@ def test_a_one_pixel_or_flat_photo_finishes_to_uint8_tables_that_match_torch(w, 
     assert all(torch.isfinite(t).all() for t in m.encoding.tables)
     small, report = store_tables_8bit(export_onnx(m, torch.rand(8, 2), "coords", ["rgb"]), m)
     assert report["u8_tables"] == 8
-    probe = np.concatenate([pixel_centres(h, w).reshape(-1, 2), np.random.default_rng(5).random((64, 2))]).astype(np.float32)
+    probe = np.concatenate([pixel_centres(h, w).reshape(-1, 2), np.random.default_rng(5).random((64, 2))]).astype(
+        np.float32
+    )
     assert check_parity(m, small, probe, "coords", ["rgb"], atol=1e-5)["rgb"] <= 1e-5

@@ -1,5 +1,6 @@
 """`training/` has no import cycle: every `import` and `from … import` of a training module, at the top of a
 file or inside a function, read with `ast` (a lazy import inside a function closes a circle just as well)."""
+
 from __future__ import annotations
 
 from tests.layout import find_cycle
@@ -37,17 +38,31 @@ def code_words(path) -> tuple[set[str], set[str]]:
     split at non-letters): what the code names, its comments and docstrings left out."""
     import ast
     import re
+
     tree = ast.parse(path.read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
     names, strings = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             strings.update(re.split(r"[^A-Za-z0-9]+", node.value))
             continue
-        found = {ast.Name: "id", ast.Attribute: "attr", ast.alias: "name", ast.ImportFrom: "module",
-                 ast.FunctionDef: "name", ast.ClassDef: "name", ast.arg: "arg", ast.keyword: "arg"}
+        found = {
+            ast.Name: "id",
+            ast.Attribute: "attr",
+            ast.alias: "name",
+            ast.ImportFrom: "module",
+            ast.FunctionDef: "name",
+            ast.ClassDef: "name",
+            ast.arg: "arg",
+            ast.keyword: "arg",
+        }
         text = getattr(node, found.get(type(node), ""), None) if type(node) in found else None
         if text:
             names.update(re.split(r"[^A-Za-z0-9]+|_", text))
@@ -60,6 +75,7 @@ def test_fitting_and_export_name_no_encoding():
     `set_to_none` is not the encoding.)"""
     from tests.layout import ROOT
     from training.encodings import ENCODINGS
+
     modules = {p.stem.split("_")[0] for p in (ROOT / "training" / "encodings").glob("*.py")} - {"", "base", "config"}
     assert {"fourier", "grid"} <= modules
     for name in ("fit_image.py", "export.py"):

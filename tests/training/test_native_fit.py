@@ -1,6 +1,7 @@
 """Native geometry, training half: `fit-image` fits the whole image at its native size and aspect (no crop unless
 asked), records the grid [W, H] in metadata and in the ONNX metadata_props, and refuses bad grid options
 with one line; tiny and extreme images are fitted, never a crash. Real CLI subprocesses, real onnxruntime."""
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,13 @@ from PIL import Image
 from training.images import fit_dims, load_image, pixel_centres
 
 ROOT = Path(__file__).resolve().parents[2]
-GRID = ["--encoding", "grid", "--depth", "3", "--width", "16", "--lr", "1e-2", "--batch-size", "1024",
-        "--no-progress"]
+GRID = ["--encoding", "grid", "--depth", "3", "--width", "16", "--lr", "1e-2", "--batch-size", "1024", "--no-progress"]
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "training", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "training", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def picture(tmp_path: Path, w: int, h: int, name: str = "pic.png") -> Path:
@@ -33,15 +34,18 @@ def picture(tmp_path: Path, w: int, h: int, name: str = "pic.png") -> Path:
     return path
 
 
-@pytest.mark.parametrize("w, h, size, crop, want", [
-    (2560, 1600, None, False, (2560, 1600)),      # native: no crop, no resize
-    (2560, 1600, 512, False, (512, 320)),         # a cap on the longer side, aspect kept
-    (1600, 2560, 512, False, (320, 512)),
-    (300, 200, 512, False, (300, 200)),           # never upscaled
-    (2560, 1600, 512, True, (512, 512)),          # the centre square only on request
-    (6000, 5000, None, False, (5477, 4564)),      # over 25 MP: downscaled to the pixel limit
-    (1, 20000, 512, False, (1, 512)),
-])
+@pytest.mark.parametrize(
+    "w, h, size, crop, want",
+    [
+        (2560, 1600, None, False, (2560, 1600)),  # native: no crop, no resize
+        (2560, 1600, 512, False, (512, 320)),  # a cap on the longer side, aspect kept
+        (1600, 2560, 512, False, (320, 512)),
+        (300, 200, 512, False, (300, 200)),  # never upscaled
+        (2560, 1600, 512, True, (512, 512)),  # the centre square only on request
+        (6000, 5000, None, False, (5477, 4564)),  # over 25 MP: downscaled to the pixel limit
+        (1, 20000, 512, False, (1, 512)),
+    ],
+)
 def test_fit_dims(w, h, size, crop, want):
     assert fit_dims(w, h, size, crop) == want
 
@@ -70,8 +74,9 @@ def test_a_non_square_grid_fit_end_to_end_through_the_cli(tmp_path):
 
 def test_crop_fits_the_centre_square(tmp_path):
     out = tmp_path / "sq"
-    r = run_cli("fit-image", "--image", str(picture(tmp_path, 50, 30)), "--crop", *GRID, "--steps", "5",
-                "--out", str(out))
+    r = run_cli(
+        "fit-image", "--image", str(picture(tmp_path, 50, 30)), "--crop", *GRID, "--steps", "5", "--out", str(out)
+    )
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["source"]["size"] == [30, 30] and meta["source"]["crop"] == "centre square"
@@ -114,6 +119,7 @@ def test_tiny_and_extreme_aspect_images_are_fitted(tmp_path, w, h):
 def test_the_preview_keeps_the_aspect_within_its_longer_side(tmp_path):
     from training.fit_image import PREVIEW_SIDE
     from training.images import save_png
+
     save_png(np.zeros((10, 3000, 3), np.float32), tmp_path / "p.png", max_side=PREVIEW_SIDE)
     with Image.open(tmp_path / "p.png") as im:
         assert im.size == (PREVIEW_SIDE, 3)
@@ -121,11 +127,24 @@ def test_the_preview_keeps_the_aspect_within_its_longer_side(tmp_path):
 
 @pytest.mark.parametrize("w, h", [(1, 1), (2, 3)])
 def test_tiny_images_are_fitted_with_the_default_preset(tmp_path, w, h):
-    """The preset's native luma level on one pixel: its rounding range is one value (training/encodings/grid_refit.py)."""
+    """The preset's native luma level on one pixel: its rounding range is one value
+    (training/encodings/grid_refit.py)."""
     from fitstore import PRESETS
+
     out = tmp_path / "m"
-    r = run_cli("fit-image", "--image", str(picture(tmp_path, w, h)), *PRESETS["grid"]["argv"], "--protocol", "full",
-                "--steps", "3", "--no-progress", "--out", str(out))
+    r = run_cli(
+        "fit-image",
+        "--image",
+        str(picture(tmp_path, w, h)),
+        *PRESETS["grid"]["argv"],
+        "--protocol",
+        "full",
+        "--steps",
+        "3",
+        "--no-progress",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["source"]["size"] == [w, h] and np.isfinite(meta["metrics"]["full_psnr"])

@@ -1,4 +1,5 @@
 """`fit-image --out models/NAME` into an existing model writes the next version beside the first."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fit(out: Path, seed: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training", "fit-image", "--image", "astronaut", "--size", "16",
-                           "--steps", "3", "--width", "16", "--depth", "2", "--features", "16", "--seed", str(seed),
-                           "--no-progress", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "astronaut",
+            "--size",
+            "16",
+            "--steps",
+            "3",
+            "--width",
+            "16",
+            "--depth",
+            "2",
+            "--features",
+            "16",
+            "--seed",
+            str(seed),
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_a_second_fit_into_the_same_folder_is_version_2(tmp_path):

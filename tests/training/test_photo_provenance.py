@@ -1,5 +1,6 @@
 """`python -m training.photo_provenance`: a photo's provenance goes into the model fitted from it (`make models`),
 and a model fitted from another file, or a photo that changed since its provenance was written, is refused."""
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,52 @@ from PIL import Image
 
 from modelrepo import check_version, read_spec, read_version, sha256_file
 
-PHOTO = {"subject": "a gradient", "title": "ramp", "author": "A. Tester", "year": 2026, "licence": "CC0-1.0",
-         "package": "none 1.0 (made by the test)", "original_size": [48, 32], "downscale": "none"}
+PHOTO = {
+    "subject": "a gradient",
+    "title": "ramp",
+    "author": "A. Tester",
+    "year": 2026,
+    "licence": "CC0-1.0",
+    "package": "none 1.0 (made by the test)",
+    "original_size": [48, 32],
+    "downscale": "none",
+}
 
 
 def run(cwd, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_the_provenance_goes_into_the_newest_version_and_the_spec(tmp_path):
     ramp = np.linspace(0, 255, 24 * 16 * 3).reshape(16, 24, 3).astype(np.uint8)
     Image.fromarray(ramp).save(tmp_path / "ramp.png")
-    fit = run(tmp_path, "training", "fit-image", "--image", "ramp.png", "--steps", "3", "--width", "16",
-              "--depth", "2", "--features", "16", "--protocol", "full", "--no-progress", "--out", "m")
+    fit = run(
+        tmp_path,
+        "training",
+        "fit-image",
+        "--image",
+        "ramp.png",
+        "--steps",
+        "3",
+        "--width",
+        "16",
+        "--depth",
+        "2",
+        "--features",
+        "16",
+        "--protocol",
+        "full",
+        "--no-progress",
+        "--out",
+        "m",
+    )
     assert fit.returncode == 0, fit.stderr
     provenance = {"file": "ramp.png", "sha256": sha256_file(tmp_path / "ramp.png"), **PHOTO}
     (tmp_path / "ramp.json").write_text(json.dumps(provenance))

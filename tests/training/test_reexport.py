@@ -1,6 +1,7 @@
 """`python -m training reexport-image`: a model folder exported before the separable body (its graph
 with the Concat, no body.onnx) is rebuilt from its ONNX weights and rewritten as version 1 with the
 Concat-free graph and the body; other folders get one line `error: …` and exit 2."""
+
 from __future__ import annotations
 
 import json
@@ -41,15 +42,25 @@ def old_style_folder(out: Path) -> ImageINR:
     model.encoding = OldSinCos(model.encoding.B)
     onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"])
     arch = {**cfg.to_dict(), "parameters": 1, "batchnorm_folded": False}
-    write_model_dir(out, task="image", onnx_bytes=onnx_bytes, inputs=[TensorSpec("coords", "FP32", [-1, 2])],
-                    outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
-                    metadata={"description": "old", "architecture": arch, "metrics": {"full_psnr": 1.0}})
+    write_model_dir(
+        out,
+        task="image",
+        onnx_bytes=onnx_bytes,
+        inputs=[TensorSpec("coords", "FP32", [-1, 2])],
+        outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
+        metadata={"description": "old", "architecture": arch, "metrics": {"full_psnr": 1.0}},
+    )
     return model
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training", "reexport-image", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "training", "reexport-image", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_an_old_folder_is_reexported_with_the_body_and_without_the_concat(tmp_path):
@@ -82,12 +93,18 @@ def test_a_grid_model_with_8bit_tables_is_reexported_as_it_was_stored(tmp_path):
     """The bundled dandelion: 8-bit tables (NAME__u8, __scale, __low) are read back, and the new file stores them
     as uint8 again, so it is no larger and answers as the old one did."""
     import shutil
+
     folder = tmp_path / "dandelion"
     shutil.copytree(ROOT / "models" / "dandelion", folder)
     old = folder / "1" / "model.onnx"
     old_bytes, old_size = old.read_bytes(), old.stat().st_size
-    r = subprocess.run([sys.executable, "-m", "training", "reexport-image", str(folder)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "training", "reexport-image", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     new = folder / "1" / "model.onnx"
     assert new.stat().st_size <= old_size * 1.01

@@ -96,8 +96,12 @@ def test_first_layer_options_set_its_grid_and_scale_its_frequencies_only():
 def test_image_model_first_freq_is_the_top_first_layer_frequency_in_cycles():
     from training.encodings import EncodingConfig
     from training.image_models import ImageINR, ImageModelConfig
-    m = ImageINR(ImageModelConfig(model="sinekan", width=8, depth=2, first_grid=64, first_freq=16.0,
-                                  encoding=EncodingConfig(name="none")))
+
+    m = ImageINR(
+        ImageModelConfig(
+            model="sinekan", width=8, depth=2, first_grid=64, first_freq=16.0, encoding=EncodingConfig(name="none")
+        )
+    )
     assert m.body[0].frequencies[-1].item() == pytest.approx(2 * math.pi * 16)
 
 

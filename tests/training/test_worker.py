@@ -1,5 +1,6 @@
 """`python -m training worker` as real subprocesses on a real SQLite store: a fit end to end, cancel,
 a worker killed mid-fit (retried once, then failed), two workers racing, SIGTERM, the deadline."""
+
 from __future__ import annotations
 
 import json
@@ -63,7 +64,8 @@ def test_a_worker_fits_an_uploaded_image_with_ordered_progress_and_previews(plac
     assert meta["source"]["kind"] == "upload" and meta["source"]["job"] == job["id"]
     assert meta["source"]["size"] == [32, 27]
     rgb = ort.InferenceSession(str(models / "upload" / "1" / "model.onnx")).run(
-        None, {"coords": np.array([[0.5, 0.5]], np.float32)})[0]
+        None, {"coords": np.array([[0.5, 0.5]], np.float32)}
+    )[0]
     assert rgb.shape == (1, 3)
     assert store.image(job["id"]) is None  # the upload is dropped once the job is done
     # the same name again: the next version
@@ -106,8 +108,12 @@ def test_a_worker_killed_mid_fit_is_retried_once_then_the_job_fails(place):
     running_past(store, job["id"], 2)
     first.kill()
     second = start()  # its heartbeat thread reaps the dead worker's job and it takes attempt 2
-    rec = wait_for(store, job["id"], lambda r: r["attempt"] == 2 and r["state"] == "running" and r["step"] >= 2,
-                   what="attempt 2 running")
+    rec = wait_for(
+        store,
+        job["id"],
+        lambda r: r["attempt"] == 2 and r["state"] == "running" and r["step"] >= 2,
+        what="attempt 2 running",
+    )
     assert rec["worker"] != store.events(job["id"])[1]["worker"] and rec["failures"] == 1
     retry = [e for e in store.events(job["id"]) if e["type"] == "retrying"]
     assert len(retry) == 1 and "stopped answering" in retry[0]["reason"]
@@ -161,12 +167,16 @@ def test_a_fit_never_writes_into_a_digits_model(place):
     assert sorted(p.name for p in (models / "digits").iterdir()) == before
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--store", "mysql://x/y"], "unknown job store"),
-    (["--threads", "0"], "--threads"),
-    (["--nice", "40"], "--nice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--store", "mysql://x/y"], "unknown job store"),
+        (["--threads", "0"], "--threads"),
+        (["--nice", "40"], "--nice"),
+    ],
+)
 def test_bad_worker_options_are_one_line_and_exit_2(args, message):
-    proc = subprocess.run([sys.executable, "-m", "training", "worker", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "training", "worker", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

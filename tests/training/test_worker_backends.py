@@ -2,6 +2,7 @@
 (tests/fits.py, tests/pgserver.py; each skips with its reason when missing). The worker's own loop (huey's
 dequeue: BRPOP on Redis, SKIP LOCKED and LISTEN on PostgreSQL) fits a job into a served version, and a worker
 SIGKILLed mid-fit has its job retried by another, judged dead by the store's clock."""
+
 from __future__ import annotations
 
 import pytest

@@ -8,6 +8,7 @@ When both are asked for, they are composed into one sampling grid, so a digit is
 (and blurred by bilinear interpolation) once. The other images pass through untouched: the
 test digits are unresampled, and a model that only sees resampled digits does worse on them.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,8 @@ AUG_PROB = 0.5
 AUG_ROTATE_DEG = 10.0
 AUG_SCALE = 0.1
 AUG_SHIFT_PX = 2.0
-ELASTIC_ALPHA_PX = 34.0     # Simard et al.'s α for MNIST
-ELASTIC_SIGMA_PX = 4.0      # Simard et al.'s σ for MNIST
+ELASTIC_ALPHA_PX = 34.0  # Simard et al.'s α for MNIST
+ELASTIC_SIGMA_PX = 4.0  # Simard et al.'s σ for MNIST
 
 
 def affine_theta(n: int, size: int, gen: torch.Generator, device) -> torch.Tensor:
@@ -40,8 +41,9 @@ def gaussian_kernel(sigma: float, device) -> torch.Tensor:
     return k / k.sum()
 
 
-def elastic_field(n: int, size: int, gen: torch.Generator, device, alpha: float = ELASTIC_ALPHA_PX,
-                  sigma: float = ELASTIC_SIGMA_PX) -> torch.Tensor:
+def elastic_field(
+    n: int, size: int, gen: torch.Generator, device, alpha: float = ELASTIC_ALPHA_PX, sigma: float = ELASTIC_SIGMA_PX
+) -> torch.Tensor:
     """[n, size, size, 2] displacements in normalised coordinates: α · (G_σ * U(−1, 1)) px."""
     noise = torch.rand(n * 2, 1, size, size, generator=gen, device=device) * 2 - 1
     k = gaussian_kernel(sigma, device)
@@ -51,8 +53,15 @@ def elastic_field(n: int, size: int, gen: torch.Generator, device, alpha: float 
     return (smooth.view(n, 2, size, size).permute(0, 2, 3, 1) * alpha * (2.0 / size)).contiguous()
 
 
-def distort(x: torch.Tensor, gen: torch.Generator, affine: bool = True, elastic: bool = False,
-            p: float = AUG_PROB, alpha: float = ELASTIC_ALPHA_PX, sigma: float = ELASTIC_SIGMA_PX) -> torch.Tensor:
+def distort(
+    x: torch.Tensor,
+    gen: torch.Generator,
+    affine: bool = True,
+    elastic: bool = False,
+    p: float = AUG_PROB,
+    alpha: float = ELASTIC_ALPHA_PX,
+    sigma: float = ELASTIC_SIGMA_PX,
+) -> torch.Tensor:
     """With probability p per image, resample it through the asked-for distortions (elastic: α, σ in
     px); black fill."""
     n, size = x.shape[0], x.shape[-1]
@@ -61,8 +70,7 @@ def distort(x: torch.Tensor, gen: torch.Generator, affine: bool = True, elastic:
     if m == 0 or not (affine or elastic):
         return x
     picked = x[pick]
-    theta = (affine_theta(m, size, gen, x.device) if affine
-             else torch.eye(2, 3, device=x.device).expand(m, 2, 3))
+    theta = affine_theta(m, size, gen, x.device) if affine else torch.eye(2, 3, device=x.device).expand(m, 2, 3)
     grid = F.affine_grid(theta, list(picked.shape), align_corners=False)
     if elastic:
         grid = grid + elastic_field(m, size, gen, x.device, alpha, sigma)

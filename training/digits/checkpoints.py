@@ -5,6 +5,7 @@ A checkpoint holds what `fit.rebuild` needs (constructor args, weights), the who
 config and the training history, so an export from it writes the same metadata as the fit
 that made it, with the test split evaluated once, at export.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -54,8 +55,10 @@ def recipe(cfg: FitConfig) -> dict:
 def check_same_recipe(paths: list[Path], loaded: list, first: tuple) -> None:
     _, cfg, info = first
     for p, (_, other, other_info) in zip(paths, loaded):
-        if recipe(other) != recipe(cfg) or other_info["validation"]["indices_sha256"] \
-                != info["validation"]["indices_sha256"]:
+        if (
+            recipe(other) != recipe(cfg)
+            or other_info["validation"]["indices_sha256"] != info["validation"]["indices_sha256"]
+        ):
             raise UsageError(f"checkpoint '{p}' has another recipe or validation slice than the first checkpoint")
 
 
@@ -65,18 +68,23 @@ def ensemble(loaded: list, fp16_weights: bool) -> nn.Module:
 
 
 def members(paths: list[Path], loaded: list) -> list[dict]:
-    return [{"checkpoint": portable(p), "seed": c.seed, "val_accuracy": None if c.refit else i["validation"]["accuracy"]}
-            for p, (_, c, i) in zip(paths, loaded)]
+    return [
+        {"checkpoint": portable(p), "seed": c.seed, "val_accuracy": None if c.refit else i["validation"]["accuracy"]}
+        for p, (_, c, i) in zip(paths, loaded)
+    ]
 
 
-CHOSEN = ("recipe chosen on the validation slice (training.validation): metrics.val_accuracy is the logit mean "
-          "of the held-out checkpoints in metrics.chosen_with, trained on the other {held} digits; the shipped "
-          "members are the same recipe refit on all {all} training digits, slice included (no validation score "
-          "of their own); the test split is evaluated once, at export")
+CHOSEN = (
+    "recipe chosen on the validation slice (training.validation): metrics.val_accuracy is the logit mean "
+    "of the held-out checkpoints in metrics.chosen_with, trained on the other {held} digits; the shipped "
+    "members are the same recipe refit on all {all} training digits, slice included (no validation score "
+    "of their own); the test split is evaluated once, at export"
+)
 
 
-def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weights: bool = False,
-                      chosen_with: list[Path] | None = None) -> dict:
+def export_checkpoint(
+    paths: list[Path], data: DigitData, out: Path, fp16_weights: bool = False, chosen_with: list[Path] | None = None
+) -> dict:
     """Export one checkpoint, or the logit mean of several trained with one recipe and validation slice
     (different seeds). The validation accuracy is the exported model's (with `fp16_weights`: the model
     with its weights rounded to float16, as the file stores them); the test split is read once.
@@ -88,8 +96,10 @@ def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weight
     check_same_recipe(paths, loaded, loaded[0])
     cfg, info = loaded[0][1], loaded[0][2]
     if cfg.refit and not chosen_with:
-        raise UsageError("refit checkpoints have no validation score of their own: give --chosen-with the "
-                         "held-out checkpoints the recipe was chosen with")
+        raise UsageError(
+            "refit checkpoints have no validation score of their own: give --chosen-with the "
+            "held-out checkpoints the recipe was chosen with"
+        )
     if chosen_with and not cfg.refit:
         raise UsageError("--chosen-with is for refit checkpoints (fit-digits --refit)")
     _, val, _ = stratified_split(data.train, cfg.val_fraction, cfg.val_seed)
@@ -112,9 +122,13 @@ def export_checkpoint(paths: list[Path], data: DigitData, out: Path, fp16_weight
     info, kw = {**info, "checkpoints": [portable(p) for p in paths]}, {}
     if chosen_with:
         kw["selection"] = CHOSEN.format(held=len(data.train.labels) - len(val.labels), all=len(data.train.labels))
-        info["validation"] = {**info["validation"], "accuracy": val_accuracy,
-                              "accuracy_of": "the held-out logit mean (metrics.chosen_with)",
-                              "refit_member_score_on_seen_slice": info["validation"]["accuracy"]}
+        info["validation"] = {
+            **info["validation"],
+            "accuracy": val_accuracy,
+            "accuracy_of": "the held-out logit mean (metrics.chosen_with)",
+            "refit_member_score_on_seen_slice": info["validation"]["accuracy"],
+        }
         info["history_note"] = "first member's curve; its val_accuracy is on the slice it trained on (refit)"
-    return export_digit_model(model, cfg, data, out, metrics, info, ensemble=len(loaded),
-                              fp16_weights=fp16_weights, **kw)
+    return export_digit_model(
+        model, cfg, data, out, metrics, info, ensemble=len(loaded), fp16_weights=fp16_weights, **kw
+    )

@@ -5,6 +5,7 @@ measures test accuracy, parameters, training seconds per epoch (median over epoc
 inference µs/sample under onnxruntime and torch at batch 1 and 256 (median of ≥ 5 calls
 lasting ≥ timing_seconds, both on the same number of CPU threads).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,10 +35,10 @@ class CompareConfig:
     widths: list[int]
     depths: list[int]
     fit: FitConfig = field(default_factory=FitConfig)
-    grid: int = 0                 # 0 = each model's default grid
+    grid: int = 0  # 0 = each model's default grid
     threads: int = 1
     train_limit: int | None = None
-    timing_seconds: float = 0.3   # each inference timing repeats for at least this long
+    timing_seconds: float = 0.3  # each inference timing repeats for at least this long
 
     def runs(self):
         for depth in self.depths:
@@ -57,9 +58,9 @@ def median_call_us(fn, per_call: int, seconds: float) -> float:
     return float(np.median(times)) * 1e6 / per_call
 
 
-def inference_us(graph: torch.nn.Module, onnx_bytes: bytes, images: np.ndarray, threads: int,
-                 seconds: float) -> dict:
+def inference_us(graph: torch.nn.Module, onnx_bytes: bytes, images: np.ndarray, threads: int, seconds: float) -> dict:
     import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = threads
     opts.log_severity_level = 3
@@ -87,21 +88,30 @@ def limit(data: DigitData, n: int | None) -> DigitData:
 
 def run_compare(cfg: CompareConfig, data: DigitData) -> list[dict]:
     data = limit(data, cfg.train_limit)
-    images = to_tensor(data.test.images[:max(TIMING_BATCHES)]).numpy()
+    images = to_tensor(data.test.images[: max(TIMING_BATCHES)]).numpy()
     rows = []
     total = len(cfg.models) * len(cfg.widths) * len(cfg.depths)
     for i, (model_name, depth, width) in enumerate(cfg.runs(), 1):
-        fit = dataclasses.replace(cfg.fit, progress=False,
-                                  model=DigitModelConfig(model=model_name, hidden=[width] * depth,
-                                                         grid_size=cfg.grid))
+        fit = dataclasses.replace(
+            cfg.fit,
+            progress=False,
+            model=DigitModelConfig(model=model_name, hidden=[width] * depth, grid_size=cfg.grid),
+        )
         model, info = train(fit, data)
         metrics = evaluate(model, data.test)
         graph, onnx_bytes = export_digits(model)
-        row = {"model": model_name, "depth": depth, "width": width, "grid": fit.model.grid_size,
-               "parameters": count_parameters(model), "test_accuracy": metrics["test_accuracy"],
-               "train_accuracy": info["history"][-1]["train_accuracy"],
-               "seconds_per_epoch": info["seconds_per_epoch"], "onnx_bytes": len(onnx_bytes),
-               **inference_us(graph, onnx_bytes, images, cfg.threads, cfg.timing_seconds)}
+        row = {
+            "model": model_name,
+            "depth": depth,
+            "width": width,
+            "grid": fit.model.grid_size,
+            "parameters": count_parameters(model),
+            "test_accuracy": metrics["test_accuracy"],
+            "train_accuracy": info["history"][-1]["train_accuracy"],
+            "seconds_per_epoch": info["seconds_per_epoch"],
+            "onnx_bytes": len(onnx_bytes),
+            **inference_us(graph, onnx_bytes, images, cfg.threads, cfg.timing_seconds),
+        }
         rows.append(row)
         log.warning("[%d/%d] %s", i, total, {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()})
     return rows
@@ -125,16 +135,20 @@ def markdown_table(rows: list[dict], cfg: CompareConfig, data: DigitData) -> str
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        head.append(f"| {r['model']} | {r['depth']} | {r['width']} | {r['parameters']:,} | "
-                    f"{100 * r['test_accuracy']:.2f} % | {r['seconds_per_epoch']:.2f} | {r['ort_b1_us']:.1f} | "
-                    f"{r['ort_b256_us']:.2f} | {r['torch_b1_us']:.1f} | {r['torch_b256_us']:.2f} |")
+        head.append(
+            f"| {r['model']} | {r['depth']} | {r['width']} | {r['parameters']:,} | "
+            f"{100 * r['test_accuracy']:.2f} % | {r['seconds_per_epoch']:.2f} | {r['ort_b1_us']:.1f} | "
+            f"{r['ort_b256_us']:.2f} | {r['torch_b1_us']:.1f} | {r['torch_b256_us']:.2f} |"
+        )
     return "\n".join(head) + "\n"
 
 
 def plot(rows: list[dict], cfg: CompareConfig, data: DigitData, prefix: Path) -> list[Path]:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     prefix.parent.mkdir(parents=True, exist_ok=True)
     marker = dict(zip(cfg.models, "osd^v<>"))
     paths = []
@@ -155,8 +169,15 @@ def plot(rows: list[dict], cfg: CompareConfig, data: DigitData, prefix: Path) ->
     for m in cfg.models:
         for depth in cfg.depths:
             _, acc, p = series(m, depth, "test_accuracy")
-            axes[-1].semilogx(p, [100 * a for a in acc], marker=marker[m], ls="none", alpha=0.5 + 0.5 / depth,
-                              color=f"C{cfg.models.index(m)}", label=m if depth == cfg.depths[0] else None)
+            axes[-1].semilogx(
+                p,
+                [100 * a for a in acc],
+                marker=marker[m],
+                ls="none",
+                alpha=0.5 + 0.5 / depth,
+                color=f"C{cfg.models.index(m)}",
+                label=m if depth == cfg.depths[0] else None,
+            )
     axes[-1].set_xlabel("parameters")
     axes[-1].set_title("accuracy against size")
     axes[-1].grid(True, alpha=0.3)
@@ -165,8 +186,12 @@ def plot(rows: list[dict], cfg: CompareConfig, data: DigitData, prefix: Path) ->
     fig.tight_layout()
     paths.append(save(fig, prefix, "accuracy"))
 
-    keys = [("seconds_per_epoch", "train s/epoch"), ("ort_b1_us", "ORT µs/sample, batch 1"),
-            ("ort_b256_us", "ORT µs/sample, batch 256"), ("torch_b256_us", "torch µs/sample, batch 256")]
+    keys = [
+        ("seconds_per_epoch", "train s/epoch"),
+        ("ort_b1_us", "ORT µs/sample, batch 1"),
+        ("ort_b256_us", "ORT µs/sample, batch 256"),
+        ("torch_b256_us", "torch µs/sample, batch 256"),
+    ]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.6), dpi=110)
     for ax, (key, title) in zip(axes, keys):
         for m in cfg.models:
@@ -184,6 +209,7 @@ def plot(rows: list[dict], cfg: CompareConfig, data: DigitData, prefix: Path) ->
 
 def save(fig, prefix: Path, what: str) -> Path:
     import matplotlib.pyplot as plt
+
     final = prefix.with_name(f"{prefix.name}-{what}.png")
     tmp = final.with_name(f".{final.name}.tmp.png")
     fig.savefig(tmp)

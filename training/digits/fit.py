@@ -5,6 +5,7 @@ AdamW, cross-entropy; the LR decays by γ = 0.9 per epoch unless another schedul
 A stratified, seeded slice of the training digits is held out for validation: each epoch is
 scored on it, and the test split is evaluated once, after the last epoch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,18 +41,18 @@ class FitConfig:
     batch_size: int = 64
     lr: float = 1e-3
     weight_decay: float = 1e-4
-    gamma: float = 0.9            # LR multiplier per epoch (ExponentialLR)
-    augment: bool = False         # random affine on half of each batch
-    elastic: bool = False         # elastic distortion (Simard et al. 2003) on that half
-    distort_share: float = AUG_PROB        # share of each batch that the distortions above resample
+    gamma: float = 0.9  # LR multiplier per epoch (ExponentialLR)
+    augment: bool = False  # random affine on half of each batch
+    elastic: bool = False  # elastic distortion (Simard et al. 2003) on that half
+    distort_share: float = AUG_PROB  # share of each batch that the distortions above resample
     elastic_alpha: float = ELASTIC_ALPHA_PX  # elastic: displacement scale α, px
     elastic_sigma: float = ELASTIC_SIGMA_PX  # elastic: smoothing σ of the displacement field, px
     schedule: str = "exponential"  # exponential (× gamma per epoch) | cosine | onecycle (per step)
     label_smoothing: float = 0.0
-    ema: float = 0.0              # decay of an exponential moving average of the weights; 0 = off
-    val_fraction: float = 0.1     # stratified validation slice of the training digits
-    val_seed: int = 0             # draws that slice (fixed across training seeds)
-    refit: bool = False           # train on the slice too: the final fit of a recipe chosen on it
+    ema: float = 0.0  # decay of an exponential moving average of the weights; 0 = off
+    val_fraction: float = 0.1  # stratified validation slice of the training digits
+    val_seed: int = 0  # draws that slice (fixed across training seeds)
+    refit: bool = False  # train on the slice too: the final fit of a recipe chosen on it
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -89,7 +90,7 @@ def to_tensor(images: np.ndarray) -> torch.Tensor:
 @torch.no_grad()
 def predict_logits(model: torch.nn.Module, x: torch.Tensor, device: torch.device) -> torch.Tensor:
     model.eval()
-    out = [model(x[i:i + EVAL_CHUNK].to(device)).cpu() for i in range(0, len(x), EVAL_CHUNK)]
+    out = [model(x[i : i + EVAL_CHUNK].to(device)).cpu() for i in range(0, len(x), EVAL_CHUNK)]
     return torch.cat(out)
 
 
@@ -103,9 +104,11 @@ def evaluate(model: torch.nn.Module, split: Split, device: torch.device | None =
     logits = predict_logits(model, to_tensor(split.images), device)
     labels = torch.from_numpy(split.labels)
     pred = logits.argmax(1).numpy()
-    return {"test_accuracy": round(float((pred == split.labels).mean()), 5),
-            "test_loss": round(float(F.cross_entropy(logits, labels)), 5),
-            "confusion_matrix": confusion_matrix(split.labels, pred).tolist()}
+    return {
+        "test_accuracy": round(float((pred == split.labels).mean()), 5),
+        "test_loss": round(float(F.cross_entropy(logits, labels)), 5),
+        "confusion_matrix": confusion_matrix(split.labels, pred).tolist(),
+    }
 
 
 def make_schedule(cfg: FitConfig, opt: torch.optim.Optimizer, steps_per_epoch: int):
@@ -130,8 +133,11 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
         train_split = data.train
         val_info = {**val_info, "refit": True, "train_size": len(train_split.labels)}
     model = DigitClassifier(cfg.model).to(device)
-    average = (torch.optim.swa_utils.AveragedModel(
-        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema)) if cfg.ema else None)
+    average = (
+        torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema))
+        if cfg.ema
+        else None
+    )
     x, y = to_tensor(train_split.images).to(device), torch.from_numpy(train_split.labels).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched, per_step = make_schedule(cfg, opt, math.ceil(len(x) / cfg.batch_size))
@@ -140,16 +146,29 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         order = torch.randperm(len(x), generator=gen, device=device)
-        bar = tqdm(range(0, len(x), cfg.batch_size), disable=not cfg.progress, unit="batch", leave=True,
-                   desc=f"epoch {epoch}/{cfg.epochs}", mininterval=0.5)
+        bar = tqdm(
+            range(0, len(x), cfg.batch_size),
+            disable=not cfg.progress,
+            unit="batch",
+            leave=True,
+            desc=f"epoch {epoch}/{cfg.epochs}",
+            mininterval=0.5,
+        )
         t0 = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
         for i in bar:
-            idx = order[i:i + cfg.batch_size]
+            idx = order[i : i + cfg.batch_size]
             xb, yb = x[idx], y[idx]
             if cfg.augment or cfg.elastic:
-                xb = distort(xb, gen, affine=cfg.augment, elastic=cfg.elastic, p=cfg.distort_share,
-                             alpha=cfg.elastic_alpha, sigma=cfg.elastic_sigma)
+                xb = distort(
+                    xb,
+                    gen,
+                    affine=cfg.augment,
+                    elastic=cfg.elastic,
+                    p=cfg.distort_share,
+                    alpha=cfg.elastic_alpha,
+                    sigma=cfg.elastic_sigma,
+                )
             logits = model(xb)
             loss = F.cross_entropy(logits, yb, label_smoothing=cfg.label_smoothing)
             opt.zero_grad(set_to_none=True)
@@ -170,21 +189,30 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
             raise UsageError(f"training diverged at epoch {epoch} (loss {loss_sum}); try a smaller --lr")
         scored = average.module if average is not None else model
         val = evaluate(scored, val_split, device)
-        row = {"epoch": epoch, "train_loss": round(loss_sum / seen, 5), "train_accuracy": round(correct / seen, 5),
-               "val_accuracy": val["test_accuracy"], "val_loss": val["test_loss"],
-               "seconds": round(epoch_seconds[-1], 3)}
+        row = {
+            "epoch": epoch,
+            "train_loss": round(loss_sum / seen, 5),
+            "train_accuracy": round(correct / seen, 5),
+            "val_accuracy": val["test_accuracy"],
+            "val_loss": val["test_loss"],
+            "seconds": round(epoch_seconds[-1], 3),
+        }
         history.append(row)
-        bar.set_postfix(loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}",
-                        val_acc=f"{row['val_accuracy']:.4f}")
+        bar.set_postfix(
+            loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}", val_acc=f"{row['val_accuracy']:.4f}"
+        )
         bar.close()
         log.info("epoch %d: %s", epoch, row)
         if on_epoch is not None:
             on_epoch(row)
     final = average.module if average is not None else model
-    info = {"train_seconds": round(sum(epoch_seconds), 3),
-            "seconds_per_epoch": round(float(np.median(epoch_seconds)), 3),
-            "device": str(device), "validation": {**val_info, "accuracy": history[-1]["val_accuracy"]},
-            "history": history}
+    info = {
+        "train_seconds": round(sum(epoch_seconds), 3),
+        "seconds_per_epoch": round(float(np.median(epoch_seconds)), 3),
+        "device": str(device),
+        "validation": {**val_info, "accuracy": history[-1]["val_accuracy"]},
+        "history": history,
+    }
     return final.cpu().eval(), info
 
 
@@ -211,26 +239,39 @@ def check_digits_parity(graph: WithProbabilities, onnx_bytes: bytes, images: np.
     sess = ort_session(onnx_bytes)
     got_l, got_p = [], []
     for i in range(0, len(images), MAX_BATCH):
-        a, b = sess.run(["logits", "probabilities"], {"images": images[i:i + MAX_BATCH]})
+        a, b = sess.run(["logits", "probabilities"], {"images": images[i : i + MAX_BATCH]})
         got_l.append(a)
         got_p.append(b)
     got_l, got_p = np.concatenate(got_l), np.concatenate(got_p)
-    report = {"samples": len(images),
-              "max_abs_diff_probabilities": float(np.max(np.abs(probs - got_p))),
-              "max_abs_diff_logits": float(np.max(np.abs(logits - got_l))),
-              "argmax_mismatches": int(np.sum(probs.argmax(1) != got_p.argmax(1)))}
+    report = {
+        "samples": len(images),
+        "max_abs_diff_probabilities": float(np.max(np.abs(probs - got_p))),
+        "max_abs_diff_logits": float(np.max(np.abs(logits - got_l))),
+        "argmax_mismatches": int(np.sum(probs.argmax(1) != got_p.argmax(1))),
+    }
     if report["argmax_mismatches"] or not report["max_abs_diff_probabilities"] <= PARITY_ATOL:
         raise ExportParityError(f"onnxruntime differs from torch on the test split: {report}")
     log.info("export parity: %s", report)
     return report
 
 
-SELECTED = ("hyperparameters chosen on the validation slice (training.validation); the test split is "
-            "evaluated once, after training")
+SELECTED = (
+    "hyperparameters chosen on the validation slice (training.validation); the test split is "
+    "evaluated once, after training"
+)
 
 
-def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, out: Path, metrics: dict,
-                       info: dict, ensemble: int = 1, fp16_weights: bool = False, selection: str = SELECTED) -> dict:
+def export_digit_model(
+    model: torch.nn.Module,
+    cfg: FitConfig,
+    data: DigitData,
+    out: Path,
+    metrics: dict,
+    info: dict,
+    ensemble: int = 1,
+    fp16_weights: bool = False,
+    selection: str = SELECTED,
+) -> dict:
     """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed.
     `fp16_weights`: `model`'s weights are already rounded to float16 (training.fp16.round_weights_fp16, before it
     was scored); the file stores them as float16."""
@@ -238,6 +279,7 @@ def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, 
     storage = {"weights": "float32"}
     if fp16_weights:
         from ..fp16 import store_weights_fp16
+
         onnx_bytes, storage = store_weights_fp16(onnx_bytes)
     parity = check_digits_parity(graph, onnx_bytes, to_tensor(data.test.images).numpy())
     arch = cfg.model.to_dict()
@@ -248,20 +290,37 @@ def export_digit_model(model: torch.nn.Module, cfg: FitConfig, data: DigitData, 
         "dataset": {**data.describe(), "classes": CLASS_NAMES[data.name]},
         "preprocessing": "images in [0,1], white on black; the graph maps them to [-1,1]",
         "metrics": metrics,
-        "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "optimizer": "AdamW", "lr": cfg.lr,
-                     "weight_decay": cfg.weight_decay, "schedule": cfg.schedule, "lr_decay_per_epoch": cfg.gamma,
-                     "augment": cfg.augment, "elastic": cfg.elastic, "distort_share": cfg.distort_share,
-                     "elastic_alpha_px": cfg.elastic_alpha, "elastic_sigma_px": cfg.elastic_sigma,
-                     "label_smoothing": cfg.label_smoothing,
-                     "ema": cfg.ema, "seed": cfg.seed, **info},
+        "training": {
+            "epochs": cfg.epochs,
+            "batch_size": cfg.batch_size,
+            "optimizer": "AdamW",
+            "lr": cfg.lr,
+            "weight_decay": cfg.weight_decay,
+            "schedule": cfg.schedule,
+            "lr_decay_per_epoch": cfg.gamma,
+            "augment": cfg.augment,
+            "elastic": cfg.elastic,
+            "distort_share": cfg.distort_share,
+            "elastic_alpha_px": cfg.elastic_alpha,
+            "elastic_sigma_px": cfg.elastic_sigma,
+            "label_smoothing": cfg.label_smoothing,
+            "ema": cfg.ema,
+            "seed": cfg.seed,
+            **info,
+        },
         "selection": selection,
         "export": {"opset": 17, "parity": parity, **storage},
     }
     return write_model_dir(
-        out, task="digits", onnx_bytes=onnx_bytes,
+        out,
+        task="digits",
+        onnx_bytes=onnx_bytes,
         inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
         outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-        metadata=meta, max_batch_size=MAX_BATCH, dynamic_batching_us=2000)
+        metadata=meta,
+        max_batch_size=MAX_BATCH,
+        dynamic_batching_us=2000,
+    )
 
 
 def save_checkpoint(model: torch.nn.Module, cfg: FitConfig, info: dict, path: Path) -> None:
@@ -282,7 +341,12 @@ def fit_digits(cfg: FitConfig, data: DigitData, out: Path | None, checkpoint_pat
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
     if out is None:
         return {"metrics": metrics}
-    selection = SELECTED if not cfg.refit else (
-        "refit on all training digits, the validation slice included, so it has no validation score "
-        "of its own (metrics.val_accuracy is null); the test split is evaluated once, after training")
+    selection = (
+        SELECTED
+        if not cfg.refit
+        else (
+            "refit on all training digits, the validation slice included, so it has no validation score "
+            "of its own (metrics.val_accuracy is null); the test split is evaluated once, after training"
+        )
+    )
     return export_digit_model(model, cfg, data, out, metrics, info, selection=selection)

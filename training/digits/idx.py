@@ -11,6 +11,7 @@ Fashion-MNIST ship four files each:
 
 `--download` fetches them from the standard public mirrors and checks their MD5s.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -32,8 +33,10 @@ from ..errors import UsageError, unknown
 log = logging.getLogger(__name__)
 
 IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-SPLITS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+SPLITS = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
 DOWNLOAD_TIMEOUT_S = 30
@@ -42,31 +45,52 @@ DOWNLOAD_TIMEOUT_S = 30
 @dataclass(frozen=True)
 class Source:
     """Where a dataset's four .gz files live and their published MD5 checksums."""
+
     mirrors: tuple[str, ...]
     md5: dict
 
 
 SOURCES = {
     "mnist": Source(
-        mirrors=("https://ossci-datasets.s3.amazonaws.com/mnist/",
-                 "https://storage.googleapis.com/cvdf-datasets/mnist/",
-                 "http://yann.lecun.com/exdb/mnist/"),
-        md5={"train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-             "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-             "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-             "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c"}),
+        mirrors=(
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+            "http://yann.lecun.com/exdb/mnist/",
+        ),
+        md5={
+            "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+            "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+            "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+            "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+        },
+    ),
     "fashion-mnist": Source(
-        mirrors=("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-                 "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"),
-        md5={"train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-             "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-             "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-             "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310"}),
+        mirrors=(
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+            "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+        ),
+        md5={
+            "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+            "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+            "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+            "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+        },
+    ),
 }
 CLASS_NAMES = {
     "mnist": [str(d) for d in range(10)],
-    "fashion-mnist": ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                      "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"],
+    "fashion-mnist": [
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    ],
 }
 
 
@@ -88,8 +112,11 @@ def parse_idx(data: bytes, name: str = "IDX data") -> np.ndarray:
         raise UsageError(f"{name}: truncated IDX file (shape {list(shape)} needs {need} data bytes, got {got})")
     if got > need:
         raise UsageError(f"{name}: IDX file has {got - need} bytes after its data")
-    return np.frombuffer(data, dtype, count=need // dtype.itemsize, offset=header).reshape(shape).astype(
-        dtype.newbyteorder("="))
+    return (
+        np.frombuffer(data, dtype, count=need // dtype.itemsize, offset=header)
+        .reshape(shape)
+        .astype(dtype.newbyteorder("="))
+    )
 
 
 def encode_idx(array: np.ndarray) -> bytes:
@@ -136,8 +163,8 @@ def expected_files() -> list[str]:
 
 @dataclass
 class Split:
-    images: np.ndarray   # uint8 [N, 28, 28], white on black
-    labels: np.ndarray   # int64 [N], 0..9
+    images: np.ndarray  # uint8 [N, 28, 28], white on black
+    labels: np.ndarray  # int64 [N], 0..9
 
 
 @dataclass
@@ -148,8 +175,12 @@ class DigitData:
     test: Split
 
     def describe(self) -> dict:
-        return {"name": self.name, "directory": portable(self.directory),
-                "train_size": len(self.train.labels), "test_size": len(self.test.labels)}
+        return {
+            "name": self.name,
+            "directory": portable(self.directory),
+            "train_size": len(self.train.labels),
+            "test_size": len(self.test.labels),
+        }
 
 
 def load_split(data_dir: Path, split: str) -> Split:
@@ -161,8 +192,9 @@ def load_split(data_dir: Path, split: str) -> Split:
     if labels.ndim != 1 or labels.dtype != np.uint8:
         raise UsageError(f"{lbl_path}: expected uint8 labels [N], got {labels.dtype} {list(labels.shape)}")
     if len(images) != len(labels):
-        raise UsageError(f"{split} split: {img_path.name} has {len(images)} images but "
-                         f"{lbl_path.name} has {len(labels)} labels")
+        raise UsageError(
+            f"{split} split: {img_path.name} has {len(images)} images but {lbl_path.name} has {len(labels)} labels"
+        )
     if len(labels) == 0:
         raise UsageError(f"{split} split in {data_dir} is empty")
     if labels.max() >= NUM_CLASSES:
@@ -181,10 +213,13 @@ def load_dataset(data_dir: str | Path, dataset: str = "mnist", download: bool = 
         missing = []
     if missing:
         where = "does not exist" if not data_dir.is_dir() else f"lacks {', '.join(m + '[.gz]' for m in missing)}"
-        raise UsageError(f"data directory '{data_dir}' {where}; expected IDX files "
-                         f"{', '.join(expected_files())} (or pass --download)")
-    return DigitData(name=dataset, directory=str(data_dir),
-                     train=load_split(data_dir, "train"), test=load_split(data_dir, "test"))
+        raise UsageError(
+            f"data directory '{data_dir}' {where}; expected IDX files "
+            f"{', '.join(expected_files())} (or pass --download)"
+        )
+    return DigitData(
+        name=dataset, directory=str(data_dir), train=load_split(data_dir, "train"), test=load_split(data_dir, "test")
+    )
 
 
 def md5_bytes(data: bytes) -> str:
@@ -220,8 +255,9 @@ def download_dataset(dataset: str, data_dir: Path, source: Source | None = None)
             got[fname] = blob
             break
         else:
-            raise UsageError(f"--download could not fetch {dataset} file {fname} from any mirror "
-                             f"({'; '.join(problems)})")
+            raise UsageError(
+                f"--download could not fetch {dataset} file {fname} from any mirror ({'; '.join(problems)})"
+            )
     data_dir.mkdir(parents=True, exist_ok=True)
     for fname, blob in got.items():
         with tempfile.NamedTemporaryFile(dir=data_dir, prefix=f".{fname}.", delete=False) as f:

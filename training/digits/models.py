@@ -9,6 +9,7 @@
 
 `DigitModelConfig` is passed whole and saved in checkpoints as `model_args`.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,15 +26,17 @@ from ..sinekan import SineKAN
 IN_DIM = 28 * 28
 NUM_CLASSES = 10
 DEFAULT_GRID = {"sinekan": 8, "bspline-kan": 5, "fourier-kan": 5, "mlp": 0}
-SPLINE_ORDER = 3            # cubic
-GRID_RANGE = (-1.0, 1.0)    # efficient-kan's default grid range
-SPLINE_NOISE = 0.1          # efficient-kan scale_noise
+SPLINE_ORDER = 3  # cubic
+GRID_RANGE = (-1.0, 1.0)  # efficient-kan's default grid range
+SPLINE_NOISE = 0.1  # efficient-kan scale_noise
 
 
 # ---------------------------------------------------------------- B-spline KAN
 
-def uniform_knots(grid_size: int, order: int = SPLINE_ORDER, lo: float = GRID_RANGE[0],
-                  hi: float = GRID_RANGE[1]) -> torch.Tensor:
+
+def uniform_knots(
+    grid_size: int, order: int = SPLINE_ORDER, lo: float = GRID_RANGE[0], hi: float = GRID_RANGE[1]
+) -> torch.Tensor:
     """G intervals over [lo, hi], extended by `order` knots on each side: G + 2·order + 1 knots."""
     h = (hi - lo) / grid_size
     return lo + h * torch.arange(-order, grid_size + order + 1, dtype=torch.float32)
@@ -51,8 +54,8 @@ def bspline_basis(x: torch.Tensor, knots: torch.Tensor, order: int = SPLINE_ORDE
     x = x.unsqueeze(-1)
     b = ((x >= t[:-1]) & (x < t[1:])).to(x.dtype)
     for p in range(1, order + 1):
-        left = (x - t[:-(p + 1)]) / (t[p:-1] - t[:-(p + 1)]) * b[..., :-1]
-        right = (t[p + 1:] - x) / (t[p + 1:] - t[1:-p]) * b[..., 1:]
+        left = (x - t[: -(p + 1)]) / (t[p:-1] - t[: -(p + 1)]) * b[..., :-1]
+        right = (t[p + 1 :] - x) / (t[p + 1 :] - t[1:-p]) * b[..., 1:]
         b = left + right
     return b
 
@@ -91,7 +94,7 @@ class BSplineKANLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = F.linear(F.silu(x), self.base_weight)
-        basis = bspline_basis(x, self.knots)                      # [N, in, G+3]
+        basis = bspline_basis(x, self.knots)  # [N, in, G+3]
         coef = self.spline_weight * self.spline_scaler[..., None]  # [out, in, G+3]
         spline = basis.reshape(x.shape[0], -1) @ coef.reshape(self.out_dim, -1).t()
         return base + spline
@@ -101,6 +104,7 @@ class BSplineKANLayer(nn.Module):
 
 
 # ---------------------------------------------------------------- Fourier KAN
+
 
 class FourierKANLayer(nn.Module):
     """y_i = Σ_j Σ_{k=1..G} a_ijk·cos(k·x_j) + b_ijk·sin(k·x_j) + bias_i."""
@@ -127,13 +131,13 @@ class FourierKANLayer(nn.Module):
         150 steps at G = 5, hidden 64) while the smooth init reached ≈ 86 %.
         """
         k = torch.arange(1, self.grid_size + 1, dtype=torch.float32)
-        self.coeffs.normal_(0.0, 1.0).div_(math.sqrt(self.in_dim) * k ** 2)
+        self.coeffs.normal_(0.0, 1.0).div_(math.sqrt(self.in_dim) * k**2)
         self.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kx = x[..., None] * self.k                                  # [N, in, G]
-        feats = torch.cat([torch.cos(kx), torch.sin(kx)], dim=-1)   # [N, in, 2G]
-        w = torch.cat([self.coeffs[0], self.coeffs[1]], dim=-1)     # [out, in, 2G]
+        kx = x[..., None] * self.k  # [N, in, G]
+        feats = torch.cat([torch.cos(kx), torch.sin(kx)], dim=-1)  # [N, in, 2G]
+        w = torch.cat([self.coeffs[0], self.coeffs[1]], dim=-1)  # [out, in, 2G]
         return feats.reshape(x.shape[0], -1) @ w.reshape(self.out_dim, -1).t() + self.bias
 
     def extra_repr(self) -> str:
@@ -141,6 +145,7 @@ class FourierKANLayer(nn.Module):
 
 
 # ---------------------------------------------------------------- bodies and registry
+
 
 def mlp_body(dims: list[int], grid_size: int) -> nn.Sequential:
     """Linear layers with ReLU between them (none after the last)."""
@@ -164,15 +169,14 @@ def fourier_kan_body(dims: list[int], grid_size: int) -> nn.Sequential:
     return nn.Sequential(*[FourierKANLayer(a, b, grid_size) for a, b in zip(dims[:-1], dims[1:])])
 
 
-MODELS = {"sinekan": sinekan_body, "mlp": mlp_body, "bspline-kan": bspline_kan_body,
-          "fourier-kan": fourier_kan_body}
+MODELS = {"sinekan": sinekan_body, "mlp": mlp_body, "bspline-kan": bspline_kan_body, "fourier-kan": fourier_kan_body}
 
 
 @dataclass
 class DigitModelConfig:
     model: str = "sinekan"
-    hidden: list[int] = field(default_factory=lambda: [64])   # widths of the hidden layers
-    grid_size: int = 0                                         # 0 = the model's default
+    hidden: list[int] = field(default_factory=lambda: [64])  # widths of the hidden layers
+    grid_size: int = 0  # 0 = the model's default
     in_dim: int = IN_DIM
     num_classes: int = NUM_CLASSES
 

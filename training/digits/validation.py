@@ -2,6 +2,7 @@
 
 Hyperparameters are chosen on it; the test split is evaluated once, at the end of a fit.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,13 @@ def stratified_split(split: Split, fraction: float, seed: int) -> tuple[Split, S
     keep[val] = False
     train_part = Split(images=split.images[keep], labels=split.labels[keep])
     val_part = Split(images=split.images[val], labels=split.labels[val])
-    info = {"fraction": fraction, "seed": seed, "stratified": True, "size": int(len(val)),
-            "train_size": int(keep.sum()),
-            "per_class": np.bincount(val_part.labels, minlength=10).tolist(),
-            "indices_sha256": hashlib.sha256(val.astype("<i8").tobytes()).hexdigest()[:16]}
+    info = {
+        "fraction": fraction,
+        "seed": seed,
+        "stratified": True,
+        "size": int(len(val)),
+        "train_size": int(keep.sum()),
+        "per_class": np.bincount(val_part.labels, minlength=10).tolist(),
+        "indices_sha256": hashlib.sha256(val.astype("<i8").tobytes()).hexdigest()[:16],
+    }
     return train_part, val_part, info

@@ -9,6 +9,7 @@ Adding an encoding: a module with its config (a dataclass subclassing `EncodingC
 `Encoding` subclass (`name`, `config`, `build`, and the hooks it needs, e.g. `add_arguments`/`from_args` for
 fit-image's options), and one `register(...)` line below. tests/training/test_encoding_plugins.py registers one.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -27,9 +28,26 @@ register(FixedFrequency("sine", SineFeatures, fourier.check_sine))
 register(FixedFrequency("projection", Projection, fourier.check_gaussian))
 register(GridEncoding())
 
-__all__ = ["ENCODINGS", "INITS", "Encoding", "EncodingConfig", "Fitted", "FourierConfig", "GridConfig", "Identity",
-           "MultiresGrid", "OptionError", "Projection", "SinCos", "SineFeatures", "TWO_PI", "build_encoding",
-           "encoding_for", "register", "unregister"]
+__all__ = [
+    "ENCODINGS",
+    "INITS",
+    "Encoding",
+    "EncodingConfig",
+    "Fitted",
+    "FourierConfig",
+    "GridConfig",
+    "Identity",
+    "MultiresGrid",
+    "OptionError",
+    "Projection",
+    "SinCos",
+    "SineFeatures",
+    "TWO_PI",
+    "build_encoding",
+    "encoding_for",
+    "register",
+    "unregister",
+]
 
 
 def build_encoding(cfg: EncodingConfig) -> nn.Module:

@@ -12,6 +12,7 @@
   command-line options (`add_arguments`, `from_args`). Fitting, export and the CLI call these and name no encoding.
 - `ENCODINGS`, `register`: name → plug-in; training/encodings/__init__.py registers the built-in ones.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,30 @@ from ..errors import UsageError, unknown
 COMMON = ("name", "in_dim", "seed", "image_size")
 # The keys of the flat config every checkpoint and metadata.json held before encodings were plug-ins: each config
 # carried all of them, whatever its encoding. Reading such a dict, an encoding takes its own and ignores the rest.
-LEGACY_KEYS = frozenset({"name", "in_dim", "scale", "features", "levels", "max_freq", "bandwidth", "damping",
-                         "nyquist", "seed", "grid_levels", "grid_features", "grid_finest_features",
-                         "grid_log2_table", "grid_base", "grid_finest", "grid_bytes_per_pixel", "grid_table_bits",
-                         "image_size"})
-INITS = ("pyramid", "random")   # pyramid: the encoding's start from the image (Encoding.initialise), where it has one
+LEGACY_KEYS = frozenset(
+    {
+        "name",
+        "in_dim",
+        "scale",
+        "features",
+        "levels",
+        "max_freq",
+        "bandwidth",
+        "damping",
+        "nyquist",
+        "seed",
+        "grid_levels",
+        "grid_features",
+        "grid_finest_features",
+        "grid_log2_table",
+        "grid_base",
+        "grid_finest",
+        "grid_bytes_per_pixel",
+        "grid_table_bits",
+        "image_size",
+    }
+)
+INITS = ("pyramid", "random")  # pyramid: the encoding's start from the image (Encoding.initialise), where it has one
 
 
 class _ReadsFlatForm(type):
@@ -49,8 +69,8 @@ class EncodingConfig(metaclass=_ReadsFlatForm):
     name: str = "gaussian"
     in_dim: int = 2
     seed: int = 0
-    image_size: list[int] = field(default_factory=lambda: [0, 0])   # [W, H] of the fitted pixel grid
-    FLAT_PREFIX: ClassVar[str] = ""     # the encoding's own options are saved as FLAT_PREFIX + field name
+    image_size: list[int] = field(default_factory=lambda: [0, 0])  # [W, H] of the fitted pixel grid
+    FLAT_PREFIX: ClassVar[str] = ""  # the encoding's own options are saved as FLAT_PREFIX + field name
 
     @classmethod
     def own_fields(cls) -> list[str]:
@@ -65,8 +85,7 @@ class EncodingConfig(metaclass=_ReadsFlatForm):
     def to_dict(self) -> dict:
         """The flat form: name, in_dim, the encoding's own options under their flat names, seed, image_size."""
         own = {flat: copy.deepcopy(getattr(self, f)) for flat, f in self.flat_names().items()}
-        return {"name": self.name, "in_dim": self.in_dim, **own, "seed": self.seed,
-                "image_size": list(self.image_size)}
+        return {"name": self.name, "in_dim": self.in_dim, **own, "seed": self.seed, "image_size": list(self.image_size)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "EncodingConfig":
@@ -81,8 +100,10 @@ def from_flat(name: str = "gaussian", **flat) -> EncodingConfig:
     known = LEGACY_KEYS.union(*(p.config.flat_names() for p in ENCODINGS.values()))
     strange = sorted(set(flat) - known)
     if strange:
-        raise UsageError(f"unknown option(s) of the {name} encoding: {', '.join(strange)}; "
-                         f"valid: {', '.join(sorted(set(COMMON[1:]) | set(config.flat_names())))}")
+        raise UsageError(
+            f"unknown option(s) of the {name} encoding: {', '.join(strange)}; "
+            f"valid: {', '.join(sorted(set(COMMON[1:]) | set(config.flat_names())))}"
+        )
     own = {f: flat[k] for k, f in config.flat_names().items() if k in flat}
     return config(name=name, **{k: flat[k] for k in COMMON[1:] if k in flat}, **own)
 
@@ -100,14 +121,16 @@ class OptionError(UsageError):
 @dataclass
 class Fitted:
     """What an encoding's finish step may use besides the model."""
-    image: np.ndarray                                     # [H, W, 3] the fitted image
-    fp16_weights: bool                                    # the weights are rounded to float16
-    pixels: Callable[[], tuple[np.ndarray, np.ndarray]]   # the training pixels (coords [N, 2], rgb [N, 3]), on demand
+
+    image: np.ndarray  # [H, W, 3] the fitted image
+    fp16_weights: bool  # the weights are rounded to float16
+    pixels: Callable[[], tuple[np.ndarray, np.ndarray]]  # the training pixels (coords [N, 2], rgb [N, 3]), on demand
 
 
 class ExportPlan(Protocol):
     """An encoding's own ONNX layout: export traces `head` (the model after the encoding, features [N, `features`]
     named `head_input` → the outputs) and `compose` puts the encoding's nodes in front of that graph."""
+
     head: nn.Module
     features: int
     head_input: str
@@ -119,6 +142,7 @@ class Encoding:
     """One encoding, as a plug-in. A subclass sets `name` and `config` (its typed config class) and implements
     `build`; every other hook has a default that does nothing. `model` below is the whole image model (ImageINR:
     `encoding`, `body`, `config`)."""
+
     name: str = ""
     config: type[EncodingConfig] = EncodingConfig
 

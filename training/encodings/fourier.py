@@ -3,6 +3,7 @@ features), StyleGAN3-style sine features and the bare projections a SineKAN take
 
 They share one config (`FourierConfig`) and its command-line options; each is a `FixedFrequency` plug-in of its
 name, its module's constructor and its option checks (registered in training/encodings/__init__.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,13 +24,13 @@ TWO_PI = 2.0 * math.pi
 
 @dataclass
 class FourierConfig(EncodingConfig):
-    scale: float = 10.0        # gaussian / projection: σ of B ~ N(0, σ²)
-    features: int = 256        # gaussian / sine / projection: number of frequencies m
-    levels: int = 8            # positional: number of log-linear frequencies
-    max_freq: float = 256.0    # positional: largest frequency (cycles per unit)
-    bandwidth: float = 64.0    # sine: radius of the frequency disc (cycles per unit)
-    damping: bool = False      # sine: damp amplitudes toward Nyquist
-    nyquist: float = 0.0       # sine: Nyquist frequency of the training grid (size/2)
+    scale: float = 10.0  # gaussian / projection: σ of B ~ N(0, σ²)
+    features: int = 256  # gaussian / sine / projection: number of frequencies m
+    levels: int = 8  # positional: number of log-linear frequencies
+    max_freq: float = 256.0  # positional: largest frequency (cycles per unit)
+    bandwidth: float = 64.0  # sine: radius of the frequency disc (cycles per unit)
+    damping: bool = False  # sine: damp amplitudes toward Nyquist
+    nyquist: float = 0.0  # sine: Nyquist frequency of the training grid (size/2)
 
 
 def positive_finite(value: float) -> bool:
@@ -171,10 +172,15 @@ class Projection(nn.Module):
 
 class FixedFrequency(Encoding):
     """The plug-in of one fixed-frequency encoding: its name, its module's constructor and its option checks."""
+
     config = FourierConfig
 
-    def __init__(self, name: str, build: Callable[[FourierConfig], nn.Module],
-                 check: Callable[[FourierConfig], None] | None = None):
+    def __init__(
+        self,
+        name: str,
+        build: Callable[[FourierConfig], nn.Module],
+        check: Callable[[FourierConfig], None] | None = None,
+    ):
         self.name, self._build, self._check = name, build, check
 
     def build(self, cfg: FourierConfig) -> nn.Module:
@@ -185,23 +191,41 @@ class FixedFrequency(Encoding):
             self._check(cfg)
 
     def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
-        p.add_argument("--scale", type=positive_float, help="gaussian/projection: σ of the frequency matrix"
-                       + default_help("scale", " "))
-        p.add_argument("--features", type=positive_int,
-                       help="gaussian/sine/projection: number of frequencies" + default_help("features", " "))
+        p.add_argument(
+            "--scale",
+            type=positive_float,
+            help="gaussian/projection: σ of the frequency matrix" + default_help("scale", " "),
+        )
+        p.add_argument(
+            "--features",
+            type=positive_int,
+            help="gaussian/sine/projection: number of frequencies" + default_help("features", " "),
+        )
         p.add_argument("--levels", type=positive_int, default=8, help="positional: number of frequencies")
-        p.add_argument("--max-freq", type=positive_float, default=None,
-                       help="positional: largest frequency (default: SIZE/4)")
-        p.add_argument("--bandwidth", type=positive_float, default=None,
-                       help="sine: radius of the frequency disc (default: SIZE/8)")
+        p.add_argument(
+            "--max-freq", type=positive_float, default=None, help="positional: largest frequency (default: SIZE/4)"
+        )
+        p.add_argument(
+            "--bandwidth",
+            type=positive_float,
+            default=None,
+            help="sine: radius of the frequency disc (default: SIZE/8)",
+        )
         p.add_argument("--damping", action="store_true", help="sine: damp amplitudes toward Nyquist")
 
     def from_args(self, args: argparse.Namespace, image_size: tuple[int, int]) -> FourierConfig:
         """Frequencies derive from the image's longer side (SIZE), the Nyquist frequency from the pixels trained on."""
         w, h = image_size
         side = max(w, h)
-        return FourierConfig(name=self.name, scale=args.scale, features=args.features, levels=args.levels,
-                             max_freq=args.max_freq or max(side / 4, 1.0),
-                             bandwidth=args.bandwidth or max(side / 8, 1.0), damping=args.damping,
-                             nyquist=side / 4 if args.protocol == "paper" else side / 2,
-                             seed=args.seed, image_size=[w, h])
+        return FourierConfig(
+            name=self.name,
+            scale=args.scale,
+            features=args.features,
+            levels=args.levels,
+            max_freq=args.max_freq or max(side / 4, 1.0),
+            bandwidth=args.bandwidth or max(side / 8, 1.0),
+            damping=args.damping,
+            nyquist=side / 4 if args.protocol == "paper" else side / 2,
+            seed=args.seed,
+            image_size=[w, h],
+        )

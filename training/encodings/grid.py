@@ -3,7 +3,8 @@
 L levels, F features each. Level l has n_l = base·b^l cells along the image's longer side, b geometric
 from `base` to `finest` (GridConfig), and the shorter side in proportion (rounded, at least 1), so cells are
 square in image pixels. By default the finest level is as fine as the byte budget allows with every level
-dense (at most native); with a table size T given, it is native and the levels above T are hashed. A feature sits at each cell centre: cell
+dense (at most native); with a table size T given, it is native and the levels above T are hashed. A feature sits
+at each cell centre: cell
 (i, j) of an rx × ry level is at ((j+0.5)/rx, (i+0.5)/ry), the pixel-centre convention of the model's
 coordinates, and features are bilinear between centres and constant beyond the outer ones.
 
@@ -24,6 +25,7 @@ level derived, it is put at the native size and the coarser levels are geometric
 largest size the rest of the byte budget allows (`native_ladder`); below about 1 byte per pixel that is not
 possible, and the ladder is geometric to the finest that fits, as for equal features.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,11 +39,18 @@ from torch import nn
 from ..errors import UsageError
 from .base import EncodingConfig, OptionError
 
-PRIME_Y = 2654435761          # instant-ngp's second prime (the first is 1)
-INIT = 1e-4                   # tables start uniform in ±INIT (instant-ngp)
+PRIME_Y = 2654435761  # instant-ngp's second prime (the first is 1)
+INIT = 1e-4  # tables start uniform in ±INIT (instant-ngp)
 # The ranges the CLI, the worker and the constructor accept (inclusive).
-LIMITS = {"levels": (1, 32), "features": (1, 16), "finest_features": (1, 16), "log2_table": (8, 26), "base": (1, 32768),
-          "finest": (1, 32768), "bytes_per_pixel": (0.01, 64.0)}
+LIMITS = {
+    "levels": (1, 32),
+    "features": (1, 16),
+    "finest_features": (1, 16),
+    "log2_table": (8, 26),
+    "base": (1, 32768),
+    "finest": (1, 32768),
+    "bytes_per_pixel": (0.01, 64.0),
+}
 TABLE_BITS = (8, 16)
 HASH_OPSET = 18
 
@@ -52,16 +61,17 @@ class GridConfig(EncodingConfig):
     (0: its native pixels), the shorter side in proportion; a level with more than 2^log2_table cells is hashed into
     a table of that size (0: the largest table that keeps the model within `bytes_per_pixel` float16 bytes per
     native pixel). Saved (and given on the command line) with the prefix `grid_`: `grid_levels`, `--grid-levels`."""
+
     FLAT_PREFIX: ClassVar[str] = "grid_"
     name: str = "grid"
     levels: int = 8
     features: int = 2
-    finest_features: int = 0      # features of the finest level (0: features); fewer puts it at the native pixels
+    finest_features: int = 0  # features of the finest level (0: features); fewer puts it at the native pixels
     log2_table: int = 0
     base: int = 16
     finest: int = 0
-    bytes_per_pixel: float = 1.45   # tables; with the head and the graph a 4 MP file is about 1.46 B/px
-    table_bits: int = 16          # bits per table entry in the file: 16 (float16) or 8 (encodings/grid_quant.py)
+    bytes_per_pixel: float = 1.45  # tables; with the head and the graph a 4 MP file is about 1.46 B/px
+    table_bits: int = 16  # bits per table entry in the file: 16 (float16) or 8 (encodings/grid_quant.py)
 
 
 # The messages name each option by its flag, as tests/training/test_grid.py and test_grid_refit.py expect of this
@@ -72,8 +82,9 @@ def check_range(what: str, value: float, allow_zero: bool = False) -> None:
         return
     if not (lo <= value <= hi) or (isinstance(value, float) and not math.isfinite(value)):
         zero = " (or 0: derived)" if allow_zero else ""
-        raise OptionError("grid", what, f"must be in {lo:g}..{hi:g}{zero}, got {value:g}",
-                          subject=f"--grid-{what.replace('_', '-')}")
+        raise OptionError(
+            "grid", what, f"must be in {lo:g}..{hi:g}{zero}, got {value:g}", subject=f"--grid-{what.replace('_', '-')}"
+        )
 
 
 def validate_options(cfg: GridConfig) -> None:
@@ -87,8 +98,9 @@ def validate_options(cfg: GridConfig) -> None:
     check_range("bytes_per_pixel", float(cfg.bytes_per_pixel))
     if cfg.table_bits not in TABLE_BITS:
         bits = ", ".join(map(str, TABLE_BITS))
-        raise OptionError("grid", "table_bits", f"must be one of {bits}, got {cfg.table_bits}",
-                          subject="--grid-table-bits")
+        raise OptionError(
+            "grid", "table_bits", f"must be one of {bits}, got {cfg.table_bits}", subject="--grid-table-bits"
+        )
 
 
 def level_features(cfg: GridConfig) -> list[int]:
@@ -139,7 +151,7 @@ def native_ladder(cfg: GridConfig, w: int, h: int) -> list[tuple[int, int]] | No
 
     if not fits_budget(cfg, [rx * ry for rx, ry in ladder(1)]):
         return None
-    lo, hi = 1, max(1, side // 2)     # the top coarse level at most half the native size
+    lo, hi = 1, max(1, side // 2)  # the top coarse level at most half the native size
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits_budget(cfg, [rx * ry for rx, ry in ladder(mid)]):
@@ -157,7 +169,7 @@ def derived_finest(cfg: GridConfig, w: int, h: int) -> int:
     if cfg.log2_table:
         return side
     lo, hi = 1, side
-    while lo < hi:   # the cell count grows with `finest`
+    while lo < hi:  # the cell count grows with `finest`
         mid = (lo + hi + 1) // 2
         if fits_budget(cfg, [rx * ry for rx, ry in sizes_for(cfg, mid)]):
             lo = mid
@@ -190,7 +202,7 @@ def table_log2(cfg: GridConfig, sizes: list[tuple[int, int]]) -> int:
         return min(hi, max(lo, math.ceil(math.log2(max(rx * ry for rx, ry in sizes)))))
     best = lo
     for k in range(lo, hi + 1):
-        if fits_budget(cfg, [min(rx * ry, 2 ** k) for rx, ry in sizes]):
+        if fits_budget(cfg, [min(rx * ry, 2**k) for rx, ry in sizes]):
             best = k
     return best
 
@@ -202,7 +214,7 @@ class MultiresGrid(nn.Module):
         super().__init__()
         self.sizes = level_sizes(cfg)
         self.log2_table = table_log2(cfg, self.sizes)
-        t = 2 ** self.log2_table
+        t = 2**self.log2_table
         self.level_features = level_features(cfg)
         self.dense = [rx * ry <= t for rx, ry in self.sizes]
         g = torch.Generator().manual_seed(cfg.seed)
@@ -241,7 +253,7 @@ class MultiresGrid(nn.Module):
         x1 = (fx + 1).clamp(0, rx - 1).long()
         y0 = fy.clamp(0, ry - 1).long() * PRIME_Y
         y1 = (fy + 1).clamp(0, ry - 1).long() * PRIME_Y
-        corners = torch.stack([x0, x1, x0, x1], dim=1)                        # [N, 4]: (x0,y0) (x1,y0) (x0,y1) (x1,y1)
+        corners = torch.stack([x0, x1, x0, x1], dim=1)  # [N, 4]: (x0,y0) (x1,y0) (x0,y1) (x1,y1)
         rows = torch.stack([y0, y0, y1, y1], dim=1)
         idx = torch.bitwise_and(torch.bitwise_xor(corners, rows), table.shape[0] - 1)
         feats = table.index_select(0, idx.reshape(-1)).reshape(-1, 4, table.shape[1])

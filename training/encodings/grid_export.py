@@ -26,6 +26,7 @@ The head (everything after the encoding) is traced from the model itself. Grids 
 level, or more than MAX_PACKED bytes of packed corners (memory: a 24 MP model would need about 290 MB steady),
 keep the traced graph. Export still runs the parity gate against torch on the result.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,10 +36,10 @@ from torch import nn
 
 from .grid import MultiresGrid
 
-FEATURES = "grid_features"     # the head's input inside the composed graph
-MAX_PACKED = 2 ** 27           # bytes of float32 corners, 16·F per padded cell (128 MiB: a 4 MP model with 8-bit tables
-                               # has 93 MB), and about 4× that at the peak of the load-time folding; larger grids keep
-                               # the traced graph
+FEATURES = "grid_features"  # the head's input inside the composed graph
+MAX_PACKED = 2**27  # bytes of float32 corners, 16·F per padded cell (128 MiB: a 4 MP model with 8-bit tables
+# has 93 MB), and about 4× that at the peak of the load-time folding; larger grids keep
+# the traced graph
 
 
 def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
@@ -52,6 +53,7 @@ def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
 
 class DenseGridGraph:
     """The encoding's ExportPlan (encodings/base.py): export traces `head` on [N, features] inputs named FEATURES."""
+
     head_input = FEATURES
 
     def __init__(self, module: nn.Module, enc: MultiresGrid):
@@ -70,6 +72,7 @@ class DenseGridGraph:
         """The whole graph: this encoder in front of the traced head (whose input is FEATURES)."""
         import onnx
         from onnx import TensorProto, helper
+
         model = onnx.load_from_string(head_onnx)
         graph = model.graph
         nodes, inits = self._nodes(input_name)
@@ -85,6 +88,7 @@ class DenseGridGraph:
     # -- the encoder ------------------------------------------------------------------------------
     def _nodes(self, x: str) -> tuple[list, list]:
         from onnx import TensorProto, helper, numpy_helper
+
         enc = self.enc
         levels = len(enc.sizes)
         consts: dict[str, np.ndarray] = {}
@@ -108,7 +112,7 @@ class DenseGridGraph:
         r = np.zeros((2, 2 * levels), np.float32)
         r[0, :levels], r[1, levels:] = rx / 2, ry / 2
         offsets, rows, totals = [], [], []
-        for a, b, _ in groups:        # each run of levels with equal features has its own packed table
+        for a, b, _ in groups:  # each run of levels with equal features has its own packed table
             total = 0
             for sx, sy in enc.sizes[a:b]:
                 offsets.append(total)
@@ -122,14 +126,14 @@ class DenseGridGraph:
         base = np.array(offsets, np.float32) + np.array(rows, np.float32) + 1
 
         v = node("Clip", [x, const("zero", np.float32(0)), const("one", np.float32(1))], "clipped")
-        v = node("Mul", [v, const("two", np.float32(2))], "times2")            # grid_sample's [-1, 1] coordinates,
-        v = node("Sub", [v, const("one", np.float32(1))], "normalised")           # rounded as torch rounds them
+        v = node("Mul", [v, const("two", np.float32(2))], "times2")  # grid_sample's [-1, 1] coordinates,
+        v = node("Sub", [v, const("one", np.float32(1))], "normalised")  # rounded as torch rounds them
         v = node("Add", [v, const("one", np.float32(1))], "plus1")
         # torch computes fma(x+1, size/2, −½), rounded once: exact in float64, then rounded to float32
         ix = node("Cast", [v], "plus1_f64", to=TensorProto.DOUBLE)
         ix = node("MatMul", [ix, const("half_size", r.astype(np.float64))], "scaled")
         ix = node("Sub", [ix, const("half", np.float64(0.5))], "source_f64")
-        ix = node("Cast", [ix], "source", to=TensorProto.FLOAT)                    # [N, 2L]
+        ix = node("Cast", [ix], "source", to=TensorProto.FLOAT)  # [N, 2L]
         fl = node("Floor", [ix], "floor")
         frac = node("Sub", [ix, fl], "frac")
         idx = node("Gemm", [fl, const("index", m), const("base", base)], "index_f")
@@ -137,33 +141,67 @@ class DenseGridGraph:
         # 67 ms on one thread); the Clip stays on the integers, where it also catches a NaN coordinate's index
         idx_all = node("Cast", [idx], "index_i", to=TensorProto.INT32)
         # the corner weights are linear in (tx, ty, tx·ty): one Gemm per run writes them all, [N, Lr·4Fr]
-        fx = node("Slice", [frac, const("s0", np.array([0], np.int64)), const("sl", np.array([levels], np.int64)),
-                            const("ax1", np.array([1], np.int64))], "frac_x")
-        fy = node("Slice", [frac, const("sl", np.array([levels], np.int64)),
-                            const("s2l", np.array([2 * levels], np.int64)), const("ax1", np.array([1], np.int64))],
-                  "frac_y")
+        fx = node(
+            "Slice",
+            [
+                frac,
+                const("s0", np.array([0], np.int64)),
+                const("sl", np.array([levels], np.int64)),
+                const("ax1", np.array([1], np.int64)),
+            ],
+            "frac_x",
+        )
+        fy = node(
+            "Slice",
+            [
+                frac,
+                const("sl", np.array([levels], np.int64)),
+                const("s2l", np.array([2 * levels], np.int64)),
+                const("ax1", np.array([1], np.int64)),
+            ],
+            "frac_y",
+        )
         fxy = node("Mul", [fx, fy], "frac_xy")
-        basis = node("Concat", [frac, fxy], "basis", axis=1)                           # [N, 3L]
+        basis = node("Concat", [frac, fxy], "basis", axis=1)  # [N, 3L]
         features = []
         for k, ((a, b, f), total) in enumerate(zip(groups, totals)):
             tag = "" if len(groups) == 1 else f"r{k}/"
             tables = [self._pack(node, const, self._table(consts, level), level, f) for level in range(a, b)]
-            packed = node("Concat", tables, f"{tag}corners", axis=0)                   # [cells, 4F]
-            idx = idx_all if len(groups) == 1 else node(
-                "Slice", [idx_all, const(f"s{a}", np.array([a], np.int64)), const(f"e{b}", np.array([b], np.int64)),
-                          const("ax1", np.array([1], np.int64))], f"{tag}index_run")
-            idx = node("Clip", [idx, const("lo", np.int32(0)), const(f"hi{total}", np.int32(total - 1))],
-                       f"{tag}index")
-            g = node("Gather", [packed, idx], f"{tag}corner_values", axis=0)           # [N, Lr, 4F]
-            g = node("Reshape", [g, const(f"flat{(b - a) * 4 * f}", np.array([-1, (b - a) * 4 * f], np.int64))],
-                     f"{tag}corner_flat")
+            packed = node("Concat", tables, f"{tag}corners", axis=0)  # [cells, 4F]
+            idx = (
+                idx_all
+                if len(groups) == 1
+                else node(
+                    "Slice",
+                    [
+                        idx_all,
+                        const(f"s{a}", np.array([a], np.int64)),
+                        const(f"e{b}", np.array([b], np.int64)),
+                        const("ax1", np.array([1], np.int64)),
+                    ],
+                    f"{tag}index_run",
+                )
+            )
+            idx = node("Clip", [idx, const("lo", np.int32(0)), const(f"hi{total}", np.int32(total - 1))], f"{tag}index")
+            g = node("Gather", [packed, idx], f"{tag}corner_values", axis=0)  # [N, Lr, 4F]
+            g = node(
+                "Reshape",
+                [g, const(f"flat{(b - a) * 4 * f}", np.array([-1, (b - a) * 4 * f], np.int64))],
+                f"{tag}corner_flat",
+            )
             mw, bw, s = self._weights(levels, a, b, f)
             w = node("Gemm", [basis, const(f"{tag}w", mw), const(f"{tag}w_bias", bw)], f"{tag}weight")
             g = node("Mul", [g, w], f"{tag}weighted")
-            features.append(node("MatMul", [g, const(f"{tag}corner_sum", s)], f"{tag}features",
-                                 output=FEATURES if len(groups) == 1 else ""))  # [N, Lr·F]
+            features.append(
+                node(
+                    "MatMul",
+                    [g, const(f"{tag}corner_sum", s)],
+                    f"{tag}features",
+                    output=FEATURES if len(groups) == 1 else "",
+                )
+            )  # [N, Lr·F]
         if len(groups) > 1:
-            node("Concat", features, "features", output=FEATURES, axis=1)             # [N, ΣF], coarsest first
+            node("Concat", features, "features", output=FEATURES, axis=1)  # [N, ΣF], coarsest first
         return nodes, [numpy_helper.from_array(a, k) for k, a in consts.items()]
 
     def _table(self, consts: dict, level: int) -> str:
@@ -175,17 +213,30 @@ class DenseGridGraph:
     def _pack(node, const, table: str, level: int, f: int) -> str:
         """[1, F, ry, rx] → edge-padded corner cells [(ry+1)(rx+1), 4F], corners (y, x) = (0,0) (0,1) (1,0) (1,1)
         with the F features inside each; constant-folded at load (as few full-size copies as it takes)."""
-        def sl(t, axis, a, b, tag):
-            return node("Slice", [t, const(f"s{a}", np.array([a], np.int64)), const(f"e{b}", np.array([b], np.int64)),
-                                  const(f"ax{axis}", np.array([axis], np.int64))], f"l{level}/{tag}")
 
-        end = 2 ** 62
-        t = node("Squeeze", [table, const("ax0", np.array([0], np.int64))], f"l{level}/fyx")          # [F, ry, rx]
-        t = node("Transpose", [t], f"l{level}/yxf", perm=[1, 2, 0])                                    # [ry, rx, F]
+        def sl(t, axis, a, b, tag):
+            return node(
+                "Slice",
+                [
+                    t,
+                    const(f"s{a}", np.array([a], np.int64)),
+                    const(f"e{b}", np.array([b], np.int64)),
+                    const(f"ax{axis}", np.array([axis], np.int64)),
+                ],
+                f"l{level}/{tag}",
+            )
+
+        end = 2**62
+        t = node("Squeeze", [table, const("ax0", np.array([0], np.int64))], f"l{level}/fyx")  # [F, ry, rx]
+        t = node("Transpose", [t], f"l{level}/yxf", perm=[1, 2, 0])  # [ry, rx, F]
         t = node("Concat", [sl(t, 0, 0, 1, "top"), t, sl(t, 0, -1, end, "bottom")], f"l{level}/pad_y", axis=0)
         t = node("Concat", [sl(t, 1, 0, 1, "left"), t, sl(t, 1, -1, end, "right")], f"l{level}/pad_x", axis=1)
-        t = node("Concat", [sl(t, 1, 0, -1, "x0"), sl(t, 1, 1, end, "x1")], f"l{level}/pairs", axis=2)   # [ry+2, rx+1, 2F]
-        t = node("Concat", [sl(t, 0, 0, -1, "y0"), sl(t, 0, 1, end, "y1")], f"l{level}/quads", axis=2)   # [ry+1, rx+1, 4F]
+        t = node(
+            "Concat", [sl(t, 1, 0, -1, "x0"), sl(t, 1, 1, end, "x1")], f"l{level}/pairs", axis=2
+        )  # [ry+2, rx+1, 2F]
+        t = node(
+            "Concat", [sl(t, 0, 0, -1, "y0"), sl(t, 0, 1, end, "y1")], f"l{level}/quads", axis=2
+        )  # [ry+1, rx+1, 4F]
         return node("Reshape", [t, const(f"cells{4 * f}", np.array([-1, 4 * f], np.int64))], f"l{level}/packed")
 
     @staticmethod

@@ -15,6 +15,7 @@ The sum is what the model computes at step 0, so training starts from a blurred 
 than from grey, and spends its steps on detail. Hashed levels and heads that cannot be linear (SineKAN,
 an MLP narrower than twice the features, or of depth 1) keep their random start.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,10 +30,10 @@ from .base import INITS  # noqa: F401 - re-exported: pyramid (this start) | rand
 from .grid import MultiresGrid
 
 log = logging.getLogger(__name__)
-LOGIT_EPS = 0.5 / 255   # targets are clipped to [eps, 1 − eps] before the logit
+LOGIT_EPS = 0.5 / 255  # targets are clipped to [eps, 1 − eps] before the logit
 BASIS = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, -1.0], [1.0, -2.0, 1.0]])
-BASIS = BASIS / BASIS.norm(dim=1, keepdim=True)   # rows: luma, two opponent chroma; orthonormal
-BACKPROJECTIONS = 8     # per level (fit_level); chosen on the validation photo, docs/benchmarks.md, native_fit
+BASIS = BASIS / BASIS.norm(dim=1, keepdim=True)  # rows: luma, two opponent chroma; orthonormal
+BACKPROJECTIONS = 8  # per level (fit_level); chosen on the validation photo, docs/benchmarks.md, native_fit
 
 
 def linear_head(body: nn.Module, d: int) -> torch.Tensor | None:
@@ -45,13 +46,13 @@ def linear_head(body: nn.Module, d: int) -> torch.Tensor | None:
         return None
     with torch.no_grad():
         first = layers[0]
-        first.weight[:2 * d] = torch.cat([torch.eye(d), -torch.eye(d)])
-        first.bias[:2 * d] = 0
-        for hidden in layers[1:-1]:   # pass the 2d copies on unchanged (they are ≥ 0 after ReLU)
-            hidden.weight[:2 * d] = 0
-            hidden.weight[:2 * d, :2 * d] = torch.eye(2 * d)
-            hidden.bias[:2 * d] = 0
-            hidden.weight[2 * d:, :2 * d] = 0   # the random units do not see the copies either
+        first.weight[: 2 * d] = torch.cat([torch.eye(d), -torch.eye(d)])
+        first.bias[: 2 * d] = 0
+        for hidden in layers[1:-1]:  # pass the 2d copies on unchanged (they are ≥ 0 after ReLU)
+            hidden.weight[: 2 * d] = 0
+            hidden.weight[: 2 * d, : 2 * d] = torch.eye(2 * d)
+            hidden.bias[: 2 * d] = 0
+            hidden.weight[2 * d :, : 2 * d] = 0  # the random units do not see the copies either
         last = layers[-1]
         last.weight.zero_()
         last.bias.zero_()
@@ -63,7 +64,7 @@ def slot_channel(level: int, slot: int, features: list[int]) -> int:
     finest, whose second feature (or, when the finest has the luma alone, the next level's) is chroma 1."""
     if slot == 0:
         return 0
-    finer = sum(1 for f in features[level + 1:] if f > 1)   # finer levels that hold a chroma slot
+    finer = sum(1 for f in features[level + 1 :] if f > 1)  # finer levels that hold a chroma slot
     return 1 + (finer + slot - 1) % 2
 
 
@@ -73,7 +74,7 @@ def lattice(img: np.ndarray, protocol: str) -> tuple[torch.Tensor, torch.Tensor]
     h, w, _ = img.shape
     step = 2 if protocol == "paper" else 1
     logits = torch.logit(torch.from_numpy(np.ascontiguousarray(img[::step, ::step])).float(), eps=LOGIT_EPS)
-    opp = torch.einsum("hwc,kc->khw", logits, BASIS)   # one image-sized copy at a time (a 24 MP photo: 288 MB)
+    opp = torch.einsum("hwc,kc->khw", logits, BASIS)  # one image-sized copy at a time (a 24 MP photo: 288 MB)
     del logits
     ys = (torch.arange(0, h, step, dtype=torch.float32) + 0.5) / h * 2 - 1
     xs = (torch.arange(0, w, step, dtype=torch.float32) + 0.5) / w * 2 - 1
@@ -89,9 +90,9 @@ def up(v: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
 def fit_level(residual: torch.Tensor, coords: torch.Tensor, rx: int, ry: int) -> torch.Tensor:
     """Cells [ry, rx] whose bilinear reading approximates residual [h, w]: the area average, then
     BACKPROJECTIONS steps of back-projection (its own reading's error, averaged back onto the cells)."""
-    if tuple(residual.shape) == (ry, rx):   # cells on the pixels: each cell's reading is its pixel, exactly
+    if tuple(residual.shape) == (ry, rx):  # cells on the pixels: each cell's reading is its pixel, exactly
         return residual.clone()
-    down = lambda r: F.interpolate(r[None, None], size=(ry, rx), mode="area")[0, 0]   # noqa: E731
+    down = lambda r: F.interpolate(r[None, None], size=(ry, rx), mode="area")[0, 0]  # noqa: E731
     v = down(residual)
     for _ in range(BACKPROJECTIONS):
         v += down(residual - up(v, coords))
@@ -111,6 +112,7 @@ def pyramid_init(model: nn.Module, img: np.ndarray, protocol: str) -> float | No
         log.info("pyramid init skipped: the head is not an MLP of depth ≥ 2 and width ≥ %d", 2 * d)
         return None
     import time
+
     t0 = time.perf_counter()
     residual, coords = lattice(img, protocol)
     features = enc.level_features
@@ -126,9 +128,14 @@ def pyramid_init(model: nn.Module, img: np.ndarray, protocol: str) -> float | No
                 residual[c] -= up(v, coords)
                 table[0, slot] = v
     last[:, :d] = directions
-    last[:, d:2 * d] = -directions
-    rms = float(torch.sqrt(torch.mean(residual ** 2)))
+    last[:, d : 2 * d] = -directions
+    rms = float(torch.sqrt(torch.mean(residual**2)))
     seconds = time.perf_counter() - t0
-    log.info("pyramid init: %d levels × %s features in %.2f s, logit residual RMS %.3f", len(enc.sizes), features,
-             seconds, rms if math.isfinite(rms) else float("nan"))
+    log.info(
+        "pyramid init: %d levels × %s features in %.2f s, logit residual RMS %.3f",
+        len(enc.sizes),
+        features,
+        seconds,
+        rms if math.isfinite(rms) else float("nan"),
+    )
     return seconds

@@ -1,6 +1,7 @@
 """`grid` as a plug-in: the multiresolution grid (grid.py) with its start from the image's pyramid (grid_init.py),
 instant-ngp's Adam, its 8-bit tables and native refit after training (grid_quant.py, grid_refit.py), its render
 layout (grid_export.py), the opset a hashed level needs, and its command-line options `--grid-*`."""
+
 from __future__ import annotations
 
 import argparse
@@ -66,35 +67,77 @@ class GridEncoding(Encoding):
     def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
         """Out of range, validate_options refuses them naming the range (grid.py)."""
         lim = LIMITS
-        p.add_argument("--grid-levels", type=int, default=8, help=f"grid: levels L, {range_text(lim['levels'])} "
-                       "(default: %(default)s)")
-        p.add_argument("--grid-features", type=int, default=2, help=f"grid: features per level F, "
-                       f"{range_text(lim['features'])} (default: %(default)s)")
-        p.add_argument("--grid-finest-features", type=int, default=0,
-                       help=f"grid: features of the finest level, {range_text(lim['finest_features'])}; 0 = F "
-                            "(default). Fewer than F (1: the luma) puts the finest level on the native pixels and the "
-                            "others below it within --grid-bytes-per-pixel (encodings/grid.py)")
-        p.add_argument("--grid-log2-table", type=int, default=0,
-                       help=f"grid: a level of more than 2^T cells is hashed into 2^T entries, T in "
-                            f"{range_text(lim['log2_table'])}; 0 = the largest T within --grid-bytes-per-pixel "
-                            "(default)")
-        p.add_argument("--grid-base", type=int, default=16, help=f"grid: cells of the coarsest level along the longer "
-                       f"side, {range_text(lim['base'])} (default: %(default)s)")
-        p.add_argument("--grid-finest", type=int, default=0, help=f"grid: cells of the finest level along the longer "
-                       f"side, {range_text(lim['finest'])}; 0 = the fitted image's pixels (default)")
-        p.add_argument("--grid-table-bits", type=int, default=16,
-                       help="grid: bits per table entry in the model file, 16 (float16; with --fp16-weights) or 8 "
-                            "(uint8 with a scale per level and feature: twice the cells in the same bytes); "
-                            "out of range, refused (default: %(default)s)")
-        p.add_argument("--grid-bytes-per-pixel", type=float, default=1.45,
-                       help="grid: float16 bytes of tables per fitted pixel that the derived table size keeps to "
-                            "(default: %(default)s)")
+        p.add_argument(
+            "--grid-levels",
+            type=int,
+            default=8,
+            help=f"grid: levels L, {range_text(lim['levels'])} (default: %(default)s)",
+        )
+        p.add_argument(
+            "--grid-features",
+            type=int,
+            default=2,
+            help=f"grid: features per level F, {range_text(lim['features'])} (default: %(default)s)",
+        )
+        p.add_argument(
+            "--grid-finest-features",
+            type=int,
+            default=0,
+            help=f"grid: features of the finest level, {range_text(lim['finest_features'])}; 0 = F "
+            "(default). Fewer than F (1: the luma) puts the finest level on the native pixels and the "
+            "others below it within --grid-bytes-per-pixel (encodings/grid.py)",
+        )
+        p.add_argument(
+            "--grid-log2-table",
+            type=int,
+            default=0,
+            help=f"grid: a level of more than 2^T cells is hashed into 2^T entries, T in "
+            f"{range_text(lim['log2_table'])}; 0 = the largest T within --grid-bytes-per-pixel "
+            "(default)",
+        )
+        p.add_argument(
+            "--grid-base",
+            type=int,
+            default=16,
+            help=f"grid: cells of the coarsest level along the longer "
+            f"side, {range_text(lim['base'])} (default: %(default)s)",
+        )
+        p.add_argument(
+            "--grid-finest",
+            type=int,
+            default=0,
+            help=f"grid: cells of the finest level along the longer "
+            f"side, {range_text(lim['finest'])}; 0 = the fitted image's pixels (default)",
+        )
+        p.add_argument(
+            "--grid-table-bits",
+            type=int,
+            default=16,
+            help="grid: bits per table entry in the model file, 16 (float16; with --fp16-weights) or 8 "
+            "(uint8 with a scale per level and feature: twice the cells in the same bytes); "
+            "out of range, refused (default: %(default)s)",
+        )
+        p.add_argument(
+            "--grid-bytes-per-pixel",
+            type=float,
+            default=1.45,
+            help="grid: float16 bytes of tables per fitted pixel that the derived table size keeps to "
+            "(default: %(default)s)",
+        )
 
     def from_args(self, args: argparse.Namespace, image_size: tuple[int, int]) -> GridConfig:
-        return GridConfig(levels=args.grid_levels, features=args.grid_features,
-                          finest_features=args.grid_finest_features, log2_table=args.grid_log2_table,
-                          base=args.grid_base, finest=args.grid_finest, bytes_per_pixel=args.grid_bytes_per_pixel,
-                          table_bits=args.grid_table_bits, seed=args.seed, image_size=list(image_size))
+        return GridConfig(
+            levels=args.grid_levels,
+            features=args.grid_features,
+            finest_features=args.grid_finest_features,
+            log2_table=args.grid_log2_table,
+            base=args.grid_base,
+            finest=args.grid_finest,
+            bytes_per_pixel=args.grid_bytes_per_pixel,
+            table_bits=args.grid_table_bits,
+            seed=args.seed,
+            image_size=list(image_size),
+        )
 
 
 def range_text(lo_hi: tuple) -> str:

@@ -7,6 +7,7 @@ the rounded one; `store_tables_8bit` then stores each table as uint8 in the ONNX
 `Cast` to float32, a `Mul` by the channel scales and an `Add` of their lows. All three have constant inputs,
 so onnxruntime folds them when it loads the model: a render reads float32 tables as before.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 from ..fp16 import restore_in_graph
 from .grid import MultiresGrid
 
-LEVELS = 255   # q in 0..255
+LEVELS = 255  # q in 0..255
 
 
 def channel_range(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,31 +44,41 @@ def store_tables_8bit(onnx_bytes: bytes, model: torch.nn.Module) -> tuple[bytes,
     uint8 and rebuilt by Cast → Mul → Add nodes in front of its users."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
+
     tables = [t.detach().cpu() for t in model.encoding.tables]
     proto = onnx.load_from_string(onnx_bytes)
     graph = proto.graph
     kept, nodes, stored, values = [], [], 0, 0
     for init in graph.initializer:
         arr = numpy_helper.to_array(init) if init.data_type == TensorProto.FLOAT else None
-        match = next((t for t in tables if arr is not None and tuple(t.shape) == arr.shape
-                      and np.array_equal(t.numpy(), arr)), None)
+        match = next(
+            (t for t in tables if arr is not None and tuple(t.shape) == arr.shape and np.array_equal(t.numpy(), arr)),
+            None,
+        )
         if match is None:
             kept.append(init)
             continue
         low, scale = channel_range(match)
         q = torch.round((match - low) / scale).clamp(0, LEVELS)
-        if not torch.equal(q * scale + low, match):   # not rounded by round_tables_8bit: keep it float
+        if not torch.equal(q * scale + low, match):  # not rounded by round_tables_8bit: keep it float
             kept.append(init)
             continue
         names = {k: f"{init.name}__{k}" for k in ("u8", "scale", "low", "f32", "scaled")}
-        kept += [numpy_helper.from_array(q.numpy().astype(np.uint8), names["u8"]),
-                 numpy_helper.from_array(scale.numpy().astype(np.float32), names["scale"]),
-                 numpy_helper.from_array(low.numpy().astype(np.float32), names["low"])]
-        nodes += [helper.make_node("Cast", [names["u8"]], [names["f32"]], to=TensorProto.FLOAT),
-                  helper.make_node("Mul", [names["f32"], names["scale"]], [names["scaled"]]),
-                  helper.make_node("Add", [names["scaled"], names["low"]], [init.name])]
+        kept += [
+            numpy_helper.from_array(q.numpy().astype(np.uint8), names["u8"]),
+            numpy_helper.from_array(scale.numpy().astype(np.float32), names["scale"]),
+            numpy_helper.from_array(low.numpy().astype(np.float32), names["low"]),
+        ]
+        nodes += [
+            helper.make_node("Cast", [names["u8"]], [names["f32"]], to=TensorProto.FLOAT),
+            helper.make_node("Mul", [names["f32"], names["scale"]], [names["scaled"]]),
+            helper.make_node("Add", [names["scaled"], names["low"]], [init.name]),
+        ]
         stored += 1
         values += arr.size
     out = restore_in_graph(proto, kept, nodes)
-    return out, {"tables": "uint8 storage, a float32 scale and low per level and feature", "u8_tables": stored,
-                 "u8_values": int(values)}
+    return out, {
+        "tables": "uint8 storage, a float32 scale and low per level and feature",
+        "u8_tables": stored,
+        "u8_values": int(values),
+    }

@@ -8,6 +8,7 @@ everything else moved. `refit_native` runs Gauss-Newton on each such cell alone 
 is a function of that one value: its derivative by a forward-mode product, the step −(J·r)/(J·J)), keeps a step
 only where it lowers that pixel's error, and leaves cells without a training pixel as they were.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,9 +20,9 @@ import torch
 from .grid import MultiresGrid
 
 log = logging.getLogger(__name__)
-CHUNK = 1 << 16        # pixels per pass: [CHUNK, width] floats stay in the CPU's cache
-ITERATIONS = 2         # Gauss-Newton steps; a third gained 0.003 dB on a 4 MP photo
-CLIP_QUANTILE = 1e-4   # an 8-bit native level is rounded over its values' quantiles 1e-4 … 1 − 1e-4
+CHUNK = 1 << 16  # pixels per pass: [CHUNK, width] floats stay in the CPU's cache
+ITERATIONS = 2  # Gauss-Newton steps; a third gained 0.003 dB on a 4 MP photo
+CLIP_QUANTILE = 1e-4  # an 8-bit native level is rounded over its values' quantiles 1e-4 … 1 − 1e-4
 LEVELS = 255
 
 
@@ -43,7 +44,9 @@ def mlp_layers(body: torch.nn.Module) -> list[torch.nn.Linear] | None:
     return [m for m in mods if isinstance(m, torch.nn.Linear)]
 
 
-def with_slope(layers: list[torch.nn.Linear], first: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def with_slope(
+    layers: list[torch.nn.Linear], first: torch.Tensor, z: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's rgb at the pixels and its derivative by the finest value z: `first` is the first layer's
     output without z's column (fixed while z moves); forward-mode through the ReLUs and Linears by hand
     (torch.func.jvp took 11× longer here)."""
@@ -58,22 +61,30 @@ def with_slope(layers: list[torch.nn.Linear], first: torch.Tensor, z: torch.Tens
     return rgb, rgb * (1 - rgb) * tangent
 
 
-def pixel_chunks(model: torch.nn.Module, layers: list[torch.nn.Linear], coords: np.ndarray, targets: np.ndarray,
-                 w: int, h: int):
+def pixel_chunks(
+    model: torch.nn.Module, layers: list[torch.nn.Linear], coords: np.ndarray, targets: np.ndarray, w: int, h: int
+):
     """Per CHUNK training pixels: (targets [n, 3], native cell rows, columns, the first layer's output without the
     native feature's column)."""
     enc, w_rest = model.encoding, layers[0].weight[:, :-1]
     for start in range(0, len(coords), CHUNK):
-        x = torch.from_numpy(np.ascontiguousarray(coords[start:start + CHUNK]))
-        y = torch.from_numpy(np.ascontiguousarray(targets[start:start + CHUNK]))
+        x = torch.from_numpy(np.ascontiguousarray(coords[start : start + CHUNK]))
+        y = torch.from_numpy(np.ascontiguousarray(targets[start : start + CHUNK]))
         col = (x[:, 0] * w).floor().long().clamp(0, w - 1)
         row = (x[:, 1] * h).floor().long().clamp(0, h - 1)
         yield y, row, col, torch.addmm(layers[0].bias, enc(x)[:, :-1], w_rest.t())
 
 
 @torch.no_grad()
-def refit_native(model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int,
-                 iterations: int = ITERATIONS, bounds: tuple[float, float] | None = None) -> dict | None:
+def refit_native(
+    model: torch.nn.Module,
+    coords: np.ndarray,
+    targets: np.ndarray,
+    w: int,
+    h: int,
+    iterations: int = ITERATIONS,
+    bounds: tuple[float, float] | None = None,
+) -> dict | None:
     """Refit the native finest level in place to the training pixels (coords [N, 2] at pixel centres, targets
     [N, 3]), each value kept within `bounds` if given; the other parameters stay as they are. Returns what it
     did, or None when the model has no such level or its head is not an MLP."""
@@ -82,7 +93,7 @@ def refit_native(model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray
     if level is None or layers is None:
         return None
     t0 = time.perf_counter()
-    table = model.encoding.tables[level][0, 0]                      # [h, w]
+    table = model.encoding.tables[level][0, 0]  # [h, w]
     lo, hi = bounds if bounds is not None else (-float("inf"), float("inf"))
     before = after = 0.0
     for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h):
@@ -101,8 +112,12 @@ def refit_native(model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray
         after += float(err.sum())
         table[row, col] = z
     n = max(1, targets.size)
-    report = {"pixels": int(len(coords)), "seconds": round(time.perf_counter() - t0, 2),
-              "mse_before": before / n, "mse_after": after / n}
+    report = {
+        "pixels": int(len(coords)),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "mse_before": before / n,
+        "mse_after": after / n,
+    }
     log.info("native level refitted: %s", report)
     return report
 
@@ -118,15 +133,16 @@ def clip_bounds(table: torch.Tensor, quantile: float) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def round_native_8bit(model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int,
-                      bounds: tuple[float, float]) -> None:
+def round_native_8bit(
+    model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int, bounds: tuple[float, float]
+) -> None:
     """Round the native level to 256 steps over `bounds`, each training pixel's cell to whichever of its two
     nearest steps gives that pixel the smaller error (the others to the nearest); the table then holds both ends,
     so that grid_quant's min/max rounding reproduces these steps exactly."""
     layers = mlp_layers(model.body)
     table = model.encoding.tables[-1][0, 0]
     lo, hi = bounds
-    if hi - lo <= 1e-6 * max(1.0, abs(lo)):   # one value (a 1×1 photo, a flat one): no steps to choose between
+    if hi - lo <= 1e-6 * max(1.0, abs(lo)):  # one value (a 1×1 photo, a flat one): no steps to choose between
         table.fill_(lo)
         return
     scale = (hi - lo) / LEVELS
@@ -145,8 +161,9 @@ def round_native_8bit(model: torch.nn.Module, coords: np.ndarray, targets: np.nd
     table.copy_(q * scale + lo)
 
 
-def finish_native(model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int,
-                  table_bits: int) -> dict | None:
+def finish_native(
+    model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int, table_bits: int
+) -> dict | None:
     """After the head and the other tables are rounded: refit the native level to the training pixels and round
     it as it will be stored (8 bits over its clipped range, else float16). None when there is no native level."""
     if native_level(model, w, h) is None or mlp_layers(model.body) is None:

@@ -5,6 +5,7 @@ The loop is huey's primitives (scheduled messages moved to the queue when due, a
 back at the next progress step instead of abandoning it. A heartbeat thread keeps the worker's seat in
 the store and reaps jobs whose workers died.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,12 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-from telemetry import tracing
+from commandline import positive_float, positive_int
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import FitStore, StoreError, worker_id
+from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
-
-from commandline import positive_float, positive_int
 
 from ..errors import UsageError
 from .job import JobContext, run_job
@@ -51,6 +51,7 @@ class Heartbeat(threading.Thread):
 def lower_priority(nice: int, threads: int) -> None:
     """Fits yield the CPU to serving: a higher nice value and a bounded number of torch threads."""
     import torch
+
     if nice:
         os.nice(nice)
     torch.set_num_threads(threads)
@@ -64,8 +65,11 @@ def start_traces() -> None:
     except TraceConfigError as e:
         raise UsageError(str(e)) from None
     if config is not None:
-        tracing.install(config, "inr-fit-worker",
-                        on_drop=lambda reason, n: log.warning("traces: %d span(s) dropped (%s)", n, reason))
+        tracing.install(
+            config,
+            "inr-fit-worker",
+            on_drop=lambda reason, n: log.warning("traces: %d span(s) dropped (%s)", n, reason),
+        )
 
 
 def serve_jobs(args: argparse.Namespace) -> int:
@@ -119,20 +123,41 @@ def serve_jobs(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("worker", help="fit the images uploaded to POST /v1/fits (docs/fits.md)")
-    p.add_argument("--store", default=os.environ.get("INR_FIT_STORE", DEFAULT_STORE),
-                   help="job store: sqlite:///PATH, redis://HOST:PORT/DB or postgresql://… "
-                        "(default: $INR_FIT_STORE, else %(default)s)")
-    p.add_argument("--models", default=os.environ.get("INR_MODELS", "models"),
-                   help="model repository the fits are written to (default: $INR_MODELS, else models)")
-    p.add_argument("--threads", type=positive_int, default=int(os.environ.get("INR_FIT_THREADS", "1")),
-                   help="torch threads per fit (default: $INR_FIT_THREADS, else 1)")
-    p.add_argument("--nice", type=int, default=10, choices=range(0, 20), metavar="0..19",
-                   help="CPU priority below the service's (default: 10)")
+    p.add_argument(
+        "--store",
+        default=os.environ.get("INR_FIT_STORE", DEFAULT_STORE),
+        help="job store: sqlite:///PATH, redis://HOST:PORT/DB or postgresql://… "
+        "(default: $INR_FIT_STORE, else %(default)s)",
+    )
+    p.add_argument(
+        "--models",
+        default=os.environ.get("INR_MODELS", "models"),
+        help="model repository the fits are written to (default: $INR_MODELS, else models)",
+    )
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=int(os.environ.get("INR_FIT_THREADS", "1")),
+        help="torch threads per fit (default: $INR_FIT_THREADS, else 1)",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        choices=range(0, 20),
+        metavar="0..19",
+        help="CPU priority below the service's (default: 10)",
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--heartbeat-s", type=positive_float, default=2.0, help="seconds between heartbeats")
-    p.add_argument("--stale-s", type=positive_float, default=float(os.environ.get("INR_FIT_STALE_S", "15")),
-                   help="a worker silent this long is dead; its job is retried once "
-                        "(default: $INR_FIT_STALE_S, else 15)")
-    p.add_argument("--poll-s", type=positive_float, default=0.25, help="longest wait between queue polls (default: 0.25)")
+    p.add_argument(
+        "--stale-s",
+        type=positive_float,
+        default=float(os.environ.get("INR_FIT_STALE_S", "15")),
+        help="a worker silent this long is dead; its job is retried once (default: $INR_FIT_STALE_S, else 15)",
+    )
+    p.add_argument(
+        "--poll-s", type=positive_float, default=0.25, help="longest wait between queue polls (default: 0.25)"
+    )
     p.add_argument("--once", action="store_true", help="exit after one job has ended")
     p.set_defaults(func=serve_jobs)

@@ -1,5 +1,6 @@
 """One fit job from the store: the same parse, fit, evaluate and export as `fit-image --out`, with
 progress (loss, PSNR, ETA, a small preview) written to the store as it goes."""
+
 from __future__ import annotations
 
 import io
@@ -14,10 +15,10 @@ import numpy as np
 from opentelemetry import trace
 from PIL import Image
 
-from modelrepo import SpecError
-from telemetry import tracing
 from commandline import OneLineParser
 from fitstore import PRESETS, FitStore
+from modelrepo import SpecError
+from telemetry import tracing
 
 from ..cli_image import add_image_options, fit_config
 from ..errors import UsageError
@@ -26,11 +27,11 @@ from ..images import load_image, pixel_centres
 from ..metrics import psnr_from_mse
 
 log = logging.getLogger(__name__)
-PREVIEW = 64            # preview renders are PREVIEW pixels along the longer side, in the image's aspect
-PROGRESS_EVENTS = 40    # about this many progress events per fit
-PREVIEW_EVERY = 4       # a preview with every 4th progress event, and with the last
-CHECK_EVERY = 10        # cancel, deadline, SIGTERM and a lost claim are checked at least every 10 steps
-EVENT_EVERY_S = 2.0     # and a progress event goes out at least every 2 s
+PREVIEW = 64  # preview renders are PREVIEW pixels along the longer side, in the image's aspect
+PROGRESS_EVENTS = 40  # about this many progress events per fit
+PREVIEW_EVERY = 4  # a preview with every 4th progress event, and with the last
+CHECK_EVERY = 10  # cancel, deadline, SIGTERM and a lost claim are checked at least every 10 steps
+EVENT_EVERY_S = 2.0  # and a progress event goes out at least every 2 s
 
 
 class Stop(Exception):
@@ -47,7 +48,7 @@ class JobContext:
     models: Path
     worker: str
     device: str = "auto"
-    stopping: object = None   # a threading.Event set on SIGTERM
+    stopping: object = None  # a threading.Event set on SIGTERM
 
 
 def fit_args(options: dict, image_path: Path, device: str):
@@ -55,9 +56,21 @@ def fit_args(options: dict, image_path: Path, device: str):
     none: native), steps, protocol, seed."""
     preset = PRESETS[options["preset"]]
     size = ["--size", str(options["size"])] if options.get("size") else []
-    argv = ["--image", str(image_path), *size, "--steps", str(options["steps"]),
-            "--protocol", options["protocol"], "--seed", str(options["seed"]), "--device", device,
-            "--no-progress", *preset["argv"]]
+    argv = [
+        "--image",
+        str(image_path),
+        *size,
+        "--steps",
+        str(options["steps"]),
+        "--protocol",
+        options["protocol"],
+        "--seed",
+        str(options["seed"]),
+        "--device",
+        device,
+        "--no-progress",
+        *preset["argv"],
+    ]
     parser = OneLineParser(prog="fit job")
     add_image_options(parser)
     return parser.parse_args(argv)
@@ -100,8 +113,9 @@ def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
     parent = tracing.parent_from(rec.get("traceparent"))
     attrs = {"inr.fit.job": job_id, "inr.fit.attempt": attempt, "inr.fit.worker": ctx.worker}
     tracing.tracer.start_span("inr.fit.claim", context=parent, attributes=attrs, start_time=claimed).end()
-    with tracing.span("inr.fit", context=parent, attributes={**attrs, "inr.fit.name": rec["name"],
-                                                             "inr.fit.steps": rec["steps"]}):
+    with tracing.span(
+        "inr.fit", context=parent, attributes={**attrs, "inr.fit.name": rec["name"], "inr.fit.steps": rec["steps"]}
+    ):
         done = run_claimed(ctx, rec)
         tracing.annotate({"inr.fit.state": (done or {}).get("state") or "dropped"})
         return done
@@ -118,11 +132,19 @@ def run_claimed(ctx: JobContext, rec: dict) -> dict | None:
             return None
         if stop.state == "queued":
             return store.hand_back(rec, stop.reason)
-        return store.finish(rec, stop.state, reason="deadline" if stop.state == "failed" else None,
-                            error=stop.reason if stop.state == "failed" else None)
+        return store.finish(
+            rec,
+            stop.state,
+            reason="deadline" if stop.state == "failed" else None,
+            error=stop.reason if stop.state == "failed" else None,
+        )
     except (UsageError, SpecError, ValueError) as e:  # fitmetrics' reason: the job's input or options
-        return store.finish(rec, "failed", reason="invalid", error=f"{e.__class__.__name__}: {e}"
-                            if not isinstance(e, UsageError) else str(e))
+        return store.finish(
+            rec,
+            "failed",
+            reason="invalid",
+            error=f"{e.__class__.__name__}: {e}" if not isinstance(e, UsageError) else str(e),
+        )
     except Exception as e:  # noqa: BLE001 - a job fails with its reason; the worker carries on
         log.exception("fit %s failed", job_id)
         return store.finish(rec, "failed", reason="error", error=f"{e.__class__.__name__}: {e}")
@@ -150,8 +172,10 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         if not store.still_mine(rec):
             raise Stop(None, "another process declared this worker dead; dropping the fit")
         if store.now() > deadline:  # the store's clock, which set `started`
-            raise Stop("failed", f"the fit ran past its deadline of {rec['deadline_s']:g} s (INR_FIT_DEADLINE_S) "
-                                 f"at step {step}")
+            raise Stop(
+                "failed",
+                f"the fit ran past its deadline of {rec['deadline_s']:g} s (INR_FIT_DEADLINE_S) at step {step}",
+            )
         if ctx.stopping is not None and ctx.stopping.is_set():
             raise Stop("queued", f"worker {ctx.worker} stopped (SIGTERM) at step {step}")
 
@@ -164,26 +188,43 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         if not last and done - emitted["step"] < cfg.steps / PROGRESS_EVENTS and now - emitted["time"] < EVENT_EVERY_S:
             return False
         emitted.update(events=emitted["events"] + 1, step=done, time=now)
-        preview = (preview_png(model, next(model.parameters()).device, (img.shape[1], img.shape[0]))
-                   if emitted["events"] % PREVIEW_EVERY == 1 or last else None)
+        preview = (
+            preview_png(model, next(model.parameters()).device, (img.shape[1], img.shape[0]))
+            if emitted["events"] % PREVIEW_EVERY == 1 or last
+            else None
+        )
         elapsed = now - t0
-        written = store.progress(rec, {"step": done, "steps": cfg.steps, "loss": loss,
-                                       "psnr": round(psnr_from_mse(loss), 3), "elapsed_s": round(elapsed, 3),
-                                       "eta_s": round(elapsed / done * (cfg.steps - done), 2)}, preview)
+        written = store.progress(
+            rec,
+            {
+                "step": done,
+                "steps": cfg.steps,
+                "loss": loss,
+                "psnr": round(psnr_from_mse(loss), 3),
+                "elapsed_s": round(elapsed, 3),
+                "eta_s": round(elapsed / done * (cfg.steps - done), 2),
+            },
+            preview,
+        )
         if written is None:
             raise Stop(None, "another process declared this worker dead; dropping the fit")
         rec = written
         if tracing.ON:  # coarse progress (about PROGRESS_EVENTS per fit) as events of the `inr.fit` span
-            trace.get_current_span().add_event("progress", {"step": done, "loss": float(loss),
-                                                            "psnr": round(psnr_from_mse(loss), 3)})
+            trace.get_current_span().add_event(
+                "progress", {"step": done, "loss": float(loss), "psnr": round(psnr_from_mse(loss), 3)}
+            )
         return False
 
     model, history = train(cfg, img, on_step=on_step, every=check_every)
     model = finish(model, cfg, img, history)
     metrics, full = evaluate(model, img, cfg.protocol)
     check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched
-    source = {"kind": "upload", "job": rec["id"], **{k: rec["source"][k] for k in ("filename", "width", "height")
-                                                     if k in rec["source"]}, "size": loaded["size"]}
+    source = {
+        "kind": "upload",
+        "job": rec["id"],
+        **{k: rec["source"][k] for k in ("filename", "width", "height") if k in rec["source"]},
+        "size": loaded["size"],
+    }
     if tracing.ON:  # the API's load of this version joins the fit's trace (service/engine/control.py)
         source["traceparent"] = tracing.current_traceparent()
     written = export_image_model(model, cfg, out, source, metrics, history, full)

@@ -5,22 +5,33 @@ NVIDIA from Triton's `grpc_service.proto`): the server and every Triton client s
 nothing here encodes bytes by hand. A request's tensors become `InputTensor`s already in bytes, so that
 `decode` (service/api/v2/tensors.py) checks their byte count against shape and datatype, as for HTTP binary.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2, service_pb2 as pb
+from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import BadInput
 from ..v2.tensors import DTYPES, InferRequest, InputTensor, RequestedOutput, output_tensor, raw_bytes
 
 # Which InferTensorContents field carries each datatype (Triton's grpc_service.proto); FP16 only travels raw.
-CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-            "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
-            "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
-            "FP64": "fp64_contents"}
+CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+}
 
 
 def parameter(p: pb.InferParameter):
@@ -34,9 +45,11 @@ def _typed(t: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:
     where = f"input '{t.name}'"
     field = CONTENTS.get(t.datatype)
     if field is None:
-        raise BadInput(f"{where}: datatype '{t.datatype}' cannot travel in typed contents; send it in "
-                       "raw_input_contents" if t.datatype in DTYPES else
-                       f"{where}: datatype '{t.datatype}' is not supported; supported: {', '.join(DTYPES)}")
+        raise BadInput(
+            f"{where}: datatype '{t.datatype}' cannot travel in typed contents; send it in raw_input_contents"
+            if t.datatype in DTYPES
+            else f"{where}: datatype '{t.datatype}' is not supported; supported: {', '.join(DTYPES)}"
+        )
     used = [f.name for f, _ in t.contents.ListFields()]
     wrong = [f for f in used if f != field]
     if wrong:
@@ -44,8 +57,10 @@ def _typed(t: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:
     values = getattr(t.contents, field)
     count = math.prod(t.shape)
     if len(values) != count:
-        raise BadInput(f"{where}: contents.{field} has {len(values)} values but shape {list(t.shape)} "
-                       f"needs {count} for model '{model}'")
+        raise BadInput(
+            f"{where}: contents.{field} has {len(values)} values but shape {list(t.shape)} "
+            f"needs {count} for model '{model}'"
+        )
     arr = np.asarray(values)
     out = arr.astype(DTYPES[t.datatype])
     if out.dtype.kind in "iu" and len(values) and not np.array_equal(out, arr):
@@ -60,8 +75,9 @@ def infer_request(msg: pb.ModelInferRequest) -> InferRequest:
         raise BadInput("inputs must be a non-empty list of tensors")
     if raw and any(t.HasField("contents") for t in msg.inputs):
         named = next(t.name for t in msg.inputs if t.HasField("contents"))
-        raise BadInput(f"input '{named}': contents must not be given when raw_input_contents is used; "
-                       "send every input one way")
+        raise BadInput(
+            f"input '{named}': contents must not be given when raw_input_contents is used; send every input one way"
+        )
     if raw and len(raw) != len(msg.inputs):
         raise BadInput(f"raw_input_contents holds {len(raw)} tensors for {len(msg.inputs)} inputs")
     inputs = []
@@ -82,8 +98,9 @@ def infer_request(msg: pb.ModelInferRequest) -> InferRequest:
     return InferRequest(msg.id or None, inputs, outputs, True, params)
 
 
-def infer_response(model: str, version: str, rid: str, outputs: list[tuple[RequestedOutput, np.ndarray]]
-                   ) -> pb.ModelInferResponse:
+def infer_response(
+    model: str, version: str, rid: str, outputs: list[tuple[RequestedOutput, np.ndarray]]
+) -> pb.ModelInferResponse:
     """Outputs in `raw_output_contents`, as Triton answers and tritonclient's `as_numpy` reads."""
     msg = pb.ModelInferResponse(model_name=model, model_version=version, id=rid)
     for req, arr in outputs:

@@ -8,6 +8,7 @@ registry, the dataplane (batching), the metrics and the drain with HTTP.
 * With several uvicorn workers every worker binds the port with SO_REUSEPORT and the kernel spreads the
   connections, as it does for HTTP; with one worker the port must be free, or start-up fails.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,9 @@ class GrpcServer:
 
     async def start(self) -> None:
         s = self.settings
-        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", s.max_body_bytes),
-                                               ("grpc.so_reuseport", int(s.workers > 1))])
+        self.server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", s.max_body_bytes), ("grpc.so_reuseport", int(s.workers > 1))]
+        )
         self.server.add_generic_rpc_handlers((handlers(self.service),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"[{s.host}]:{s.grpc_port}" if ":" in s.host else f"{s.host}:{s.grpc_port}"

@@ -6,6 +6,7 @@ domain errors of service/errors.py mapped to gRPC codes as Triton maps them, the
 that a drain waits for, and the request metrics. Inference goes through `service.api.v2.infer.run`, the same
 checks, limits, batching and deadlines as `POST /v2/models/NAME/infer`; the gRPC deadline is the timeout.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,8 @@ from tritonclient.grpc import service_pb2 as pb
 
 from telemetry import tracing
 
-from ...errors import BadInput, DeadlineExceeded, Forbidden, NotLoaded, QueueTimeout, ServiceError, grpc_code
 from ...access import carries_key
+from ...errors import BadInput, DeadlineExceeded, Forbidden, NotLoaded, QueueTimeout, ServiceError, grpc_code
 from ..v2.infer import config_of, metadata_of, model_version, resolve, run
 from ..v2.routes import EXTENSIONS
 from .convert import from_json, infer_request, infer_response, model_config, parameter
@@ -43,11 +44,13 @@ def reader(cls):
             return cls.FromString(data)
         except Exception as e:  # google.protobuf.message.DecodeError, or a RuntimeError from the upb parser
             return Malformed(cls.__name__, e)
+
     return read
 
 
 def rpc(group: str, infer: bool = False):
     """Wrap an RPC method: drain, restricted group, errors → gRPC codes, in-flight count, metrics."""
+
     def wrap(fn):
         @functools.wraps(fn)
         async def handler(self: "InferenceService", request, context: grpc.aio.ServicerContext):
@@ -66,15 +69,24 @@ def rpc(group: str, infer: bool = False):
             except Exception as e:
                 status = 500
                 log.exception("unexpected error in gRPC %s", fn.__name__)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error ({e.__class__.__name__}); see the "
-                                    "server log")
+                await context.abort(
+                    grpc.StatusCode.INTERNAL, f"internal error ({e.__class__.__name__}); see the server log"
+                )
             finally:
                 self.drain.inflight -= 1
                 if infer:
                     name = getattr(request, "model_name", "")
-                    self.metrics.request(name if name in self.registry.models else "", f"/{SERVICE}/{fn.__name__}",
-                                         "GRPC", status, time.perf_counter() - start, getattr(request, "model_version", ""))
+                    self.metrics.request(
+                        name if name in self.registry.models else "",
+                        f"/{SERVICE}/{fn.__name__}",
+                        "GRPC",
+                        status,
+                        time.perf_counter() - start,
+                        getattr(request, "model_version", ""),
+                    )
+
         return handler
+
     return wrap
 
 
@@ -89,8 +101,11 @@ class InferenceService:
             raise NotLoaded("the server is shutting down; send the request to another replica")
         restriction = self.by_api.get(group)
         if restriction is not None:
-            sent = [v.encode() if isinstance(v, str) else v for k, v in context.invocation_metadata() or ()
-                    if k.lower() == restriction.key]
+            sent = [
+                v.encode() if isinstance(v, str) else v
+                for k, v in context.invocation_metadata() or ()
+                if k.lower() == restriction.key
+            ]
             if not carries_key(sent, restriction):
                 raise Forbidden(group, restriction.key)
 
@@ -134,8 +149,11 @@ class InferenceService:
             model = resolve(self.registry, request.name, request.version, ready=True)
             stats = [self.metrics.stats_json(model.name, model_version(model))]
         else:
-            stats = [self.metrics.stats_json(m.name, model_version(m.serving)) for m in self.registry.models.values()
-                     if m.ready]
+            stats = [
+                self.metrics.stats_json(m.name, model_version(m.serving))
+                for m in self.registry.models.values()
+                if m.ready
+            ]
         return from_json({"model_stats": stats}, pb.ModelStatisticsResponse())
 
     # -- inference -------------------------------------------------------------------------------
@@ -172,13 +190,22 @@ class InferenceService:
                 yield pb.ModelStreamInferResponse(infer_response=await self._infer(request, context.time_remaining()))
             except ServiceError as e:
                 status = e.status
-                yield pb.ModelStreamInferResponse(error_message=str(e), infer_response=pb.ModelInferResponse(
-                    model_name=getattr(request, "model_name", ""), id=getattr(request, "id", "")))
+                yield pb.ModelStreamInferResponse(
+                    error_message=str(e),
+                    infer_response=pb.ModelInferResponse(
+                        model_name=getattr(request, "model_name", ""), id=getattr(request, "id", "")
+                    ),
+                )
             finally:
                 self.drain.inflight -= 1
                 name = getattr(request, "model_name", "")
-                self.metrics.request(name if name in self.registry.models else "", f"/{SERVICE}/ModelStreamInfer",
-                                     "GRPC", status, time.perf_counter() - start)
+                self.metrics.request(
+                    name if name in self.registry.models else "",
+                    f"/{SERVICE}/ModelStreamInfer",
+                    "GRPC",
+                    status,
+                    time.perf_counter() - start,
+                )
 
     # -- model repository ------------------------------------------------------------------------
     @rpc("model-repository")
@@ -189,8 +216,10 @@ class InferenceService:
     @rpc("model-repository")
     async def RepositoryModelLoad(self, request, context):
         if request.parameters:
-            raise BadInput(f"parameters: {', '.join(sorted(request.parameters))} not supported (a model is loaded "
-                           "from its folder in the repository; 'config' and 'file:' overrides are not)")
+            raise BadInput(
+                f"parameters: {', '.join(sorted(request.parameters))} not supported (a model is loaded "
+                "from its folder in the repository; 'config' and 'file:' overrides are not)"
+            )
         await self.control.load(request.model_name)
         return pb.RepositoryModelLoadResponse()
 
@@ -199,33 +228,48 @@ class InferenceService:
         unknown = sorted(set(request.parameters) - {"unload_dependents"})
         if unknown:
             raise BadInput(f"parameters: {', '.join(unknown)} not supported")
-        if "unload_dependents" in request.parameters and \
-                not isinstance(parameter(request.parameters["unload_dependents"]), bool):
+        if "unload_dependents" in request.parameters and not isinstance(
+            parameter(request.parameters["unload_dependents"]), bool
+        ):
             raise BadInput("parameters.unload_dependents: expected bool_param")
         await self.control.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
 
-UNARY = {"ServerLive": pb.ServerLiveRequest, "ServerReady": pb.ServerReadyRequest, "ModelReady": pb.ModelReadyRequest,
-         "ServerMetadata": pb.ServerMetadataRequest, "ModelMetadata": pb.ModelMetadataRequest,
-         "ModelInfer": pb.ModelInferRequest, "ModelConfig": pb.ModelConfigRequest,
-         "ModelStatistics": pb.ModelStatisticsRequest, "RepositoryIndex": pb.RepositoryIndexRequest,
-         "RepositoryModelLoad": pb.RepositoryModelLoadRequest, "RepositoryModelUnload": pb.RepositoryModelUnloadRequest}
+UNARY = {
+    "ServerLive": pb.ServerLiveRequest,
+    "ServerReady": pb.ServerReadyRequest,
+    "ModelReady": pb.ModelReadyRequest,
+    "ServerMetadata": pb.ServerMetadataRequest,
+    "ModelMetadata": pb.ModelMetadataRequest,
+    "ModelInfer": pb.ModelInferRequest,
+    "ModelConfig": pb.ModelConfigRequest,
+    "ModelStatistics": pb.ModelStatisticsRequest,
+    "RepositoryIndex": pb.RepositoryIndexRequest,
+    "RepositoryModelLoad": pb.RepositoryModelLoadRequest,
+    "RepositoryModelUnload": pb.RepositoryModelUnloadRequest,
+}
 
 
 def handlers(service: InferenceService) -> grpc.GenericRpcHandler:
     """The service's method handlers, with the stubs' messages and a deserializer that reports bad bytes; with
     traces on, each call in its server span (service/api/grpc/spans.py), else nothing more."""
+
     def method(name: str):
         fn = getattr(service, name)
         if not tracing.ON:
             return fn
         return traced_stream(SERVICE, name, fn) if name == "ModelStreamInfer" else traced(SERVICE, name, fn)
 
-    methods = {name: grpc.unary_unary_rpc_method_handler(method(name), request_deserializer=reader(cls),
-                                                         response_serializer=lambda m: m.SerializeToString())
-               for name, cls in UNARY.items()}
+    methods = {
+        name: grpc.unary_unary_rpc_method_handler(
+            method(name), request_deserializer=reader(cls), response_serializer=lambda m: m.SerializeToString()
+        )
+        for name, cls in UNARY.items()
+    }
     methods["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        method("ModelStreamInfer"), request_deserializer=reader(pb.ModelInferRequest),
-        response_serializer=lambda m: m.SerializeToString())
+        method("ModelStreamInfer"),
+        request_deserializer=reader(pb.ModelInferRequest),
+        response_serializer=lambda m: m.SerializeToString(),
+    )
     return grpc.method_handlers_generic_handler(SERVICE, methods)

@@ -1,4 +1,5 @@
 """IIIF Image API 3.0 over the image models: /iiif/3/{identifier} (docs/iiif.md)."""
+
 from .router import router
 
 __all__ = ["router"]

@@ -1,4 +1,5 @@
 """Identifiers, the image's IIIF size, the service's public base URL and the info.json document."""
+
 from __future__ import annotations
 
 import math
@@ -7,23 +8,24 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from fastapi import Request
+
 from modelrepo import NAME_RE, ImageSource
 
-from ...errors import BadInput, NotFound
 from ...engine.registry import Registry
 from ...engine.runtime import ModelRuntime
+from ...errors import BadInput, NotFound
 from ...settings import Settings
 
 CONTEXT = "http://iiif.io/api/image/3/context.json"
 PROFILE_URI = "http://iiif.io/api/image/3/level2.json"
 INFO_MEDIA_TYPE = f'application/ld+json;profile="{CONTEXT}"'
 PREFIX = "/iiif/3"
-MAX_IDENTIFIER = 128            # a model name is at most 64 characters, plus @VERSION
-MAX_SIDE = 65_536               # the render's largest width or height (schemas.RenderRequest)
+MAX_IDENTIFIER = 128  # a model name is at most 64 characters, plus @VERSION
+MAX_SIDE = 65_536  # the render's largest width or height (schemas.RenderRequest)
 TILE = 512
-DEFAULT_SIZE = 256              # the native size of a model whose metadata records none (square)
+DEFAULT_SIZE = 256  # the native size of a model whose metadata records none (square)
 QUALITIES = ["color", "gray", "bitonal"]
-EXTRA_FORMATS = ["webp"]        # jpg and png are level 2
+EXTRA_FORMATS = ["webp"]  # jpg and png are level 2
 EXTRA_FEATURES = ["mirroring", "rotationArbitrary", "sizeUpscaling", "canonicalLinkHeader", "profileLinkHeader"]
 
 
@@ -36,8 +38,10 @@ class Identifier:
     def parse(cls, text: str) -> "Identifier":
         """`NAME` or `NAME@VERSION` (percent-decoded). 400 for what can never name a model."""
         if len(text) > MAX_IDENTIFIER:
-            raise BadInput(f"identifier is {len(text)} characters, more than {MAX_IDENTIFIER}: it is a model "
-                           "name (at most 64 characters) with an optional @VERSION")
+            raise BadInput(
+                f"identifier is {len(text)} characters, more than {MAX_IDENTIFIER}: it is a model "
+                "name (at most 64 characters) with an optional @VERSION"
+            )
         if "/" in text or "\\" in text:
             raise BadInput(f"identifier '{text}' contains a slash (an escaped %2F); model names have none")
         if ".." in text:

@@ -9,18 +9,30 @@
 The JSON is built with `iiif-prezi3` (the IIIF community's Presentation 3 library, its models generated from
 the presentation validator's schema), never by hand. CORS as on info.json (service/api/iiif/router.py).
 """
+
 from __future__ import annotations
 
 import json
 
 from fastapi import APIRouter, Request
-from modelrepo.serving import ImageSource
 from fastapi.responses import Response
-from iiif_prezi3 import (Annotation, AnnotationBody, AnnotationPage, Canvas, Collection, KeyValueString, Manifest,
-                         ManifestRef, ServiceV3, config)
+from iiif_prezi3 import (
+    Annotation,
+    AnnotationBody,
+    AnnotationPage,
+    Canvas,
+    Collection,
+    KeyValueString,
+    Manifest,
+    ManifestRef,
+    ServiceV3,
+    config,
+)
 
-from ..deps import RegistryDep, SettingsDep
+from modelrepo.serving import ImageSource
+
 from ...engine.runtime import ModelRuntime
+from ..deps import RegistryDep, SettingsDep
 from .info import Identifier, base_url, image_id, image_size, resolve
 
 config.configs["helpers.auto_fields.AutoLang"].auto_lang = "en"  # plain strings become {"en": [...]}
@@ -66,18 +78,35 @@ def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str)
     width, height = image_size(model.metadata)  # the native size and aspect, as info.json
     service = [ServiceV3(id=service_id, type="ImageService3", profile="level2")]
     canvas_id = f"{manifest_id.removesuffix('/manifest.json')}/canvas/{model.version}"
-    body = AnnotationBody(id=f"{service_id}/full/max/0/default.jpg", type="Image", format="image/jpeg",
-                          width=width, height=height, service=service)
+    body = AnnotationBody(
+        id=f"{service_id}/full/max/0/default.jpg",
+        type="Image",
+        format="image/jpeg",
+        width=width,
+        height=height,
+        service=service,
+    )
     painting = Annotation(id=f"{canvas_id}/annotation/1", motivation="painting", body=body, target=canvas_id)
     up = "^" if max(width, height) < THUMBNAIL else ""  # a smaller image is upscaled by the model, and says so
-    thumbnail = AnnotationBody(id=f"{service_id}/full/{up}!{THUMBNAIL},{THUMBNAIL}/0/default.jpg", type="Image",
-                               format="image/jpeg", service=service)
+    thumbnail = AnnotationBody(
+        id=f"{service_id}/full/{up}!{THUMBNAIL},{THUMBNAIL}/0/default.jpg",
+        type="Image",
+        format="image/jpeg",
+        service=service,
+    )
     description = model.metadata.get("description")
-    return Canvas(id=canvas_id, width=width, height=height, label=f"{model.name}, version {model.version}",
-                  summary=description if isinstance(description, str) and description else
-                  f"the image model {model.name}, version {model.version}",
-                  metadata=training_metadata(model.metadata), thumbnail=[thumbnail],
-                  items=[AnnotationPage(id=f"{canvas_id}/page/1", items=[painting])])
+    return Canvas(
+        id=canvas_id,
+        width=width,
+        height=height,
+        label=f"{model.name}, version {model.version}",
+        summary=description
+        if isinstance(description, str) and description
+        else f"the image model {model.name}, version {model.version}",
+        metadata=training_metadata(model.metadata),
+        thumbnail=[thumbnail],
+        items=[AnnotationPage(id=f"{canvas_id}/page/1", items=[painting])],
+    )
 
 
 def manifest_of(request: Request, settings, registry, ident: Identifier) -> Manifest:
@@ -88,35 +117,57 @@ def manifest_of(request: Request, settings, registry, ident: Identifier) -> Mani
     manifest_id = f"{image_id(request, settings, ident)}/manifest.json"
     description = serving.metadata.get("description")
     canvases = [canvas_of(request, settings, v, manifest_id) for v in versions]
-    return Manifest(id=manifest_id, label=str(ident), summary=description if isinstance(description, str) and
-                    description else f"the image model {ident}", metadata=training_metadata(serving.metadata),
-                    thumbnail=canvases[-1].thumbnail, items=canvases)
+    return Manifest(
+        id=manifest_id,
+        label=str(ident),
+        summary=description if isinstance(description, str) and description else f"the image model {ident}",
+        metadata=training_metadata(serving.metadata),
+        thumbnail=canvases[-1].thumbnail,
+        items=canvases,
+    )
 
 
 def ld_json(resource, settings, pinned: bool) -> Response:
     age = settings.iiif_max_age if pinned else settings.render_cache_max_age_s  # a version may appear any time
-    return Response(json.dumps(json.loads(resource.jsonld()), ensure_ascii=False), media_type=MEDIA_TYPE,
-                    headers={"Cache-Control": f"public, max-age={age}"})
+    return Response(
+        json.dumps(json.loads(resource.jsonld()), ensure_ascii=False),
+        media_type=MEDIA_TYPE,
+        headers={"Cache-Control": f"public, max-age={age}"},
+    )
 
 
 def add_routes(router: APIRouter, get_head: list[str]) -> None:
     """Registered on the IIIF router (its CORS and error bodies), before its catch-all route."""
 
-    @router.api_route("/collection.json", methods=get_head, response_class=Response,
-                      responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Collection"}})
+    @router.api_route(
+        "/collection.json",
+        methods=get_head,
+        response_class=Response,
+        responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Collection"}},
+    )
     async def collection(request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
         """A IIIF Presentation 3.0 Collection of every ready image model's Manifest."""
         refs = []
         for name, state in sorted(registry.models.items()):
             model = state.serving
             if model is not None and model.task == "image":
-                refs.append(ManifestRef(id=f"{image_id(request, settings, Identifier(name))}/manifest.json",
-                                        type="Manifest", label=name))
-        return ld_json(Collection(id=f"{base_url(request, settings)}/collection.json",
-                                  label="INR image models", items=refs), settings, False)
+                refs.append(
+                    ManifestRef(
+                        id=f"{image_id(request, settings, Identifier(name))}/manifest.json", type="Manifest", label=name
+                    )
+                )
+        return ld_json(
+            Collection(id=f"{base_url(request, settings)}/collection.json", label="INR image models", items=refs),
+            settings,
+            False,
+        )
 
-    @router.api_route("/{name}/manifest.json", methods=get_head, response_class=Response,
-                      responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Manifest"}})
+    @router.api_route(
+        "/{name}/manifest.json",
+        methods=get_head,
+        response_class=Response,
+        responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Manifest"}},
+    )
     async def manifest(request: Request, name: str, registry: RegistryDep, settings: SettingsDep) -> Response:
         """A IIIF Presentation 3.0 Manifest: one Canvas per ready version of the image model."""
         ident = Identifier.parse(name)

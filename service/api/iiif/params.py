@@ -4,6 +4,7 @@ Parsing is syntax only (400 for anything malformed); `Region.resolve` and `Size.
 them to an image of known pixel size (400 for a region outside the image, a zero size, upscaling
 without `^`, or an area over `maxArea`). Spec: https://iiif.io/api/image/3.0/#4-image-requests
 """
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,7 @@ from ...errors import BadInput, NotImplementedFeature
 FLOAT = r"\d+(?:\.\d+)?|\.\d+"
 INT = r"\d+"
 QUALITIES = ("default", "color", "gray", "bitonal")
-FORMATS = {"jpg": "jpeg", "png": "png", "webp": "webp"}   # IIIF extension → the render route's format
+FORMATS = {"jpg": "jpeg", "png": "png", "webp": "webp"}  # IIIF extension → the render route's format
 # Valid IIIF formats (§4.5) that this service does not implement: 501, "a valid IIIF request that is
 # not implemented" (§7.3). Anything else is malformed: 400.
 KNOWN_FORMATS = ("tif", "gif", "jp2", "pdf")
@@ -29,6 +30,7 @@ def _num(text: str) -> float:
 @dataclass(frozen=True)
 class Box:
     """A region in the full image's pixels (floats: percentages need not fall on pixels)."""
+
     x: float
     y: float
     w: float
@@ -42,7 +44,7 @@ class Box:
 
 @dataclass(frozen=True)
 class Region:
-    kind: str                                  # full | square | px | pct
+    kind: str  # full | square | px | pct
     values: tuple[float, ...] = ()
 
     @classmethod
@@ -83,7 +85,7 @@ class Region:
 
 @dataclass(frozen=True)
 class Size:
-    kind: str                                  # max | w | h | pct | wh | confined
+    kind: str  # max | w | h | pct | wh | confined
     upscale: bool = False
     w: int | None = None
     h: int | None = None
@@ -140,11 +142,15 @@ class Size:
         if w < 1 or h < 1:
             raise BadInput(f"size '{self.text()}' gives {w}×{h} pixels; each side must be at least 1")
         if not self.upscale and (w > rw or h > rh):
-            raise BadInput(f"size '{self.text()}' gives {w}×{h}, larger than the {rw}×{rh} region: "
-                           f"upscaling needs the ^ prefix (^{self.text()})")
+            raise BadInput(
+                f"size '{self.text()}' gives {w}×{h}, larger than the {rw}×{rh} region: "
+                f"upscaling needs the ^ prefix (^{self.text()})"
+            )
         if w * h > max_area:
-            raise BadInput(f"size '{self.text()}' gives {w}×{h} = {w * h} pixels, more than maxArea {max_area} "
-                           "(INR_MAX_RENDER_PIXELS)")
+            raise BadInput(
+                f"size '{self.text()}' gives {w}×{h} = {w * h} pixels, more than maxArea {max_area} "
+                "(INR_MAX_RENDER_PIXELS)"
+            )
         if w > max_w or h > max_h:
             raise BadInput(f"size '{self.text()}' gives {w}×{h}; maxWidth and maxHeight are {max_w} and {max_h}")
         return w, h
@@ -193,8 +199,9 @@ def parse_quality_format(text: str) -> tuple[str, str]:
     if quality not in QUALITIES:
         raise BadInput(f"quality '{quality[:80]}' is not one of {', '.join(QUALITIES)}")
     if fmt in KNOWN_FORMATS:
-        raise NotImplementedFeature(f"format '{fmt}' is a IIIF format this service does not implement; "
-                                    f"formats: {', '.join(FORMATS)}")
+        raise NotImplementedFeature(
+            f"format '{fmt}' is a IIIF format this service does not implement; formats: {', '.join(FORMATS)}"
+        )
     if fmt not in FORMATS:
         raise BadInput(f"format '{fmt[:80]}' is not one of {', '.join(FORMATS)}")
     return quality, fmt

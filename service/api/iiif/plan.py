@@ -6,6 +6,7 @@ The model's unit square is the full IIIF image: pixel (px, py) of a W×H image i
 map from output pixels to model coordinates, so the model is sampled directly at the rotated,
 mirrored, scaled coordinates: nothing is resampled from pixels.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ import numpy as np
 
 from ...errors import BadInput
 from ...geometry.sampling import Background
+from ...geometry.transform import rotation
 from ...render.imaging import RenderSpec
 from ...render.tiling import Tile, grid_axes
-from ...geometry.transform import rotation
 from .params import FORMATS, Box, ImageRequest
 
 JPEG_QUALITY = 90
@@ -25,28 +26,34 @@ JPEG_QUALITY = 90
 @dataclass(frozen=True)
 class TileRender:
     """What the render service samples for a IIIF image (typed; never the public RenderRequest)."""
+
     width: int
     height: int
     viewport: tuple[float, float, float, float]
-    transform: np.ndarray | None               # 2×3 output → model coordinates; None for the identity
-    format: str                                # png | jpeg | webp
-    background: str                            # extrapolate | transparent | white
+    transform: np.ndarray | None  # 2×3 output → model coordinates; None for the identity
+    format: str  # png | jpeg | webp
+    background: str  # extrapolate | transparent | white
     quality: int = JPEG_QUALITY
 
     def spec(self) -> RenderSpec:
         matrix = np.eye(3)[:2] if self.transform is None else self.transform
-        return RenderSpec(width=self.width, height=self.height, matrix=matrix, viewport=self.viewport,
-                          background=Background.parse(self.background))
+        return RenderSpec(
+            width=self.width,
+            height=self.height,
+            matrix=matrix,
+            viewport=self.viewport,
+            background=Background.parse(self.background),
+        )
 
 
 @dataclass(frozen=True)
 class Plan:
     render: TileRender
-    box: Box                       # the region in image pixels
-    size: tuple[int, int]          # the scaled region, before rotation
-    out: tuple[int, int]           # the returned image, after rotation
-    matrix: np.ndarray             # 3×3: output unit coordinates (the viewport's frame) → model coordinates
-    mask_region: bool              # non-90° rotation of a part of the image: blank the corners outside it
+    box: Box  # the region in image pixels
+    size: tuple[int, int]  # the scaled region, before rotation
+    out: tuple[int, int]  # the returned image, after rotation
+    matrix: np.ndarray  # 3×3: output unit coordinates (the viewport's frame) → model coordinates
+    mask_region: bool  # non-90° rotation of a part of the image: blank the corners outside it
     quality: str
     format: str
     size_kind: str = ""
@@ -82,8 +89,9 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
     c, s = abs(_rot_cw(rot.degrees)[0, 0]), abs(_rot_cw(rot.degrees)[1, 0])
     ow, oh = max(1, round(sw * c + sh * s)), max(1, round(sw * s + sh * c))
     if ow * oh > max_area:
-        raise BadInput(f"the rotated image is {ow}×{oh} = {ow * oh} pixels, more than maxArea {max_area} "
-                       "(INR_MAX_RENDER_PIXELS)")
+        raise BadInput(
+            f"the rotated image is {ow}×{oh} = {ow * oh} pixels, more than maxArea {max_area} (INR_MAX_RENDER_PIXELS)"
+        )
     # Frames: image pixels P; unit o = P / (W, H) (the viewport's frame); scaled region pixels Q.
     to_unit = _affine(1 / width, 0, 0, 0, 1 / height, 0)
     to_pixels = np.linalg.inv(to_unit)
@@ -110,8 +118,17 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
     background = "extrapolate" if right else ("transparent" if fmt in ("png", "webp") else "white")
     render = TileRender(ow, oh, (float(x0), float(y0), float(x1), float(y1)), transform, fmt, background)
     full = (box.x, box.y, box.w, box.h) == (0.0, 0.0, float(width), float(height))
-    return Plan(render, box, (sw, sh), (ow, oh), matrix, mask_region=not right and not full,
-                quality=req.quality, format=req.format, size_kind=req.size.kind)
+    return Plan(
+        render,
+        box,
+        (sw, sh),
+        (ow, oh),
+        matrix,
+        mask_region=not right and not full,
+        quality=req.quality,
+        format=req.format,
+        size_kind=req.size.kind,
+    )
 
 
 def region_mask(p: Plan, width: int, height: int) -> np.ndarray:

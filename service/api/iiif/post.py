@@ -1,5 +1,6 @@
 """After the samples, before the one encode: quality (gray, bitonal) and the corners of a region
 rotated by a non-right angle, as operations on the rendered pixel array (service/render/service.py)."""
+
 from __future__ import annotations
 
 from functools import partial

@@ -5,6 +5,7 @@ Image requests are planned as a typed render (service/api/iiif/plan.py) and answ
 service, so limits, metrics, the ETag and the render concurrency are those of /render.
 Every response, errors included, carries CORS; OPTIONS answers the preflight.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,15 +20,24 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from telemetry import tracing
 
-from ..deps import RegistryDep, SettingsDep
 from ...errors import NotFound, ServiceError, error_response, validation_message
-from ..schemas import ErrorBody
-from ...render.imaging import MEDIA_TYPES
 from ...render.cache import etag_matches
+from ...render.imaging import MEDIA_TYPES
 from ...render.service import RenderJob, cache_control
+from ..deps import RegistryDep, SettingsDep
+from ..schemas import ErrorBody
 from . import manifest, post
-from .info import (INFO_MEDIA_TYPE, PREFIX, PROFILE_URI, Identifier, image_id, image_size, info_document, max_size,
-                   resolve)
+from .info import (
+    INFO_MEDIA_TYPE,
+    PREFIX,
+    PROFILE_URI,
+    Identifier,
+    image_id,
+    image_size,
+    info_document,
+    max_size,
+    resolve,
+)
 from .params import ImageRequest
 from .plan import JPEG_QUALITY, plan
 
@@ -62,10 +72,12 @@ GET_HEAD = ["GET", "HEAD"]
 # Every code an IIIF route answers: a bad identifier or parameter (400), an unknown model (404), a
 # format it does not make (501), a model not ready or a render queue full (503); the image routes also
 # a region over maxArea (413) and 304.
-ERRORS = {400: {"model": ErrorBody, "description": "a bad identifier, region, size, rotation, quality or format"},
-          404: {"model": ErrorBody, "description": "no such model"},
-          501: {"model": ErrorBody, "description": "a format the service does not make"},
-          503: {"model": ErrorBody, "description": "the model is not ready, or the service is busy or draining"}}
+ERRORS = {
+    400: {"model": ErrorBody, "description": "a bad identifier, region, size, rotation, quality or format"},
+    404: {"model": ErrorBody, "description": "no such model"},
+    501: {"model": ErrorBody, "description": "a format the service does not make"},
+    503: {"model": ErrorBody, "description": "the model is not ready, or the service is busy or draining"},
+}
 NOT_MODIFIED = {304: {"description": "not modified: If-None-Match names this response's ETag"}}
 router = APIRouter(prefix=PREFIX, tags=["IIIF Image API 3.0"], route_class=IIIFRoute, responses=ERRORS)
 manifest.add_routes(router, GET_HEAD)  # Presentation 3: /collection.json and /{name}/manifest.json, first
@@ -106,18 +118,39 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     return JSONResponse(doc, media_type=media, headers=headers)
 
 
-@router.api_route("/{name}/{region}/{size}/{rotation}/{quality_format}", methods=GET_HEAD,
-                  response_class=Response,
-                  responses={200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
-                             **NOT_MODIFIED, 413: {"model": ErrorBody, "description": "over maxArea"}})
-async def image(request: Request, name: str, region: str, size: str, rotation: str, quality_format: str,
-                registry: RegistryDep, settings: SettingsDep) -> Response:
+@router.api_route(
+    "/{name}/{region}/{size}/{rotation}/{quality_format}",
+    methods=GET_HEAD,
+    response_class=Response,
+    responses={
+        200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
+        **NOT_MODIFIED,
+        413: {"model": ErrorBody, "description": "over maxArea"},
+    },
+)
+async def image(
+    request: Request,
+    name: str,
+    region: str,
+    size: str,
+    rotation: str,
+    quality_format: str,
+    registry: RegistryDep,
+    settings: SettingsDep,
+) -> Response:
     """`{region}/{size}/{rotation}/{quality}.{format}`, rendered by the model at the requested coordinates."""
     ident = Identifier.parse(name)
     model = resolve(registry, ident)
     width, height = image_size(model.metadata)
-    with tracing.span("inr.iiif.plan", attributes={"inr.model": model.name, "inr.iiif.region": region,
-                                                   "inr.iiif.size": size, "inr.iiif.rotation": rotation}):
+    with tracing.span(
+        "inr.iiif.plan",
+        attributes={
+            "inr.model": model.name,
+            "inr.iiif.region": region,
+            "inr.iiif.size": size,
+            "inr.iiif.rotation": rotation,
+        },
+    ):
         req = ImageRequest.parse(region, size, rotation, quality_format)
         p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
@@ -126,8 +159,12 @@ async def image(request: Request, name: str, region: str, size: str, rotation: s
     job = RenderJob(p.render.spec(), p.render.format, JPEG_QUALITY, post.finisher(p, width, height), post.key(p))
     pinned = ident.version is not None
     rendered = await request.app.state.renderer.render(
-        model, job, cache_control=cache_control(settings, pinned, settings.iiif_max_age),
-        if_none_match=request.headers.get("if-none-match"), is_disconnected=request.is_disconnected)
+        model,
+        job,
+        cache_control=cache_control(settings, pinned, settings.iiif_max_age),
+        if_none_match=request.headers.get("if-none-match"),
+        is_disconnected=request.is_disconnected,
+    )
     return rendered.response({"Link": link})
 
 
@@ -137,16 +174,20 @@ async def preflight(rest: str) -> Response:
     return Response(status_code=204, headers=PREFLIGHT | {"Access-Control-Allow-Headers": "*"})
 
 
-@router.api_route("/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"],
-                  include_in_schema=False)
+@router.api_route("/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
 async def unmatched(request: Request, rest: str) -> Response:
     """Anything else under /iiif/3: an escaped slash in an identifier (400), a wrong method (405), else 404."""
     raw = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
-    parts = raw.split("?")[0][len(PREFIX) + 1:].split("/")
+    parts = raw.split("?")[0][len(PREFIX) + 1 :].split("/")
     if len(parts) in (1, 2, 5) and (len(parts) != 2 or parts[1] == "info.json"):
         Identifier.parse(unquote(parts[0]))  # raises for a slash, '..' or a length over the limit
         if request.method not in GET_HEAD:
-            return error_response(405, f"method {request.method} is not allowed on IIIF URLs; use GET or HEAD",
-                                  {"Allow": "GET, HEAD, OPTIONS"})
-    raise NotFound(f"no IIIF route {request.url.path}: use {PREFIX}/{{identifier}}/info.json or "
-                   f"{PREFIX}/{{identifier}}/{{region}}/{{size}}/{{rotation}}/{{quality}}.{{format}}")
+            return error_response(
+                405,
+                f"method {request.method} is not allowed on IIIF URLs; use GET or HEAD",
+                {"Allow": "GET, HEAD, OPTIONS"},
+            )
+    raise NotFound(
+        f"no IIIF route {request.url.path}: use {PREFIX}/{{identifier}}/info.json or "
+        f"{PREFIX}/{{identifier}}/{{region}}/{{size}}/{{rotation}}/{{quality}}.{{format}}"
+    )

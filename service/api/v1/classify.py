@@ -1,4 +1,5 @@
 """POST /v1/models/{name}/classify: digits from JSON pixel arrays or uploaded PNG/JPEG files."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,24 +9,40 @@ from starlette.exceptions import HTTPException
 
 from ...engine.dataplane import DataPlane
 from ...engine.json_numbers import only_numbers
-from ...hotroutes import hot
-from ..deps import DigitsModel, digits_model
+from ...engine.tasks import DigitsRuntime
 from ...errors import BadInput, TooLarge, UnsupportedMedia
+from ...hotroutes import hot
+from ...settings import Settings
+from ..deps import DigitsModel, digits_model
 from ..jsonbody import json_response, parse_body, read_body, validate
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
-from ...settings import Settings
-from ...engine.tasks import DigitsRuntime
 
 router = APIRouter(prefix="/v1/models", tags=["digit models"])
-OPENAPI_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": ClassifyRequest.model_json_schema()},
-    "multipart/form-data": {"schema": {"type": "object", "properties": {"files": {
-        "type": "array", "items": {"type": "string", "format": "binary"},
-        "description": "one or more PNG or JPEG files, any size and colours"}}}}}}}
+OPENAPI_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": ClassifyRequest.model_json_schema()},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "files": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "one or more PNG or JPEG files, any size and colours",
+                        }
+                    },
+                }
+            },
+        },
+    }
+}
 
 
-async def uploaded_images(request: Request, model: DigitsRuntime, settings: Settings,
-                          dataplane: DataPlane) -> np.ndarray:
+async def uploaded_images(
+    request: Request, model: DigitsRuntime, settings: Settings, dataplane: DataPlane
+) -> np.ndarray:
     """The uploaded files, decoded and made MNIST-like."""
     limit = dataplane.row_limit(model)
     try:
@@ -44,16 +61,22 @@ async def uploaded_images(request: Request, model: DigitsRuntime, settings: Sett
         datas = [await f.read() for f in files]
         total = sum(len(d) for d in datas)
         if total > settings.max_classify_bytes:
-            raise TooLarge(f"{total} bytes of images is more than the limit of {settings.max_classify_bytes} "
-                           "per request (INR_MAX_CLASSIFY_BYTES)")
+            raise TooLarge(
+                f"{total} bytes of images is more than the limit of {settings.max_classify_bytes} "
+                "per request (INR_MAX_CLASSIFY_BYTES)"
+            )
         names = [f.filename or f"file {i}" for i, f in enumerate(files)]
         return model.preprocess_files(list(zip(datas, names)), settings.max_upload_pixels)
     finally:
         await form.close()
 
 
-@router.post("/{name}/classify", response_model=ClassifyResponse, openapi_extra=OPENAPI_BODY,
-             responses={c: {"model": ErrorBody} for c in (400, 404, 413, 415, 422, 503)})
+@router.post(
+    "/{name}/classify",
+    response_model=ClassifyResponse,
+    openapi_extra=OPENAPI_BODY,
+    responses={c: {"model": ErrorBody} for c in (400, 404, 413, 415, 422, 503)},
+)
 async def classify(request: Request, model: DigitsModel, include_input: bool = False):
     """Classify digits. JSON `{"images": [...]}` takes MNIST-style pixels as they are (28×28 or 784, white on
     black, [0,1]); uploads are made MNIST-like: greyscale, inverted if dark-on-light, cropped to the ink,
@@ -73,8 +96,10 @@ async def classify(request: Request, model: DigitsModel, include_input: bool = F
         x = await uploaded_images(request, model, request.app.state.settings, dataplane)
         predictions = await dataplane.classify(model, x, include_input)
     else:
-        raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send application/json "
-                               "{\"images\": [...]} or multipart/form-data with image files")
+        raise UnsupportedMedia(
+            f"content type '{kind or 'none'}' is not accepted; send application/json "
+            '{"images": [...]} or multipart/form-data with image files'
+        )
     return json_response({"predictions": predictions})
 
 

@@ -3,6 +3,7 @@
 Thin routes: the upload is checked in service/fits/upload.py, the job store is reached through
 service/fits/jobs.py; the workers (`python -m training worker`) do the fitting.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ from starlette.datastructures import UploadFile
 
 from fitstore import DEFAULT_PRESET
 
+from ...errors import BadInput, InvalidOption, UnsupportedMedia
 from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
 from ...fits.upload import FIELDS, check_name, decode, options
-from ...errors import BadInput, InvalidOption, UnsupportedMedia
 from ..deps import SettingsDep
 from ..schemas import ErrorBody
 
@@ -25,17 +26,39 @@ router = APIRouter(prefix="/v1/fits", tags=["fits"])
 JobId = Annotated[str, Path(description="the job's id", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 KEEPALIVE_S = 15.0
 ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404, 409, 413, 415, 422, 429)}
-UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"], "properties": {
-        "file": {"type": "string", "format": "binary", "description": "the image: PNG, JPEG, GIF, WebP, TIFF …"},
-        "preset": {"type": "string", "enum": list(PRESETS), "default": DEFAULT_PRESET},
-        "size": {"type": "integer", "description": "cap on the longer side, 16 … INR_FIT_MAX_SIZE; default: the "
-                 "whole image at its native size (at most INR_MAX_UPLOAD_PIXELS pixels)"},
-        "steps": {"type": "integer", "description": "1 … INR_FIT_MAX_STEPS; default: the preset's"},
-        "protocol": {"type": "string", "enum": ["paper", "full"], "default": "full"},
-        "seed": {"type": "integer", "default": 0},
-        "name": {"type": "string", "description": "target model; default: from the file name, made unique"},
-    }}}}}}
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the image: PNG, JPEG, GIF, WebP, TIFF …",
+                        },
+                        "preset": {"type": "string", "enum": list(PRESETS), "default": DEFAULT_PRESET},
+                        "size": {
+                            "type": "integer",
+                            "description": "cap on the longer side, 16 … INR_FIT_MAX_SIZE; default: the "
+                            "whole image at its native size (at most INR_MAX_UPLOAD_PIXELS pixels)",
+                        },
+                        "steps": {"type": "integer", "description": "1 … INR_FIT_MAX_STEPS; default: the preset's"},
+                        "protocol": {"type": "string", "enum": ["paper", "full"], "default": "full"},
+                        "seed": {"type": "integer", "default": 0},
+                        "name": {
+                            "type": "string",
+                            "description": "target model; default: from the file name, made unique",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 def fits(request: Request) -> Fits:
@@ -48,8 +71,9 @@ async def submit(request: Request, settings: SettingsDep):
     options are checked before anything is queued; over the queue limit, 429 with Retry-After."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "multipart/form-data":
-        raise UnsupportedMedia(f"content type '{kind or 'none'}' is not accepted; send multipart/form-data "
-                               "with the image as 'file'")
+        raise UnsupportedMedia(
+            f"content type '{kind or 'none'}' is not accepted; send multipart/form-data with the image as 'file'"
+        )
     form = await request.form(max_files=1, max_fields=len(FIELDS), max_part_size=64 * 1024)
     try:
         fields: dict[str, str] = {}
@@ -73,8 +97,9 @@ async def submit(request: Request, settings: SettingsDep):
         filename = upload.filename or "upload"
     finally:
         await form.close()
-    image = await anyio.to_thread.run_sync(decode, data, filename, settings.fit_max_upload_bytes,
-                                           settings.max_upload_pixels)
+    image = await anyio.to_thread.run_sync(
+        decode, data, filename, settings.fit_max_upload_bytes, settings.max_upload_pixels
+    )
     record = await fits(request).submit(image, opts, name)
     return JSONResponse(record, status_code=202, headers={"location": record["links"]["self"]})
 
@@ -91,26 +116,36 @@ async def get_fit(request: Request, job_id: JobId):
     return await fits(request).get(job_id)
 
 
-@router.delete("/{job_id}", responses={**ERRORS, 202: {"description": "cancel requested; the worker has not "
-                                                                        "stopped yet"}})
+@router.delete(
+    "/{job_id}", responses={**ERRORS, 202: {"description": "cancel requested; the worker has not stopped yet"}}
+)
 async def cancel_fit(request: Request, job_id: JobId):
     """Cancel a queued or running job: 200 cancelled, 202 while its worker stops; 409 when finished."""
     status, record = await fits(request).cancel(job_id)
     return JSONResponse(record, status_code=status)
 
 
-@router.get("/{job_id}/previews/{seq}.png", response_class=Response, responses={
-    **ERRORS, 200: {"content": {"image/png": {}}, "description": "the 64×64 preview of event SEQ"}})
+@router.get(
+    "/{job_id}/previews/{seq}.png",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": {"image/png": {}}, "description": "the 64×64 preview of event SEQ"}},
+)
 async def preview(request: Request, job_id: JobId, seq: Annotated[int, Path(ge=1)]):
     png = await fits(request).preview(job_id, seq)
     return Response(png, media_type="image/png", headers={"cache-control": "max-age=86400, immutable"})
 
 
-@router.get("/{job_id}/events", response_class=StreamingResponse, responses={
-    **ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}})
-async def events(request: Request, job_id: JobId,
-                 last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
-                 after: Annotated[int | None, Query(alias="last_event_id", ge=0)] = None):
+@router.get(
+    "/{job_id}/events",
+    response_class=StreamingResponse,
+    responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+)
+async def events(
+    request: Request,
+    job_id: JobId,
+    last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
+    after: Annotated[int | None, Query(alias="last_event_id", ge=0)] = None,
+):
     """Server-Sent Events (`id`, `event`, `data`), from after `Last-Event-ID` (header or `?last_event_id=`);
     the stream ends after the final event. On a finished job: the whole history, then the end."""
     start = after or 0
@@ -120,8 +155,11 @@ async def events(request: Request, job_id: JobId,
         start = int(last_event_id)
     service = fits(request)
     await service.record(job_id)  # 404 before the stream starts
-    return StreamingResponse(stream(request, service, job_id, start), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    return StreamingResponse(
+        stream(request, service, job_id, start),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
 
 
 async def stream(request: Request, service: Fits, job_id: str, after: int) -> AsyncIterator[str]:

@@ -1,10 +1,11 @@
 """Liveness (the process answers) and readiness (the models have loaded)."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ..deps import RegistryDep
 from ...errors import NotLoaded
+from ..deps import RegistryDep
 from ..schemas import ErrorBody, Live, Ready
 
 router = APIRouter(prefix="/health", tags=["health"])

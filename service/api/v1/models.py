@@ -1,4 +1,5 @@
 """The model list and one model's metadata, status, provider and training metrics."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,11 +7,12 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 from pydantic import ValidationError
+
 from modelrepo import ImageSource
 
-from ..deps import ModelName, RegistryDep
-from ...errors import NoPreview
 from ...engine.registry import ModelState
+from ...errors import NoPreview
+from ..deps import ModelName, RegistryDep
 from ..schemas import ErrorBody, ModelInfo, ModelList, ModelSummary, TensorInfo, VersionInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -70,24 +72,52 @@ def model_info(m: ModelState) -> ModelInfo:
     meta = m.metadata
     preview = f"/v1/models/{m.name}/preview" if preview_path(m) else None
     serving = m.serving
-    versions = [VersionInfo(version=v.version, status=v.status, error=v.error, serving=v is serving,
-                            onnx_sha256=v.record.onnx_sha256 if v.record else None) for v in m.versions]
-    return ModelInfo(name=m.name, task=m.task, version=serving.version if serving else None,
-                     status=m.status, error=m.reason, provider=m.provider, versions=versions,
-                     version_policy=m.spec.version_policy.describe() if m.spec else None,
-                     max_batch_size=m.spec.max_batch_size if m.spec else None,
-                     description=_typed(meta, "description", str),
-                     inputs=tensors(meta, "inputs"), outputs=tensors(meta, "outputs"),
-                     metrics=_typed(meta, "metrics", dict, {}), metadata=provenance(meta),
-                     preview_url=preview, **native_size(m))
+    versions = [
+        VersionInfo(
+            version=v.version,
+            status=v.status,
+            error=v.error,
+            serving=v is serving,
+            onnx_sha256=v.record.onnx_sha256 if v.record else None,
+        )
+        for v in m.versions
+    ]
+    return ModelInfo(
+        name=m.name,
+        task=m.task,
+        version=serving.version if serving else None,
+        status=m.status,
+        error=m.reason,
+        provider=m.provider,
+        versions=versions,
+        version_policy=m.spec.version_policy.describe() if m.spec else None,
+        max_batch_size=m.spec.max_batch_size if m.spec else None,
+        description=_typed(meta, "description", str),
+        inputs=tensors(meta, "inputs"),
+        outputs=tensors(meta, "outputs"),
+        metrics=_typed(meta, "metrics", dict, {}),
+        metadata=provenance(meta),
+        preview_url=preview,
+        **native_size(m),
+    )
 
 
 @router.get("", response_model=ModelList)
 def list_models(registry: RegistryDep) -> ModelList:
     """One small summary per model; GET /v1/models/NAME has the detail."""
-    return ModelList(models=[ModelSummary(name=m.name, task=m.task, status=m.status, error=m.reason,
-                                          versions=[v.version for v in m.versions if v.ready],
-                                          url=f"/v1/models/{m.name}") for m in registry.models.values()])
+    return ModelList(
+        models=[
+            ModelSummary(
+                name=m.name,
+                task=m.task,
+                status=m.status,
+                error=m.reason,
+                versions=[v.version for v in m.versions if v.ready],
+                url=f"/v1/models/{m.name}",
+            )
+            for m in registry.models.values()
+        ]
+    )
 
 
 @router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
@@ -95,8 +125,11 @@ def get_model(name: ModelName, registry: RegistryDep) -> ModelInfo:
     return model_info(registry.get(name))
 
 
-@router.get("/{name}/preview", response_class=FileResponse,
-            responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorBody}})
+@router.get(
+    "/{name}/preview",
+    response_class=FileResponse,
+    responses={200: {"content": {"image/png": {}}}, 404: {"model": ErrorBody}},
+)
 def get_preview(name: ModelName, registry: RegistryDep) -> FileResponse:
     """The preview image written at training time (the fitted network at training resolution)."""
     model = registry.get(name)

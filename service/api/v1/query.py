@@ -4,15 +4,16 @@ The coordinates of the usual body are read from its text (`leading_rows`, servic
 body is parsed with orjson and its coordinates go straight into numpy (service/api/jsonbody.py);
 `QueryRequest` documents the body and validates everything but well-formed coordinates, and all of
 the body when the coordinates are not well-formed, so that its messages name the bad value."""
+
 from __future__ import annotations
 
 import numpy as np
 from fastapi import APIRouter, Request
 
+from ...engine.json_numbers import float_rows, leading_rows
+from ...geometry.sampling import Background
 from ...hotroutes import hot
 from ..deps import ModelName
-from ...geometry.sampling import Background
-from ...engine.json_numbers import float_rows, leading_rows
 from ..jsonbody import collector_paused, json_response, openapi_body, parse_body, read_body, validate
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 

@@ -4,16 +4,17 @@ The checks (against the model's spec) name what is wrong, in Triton's terms: an 
 datatype, a shape that does not fit the model's, a batch over the model's limit, NaN or Inf.
 The input goes through the same `inference` (batching) as /v1 query and classify.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from modelrepo import config_json
 
-from ...errors import BadInput, ModelNotReady
+from ...engine.dataplane import DataPlane
 from ...engine.registry import Registry
 from ...engine.runtime import ModelRuntime
-from ...engine.dataplane import DataPlane
+from ...errors import BadInput, ModelNotReady
 from .tensors import InferRequest, RequestedOutput, decode, encode_response
 
 
@@ -47,8 +48,13 @@ def config_of(model: ModelRuntime) -> dict:
 def metadata_of(model: ModelRuntime, registry: Registry) -> dict:
     state = registry.models.get(model.name)
     versions = [str(v.version) for v in state.versions if v.ready] if state else [model_version(model)]
-    doc = {"name": model.name, "versions": versions, "platform": "onnxruntime_onnx",
-           "inputs": [t.to_json() for t in model.spec.inputs], "outputs": [t.to_json() for t in model.spec.outputs]}
+    doc = {
+        "name": model.name,
+        "versions": versions,
+        "platform": "onnxruntime_onnx",
+        "inputs": [t.to_json() for t in model.spec.inputs],
+        "outputs": [t.to_json() for t in model.spec.outputs],
+    }
     size = model.image_size if model.task == "image" else None
     if size:  # the native pixel grid (docs/model-repository.md); gRPC's message has no parameters and drops it
         doc["parameters"] = {"image_width": size[0], "image_height": size[1]}
@@ -65,17 +71,20 @@ def check_input(req: InferRequest, model: ModelRuntime, dataplane: DataPlane) ->
     names = [t.name for t in req.inputs]
     extra = [n for n in names if n != spec.name]
     if extra:
-        raise BadInput(f"unexpected inference input '{extra[0]}' for model '{model.name}'; "
-                       f"its input is '{spec.name}'")
+        raise BadInput(f"unexpected inference input '{extra[0]}' for model '{model.name}'; its input is '{spec.name}'")
     if len(names) != 1:
         raise BadInput(f"expected 1 input but got {len(names)} inputs for model '{model.name}'")
     t = req.inputs[0]
     if t.datatype != spec.datatype:
-        raise BadInput(f"inference input '{t.name}' data-type is '{t.datatype}', but model '{model.name}' "
-                       f"expects '{spec.datatype}'")
+        raise BadInput(
+            f"inference input '{t.name}' data-type is '{t.datatype}', but model '{model.name}' "
+            f"expects '{spec.datatype}'"
+        )
     if not _fits(t.shape, spec.shape):
-        raise BadInput(f"unexpected shape for input '{t.name}' for model '{model.name}': expected "
-                       f"{list(spec.shape)}, got {t.shape}")
+        raise BadInput(
+            f"unexpected shape for input '{t.name}' for model '{model.name}': expected "
+            f"{list(spec.shape)}, got {t.shape}"
+        )
     if t.shape:
         dataplane.check_rows(model, t.shape[0])
     x = decode(t)
@@ -90,8 +99,9 @@ def requested_outputs(req: InferRequest, model: ModelRuntime) -> list[RequestedO
         return [RequestedOutput(n, req.binary_output) for n in names]
     for o in req.outputs:
         if o.name not in names:
-            raise BadInput(f"unexpected inference output '{o.name}' for model '{model.name}'; "
-                           f"outputs: {', '.join(names)}")
+            raise BadInput(
+                f"unexpected inference output '{o.name}' for model '{model.name}'; outputs: {', '.join(names)}"
+            )
     return req.outputs
 
 
@@ -106,8 +116,9 @@ def request_timeout(req: InferRequest) -> float | None:
     return us / 1e6 if us else None
 
 
-async def run(req: InferRequest, model: ModelRuntime, dataplane: DataPlane, deadline: float | None = None
-              ) -> list[tuple[RequestedOutput, np.ndarray]]:
+async def run(
+    req: InferRequest, model: ModelRuntime, dataplane: DataPlane, deadline: float | None = None
+) -> list[tuple[RequestedOutput, np.ndarray]]:
     """The checks above → the dataplane: the requested outputs, for HTTP and gRPC alike. `deadline`: seconds the
     caller still waits (gRPC's deadline); the shorter of it and the request's `timeout` parameter applies."""
     x = check_input(req, model, dataplane)

@@ -4,6 +4,7 @@ The index answers in every mode; load and unload only in `--model-control-mode e
 (400 otherwise, as in Triton). Bodies are optional, as tritonclient sends them:
 index `{"ready": bool}`, load `{"parameters": {...}}`, unload `{"parameters": {"unload_dependents": bool}}`.
 """
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -12,8 +13,8 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from ...engine.control import ModelControl
-from ..deps import ModelName
 from ...errors import BadInput
+from ..deps import ModelName
 from ..jsonbody import JSONError, loads
 from ..schemas import ErrorBody
 
@@ -52,8 +53,10 @@ def parameters(body: dict, allowed: set[str]) -> dict:
         raise BadInput("parameters: expected a JSON object")
     unknown = sorted(set(params) - allowed)
     if unknown:
-        raise BadInput(f"parameters: {', '.join(unknown)} not supported (a model is loaded from its folder in "
-                       "the repository; 'config' and 'file:' overrides are not)")
+        raise BadInput(
+            f"parameters: {', '.join(unknown)} not supported (a model is loaded from its folder in "
+            "the repository; 'config' and 'file:' overrides are not)"
+        )
     return params
 
 

@@ -4,6 +4,7 @@ Every model route exists with and without `/versions/{version}`; no version mean
 Status codes follow Triton: 400 for a bad request or a model that is not ready on `/ready`,
 404 for an unknown model or version, 503 while models load or for a model that failed.
 """
+
 from __future__ import annotations
 
 from typing import Annotated
@@ -11,9 +12,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
 
+from ...errors import BadInput, NotLoaded
 from ...hotroutes import hot
 from ..deps import ModelName, RegistryDep
-from ...errors import BadInput, NotLoaded
 from ..schemas import ErrorBody
 from .infer import config_of, infer, metadata_of, model_version, resolve
 from .tensors import HEADER, decompress, parse_request
@@ -36,19 +37,36 @@ VersionDep = Annotated[str | None, Depends(path_version)]
 
 def both(method: str, tail: str, **kwargs):
     """Register the route as /models/{name}<tail> (latest version) and /models/{name}/versions/{version}<tail>."""
+
     def register(fn):
         route = getattr(router, method)
         route(f"/models/{{name}}{tail}", responses=ERRORS, **kwargs)(fn)
-        route(f"/models/{{name}}/versions/{{version}}{tail}", responses=ERRORS,
-              dependencies=[Depends(declare_version)], **kwargs)(fn)
+        route(
+            f"/models/{{name}}/versions/{{version}}{tail}",
+            responses=ERRORS,
+            dependencies=[Depends(declare_version)],
+            **kwargs,
+        )(fn)
         return fn
+
     return register
 
 
-INFER_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"type": "object", "description": "V2 inference request"}},
-    "application/octet-stream": {"schema": {"type": "string", "format": "binary", "description":
-                                            "JSON header of Inference-Header-Content-Length bytes, then tensors"}}}}}
+INFER_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"type": "object", "description": "V2 inference request"}},
+            "application/octet-stream": {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "JSON header of Inference-Header-Content-Length bytes, then tensors",
+                }
+            },
+        },
+    }
+}
 
 
 @both("post", "/infer", response_class=Response, openapi_extra=INFER_BODY)
@@ -61,8 +79,9 @@ async def model_infer(request: Request, name: ModelName) -> Response:
     content, headers = await infer(req, model, state.dataplane)
     if headers["content-type"] == "application/json":
         return Response(content, media_type="application/json")
-    return Response(content, headers={k: v for k, v in headers.items() if k != "content-type"},
-                    media_type=headers["content-type"])
+    return Response(
+        content, headers={k: v for k, v in headers.items() if k != "content-type"}, media_type=headers["content-type"]
+    )
 
 
 async def model_infer_direct(request: Request, params: dict) -> Response:
@@ -98,8 +117,13 @@ async def all_stats(request: Request, registry: RegistryDep) -> dict:
     """Statistics of every ready model (Triton's statistics extension)."""
     if not registry.loaded:
         raise NotLoaded("models are still loading")
-    return {"model_stats": [request.app.state.metrics.stats_json(m.name, model_version(m.serving))
-                            for m in registry.models.values() if m.ready]}
+    return {
+        "model_stats": [
+            request.app.state.metrics.stats_json(m.name, model_version(m.serving))
+            for m in registry.models.values()
+            if m.ready
+        ]
+    }
 
 
 @both("get", "")
@@ -116,8 +140,10 @@ async def model_ready(name: ModelName, registry: RegistryDep, version: VersionDe
         raise BadInput(f"model '{name}' is not ready: {state.status}" + (f": {state.reason}" if state.reason else ""))
     model = resolve(registry, name, version)
     if not model.ready:
-        raise BadInput(f"model '{name}' version {model_version(model)} is not ready: {model.status}"
-                       + (f": {model.error}" if model.error else ""))
+        raise BadInput(
+            f"model '{name}' version {model_version(model)} is not ready: {model.status}"
+            + (f": {model.error}" if model.error else "")
+        )
     return {"name": name, "ready": True}
 
 

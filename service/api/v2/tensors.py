@@ -7,6 +7,7 @@ A request body is JSON, or — with the binary tensor extension — JSON of
 output asks for `binary_data` (or the request for `binary_data_output`). Everything here is
 pure: bytes in, arrays out, and back; errors are `BadInput` naming the field.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from ...errors import BadInput, TooLarge
 from ...engine.json_numbers import describe, non_number
+from ...errors import BadInput, TooLarge
 from ..jsonbody import JSONError, loads
 
 DTYPES = {
-    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"), "INT8": np.dtype("<i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"), "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
 }
 HEADER = "inference-header-content-length"
 
@@ -35,9 +45,9 @@ class InputTensor:
     datatype: str
     shape: list[int]
     array: np.ndarray | None = None  # decoded by `decode`; None until then
-    data: object = None              # the JSON `data`, or the binary bytes
+    data: object = None  # the JSON `data`, or the binary bytes
     binary: bool = False
-    booleans: bool = True            # False: the JSON text has no `true` or `false`, so `data` holds no boolean
+    booleans: bool = True  # False: the JSON text has no `true` or `false`, so `data` holds no boolean
 
 
 @dataclass
@@ -79,8 +89,7 @@ def _obj(value, where: str) -> dict:
 
 
 def _shape(value, where: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                              for d in value):
+    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
         raise BadInput(f"{where}.shape must be a list of non-negative integers, got {json.dumps(value)[:80]}")
     return value
 
@@ -90,8 +99,10 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
     binary = b""
     if header_length is not None:
         if not header_length.strip().isdigit() or int(header_length) > len(body):
-            raise BadInput(f"Inference-Header-Content-Length {header_length!r} must be a byte count no larger "
-                           f"than the body ({len(body)} bytes)")
+            raise BadInput(
+                f"Inference-Header-Content-Length {header_length!r} must be a byte count no larger "
+                f"than the body ({len(body)} bytes)"
+            )
         n = int(header_length)
         body, binary = body[:n], body[n:]
     try:  # NaN, Infinity, 1e400 and huge integers are parsed, then refused by name in the checks
@@ -116,14 +127,16 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         where = f"input '{name}'"
         datatype = t.get("datatype")
         if not isinstance(datatype, str):
-            raise BadInput(f"{where}: datatype must be a string such as \"FP32\"")
+            raise BadInput(f'{where}: datatype must be a string such as "FP32"')
         tensor = InputTensor(name, datatype, _shape(t.get("shape"), where), booleans=booleans)
         size = _obj(t.get("parameters") or {}, f"{where}.parameters").get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
-                raise BadInput(f"{where}: binary_data_size {size!r} does not fit the {len(binary) - offset} "
-                               "binary bytes left after the JSON header")
-            tensor.data, tensor.binary = binary[offset:offset + size], True
+                raise BadInput(
+                    f"{where}: binary_data_size {size!r} does not fit the {len(binary) - offset} "
+                    "binary bytes left after the JSON header"
+                )
+            tensor.data, tensor.binary = binary[offset : offset + size], True
             offset += size
         elif "data" in t:
             tensor.data = t["data"]
@@ -131,13 +144,15 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
             raise BadInput(f"{where} has neither data nor parameters.binary_data_size")
         inputs.append(tensor)
     if offset != len(binary):
-        raise BadInput(f"{len(binary) - offset} bytes after the JSON header belong to no input "
-                       "(check binary_data_size and Inference-Header-Content-Length)")
+        raise BadInput(
+            f"{len(binary) - offset} bytes after the JSON header belong to no input "
+            "(check binary_data_size and Inference-Header-Content-Length)"
+        )
     binary_output = bool(params.get("binary_data_output", False))
     outputs = None
     if doc.get("outputs") is not None:
         if not isinstance(doc["outputs"], list):
-            raise BadInput("outputs must be a list of {\"name\": ...}")
+            raise BadInput('outputs must be a list of {"name": ...}')
         outputs = [_requested(o, i, binary_output) for i, o in enumerate(doc["outputs"])]
     return InferRequest(rid, inputs, outputs, binary_output, params)
 
@@ -162,21 +177,26 @@ def decode(t: InputTensor) -> np.ndarray:
     count = math.prod(t.shape)
     if t.binary:
         if len(t.data) != count * dtype.itemsize:
-            raise BadInput(f"{where}: {len(t.data)} binary bytes do not match shape {t.shape} of {t.datatype} "
-                           f"({count * dtype.itemsize} bytes)")
+            raise BadInput(
+                f"{where}: {len(t.data)} binary bytes do not match shape {t.shape} of {t.datatype} "
+                f"({count * dtype.itemsize} bytes)"
+            )
         return np.frombuffer(t.data, dtype).reshape(t.shape)
     try:
         raw = np.asarray(t.data)
     except ValueError:
         raise BadInput(f"{where}: data is ragged; give a flat list or equal-length nested lists") from None
     if raw.size and raw.dtype.kind not in ("b" if t.datatype == "BOOL" else "iuf" if dtype.kind == "f" else "iu"):
-        raise BadInput(f"{where}: data must hold {t.datatype} numbers, found {raw.dtype.kind!r} values "
-                       "(strings, null or objects)")
+        raise BadInput(
+            f"{where}: data must hold {t.datatype} numbers, found {raw.dtype.kind!r} values (strings, null or objects)"
+        )
     # a value by value search, about as long as numpy's own pass: only where the text has a boolean to find
     found = non_number(t.data) if raw.dtype.kind != "b" and t.booleans else None
     if found is not None:  # a boolean among numbers, which numpy would take as 0 or 1
-        raise BadInput(f"{where}: data{''.join(f'[{i}]' for i in found[0])} must be a {t.datatype} number, "
-                       f"got {describe(found[1])}")
+        raise BadInput(
+            f"{where}: data{''.join(f'[{i}]' for i in found[0])} must be a {t.datatype} number, "
+            f"got {describe(found[1])}"
+        )
     if raw.size != count:
         raise BadInput(f"{where}: data has {raw.size} values but shape {t.shape} needs {count}")
     arr = raw.astype(dtype).reshape(t.shape)
@@ -212,8 +232,9 @@ def raw_bytes(datatype: str, arr: np.ndarray) -> bytes:
     return _bytes_tensor(arr) if datatype == "BYTES" else np.ascontiguousarray(arr, DTYPES[datatype]).tobytes()
 
 
-def encode_response(model: str, version: str, rid: str | None, outputs: list[tuple[RequestedOutput, np.ndarray]]
-                    ) -> tuple[bytes, dict[str, str]]:
+def encode_response(
+    model: str, version: str, rid: str | None, outputs: list[tuple[RequestedOutput, np.ndarray]]
+) -> tuple[bytes, dict[str, str]]:
     """The response body and its headers: JSON, then the binary outputs in order."""
     tensors, chunks = [], []
     for req, arr in outputs:
@@ -224,13 +245,22 @@ def encode_response(model: str, version: str, rid: str | None, outputs: list[tup
             tensor["parameters"] = {"binary_data_size": len(data)}
             chunks.append(data)
         else:  # numbers go from numpy to JSON in orjson; FP16/FP32 widened as tolist() (and Triton) write them
-            tensor["data"] = arr.ravel().tolist() if datatype == "BYTES" else np.ascontiguousarray(
-                arr.ravel(), np.float64 if arr.dtype.kind == "f" else None)
+            tensor["data"] = (
+                arr.ravel().tolist()
+                if datatype == "BYTES"
+                else np.ascontiguousarray(arr.ravel(), np.float64 if arr.dtype.kind == "f" else None)
+            )
         tensors.append(tensor)
-    doc = {"model_name": model, "model_version": version, **({"id": rid} if rid is not None else {}),
-           "outputs": tensors}
+    doc = {
+        "model_name": model,
+        "model_version": version,
+        **({"id": rid} if rid is not None else {}),
+        "outputs": tensors,
+    }
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return head, {"content-type": "application/json"}
-    return head + b"".join(chunks), {"content-type": "application/octet-stream",
-                                      "inference-header-content-length": str(len(head))}
+    return head + b"".join(chunks), {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(len(head)),
+    }

@@ -1,5 +1,6 @@
 """The fit server of the /v1/fits tests: the real service with the fit group restricted, over a copy of
 the bundled models and its own SQLite job store, and the helpers that upload and read back."""
+
 from __future__ import annotations
 
 import io
@@ -22,11 +23,20 @@ def fit_server(tmp_path_factory):
     for name in ("astronaut", "digits"):
         shutil.copytree(ROOT / "models" / name, repo / name)
     url = f"sqlite:///{tmp_path_factory.mktemp('fit-store') / 'fits.sqlite'}"
-    srv = Server(repo, "--http-restricted-api", f"fit:fit-key={KEY['fit-key']}",
-                 env={"INR_FIT_STORE": url, "INR_FIT_MAX_UPLOAD_BYTES": str(MAX_BYTES),
-                      "INR_MAX_UPLOAD_PIXELS": str(MAX_PIXELS), "INR_FIT_MAX_RUNNING": "1",
-                      "INR_FIT_QUEUE_LIMIT": "3", "INR_FIT_MAX_SIZE": "512",
-                      "INR_MAX_BODY_BYTES": str(MAX_BODY)}).wait_ready()
+    srv = Server(
+        repo,
+        "--http-restricted-api",
+        f"fit:fit-key={KEY['fit-key']}",
+        env={
+            "INR_FIT_STORE": url,
+            "INR_FIT_MAX_UPLOAD_BYTES": str(MAX_BYTES),
+            "INR_MAX_UPLOAD_PIXELS": str(MAX_PIXELS),
+            "INR_FIT_MAX_RUNNING": "1",
+            "INR_FIT_QUEUE_LIMIT": "3",
+            "INR_FIT_MAX_SIZE": "512",
+            "INR_MAX_BODY_BYTES": str(MAX_BODY),
+        },
+    ).wait_ready()
     srv.repo, srv.store_url = repo, url
     yield srv
     srv.stop()
@@ -50,8 +60,11 @@ def api(fit_server, store):
 
 
 def upload(api, data: bytes, filename: str = "photo.png", **fields) -> httpx.Response:
-    return api.post("/v1/fits", files={"file": (filename, data, "application/octet-stream")},
-                    data={k: str(v) for k, v in fields.items()})
+    return api.post(
+        "/v1/fits",
+        files={"file": (filename, data, "application/octet-stream")},
+        data={k: str(v) for k, v in fields.items()},
+    )
 
 
 def stored(store, job_id: str) -> Image.Image:

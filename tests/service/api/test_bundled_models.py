@@ -1,5 +1,6 @@
 """The bundled models in models/ as the service serves them (in-process, the real folder): every image model at
 its native size and aspect, and the bundled photo whole, non-square, licensed and within the size limit."""
+
 from __future__ import annotations
 
 import io
@@ -27,7 +28,9 @@ def metadata(folder) -> dict:
     return json.loads((newest(folder) / "metadata.json").read_text())
 
 
-IMAGE_MODELS = sorted(p.parent.name for p in MODELS.glob("*/metadata.json") if json.loads(p.read_text()).get("task") == "image")
+IMAGE_MODELS = sorted(
+    p.parent.name for p in MODELS.glob("*/metadata.json") if json.loads(p.read_text()).get("task") == "image"
+)
 PHOTOS = [name for name in IMAGE_MODELS if "photo" in metadata(MODELS / name).get("source", {})]
 
 

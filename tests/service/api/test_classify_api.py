@@ -1,9 +1,10 @@
 """POST /v1/models/{name}/classify: JSON pixels and uploads of digits drawn dark-on-light at 200×200."""
+
 import numpy as np
 import pytest
-from tests.servers import draw_digit, png_bytes
 
 from service.engine.preprocess import mnist_like
+from tests.servers import draw_digit, png_bytes
 
 URL = "/v1/models/digits/classify"
 
@@ -24,12 +25,22 @@ def test_json_images_nested_and_flat_get_the_same_prediction(client):
 
 def test_png_uploads_of_drawn_digits_are_classified(client):
     # ink and paper colours, sizes and positions the model never saw in training
-    drawings = [draw_digit(d, size=200, font_size=140 + 4 * d, stroke=5 + d % 3, offset=(8 * (d % 3) - 8, 6 - 4 * (d % 4)),
-                           ink=(40, 20 + 10 * d, 90), paper=(250, 245, 230)) for d in range(10)]
+    drawings = [
+        draw_digit(
+            d,
+            size=200,
+            font_size=140 + 4 * d,
+            stroke=5 + d % 3,
+            offset=(8 * (d % 3) - 8, 6 - 4 * (d % 4)),
+            ink=(40, 20 + 10 * d, 90),
+            paper=(250, 245, 230),
+        )
+        for d in range(10)
+    ]
     files = [(f"digit{d}.png", png_bytes(img), "image/png") for d, img in enumerate(drawings)]
     labels = []
     for start in (0, 5):  # the test server takes at most 8 images per request
-        r = upload(client, files[start:start + 5])
+        r = upload(client, files[start : start + 5])
         assert r.status_code == 200, r.text
         labels += [p["label"] for p in r.json()["predictions"]]
     assert sum(l == d for d, l in enumerate(labels)) >= 9, labels
@@ -47,18 +58,22 @@ def test_include_input_returns_the_preprocessed_28_by_28_image(client):
     assert x.shape == (28, 28) and np.abs(x - mnist_like(draw_digit(2))).max() < 1e-3
 
 
-@pytest.mark.parametrize("body,status,message", [
-    ({"images": []}, 400, "non-empty"),
-    ({"images": [[0.5] * 700]}, 400, "images[0] has shape [700]"),
-    ({"images": [[0.5] * 784, [[0.5] * 28] * 27]}, 400, "images[1] has shape [27, 28]"),
-    ({"images": [[1.5] * 784]}, 400, "expected [0, 1]"),
-    ({"images": [[float("nan")] * 784]}, 400, "images[0] contains NaN or Inf"),
-    ({"images": [[0.0] * 784] * 9}, 413, "9 images is more than the limit of 8"),
-    ({"pictures": []}, 422, "images: Field required"),
-    ({"images": "zero"}, 422, "images"),
-])
+@pytest.mark.parametrize(
+    "body,status,message",
+    [
+        ({"images": []}, 400, "non-empty"),
+        ({"images": [[0.5] * 700]}, 400, "images[0] has shape [700]"),
+        ({"images": [[0.5] * 784, [[0.5] * 28] * 27]}, 400, "images[1] has shape [27, 28]"),
+        ({"images": [[1.5] * 784]}, 400, "expected [0, 1]"),
+        ({"images": [[float("nan")] * 784]}, 400, "images[0] contains NaN or Inf"),
+        ({"images": [[0.0] * 784] * 9}, 413, "9 images is more than the limit of 8"),
+        ({"pictures": []}, 422, "images: Field required"),
+        ({"images": "zero"}, 422, "images"),
+    ],
+)
 def test_bad_json_images_get_a_4xx_naming_the_problem(client, body, status, message):
     import json
+
     r = client.post(URL, content=json.dumps(body), headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     assert message in r.json()["error"]
@@ -69,8 +84,11 @@ def test_bad_uploads_get_a_4xx_naming_the_file(client):
     cases = [
         ([("notes.txt", b"hello", "text/plain")], 400, "'notes.txt' is not a readable PNG or JPEG"),
         ([good, ("anim.gif", png_bytes(draw_digit(1), "GIF"), "image/gif")], 400, "'anim.gif' is GIF"),
-        ([("blank.png", png_bytes(draw_digit(1, ink=(255, 255, 255), paper=(255, 255, 255))), "image/png")],
-         400, "'blank.png' has no visible digit"),
+        (
+            [("blank.png", png_bytes(draw_digit(1, ink=(255, 255, 255), paper=(255, 255, 255))), "image/png")],
+            400,
+            "'blank.png' has no visible digit",
+        ),
         ([good] * 9, 413, "limit of 8"),
         ([("huge.png", b"\0" * 600_000, "image/png")], 413, "limit of 500000"),
     ]

@@ -1,4 +1,5 @@
 """One error shape for everything the framework answers too: unknown routes, methods, oversized bodies."""
+
 import json
 
 
@@ -37,8 +38,9 @@ def test_chunked_upload_over_the_limit_is_413_while_it_streams(client):
             yield b"\0" * 10_000
         yield b"\r\n--x--\r\n"
 
-    r = client.post("/v1/models/digits/classify", content=parts(),
-                    headers={"content-type": "multipart/form-data; boundary=x"})
+    r = client.post(
+        "/v1/models/digits/classify", content=parts(), headers={"content-type": "multipart/form-data; boundary=x"}
+    )
     assert r.status_code == 413 and "INR_MAX_BODY_BYTES" in r.json()["error"]
 
 
@@ -50,6 +52,9 @@ def test_server_keeps_serving_after_bad_requests(client):
 
 
 def test_malformed_multipart_is_a_4xx(client):
-    r = client.post("/v1/models/digits/classify", content=b"--x\r\ngarbage",
-                    headers={"content-type": "multipart/form-data; boundary=x"})
+    r = client.post(
+        "/v1/models/digits/classify",
+        content=b"--x\r\ngarbage",
+        headers={"content-type": "multipart/form-data; boundary=x"},
+    )
     assert 400 <= r.status_code < 500 and "error" in r.json()

@@ -1,6 +1,7 @@
 """/v1/fits over HTTP on the real server and the real job store (docs/fits.md), without a
 worker: uploads are checked before anything is queued, queued jobs are listed, streamed and cancelled.
 The conversions of the upload are checked on the PNG the store holds."""
+
 from __future__ import annotations
 
 import threading
@@ -13,6 +14,7 @@ from PIL import Image
 from fitstore import PRESETS
 from tests.servers import png_bytes
 from tests.service.api.fitserver import MAX_BODY, MAX_BYTES, api, fit_server, store, stored, upload  # noqa: F401
+
 
 def noise_png(side: int) -> bytes:
     return png_bytes(Image.fromarray(np.random.default_rng(0).integers(0, 256, (side, side, 3), np.uint8)))
@@ -48,13 +50,22 @@ def test_a_derived_name_is_unique_against_the_repository_and_active_jobs(api):
 def test_every_fit_route_needs_the_fit_key(fit_server, api, store):
     job = upload(api, png_bytes(Image.new("RGB", (8, 8)))).json()["id"]
     before = len(store.list())
-    for method, path in (("POST", "/v1/fits"), ("GET", "/v1/fits"), ("GET", f"/v1/fits/{job}"),
-                         ("GET", f"/v1/fits/{job}/events"), ("GET", f"/v1/fits/{job}/previews/1.png"),
-                         ("DELETE", f"/v1/fits/{job}")):
+    for method, path in (
+        ("POST", "/v1/fits"),
+        ("GET", "/v1/fits"),
+        ("GET", f"/v1/fits/{job}"),
+        ("GET", f"/v1/fits/{job}/events"),
+        ("GET", f"/v1/fits/{job}/previews/1.png"),
+        ("DELETE", f"/v1/fits/{job}"),
+    ):
         for headers in ({}, {"fit-key": "wrong"}):
-            r = httpx.request(method, fit_server.url + path, headers=headers, timeout=10,
-                              files={"file": ("a.png", png_bytes(Image.new("RGB", (8, 8))))} if method == "POST"
-                              else None)
+            r = httpx.request(
+                method,
+                fit_server.url + path,
+                headers=headers,
+                timeout=10,
+                files={"file": ("a.png", png_bytes(Image.new("RGB", (8, 8))))} if method == "POST" else None,
+            )
             assert r.status_code == 403, (method, path)
             assert "'fit' API is restricted" in r.json()["error"] and "fit-key" in r.json()["error"]
     assert len(store.list()) == before and store.get(job)["state"] == "queued"
@@ -97,12 +108,37 @@ BAD = [  # (file, fields, status, words in the error)
 ]
 
 
-@pytest.mark.parametrize("make, fields, status, words", BAD, ids=[
-    "not-an-image", "truncated", "zero-bytes", "bomb", "over-pixels", "over-bytes", "over-body", "steps-0",
-    "steps-1e9", "steps-text", "size-0", "size-over", "seed", "preset", "protocol", "name-slash",
-    "name-dotdot", "name-nul", "name-2000", "name-pattern", "name-digits", "unknown-field"])
-def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(api, store, fit_server, make, fields,
-                                                                    status, words):
+@pytest.mark.parametrize(
+    "make, fields, status, words",
+    BAD,
+    ids=[
+        "not-an-image",
+        "truncated",
+        "zero-bytes",
+        "bomb",
+        "over-pixels",
+        "over-bytes",
+        "over-body",
+        "steps-0",
+        "steps-1e9",
+        "steps-text",
+        "size-0",
+        "size-over",
+        "seed",
+        "preset",
+        "protocol",
+        "name-slash",
+        "name-dotdot",
+        "name-nul",
+        "name-2000",
+        "name-pattern",
+        "name-digits",
+        "unknown-field",
+    ],
+)
+def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(
+    api, store, fit_server, make, fields, status, words
+):
     before, folders = len(store.list()), sorted(p.name for p in fit_server.repo.iterdir())
     data = make() if make else png_bytes(Image.new("RGB", (8, 8)))
     r = upload(api, data, **fields)
@@ -118,8 +154,9 @@ def test_an_upload_has_its_own_body_limit_above_the_service_wide_one(api):
     big = noise_png(250)
     assert MAX_BODY < len(big) < MAX_BYTES
     assert upload(api, big).status_code == 202
-    r = api.post("/v1/models/astronaut/query", content=b" " * (MAX_BODY + 1),
-                 headers={"content-type": "application/json"})
+    r = api.post(
+        "/v1/models/astronaut/query", content=b" " * (MAX_BODY + 1), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413 and "INR_MAX_BODY_BYTES" in r.json()["error"]
 
 
@@ -145,8 +182,12 @@ def test_over_the_queue_limit_is_429_with_retry_after(api, store):
 
 
 def test_unknown_jobs_are_404(api):
-    for method, path in (("GET", "/v1/fits/nosuchjob"), ("GET", "/v1/fits/nosuchjob/events"),
-                         ("DELETE", "/v1/fits/nosuchjob"), ("GET", "/v1/fits/nosuchjob/previews/1.png")):
+    for method, path in (
+        ("GET", "/v1/fits/nosuchjob"),
+        ("GET", "/v1/fits/nosuchjob/events"),
+        ("DELETE", "/v1/fits/nosuchjob"),
+        ("GET", "/v1/fits/nosuchjob/previews/1.png"),
+    ):
         r = api.request(method, path)
         assert r.status_code == 404 and "nosuchjob" in r.json()["error"], (method, path)
 

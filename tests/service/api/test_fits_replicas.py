@@ -1,6 +1,7 @@
 """The fit store's races through HTTP: two real API processes on one job store (SQLite, and a real redis-server), no
 worker, uploads sent to both at once. The queue limit holds exactly across them and every derived name is
 distinct (the store checks both in the transaction that inserts a job; docs/fits.md)."""
+
 from __future__ import annotations
 
 import shutil
@@ -45,8 +46,11 @@ def test_two_api_processes_keep_the_limit_and_derive_distinct_names(replicas):
 
     def upload(i: int) -> httpx.Response:
         with httpx.Client(base_url=servers[i % 2].url, timeout=60) as c:
-            return c.post("/v1/fits", files={"file": ("same.png", image)},
-                          data={"preset": "fourier-small", "steps": "10", "size": "32"})
+            return c.post(
+                "/v1/fits",
+                files={"file": ("same.png", image)},
+                data={"preset": "fourier-small", "steps": "10", "size": "32"},
+            )
 
     with ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(upload, range(12)))

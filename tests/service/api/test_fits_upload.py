@@ -1,5 +1,6 @@
 """POST /v1/fits makes every upload the 8-bit RGB image the worker fits (docs/fits.md): checked on the PNG
 that the real job store holds (`FitStore.image`), for each kind of image the issue names."""
+
 from __future__ import annotations
 
 import io
@@ -56,24 +57,50 @@ def animated() -> bytes:
 
 
 CASES = [  # (bytes, file name, size after, {pixel: colour}, tolerance, source fields)
-    (exif_rotated, "phone.jpg", (20, 40), {(10, 5): (255, 0, 0), (10, 34): (0, 0, 255)}, 40,
-     {"mode": "RGB", "format": "JPEG"}),
-    (lambda: saved(Image.new("CMYK", (8, 8), (0, 255, 255, 0)), "TIFF"), "print.tif", (8, 8),
-     {(4, 4): (255, 0, 0)}, 0, {"mode": "CMYK", "format": "TIFF"}),
+    (
+        exif_rotated,
+        "phone.jpg",
+        (20, 40),
+        {(10, 5): (255, 0, 0), (10, 34): (0, 0, 255)},
+        40,
+        {"mode": "RGB", "format": "JPEG"},
+    ),
+    (
+        lambda: saved(Image.new("CMYK", (8, 8), (0, 255, 255, 0)), "TIFF"),
+        "print.tif",
+        (8, 8),
+        {(4, 4): (255, 0, 0)},
+        0,
+        {"mode": "CMYK", "format": "TIFF"},
+    ),
     (palette, "logo.png", (16, 16), {(2, 2): (255, 255, 255), (12, 2): (0, 128, 255)}, 0, {"mode": "P"}),
-    (sixteen_bit, "scan.png", (12, 12), {(1, 1): (0, 0, 0), (5, 1): (100, 100, 100), (10, 1): (255, 255, 255)}, 0,
-     {}),
-    (grey_alpha, "ink.png", (12, 12), {(1, 1): (0, 0, 0), (5, 1): (127, 127, 127), (10, 1): (255, 255, 255)}, 1,
-     {"mode": "LA"}),
+    (sixteen_bit, "scan.png", (12, 12), {(1, 1): (0, 0, 0), (5, 1): (100, 100, 100), (10, 1): (255, 255, 255)}, 0, {}),
+    (
+        grey_alpha,
+        "ink.png",
+        (12, 12),
+        {(1, 1): (0, 0, 0), (5, 1): (127, 127, 127), (10, 1): (255, 255, 255)},
+        1,
+        {"mode": "LA"},
+    ),
     (lambda: png_bytes(Image.new("L", (6, 6), 77)), "grey.png", (6, 6), {(3, 3): (77, 77, 77)}, 0, {"mode": "L"}),
     (animated, "anim.gif", (10, 10), {(5, 5): (255, 0, 0)}, 0, {"frames": 3, "format": "GIF"}),
-    (lambda: saved(Image.new("RGB", (9, 7), (1, 2, 3)), "WEBP", lossless=True), "pic.webp", (9, 7),
-     {(4, 4): (1, 2, 3)}, 0, {"format": "WEBP"}),
+    (
+        lambda: saved(Image.new("RGB", (9, 7), (1, 2, 3)), "WEBP", lossless=True),
+        "pic.webp",
+        (9, 7),
+        {(4, 4): (1, 2, 3)},
+        0,
+        {"format": "WEBP"},
+    ),
 ]
 
 
-@pytest.mark.parametrize("make, filename, size, pixels, tolerance, source", CASES,
-                         ids=["exif", "cmyk", "palette", "16-bit", "grey-alpha", "grey", "animated", "webp"])
+@pytest.mark.parametrize(
+    "make, filename, size, pixels, tolerance, source",
+    CASES,
+    ids=["exif", "cmyk", "palette", "16-bit", "grey-alpha", "grey", "animated", "webp"],
+)
 def test_the_stored_image_is_upright_8_bit_rgb(api, store, make, filename, size, pixels, tolerance, source):
     r = upload(api, make(), filename, steps=3)
     assert r.status_code == 202, r.text

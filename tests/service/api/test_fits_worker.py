@@ -2,6 +2,7 @@
 one SQLite store. An upload over HTTP is fitted with ordered SSE progress and previews, and the new
 model answers v1 query, render and a IIIF tile; a running fit cancelled over HTTP writes nothing; a fit
 goes on while the API restarts, and its event stream resumes from Last-Event-ID on the new process."""
+
 from __future__ import annotations
 
 import io
@@ -27,8 +28,14 @@ def stack(tmp_path_factory):
     repo = tmp_path_factory.mktemp("fit-worker-models")
     shutil.copytree(ROOT / "models" / "digits", repo / "digits")
     url = f"sqlite:///{tmp_path_factory.mktemp('fit-worker-store') / 'fits.sqlite'}"
-    srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.5",
-                 env={"INR_FIT_STORE": url, "INR_FIT_STALE_S": "3"}).wait_ready()
+    srv = Server(
+        repo,
+        "--model-control-mode",
+        "poll",
+        "--repository-poll-secs",
+        "0.5",
+        env={"INR_FIT_STORE": url, "INR_FIT_STALE_S": "3"},
+    ).wait_ready()
     worker = Worker(url, repo, tmp_path_factory.mktemp("fit-worker-log") / "worker.log")
     client, store = httpx.Client(base_url=srv.url, timeout=30), FitStore(url, stale_s=3)
     try:
@@ -105,8 +112,8 @@ def test_an_upload_is_fitted_with_ordered_progress_and_served(stack):
     assert render.status_code == 200 and Image.open(io.BytesIO(render.content)).size == (512, 432)  # 32×27's aspect
     assert client.get(links["iiif"]).status_code == 200
     info = client.get(links["iiif"]).json()
-    assert (info["width"], info["height"]) == (32, 27)       # the whole upload, at the size it was fitted at
-    assert client.get("/iiif/3/snap/full/64,/0/default.png").status_code == 400   # past native needs ^
+    assert (info["width"], info["height"]) == (32, 27)  # the whole upload, at the size it was fitted at
+    assert client.get("/iiif/3/snap/full/64,/0/default.png").status_code == 400  # past native needs ^
     tile = client.get("/iiif/3/snap/full/^64,/0/default.png")
     assert tile.status_code == 200 and Image.open(io.BytesIO(tile.content)).width == 64
     assert (repo / "snap" / "1" / "model.onnx").is_file()
@@ -146,8 +153,9 @@ def test_a_fit_goes_on_across_an_api_restart_and_its_stream_resumes(stack):
     api = Server(repo, env=stack[0].env).wait_ready()
     try:
         with httpx.Client(base_url=api.url, timeout=30) as c:
-            job = c.post("/v1/fits", files={"file": ("restart.png", png())},
-                         data={**FAST, "steps": "20000", "name": "restarted"}).json()["id"]
+            job = c.post(
+                "/v1/fits", files={"file": ("restart.png", png())}, data={**FAST, "steps": "20000", "name": "restarted"}
+            ).json()["id"]
             wait_state(c, job, {"running"}, timeout=120)
             seen = first_events(c, f"/v1/fits/{job}/events", 3)
             assert [kind for _, kind in seen] == ["queued", "started", "progress"]
@@ -170,10 +178,14 @@ def test_a_real_photo_is_fitted_whole_by_the_default_preset_and_served_at_its_na
     """Native geometry: a non-square real photo (scikit-image's chelsea, 451×300, scaled to 90×60 to keep CI fast)
     through the default preset (grid): fitted whole, not cropped, and served at 90×60 by every path."""
     from skimage import data
+
     srv, worker, client, repo = stack
     upload = Image.fromarray(data.chelsea()).resize((90, 60), Image.LANCZOS)
-    r = client.post("/v1/fits", files={"file": ("chelsea.jpg", png(upload, "JPEG", quality=95))},
-                    data={"steps": "120", "seed": "0", "name": "chelsea"})
+    r = client.post(
+        "/v1/fits",
+        files={"file": ("chelsea.jpg", png(upload, "JPEG", quality=95))},
+        data={"steps": "120", "seed": "0", "name": "chelsea"},
+    )
     assert r.status_code == 202, r.text
     rec = wait_state(client, r.json()["id"], {"succeeded", "failed", "cancelled"})
     assert rec["state"] == "succeeded", (rec, worker.output()[-3000:])
@@ -196,10 +208,18 @@ def test_a_real_photo_is_fitted_whole_by_the_default_preset_and_served_at_its_na
     assert np.abs(np.asarray(q.json()["rgb"]) * 255 - [pixels[i, j] for i, j in ij]).max() <= 1.0
     truth = np.asarray(Image.open(io.BytesIO(png(upload, "JPEG", quality=95))).convert("RGB"), np.float64)
     mse = np.mean((pixels - truth) ** 2)
-    assert 10 * np.log10(255 ** 2 / mse) > 22, "the served render is not the photo"
+    assert 10 * np.log10(255**2 / mse) > 22, "the served render is not the photo"
     # V2 infer at the same points
-    body = {"inputs": [{"name": "coords", "datatype": "FP32", "shape": [3, 2],
-                        "data": [c for i, j in ij for c in ((j + 0.5) / 90, (i + 0.5) / 60)]}]}
+    body = {
+        "inputs": [
+            {
+                "name": "coords",
+                "datatype": "FP32",
+                "shape": [3, 2],
+                "data": [c for i, j in ij for c in ((j + 0.5) / 90, (i + 0.5) / 60)],
+            }
+        ]
+    }
     v2rgb = client.post("/v2/models/chelsea/infer", json=body).json()["outputs"][0]["data"]
     assert np.allclose(np.asarray(v2rgb).reshape(3, 3), q.json()["rgb"], atol=1e-6)
     # IIIF: the native size, a tile at native scale equal to the render, the manifest's canvas
@@ -217,11 +237,15 @@ def test_a_real_photo_is_fitted_whole_by_the_default_preset_and_served_at_its_na
 def fit_metrics(client: httpx.Client) -> dict:
     """The fit samples of the real /metrics: {(name, labels as a sorted tuple): value}."""
     from prometheus_client.parser import text_string_to_metric_families
+
     r = client.get("/metrics")
     assert r.status_code == 200
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(r.text) if family.name.startswith("inr_fit_")
-            for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        if family.name.startswith("inr_fit_")
+        for s in family.samples
+    }
 
 
 def test_fit_metrics_reach_metrics_through_the_store(stack):

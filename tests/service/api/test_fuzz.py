@@ -6,6 +6,7 @@ into a list-valued `items`, then rejects its own rewrite as an invalid schema) i
 the schema: fixed-length tuples are published as `items` + `minItems`/`maxItems` (service/api/schemas.py,
 `numbers`), which states the same constraint. The test asserts that no `prefixItems` is left.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,9 +39,16 @@ def fuzzed(model_repo, tmp_path_factory):
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, repo / name)
     store = tmp_path_factory.mktemp("fuzz-fits") / "fits.sqlite"  # fuzzed fits queue there, not in build/
-    srv = Server(repo, env={"INR_MAX_RENDER_PIXELS": "65536", "INR_MAX_QUERY_COORDS": "5000",
-                            "INR_RENDER_TILE_SAMPLES": "4096", "INR_MAX_CLASSIFY_IMAGES": "8",
-                            "INR_FIT_STORE": f"sqlite:///{store}"})
+    srv = Server(
+        repo,
+        env={
+            "INR_MAX_RENDER_PIXELS": "65536",
+            "INR_MAX_QUERY_COORDS": "5000",
+            "INR_RENDER_TILE_SAMPLES": "4096",
+            "INR_MAX_CLASSIFY_IMAGES": "8",
+            "INR_FIT_STORE": f"sqlite:///{store}",
+        },
+    )
     with srv.running():
         yield srv
 
@@ -54,11 +62,32 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(fuzzed, tmp_
     assert exe, "schemathesis is not installed (the dev extra)"
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
-    run = subprocess.run([exe, "--config-file", str(config), "run", f"{fuzzed.url}/openapi.json",
-                          "--checks", "not_a_server_error,response_schema_conformance,status_code_conformance",
-                          "--phases", "examples,fuzzing", "--max-examples", "6", "--seed", "1",
-                          "--request-timeout", "30", "--workers", "2", "--no-color"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)  # its cache goes there
+    run = subprocess.run(
+        [
+            exe,
+            "--config-file",
+            str(config),
+            "run",
+            f"{fuzzed.url}/openapi.json",
+            "--checks",
+            "not_a_server_error,response_schema_conformance,status_code_conformance",
+            "--phases",
+            "examples,fuzzing",
+            "--max-examples",
+            "6",
+            "--seed",
+            "1",
+            "--request-timeout",
+            "30",
+            "--workers",
+            "2",
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )  # its cache goes there
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     generated = re.search(r"(\d+) generated, (\d+) passed", out)

@@ -1,6 +1,7 @@
 """Non-square models through the real server: the native geometry in the model detail and V2
 metadata, v1 query transforms and renders in square pixels, defaults at the native aspect, ETags that change
 with the geometry, and a version whose ONNX metadata disagrees with its recorded size listed failed."""
+
 import io
 import re
 
@@ -24,8 +25,9 @@ def geo_repo(tmp_path_factory):
     add_version_with_size(repo / "mismatch", (W, H), onnx_size=(48, 24))
     for name in ("cat", "mismatch"):
         cfg = repo / name / "config.pbtxt"
-        cfg.write_text(re.sub(r"version_policy \{.*?\n\}\n", "version_policy {\n  all {\n  }\n}\n", cfg.read_text(),
-                              flags=re.S))
+        cfg.write_text(
+            re.sub(r"version_policy \{.*?\n\}\n", "version_policy {\n  all {\n  }\n}\n", cfg.read_text(), flags=re.S)
+        )
     return repo
 
 
@@ -45,12 +47,12 @@ def png(client, path="/v1/models/cat/versions/1/render", **fields) -> np.ndarray
 
 def psnr(a, b) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def test_the_model_detail_and_v2_metadata_give_the_native_size(geo):
     detail = geo.get("/v1/models/cat").json()
-    assert (detail["width"], detail["height"], detail["version"]) == (48, 24, 2)   # the serving version's
+    assert (detail["width"], detail["height"], detail["version"]) == (48, 24, 2)  # the serving version's
     v2 = geo.get("/v2/models/cat/versions/1").json()
     assert v2["parameters"] == {"image_width": W, "image_height": H}
     assert geo.get("/v2/models/cat").json()["parameters"] == {"image_width": 48, "image_height": 24}
@@ -93,8 +95,9 @@ def test_render_defaults_follow_the_native_aspect(geo):
 
 def test_query_transforms_rotate_in_square_pixels(geo):
     """10 pixels right of the centre, turned 90° counter-clockwise, shows what is 10 pixels below it."""
-    turned = geo.post("/v1/models/mismatch/query", json={"coords": [[0.5 + 10 / W, 0.5]],
-                                                         "transform": {"rotate": 90}}).json()["rgb"]
+    turned = geo.post(
+        "/v1/models/mismatch/query", json={"coords": [[0.5 + 10 / W, 0.5]], "transform": {"rotate": 90}}
+    ).json()["rgb"]
     below = geo.post("/v1/models/mismatch/query", json={"coords": [[0.5, 0.5 + 10 / H]]}).json()["rgb"]
     assert turned[0] == pytest.approx(below[0], abs=1e-5)
 
@@ -103,8 +106,11 @@ def test_the_etag_changes_with_the_geometry_and_304_still_works(geo):
     one = geo.get("/v1/models/cat/versions/1/render", params={"width": 40, "height": 24})
     two = geo.get("/v1/models/cat/versions/2/render", params={"width": 40, "height": 24})
     assert one.headers["etag"] != two.headers["etag"]
-    again = geo.get("/v1/models/cat/versions/1/render", params={"width": 40, "height": 24},
-                    headers={"If-None-Match": one.headers["etag"]})
+    again = geo.get(
+        "/v1/models/cat/versions/1/render",
+        params={"width": 40, "height": 24},
+        headers={"If-None-Match": one.headers["etag"]},
+    )
     assert again.status_code == 304 and again.headers["etag"] == one.headers["etag"]
     # the same graph at another recorded size turns differently: 30° of 48×24 pixels is not 30° of 40×24
     a = png(geo, width=40, height=24, transform={"rotate": 30})

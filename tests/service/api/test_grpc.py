@@ -1,6 +1,7 @@
 """KServe V2 over gRPC, spoken by tritonclient.grpc to the real server (the session's `server`, its own free gRPC
 port): health, metadata, config, statistics, infer on both models with typed and raw contents, async and stream
 infer, the grpc.health.v1 service, and the answers agreeing with HTTP's for the same tensors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,9 +14,9 @@ import tritonclient.grpc as tg
 import tritonclient.grpc.aio as tga
 import tritonclient.http as th
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tests.servers import draw_digit
 
 from service.engine.preprocess import mnist_like
+from tests.servers import draw_digit
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,9 @@ def grpc_input(name: str, x: np.ndarray, raw: bool = True) -> tg.InferInput:
     if raw:
         t.set_data_from_numpy(x)  # raw_input_contents
     else:
-        t._get_tensor().contents.fp32_contents.extend(x.ravel().tolist())  # typed contents, as Triton's C++ clients send
+        t._get_tensor().contents.fp32_contents.extend(
+            x.ravel().tolist()
+        )  # typed contents, as Triton's C++ clients send
     return t
 
 
@@ -47,8 +50,10 @@ def test_health_calls_and_the_grpc_health_service(gc, server):
     with grpc.insecure_channel(server.grpc_url) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         for service in ("", "inference.GRPCInferenceService"):
-            assert stub.Check(health_pb2.HealthCheckRequest(service=service)).status == \
-                health_pb2.HealthCheckResponse.SERVING
+            assert (
+                stub.Check(health_pb2.HealthCheckRequest(service=service)).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
         with pytest.raises(grpc.RpcError) as e:
             stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
@@ -62,8 +67,9 @@ def test_server_and_model_metadata_match_http(gc, server):
         m = gc.get_model_metadata(name, as_json=True)
         h = http.get_model_metadata(name)
         assert m["name"] == name and m["versions"] == h["versions"] and m["platform"] == "onnxruntime_onnx"
-        assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in m["inputs"]] == \
-               [(t["name"], t["datatype"], t["shape"]) for t in h["inputs"]]
+        assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in m["inputs"]] == [
+            (t["name"], t["datatype"], t["shape"]) for t in h["inputs"]
+        ]
     http.close()
 
 
@@ -77,8 +83,12 @@ def test_model_config_is_tritons_message(gc):
 
 @pytest.mark.parametrize("raw", [True, False], ids=["raw", "typed"])
 def test_infer_digits_classifies_drawn_digits_like_http(gc, server, digits_x, raw):
-    r = gc.infer("digits", [grpc_input("images", digits_x, raw)], request_id="d1",
-                 outputs=[tg.InferRequestedOutput("probabilities")])
+    r = gc.infer(
+        "digits",
+        [grpc_input("images", digits_x, raw)],
+        request_id="d1",
+        outputs=[tg.InferRequestedOutput("probabilities")],
+    )
     p = r.as_numpy("probabilities")
     assert r.get_response().id == "d1" and r.get_response().model_version == "1"
     assert p.shape == (2, 10) and np.allclose(p.sum(1), 1, atol=1e-4)
@@ -100,8 +110,9 @@ def test_infer_astronaut_returns_rgb_for_each_coordinate(gc, raw):
 
 
 def test_classification_output_comes_back_as_bytes(gc, digits_x):
-    r = gc.infer("digits", [grpc_input("images", digits_x)],
-                 outputs=[tg.InferRequestedOutput("probabilities", class_count=2)])
+    r = gc.infer(
+        "digits", [grpc_input("images", digits_x)], outputs=[tg.InferRequestedOutput("probabilities", class_count=2)]
+    )
     top = r.as_numpy("probabilities")
     assert top.shape == (2, 2) and top[0, 0].decode().endswith(":3") and top[1, 0].decode().endswith(":7")
 
@@ -116,7 +127,7 @@ def test_async_infer_and_stream_infer(gc, server, digits_x):
     stream = tg.InferenceServerClient(server.grpc_url)
     stream.start_stream(callback=lambda result, error: answers.put((result, error)))
     for i in range(4):
-        stream.async_stream_infer("digits", [grpc_input("images", digits_x[i % 2:i % 2 + 1])], request_id=str(i))
+        stream.async_stream_infer("digits", [grpc_input("images", digits_x[i % 2 : i % 2 + 1])], request_id=str(i))
     stream.async_stream_infer("no-such-model", [grpc_input("images", digits_x)], request_id="bad")
     got = [answers.get(timeout=30) for _ in range(5)]
     stream.stop_stream()
@@ -133,6 +144,7 @@ def test_the_asyncio_client(server, digits_x):
             assert await c.is_server_ready()
             results = await asyncio.gather(*[c.infer("digits", [grpc_input("images", digits_x)]) for _ in range(8)])
             return [list(r.as_numpy("probabilities").argmax(1)) for r in results]
+
     assert asyncio.run(go()) == [[3, 7]] * 8
 
 

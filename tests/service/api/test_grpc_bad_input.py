@@ -1,23 +1,23 @@
 """gRPC bad input: each gets the status code Triton gives and a message naming the problem, and
 the server keeps answering (HTTP's bad values too: NaN and Inf, booleans, lies about the tensors, a cancelled
 call). Also the restricted API key as metadata, the repository RPCs behind it, and the drain."""
+
 from __future__ import annotations
 
 import shutil
 import signal
 import subprocess
 
-import httpx
-
 import grpc
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tg
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
-from tests.servers import PY, ROOT, HeldRequest, Server, in_flight, wait_for
 
 from service.api.grpc.servicer import SERVICE
+from tests.servers import PY, ROOT, HeldRequest, Server, in_flight, wait_for
 
 KEY = "Rep0-Secret"
 
@@ -96,8 +96,11 @@ def test_unknown_model_or_version_is_not_found(gc):
     assert code == "StatusCode.INVALID_ARGUMENT" and "'x' is not a non-negative integer" in message
     code, message = status_of(lambda: gc.infer("tampered", x))
     assert code == "StatusCode.UNAVAILABLE" and "sha256" in message
-    code, message = status_of(lambda: gc.infer("astronaut", [tg.InferInput("coords", [1, 3], "FP32")
-                                                             .set_data_from_numpy(np.zeros((1, 3), np.float32))]))
+    code, message = status_of(
+        lambda: gc.infer(
+            "astronaut", [tg.InferInput("coords", [1, 3], "FP32").set_data_from_numpy(np.zeros((1, 3), np.float32))]
+        )
+    )
     assert code == "StatusCode.INVALID_ARGUMENT" and "unexpected shape for input 'coords'" in message
 
 
@@ -172,8 +175,15 @@ def explicit(model_repo, tmp_path_factory):
     repo = tmp_path_factory.mktemp("grpc-models")
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, repo / name)
-    srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "*",
-                 "--http-restricted-api", f"model-repository,model-config:admin-key={KEY}")
+    srv = Server(
+        repo,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--http-restricted-api",
+        f"model-repository,model-config:admin-key={KEY}",
+    )
     with srv.running():
         yield srv
 
@@ -181,8 +191,12 @@ def explicit(model_repo, tmp_path_factory):
 def test_repository_load_and_unload_need_the_key_as_metadata(explicit):
     c = tg.InferenceServerClient(explicit.grpc_url)
     key = {"admin-key": KEY}
-    for call in (lambda h: c.get_model_repository_index(headers=h), lambda h: c.load_model("digits", headers=h),
-                 lambda h: c.unload_model("digits", headers=h), lambda h: c.get_model_config("digits", headers=h)):
+    for call in (
+        lambda h: c.get_model_repository_index(headers=h),
+        lambda h: c.load_model("digits", headers=h),
+        lambda h: c.unload_model("digits", headers=h),
+        lambda h: c.get_model_config("digits", headers=h),
+    ):
         for wrong in (None, {"admin-key": "guess"}):
             code, message = status_of(lambda: call(wrong))
             assert code == "StatusCode.PERMISSION_DENIED" and "admin-key" in message and KEY not in message
@@ -190,8 +204,12 @@ def test_repository_load_and_unload_need_the_key_as_metadata(explicit):
     assert {"astronaut", "digits"} <= {m["name"] for m in index}
     c.unload_model("digits", headers=key)
     assert not c.is_model_ready("digits")
-    code, _ = status_of(lambda: c.infer("digits", [tg.InferInput("images", [1, 1, 28, 28], "FP32")
-                                                   .set_data_from_numpy(np.zeros((1, 1, 28, 28), np.float32))]))
+    code, _ = status_of(
+        lambda: c.infer(
+            "digits",
+            [tg.InferInput("images", [1, 1, 28, 28], "FP32").set_data_from_numpy(np.zeros((1, 1, 28, 28), np.float32))],
+        )
+    )
     assert code == "StatusCode.NOT_FOUND"  # an unloaded model is gone from the registry, as over HTTP (404)
     c.load_model("digits", headers=key)
     assert c.is_model_ready("digits")
@@ -205,6 +223,7 @@ def test_repository_load_and_unload_need_the_key_as_metadata(explicit):
 
 def test_draining_refuses_new_calls_and_health_says_not_serving(model_repo):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     srv = Server(model_repo, env={"INR_GRACEFUL_SHUTDOWN_S": "60", "INR_BODY_TIMEOUT_S": "60"}).wait_ready()
     c = tg.InferenceServerClient(srv.grpc_url)
     idle = in_flight(srv.url)
@@ -237,6 +256,11 @@ def test_grpc_port_0_turns_grpc_off_and_a_bad_port_is_one_line(model_repo):
                 grpc.channel_ready_future(ch).result(timeout=2)
     finally:
         srv.stop()
-    r = subprocess.run([PY, "-m", "service", "--models", str(model_repo), "--grpc-port", "70000"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [PY, "-m", "service", "--models", str(model_repo), "--grpc-port", "70000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --grpc-port: "), r.stderr

@@ -1,4 +1,5 @@
 """Liveness and readiness over HTTP; readiness is 503 until the models have loaded."""
+
 import asyncio
 
 import httpx
@@ -23,8 +24,11 @@ def test_ready_is_503_and_live_is_200_before_the_models_load(model_repo):
 
     async def probe():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
-            return (await c.get("/health/ready"), await c.get("/health/live"),
-                    await c.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]}))
+            return (
+                await c.get("/health/ready"),
+                await c.get("/health/live"),
+                await c.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]}),
+            )
 
     ready, live, query = asyncio.run(probe())
     assert ready.status_code == 503 and ready.json() == {"error": "models are still loading"}

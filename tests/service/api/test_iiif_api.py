@@ -1,4 +1,5 @@
 """IIIF Image API 3.0 at /iiif/3 against the real server, over the model fitted to the iiif-test image."""
+
 import http.client
 import io
 from urllib.parse import urlsplit
@@ -50,8 +51,8 @@ def test_info_json(iiif, iiif_server):
     assert list(doc)[0] == "@context" and doc["@context"] == "http://iiif.io/api/image/3/context.json"
     assert doc["id"] == f"{iiif_server.url}/iiif/3/{ID}"
     assert (doc["type"], doc["protocol"], doc["profile"]) == ("ImageService3", "http://iiif.io/api/image", "level2")
-    assert (doc["width"], doc["height"]) == (1000, 1000)   # the native size the image records
-    assert doc["maxArea"] == 4_194_304                       # INR_MAX_RENDER_PIXELS of this server
+    assert (doc["width"], doc["height"]) == (1000, 1000)  # the native size the image records
+    assert doc["maxArea"] == 4_194_304  # INR_MAX_RENDER_PIXELS of this server
     assert doc["tiles"] == [{"width": 512, "height": 512, "scaleFactors": [1, 2]}]
     assert {"width": 500, "height": 500} in doc["sizes"]
     assert set(doc["extraQualities"]) == {"color", "gray", "bitonal"} and doc["extraFormats"] == ["webp"]
@@ -65,21 +66,23 @@ def test_info_json(iiif, iiif_server):
 def test_info_of_a_non_square_model_is_its_native_size(iiif):
     cat = iiif.get("/iiif/3/cat/info.json").json()
     assert (cat["width"], cat["height"]) == (2400, 1500)
-    assert (cat["maxWidth"], cat["maxHeight"]) == (65_536, 65_536)   # 64× native, within the largest side
+    assert (cat["maxWidth"], cat["maxHeight"]) == (65_536, 65_536)  # 64× native, within the largest side
     assert cat["tiles"] == [{"width": 512, "height": 512, "scaleFactors": [1, 2, 4, 8]}]
     assert {"width": 300, "height": 188} in cat["sizes"] and {"width": 2400, "height": 1500} in cat["sizes"]
     half = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/pct:50/0/default.png").content))
     assert half.size == (1200, 750)
-    assert iiif.get("/iiif/3/cat/full/4800,/0/default.png").status_code == 400        # past native needs ^
+    assert iiif.get("/iiif/3/cat/full/4800,/0/default.png").status_code == 400  # past native needs ^
     up = iiif.get("/iiif/3/cat/0,0,100,100/^400,/0/default.png")
     assert up.status_code == 200 and Image.open(io.BytesIO(up.content)).size == (400, 400)
     turned = Image.open(io.BytesIO(iiif.get("/iiif/3/cat/full/600,/90/default.png").content))
-    assert turned.size == (375, 600)                                                # rotation in square pixels
+    assert turned.size == (375, 600)  # rotation in square pixels
 
 
 def test_info_id_behind_a_proxy(iiif):
-    r = iiif.get(f"/iiif/3/{ID}/info.json", headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "img.example.org",
-                                                     "X-Forwarded-Prefix": "/inr/"})
+    r = iiif.get(
+        f"/iiif/3/{ID}/info.json",
+        headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "img.example.org", "X-Forwarded-Prefix": "/inr/"},
+    )
     assert r.json()["id"] == f"https://img.example.org/inr/iiif/3/{ID}"
     r = iiif.get(f"/iiif/3/{ID}/info.json", headers={"X-Forwarded-Host": "example.org", "X-Forwarded-Port": "8443"})
     assert r.json()["id"] == f"http://example.org:8443/iiif/3/{ID}"
@@ -109,20 +112,26 @@ def test_a_tile_is_the_render_route_of_the_same_region(iiif):
     """One render core: the IIIF tile and /v1/…/render with the region as viewport are the same bytes."""
     tile = iiif.get(f"/iiif/3/{ID}/512,0,488,512/244,256/0/default.jpg")
     assert tile.status_code == 200 and pixels(tile.content).shape == (256, 244, 3)
-    ref = iiif.get(f"/v1/models/{ID}/render", params={"width": 244, "height": 256, "format": "jpeg",
-                                                     "viewport": "0.512,0,1,0.512"})
+    ref = iiif.get(
+        f"/v1/models/{ID}/render", params={"width": 244, "height": 256, "format": "jpeg", "viewport": "0.512,0,1,0.512"}
+    )
     assert tile.content == ref.content
 
 
 def test_rotation_mirroring_and_qualities(iiif):
     base = pixels(iiif.get(f"/iiif/3/{ID}/0,0,400,200/200,100/0/default.png").content).astype(int)
-    for rot, expect in (("90", np.rot90(base, k=-1)), ("180", np.rot90(base, k=2)), ("270", np.rot90(base, k=1)),
-                        ("!0", base[:, ::-1]), ("!90", np.rot90(base[:, ::-1], k=-1))):
+    for rot, expect in (
+        ("90", np.rot90(base, k=-1)),
+        ("180", np.rot90(base, k=2)),
+        ("270", np.rot90(base, k=1)),
+        ("!0", base[:, ::-1]),
+        ("!90", np.rot90(base[:, ::-1], k=-1)),
+    ):
         got = pixels(iiif.get(f"/iiif/3/{ID}/0,0,400,200/200,100/{rot}/default.png").content).astype(int)
         assert got.shape == expect.shape and np.abs(got - expect).max() <= 1, rot
     tilted = pixels(iiif.get(f"/iiif/3/{ID}/300,300,200,200/max/30/default.png").content)
     assert tilted.shape == (273, 273, 4)
-    assert tilted[0, 0, 3] == 0 and tilted[136, 136, 3] == 255   # transparent corners, opaque centre
+    assert tilted[0, 0, 3] == 0 and tilted[136, 136, 3] == 255  # transparent corners, opaque centre
     gray = Image.open(io.BytesIO(iiif.get(f"/iiif/3/{ID}/full/200,/0/gray.jpg").content))
     assert gray.mode == "L"
     bitonal = pixels(iiif.get(f"/iiif/3/{ID}/full/200,/0/bitonal.png").content)
@@ -172,8 +181,9 @@ def test_bad_input(iiif_server, what, path, status, words):
     assert headers["access-control-allow-origin"] == "*"
     assert headers["content-type"] == "application/json"
     import json
+
     assert words in json.loads(body)["error"]
-    assert httpx.get(f"{iiif_server.url}/health/live").status_code == 200   # the server stays up
+    assert httpx.get(f"{iiif_server.url}/health/live").status_code == 200  # the server stays up
 
 
 def test_the_manifest_canvas_of_a_non_square_model_has_its_native_size(iiif):
@@ -182,6 +192,6 @@ def test_the_manifest_canvas_of_a_non_square_model_has_its_native_size(iiif):
     assert (canvas["width"], canvas["height"]) == (2400, 1500)
     body = canvas["items"][0]["items"][0]["body"]
     assert (body["width"], body["height"]) == (2400, 1500)
-    assert canvas["thumbnail"][0]["id"].endswith("/full/!256,256/0/default.jpg")   # smaller than native: no ^
+    assert canvas["thumbnail"][0]["id"].endswith("/full/!256,256/0/default.jpg")  # smaller than native: no ^
     thumb = Image.open(io.BytesIO(iiif.get(canvas["thumbnail"][0]["id"]).content))
     assert thumb.size == (256, 160)

@@ -2,6 +2,7 @@
 the vendored Mirador opening one in headless Chromium (Debian's /usr/bin/chromium via Playwright): tiles drawn, the
 page not blank, a zoom fetching deeper tiles. The JSON is checked with the Presentation 3 models iiif-prezi3
 generates from the IIIF presentation validator's JSON schema (iiif_3_0.json)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,10 +16,10 @@ import pytest
 from iiif_prezi3 import Collection, Manifest
 from PIL import Image
 
-from tests.servers import ROOT, Server
-
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
+
+from tests.servers import ROOT, Server
 
 STATIC = ROOT / "service" / "static"
 TILE = re.compile(r"/iiif/3/cat%401/(full|\d+,\d+,\d+,\d+)/(\d*),(\d*)/0/default\.jpg$")
@@ -43,11 +44,12 @@ def two_versions(iiif_repo, tmp_path_factory):
     shutil.copytree(iiif_repo / "astronaut", repo / "astronaut")
     shutil.copytree(iiif_repo / "digits", repo / "digits")
     shutil.copytree(repo / "astronaut" / "1", repo / "astronaut" / "2")
-    meta = (repo / "astronaut" / "2" / "metadata.json")
+    meta = repo / "astronaut" / "2" / "metadata.json"
     meta.write_text(meta.read_text().replace('"version": 1', '"version": 2', 1))
     cfg = repo / "astronaut" / "config.pbtxt"
-    cfg.write_text(re.sub(r"version_policy \{.*?\n\}\n", "version_policy {\n  all {\n  }\n}\n", cfg.read_text(),
-                          flags=re.S))
+    cfg.write_text(
+        re.sub(r"version_policy \{.*?\n\}\n", "version_policy {\n  all {\n  }\n}\n", cfg.read_text(), flags=re.S)
+    )
     srv = Server(repo)
     with srv.running():
         yield srv
@@ -89,12 +91,15 @@ def test_the_collection_lists_every_image_model(two_versions):
     assert httpx.get(doc["items"][0]["id"]).status_code == 200
 
 
-@pytest.mark.parametrize("path, status, message", [
-    ("/iiif/3/no-such-model/manifest.json", 404, "unknown model 'no-such-model'"),
-    ("/iiif/3/astronaut@9/manifest.json", 404, "unknown version 9"),
-    ("/iiif/3/digits/manifest.json", 400, "model 'digits' has task 'digits'; IIIF needs a model with task 'image'"),
-    ("/iiif/3/astronaut@x/manifest.json", 400, "the version after @ must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "path, status, message",
+    [
+        ("/iiif/3/no-such-model/manifest.json", 404, "unknown model 'no-such-model'"),
+        ("/iiif/3/astronaut@9/manifest.json", 404, "unknown version 9"),
+        ("/iiif/3/digits/manifest.json", 400, "model 'digits' has task 'digits'; IIIF needs a model with task 'image'"),
+        ("/iiif/3/astronaut@x/manifest.json", 400, "the version after @ must be a positive integer"),
+    ],
+)
 def test_bad_manifest_identifiers_are_clear_errors_with_cors(two_versions, path, status, message):
     r = httpx.get(two_versions.url + path)
     assert r.status_code == status and message in r.json()["error"] and r.headers[CORS] == "*"
@@ -107,7 +112,7 @@ def test_mirador_opens_the_manifest_draws_tiles_and_a_zoom_fetches_deeper_ones(b
     errors, tiles = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("response", lambda r: tiles.append(r) if TILE.search(r.url) else None)
-    page.goto(f"{iiif_server.url}/mirador.html?id=cat")   # non-square 2400×1500, four levels
+    page.goto(f"{iiif_server.url}/mirador.html?id=cat")  # non-square 2400×1500, four levels
     page.wait_for_selector(".openseadragon-canvas canvas")
     for _ in range(600):
         if sum(r.status == 200 for r in tiles) >= 2:

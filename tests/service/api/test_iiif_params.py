@@ -1,11 +1,12 @@
 """IIIF request parsing and its translation into a render request (service/api/iiif/params.py, plan.py)."""
+
 import numpy as np
 import pytest
 
-from service.errors import BadInput, NotImplementedFeature
 from service.api.iiif.info import Identifier, image_size, info_document, max_size, scale_factors
 from service.api.iiif.params import ImageRequest, Region, Rotation, Size
 from service.api.iiif.plan import plan, region_mask
+from service.errors import BadInput, NotImplementedFeature
 
 AREA, SIDE = 16_777_216, 65_536
 
@@ -14,12 +15,24 @@ def size_of(size, region="full", w=1000, h=1000, area=AREA):
     return Size.parse(size).resolve(Region.parse(region).resolve(w, h), area, SIDE)
 
 
-@pytest.mark.parametrize("size, want", [
-    ("max", (1000, 1000)), ("^max", (4096, 4096)), ("600,", (600, 600)), (",450", (450, 450)),
-    ("300,200", (300, 200)), ("!500,300", (300, 300)), ("pct:50", (500, 500)), ("^pct:200", (2000, 2000)),
-    ("^1500,", (1500, 1500)), ("^,1200", (1200, 1200)), ("^!2000,500", (500, 500)),
-    ("^!2000,3000", (2000, 2000)), ("^300,200", (300, 200)),
-])
+@pytest.mark.parametrize(
+    "size, want",
+    [
+        ("max", (1000, 1000)),
+        ("^max", (4096, 4096)),
+        ("600,", (600, 600)),
+        (",450", (450, 450)),
+        ("300,200", (300, 200)),
+        ("!500,300", (300, 300)),
+        ("pct:50", (500, 500)),
+        ("^pct:200", (2000, 2000)),
+        ("^1500,", (1500, 1500)),
+        ("^,1200", (1200, 1200)),
+        ("^!2000,500", (500, 500)),
+        ("^!2000,3000", (2000, 2000)),
+        ("^300,200", (300, 200)),
+    ],
+)
 def test_sizes(size, want):
     assert size_of(size) == want
 
@@ -30,40 +43,75 @@ def test_max_stays_inside_max_area():
     assert w * h <= 1_000_000 and abs(w / h - 2) < 0.01
 
 
-@pytest.mark.parametrize("size, words", [
-    ("1200,", r"upscaling needs the \^"), ("pct:101", r"upscaling needs the \^"),
-    ("!2000,3000", r"upscaling needs the \^"),
-    ("0,", "at least 1"), (",0", "at least 1"), ("pct:0", "zero"), ("!0,0", "zero"),
-    ("^5000,5000", "maxArea"), ("abc", "is not max"), ("full", "is not max"), ("!100,", "needs both"),
-    ("-5,", "is not max"), ("1e3,", "is not max"),
-])
+@pytest.mark.parametrize(
+    "size, words",
+    [
+        ("1200,", r"upscaling needs the \^"),
+        ("pct:101", r"upscaling needs the \^"),
+        ("!2000,3000", r"upscaling needs the \^"),
+        ("0,", "at least 1"),
+        (",0", "at least 1"),
+        ("pct:0", "zero"),
+        ("!0,0", "zero"),
+        ("^5000,5000", "maxArea"),
+        ("abc", "is not max"),
+        ("full", "is not max"),
+        ("!100,", "needs both"),
+        ("-5,", "is not max"),
+        ("1e3,", "is not max"),
+    ],
+)
 def test_bad_sizes(size, words):
     with pytest.raises(BadInput, match=words):
         size_of(size, area=1_000_000 if words == "maxArea" else AREA)
 
 
-@pytest.mark.parametrize("region, want", [
-    ("full", (0, 0, 1000, 500)), ("square", (250, 0, 500, 500)), ("10,20,30,40", (10, 20, 30, 40)),
-    ("pct:10,10,50,50", (100, 50, 500, 250)), ("900,400,500,500", (900, 400, 100, 100)),
-    ("pct:50,0,100,100", (500, 0, 500, 500)),
-])
+@pytest.mark.parametrize(
+    "region, want",
+    [
+        ("full", (0, 0, 1000, 500)),
+        ("square", (250, 0, 500, 500)),
+        ("10,20,30,40", (10, 20, 30, 40)),
+        ("pct:10,10,50,50", (100, 50, 500, 250)),
+        ("900,400,500,500", (900, 400, 100, 100)),
+        ("pct:50,0,100,100", (500, 0, 500, 500)),
+    ],
+)
 def test_regions(region, want):
     b = Region.parse(region).resolve(1000, 500)
     assert (b.x, b.y, b.w, b.h) == pytest.approx(want)
 
 
-@pytest.mark.parametrize("region, words", [
-    ("1000,0,10,10", "entirely outside"), ("0,500,10,10", "entirely outside"), ("pct:100,0,10,10", "outside"),
-    ("pct:101,0,10,10", "outside"), ("0,0,0,10", "zero"), ("pct:0,0,0,0", "zero"),
-    ("1,2,3", "is not full"), ("-1,0,10,10", "is not full"), ("pct:a,0,1,1", "is not full"),
-])
+@pytest.mark.parametrize(
+    "region, words",
+    [
+        ("1000,0,10,10", "entirely outside"),
+        ("0,500,10,10", "entirely outside"),
+        ("pct:100,0,10,10", "outside"),
+        ("pct:101,0,10,10", "outside"),
+        ("0,0,0,10", "zero"),
+        ("pct:0,0,0,0", "zero"),
+        ("1,2,3", "is not full"),
+        ("-1,0,10,10", "is not full"),
+        ("pct:a,0,1,1", "is not full"),
+    ],
+)
 def test_bad_regions(region, words):
     with pytest.raises(BadInput, match=words):
         Region.parse(region).resolve(1000, 500)
 
 
-@pytest.mark.parametrize("text, degrees, mirror", [("0", 0, False), ("90", 90, False), ("!180", 180, True),
-                                                   ("22.5", 22.5, False), ("360", 0, False), ("!0", 0, True)])
+@pytest.mark.parametrize(
+    "text, degrees, mirror",
+    [
+        ("0", 0, False),
+        ("90", 90, False),
+        ("!180", 180, True),
+        ("22.5", 22.5, False),
+        ("360", 0, False),
+        ("!0", 0, True),
+    ],
+)
 def test_rotations(text, degrees, mirror):
     r = Rotation.parse(text)
     assert (r.degrees, r.mirror) == (degrees, mirror)
@@ -87,8 +135,16 @@ def test_qualities_and_formats():
         ImageRequest.parse("full", "max", "0", "default")
 
 
-@pytest.mark.parametrize("text, words", [("a" * 10_000, "10000 characters"), ("a%2Fb".replace("%2F", "/"), "slash"),
-                                         ("../astronaut", "slash"), ("..", "'..'"), ("astronaut@x", "version")])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a" * 10_000, "10000 characters"),
+        ("a%2Fb".replace("%2F", "/"), "slash"),
+        ("../astronaut", "slash"),
+        ("..", "'..'"),
+        ("astronaut@x", "version"),
+    ],
+)
 def test_bad_identifiers(text, words):
     with pytest.raises(BadInput, match=words):
         Identifier.parse(text)
@@ -134,10 +190,10 @@ def test_non_right_angles_get_a_transparent_bounding_box_and_a_region_mask():
 
 
 def test_image_size_rule_and_info():
-    assert image_size({"source": {"size": [256, 256]}}) == (256, 256)           # the native size, no virtual zoom
+    assert image_size({"source": {"size": [256, 256]}}) == (256, 256)  # the native size, no virtual zoom
     assert image_size({"source": {"size": [2560, 1600]}}) == (2560, 1600)
     assert image_size({"source": {"size": [128, 128], "native_size": [1000, 1000]}}) == (1000, 1000)
-    assert image_size({}) == (256, 256)                                          # no size recorded: square
+    assert image_size({}) == (256, 256)  # no size recorded: square
     assert max_size(2560, 1600, 16) == (40960, 25600) and max_size(8000, 10, 16) == (65536, 160)
     assert scale_factors(4096, 4096) == [1, 2, 4, 8] and scale_factors(1000, 1000) == [1, 2]
     assert scale_factors(2560, 1600) == [1, 2, 4, 8]
@@ -160,11 +216,12 @@ def test_the_iiif_test_image_is_the_validators_colour_table():
     from iiif_validator.validator import ValidationInfo
 
     from training.images import iiif_test_image, load_image
+
     table = ValidationInfo().colorInfo
     img = iiif_test_image()
     assert img.shape == (1000, 1000, 3)
     for x, y in ((0, 0), (3, 7), (9, 2)):
-        assert tuple(img[y * 100 + 50, x * 100 + 50]) == table[x][y]   # column x, row y
+        assert tuple(img[y * 100 + 50, x * 100 + 50]) == table[x][y]  # column x, row y
     small, source = load_image("iiif-test", 128)
     assert source["native_size"] == [1000, 1000]
     # area-averaged: the pixels inside a square keep its colour exactly (no ringing along the edges)
@@ -175,6 +232,7 @@ def test_the_iiif_test_image_carries_its_own_training_defaults():
     import argparse
 
     from training.cli_image import add_image_options, fit_config
+
     p = argparse.ArgumentParser()
     add_image_options(p)
     cfg = fit_config(p.parse_args(["--image", "iiif-test", "--size", "128", "--protocol", "full"]))

@@ -1,5 +1,6 @@
 """The official IIIF Image API validator (`iiif-validator` 1.0.5, its iiif-validate.py) against the real
 server and the model fitted to the validator's own test image with the default command."""
+
 import re
 import shutil
 import subprocess
@@ -16,8 +17,14 @@ if not SCRIPT.exists():
     pytest.skip("iiif-validate.py is not installed (pip install iiif-validator==1.0.5)", allow_module_level=True)
 
 # Level 3 tests the docs list (docs/iiif.md, "Validator"); these are the ones this service passes.
-LEVEL3_PASSING = ["rot_full_non90", "rot_region_non90", "rot_mirror", "rot_mirror_180", "linkheader_canonical",
-                  "linkheader_profile"]
+LEVEL3_PASSING = [
+    "rot_full_non90",
+    "rot_region_non90",
+    "rot_mirror",
+    "rot_mirror_180",
+    "linkheader_canonical",
+    "linkheader_profile",
+]
 
 
 # iiif-validate.py as installed, run by a runner that only raises the fixed 5 s timeout its client gives every
@@ -37,8 +44,25 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def validate(server, *args: str) -> subprocess.CompletedProcess:
     host = server.url.removeprefix("http://")
-    return subprocess.run([sys.executable, "-c", RUNNER, str(SCRIPT), "-s", host, "-p", "iiif/3", "-i", "iiif-test",
-                           "--version=3.0", *args], capture_output=True, text=True, timeout=1800)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUNNER,
+            str(SCRIPT),
+            "-s",
+            host,
+            "-p",
+            "iiif/3",
+            "-i",
+            "iiif-test",
+            "--version=3.0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 def results(out: str) -> dict[str, str]:

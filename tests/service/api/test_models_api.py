@@ -4,9 +4,16 @@
 def test_model_list_shows_every_folder_with_status(client):
     models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
     assert {n: m["status"] for n, m in models.items()} == {
-        "astronaut": "ready", "digits": "ready", "broken-onnx": "failed", "junk-metadata": "failed", "no-metadata": "failed",
-        "no-inputs": "failed", "truncated-config": "failed",
-        "tampered": "failed", "wrong-inputs": "failed"}
+        "astronaut": "ready",
+        "digits": "ready",
+        "broken-onnx": "failed",
+        "junk-metadata": "failed",
+        "no-metadata": "failed",
+        "no-inputs": "failed",
+        "truncated-config": "failed",
+        "tampered": "failed",
+        "wrong-inputs": "failed",
+    }
 
 
 def test_ready_models_show_provider_task_and_training_metrics(client):
@@ -30,22 +37,32 @@ def test_failed_models_show_the_reason(client):
 def test_unknown_model_is_404_listing_the_models(client):
     r = client.get("/v1/models/nope")
     assert r.status_code == 404
-    assert r.json() == {"error": "unknown model 'nope'; models: astronaut, broken-onnx, digits, junk-metadata, "
-                                 "no-inputs, no-metadata, tampered, truncated-config, wrong-inputs"}
+    assert r.json() == {
+        "error": "unknown model 'nope'; models: astronaut, broken-onnx, digits, junk-metadata, "
+        "no-inputs, no-metadata, tampered, truncated-config, wrong-inputs"
+    }
 
 
 def test_openapi_documents_every_endpoint_with_schemas(client):
     spec = client.get("/openapi.json").json()
     paths = spec["paths"]
-    for path in ("/health/live", "/health/ready", "/v1/models", "/v1/models/{name}", "/v1/models/{name}/query",
-                 "/v1/models/{name}/render", "/v1/models/{name}/classify"):
+    for path in (
+        "/health/live",
+        "/health/ready",
+        "/v1/models",
+        "/v1/models/{name}",
+        "/v1/models/{name}/query",
+        "/v1/models/{name}/render",
+        "/v1/models/{name}/classify",
+    ):
         assert path in paths, path
     assert set(paths["/v1/models/{name}/render"]) == {"get", "post"}
     body = paths["/v1/models/{name}/classify"]["post"]["requestBody"]["content"]
     assert set(body) == {"application/json", "multipart/form-data"}
     assert "images" in body["application/json"]["schema"]["properties"]
     assert {"QueryRequest", "RenderRequest", "Transform", "ClassifyResponse", "ErrorBody"} <= set(
-        spec["components"]["schemas"])
+        spec["components"]["schemas"]
+    )
 
 
 def test_training_preview_is_served_when_the_model_ships_one(client, model_repo):
@@ -87,16 +104,20 @@ def test_the_listing_is_a_small_summary_with_no_path_and_the_detail_no_render_in
 
 def test_the_bundled_models_listing_is_under_4_kb_and_names_no_absolute_path():
     import json
-    from pathlib import Path
+
     from fastapi.testclient import TestClient
+
     from service.app import create_app
     from service.settings import Settings
     from tests.servers import ROOT as root
+
     with TestClient(create_app(Settings(models=root / "models"))) as c:
         listing = c.get("/v1/models")
         details = [c.get(m["url"]).text for m in listing.json()["models"]]
     assert listing.status_code == 200 and len(listing.content) < 4096
-    assert len(listing.json()["models"]) == len(list(root.glob("models/*/config.pbtxt")))  # each bundled model, none failed
+    assert len(listing.json()["models"]) == len(
+        list(root.glob("models/*/config.pbtxt"))
+    )  # each bundled model, none failed
     assert {m["status"] for m in listing.json()["models"]} == {"ready"}
     for text in [listing.text, *details]:
         assert '"/' not in text.replace('"/v1/', ""), "an absolute path in the public model API"

@@ -1,6 +1,8 @@
-"""`leading_rows` (service/engine/json_numbers.py) reads v1 query coordinates from the body's text: wherever it answers it
+"""`leading_rows` (service/engine/json_numbers.py) reads v1 query coordinates from the body's text: wherever it
+answers it
 must answer as orjson + `float_rows` would, and anything it is not sure of goes back to that path, so the HTTP
 answers stay the same for every body."""
+
 from __future__ import annotations
 
 import json
@@ -14,25 +16,57 @@ from service.engine.json_numbers import float_rows, leading_rows
 
 COORDS = [[0.25, 0.5], [1, 0], [-0.0, 1e-3], [0.75, 2.5e-1]]
 GOOD = [
-    json.dumps({"coords": COORDS}).encode(),                                   # Python's separators
-    json.dumps({"coords": COORDS}, separators=(",", ":")).encode(),           # JavaScript's
+    json.dumps({"coords": COORDS}).encode(),  # Python's separators
+    json.dumps({"coords": COORDS}, separators=(",", ":")).encode(),  # JavaScript's
     json.dumps({"coords": COORDS, "transform": {"rotate": 30}, "background": "white"}).encode(),
     b' \r\n{ "coords" :\t[ [0.25 , 0.5] ,\n [1,0],[ -0.0,1e-3 ],[0.75,2.5E-1]]\n ,"background":"#fff"} \n',
     b'{"coords": [[0.25, 0.5], [1, 0], [-0.0, 1e-3], [0.75, 2.5e-1]], "transform": {"matrix": [[1, 0, 0], [0, 1, 0]]}}',
 ]
 BAD = [
-    b'{"coords": [[1, 2, 3], [4]]}', b'{"coords": [[1, [2]]]}', b'{"coords": [[1, 2]],}', b'{"coords": [[1, 2]], }',
-    b'{"coords": [[1, true]]}', b'{"coords": [[1, "2"]]}', b'{"coords": [[1, null]]}', b'{"coords": [[1, 1e400]]}',
-    b'{"coords": [[1, NaN]]}', b'{"coords": [[1, Infinity]]}', b'{"coords": [[1 2, 3]]}', b'{"coords": [[01, 2]]}',
-    b'{"coords": [[.5, 2]]}', b'{"coords": [[+1, 2]]}', b'{"coords": [[1., 2]]}', b'{"coords": [[1e, 2]]}',
-    b'{"coords": [[1, 2]]', b'{"coords": [[1, 2]]}x', b'{"coords": [[1, 2]]} {}', b'{"coords": [[1, 2]]]}',
-    b'{"coords": [[1, 2],]}', b'{"coords": [[, ]]}', b'{"coords": [[1,, 2]]}', b'{"coords": [[]]}', b'{"coords": []}',
-    b'{"coords": [[1, 2]] "a": 1}', b'{"coords": [[1, 2]], "coords": [[3, 4]]}', b'{"coords": [[1, {"a": 2}]]}',
-    b'{"coords": [[1, 2]], "a": [[1, 2]]}', b'{"coords": [[1, 2]], "a": "\xff"}', b'{"co\\u006frds": [[1, 2]]}',
-    b'{"coords": [[1, 2]], "a": ' + b"[" * 2000 + b"]" * 2000 + b"}", b'{"coords": [[123456789012345678901234567890, 2]]}',
-    b'{\x0c"coords": [[1, 2]]}', b'{"coords": [[1,\x0c2]]}', b'{"coords": [[1, ]2, [3, 4]]}', b'{"coords": [5[1, 2]]}',
-    b'{"coords": [[1, 2]5]}', b'{"coords": [[1, 2], 5[3, 4]]}', b'{"coords": [[1, 2]5, [3, 4]]}', b'{"coords": [[1,2 ]]}x',
-    b'{"coords": [[1, 2 3]]}', b'{"coords": [[- 1, 2]]}', b'{"coords": [[1, 2]] , , "a": 1}',
+    b'{"coords": [[1, 2, 3], [4]]}',
+    b'{"coords": [[1, [2]]]}',
+    b'{"coords": [[1, 2]],}',
+    b'{"coords": [[1, 2]], }',
+    b'{"coords": [[1, true]]}',
+    b'{"coords": [[1, "2"]]}',
+    b'{"coords": [[1, null]]}',
+    b'{"coords": [[1, 1e400]]}',
+    b'{"coords": [[1, NaN]]}',
+    b'{"coords": [[1, Infinity]]}',
+    b'{"coords": [[1 2, 3]]}',
+    b'{"coords": [[01, 2]]}',
+    b'{"coords": [[.5, 2]]}',
+    b'{"coords": [[+1, 2]]}',
+    b'{"coords": [[1., 2]]}',
+    b'{"coords": [[1e, 2]]}',
+    b'{"coords": [[1, 2]]',
+    b'{"coords": [[1, 2]]}x',
+    b'{"coords": [[1, 2]]} {}',
+    b'{"coords": [[1, 2]]]}',
+    b'{"coords": [[1, 2],]}',
+    b'{"coords": [[, ]]}',
+    b'{"coords": [[1,, 2]]}',
+    b'{"coords": [[]]}',
+    b'{"coords": []}',
+    b'{"coords": [[1, 2]] "a": 1}',
+    b'{"coords": [[1, 2]], "coords": [[3, 4]]}',
+    b'{"coords": [[1, {"a": 2}]]}',
+    b'{"coords": [[1, 2]], "a": [[1, 2]]}',
+    b'{"coords": [[1, 2]], "a": "\xff"}',
+    b'{"co\\u006frds": [[1, 2]]}',
+    b'{"coords": [[1, 2]], "a": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+    b'{"coords": [[123456789012345678901234567890, 2]]}',
+    b'{\x0c"coords": [[1, 2]]}',
+    b'{"coords": [[1,\x0c2]]}',
+    b'{"coords": [[1, ]2, [3, 4]]}',
+    b'{"coords": [5[1, 2]]}',
+    b'{"coords": [[1, 2]5]}',
+    b'{"coords": [[1, 2], 5[3, 4]]}',
+    b'{"coords": [[1, 2]5, [3, 4]]}',
+    b'{"coords": [[1,2 ]]}x',
+    b'{"coords": [[1, 2 3]]}',
+    b'{"coords": [[- 1, 2]]}',
+    b'{"coords": [[1, 2]] , , "a": 1}',
 ]
 
 
@@ -107,9 +141,12 @@ def post(client, body: bytes):
 def test_every_layout_of_the_same_body_gets_the_same_answer(client):
     coords = np.random.default_rng(27).random((300, 2)).round(6).tolist()
     doc = {"coords": coords, "transform": {"rotate": 30}}
-    layouts = [json.dumps(doc).encode(), json.dumps(doc, separators=(",", ":")).encode(),
-               json.dumps(doc, indent=2).encode(),                                  # the general path
-               json.dumps({"transform": doc["transform"], "coords": coords}).encode()]  # coords not first: general
+    layouts = [
+        json.dumps(doc).encode(),
+        json.dumps(doc, separators=(",", ":")).encode(),
+        json.dumps(doc, indent=2).encode(),  # the general path
+        json.dumps({"transform": doc["transform"], "coords": coords}).encode(),
+    ]  # coords not first: general
     answers = [post(client, body) for body in layouts]
     assert {r.status_code for r in answers} == {200}
     assert len({r.content for r in answers}) == 1
@@ -121,17 +158,20 @@ def test_a_repeated_key_keeps_the_last_as_before(client):
     assert twice.status_code == last.status_code == 200 and twice.content == last.content
 
 
-@pytest.mark.parametrize("body,message", [
-    (b'{"coords": [[0.5, 0.5]],}', "invalid JSON"),
-    (b'{"coords": [[0.5, 0.5]]]}', "invalid JSON"),
-    (b'{"coords": [[01, 0.5]]}', "invalid JSON"),
-    (b'{"coords": [[0.5 0.5]]}', "invalid JSON"),
-    (b'{"coords": [[0.5, 0.5]]} {}', "invalid JSON"),
-    (b'{"coords": [[0.5, 1e400]]}', "coords.0.1"),
-    (b'{"coords": [[0.5, true]]}', "coords.0.1"),
-    (b'{"coords": [[0.5, 0.5]], "extra": 1}', "extra: Extra inputs are not permitted"),
-    (b'{"coords": [[0.5, 0.5]], "background": "transparent"}', "background"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b'{"coords": [[0.5, 0.5]],}', "invalid JSON"),
+        (b'{"coords": [[0.5, 0.5]]]}', "invalid JSON"),
+        (b'{"coords": [[01, 0.5]]}', "invalid JSON"),
+        (b'{"coords": [[0.5 0.5]]}', "invalid JSON"),
+        (b'{"coords": [[0.5, 0.5]]} {}', "invalid JSON"),
+        (b'{"coords": [[0.5, 1e400]]}', "coords.0.1"),
+        (b'{"coords": [[0.5, true]]}', "coords.0.1"),
+        (b'{"coords": [[0.5, 0.5]], "extra": 1}', "extra: Extra inputs are not permitted"),
+        (b'{"coords": [[0.5, 0.5]], "background": "transparent"}', "background"),
+    ],
+)
 def test_bad_bodies_that_start_like_good_ones_get_the_same_422(client, body, message):
     r = post(client, body)
     assert r.status_code == 422, r.text

@@ -1,4 +1,5 @@
 """POST and GET /v1/models/{name}/render: sizes, formats, transform properties, fills, limits."""
+
 import io
 import json
 
@@ -92,13 +93,35 @@ def test_colour_background_outside_the_unit_square(client):
 
 
 def test_get_takes_the_same_fields_as_query_parameters(client):
-    post = pixels(client, width=24, height=16, viewport=[0.1, 0.2, 0.9, 0.8], supersample=2,
-                  transform={"rotate": 30, "scale": [1.2, 0.9], "translate": [0.05, 0], "center": [0.4, 0.5]})
-    as_json = pixels(client, method="get", width=24, height=16, viewport="0.1,0.2,0.9,0.8", supersample=2,
-                     transform=json.dumps({"rotate": 30, "scale": [1.2, 0.9], "translate": [0.05, 0],
-                                           "center": [0.4, 0.5]}))
-    as_params = pixels(client, method="get", width=24, height=16, viewport="0.1,0.2,0.9,0.8", supersample=2,
-                       rotate=30, scale="1.2,0.9", translate="0.05,0", center="0.4,0.5")
+    post = pixels(
+        client,
+        width=24,
+        height=16,
+        viewport=[0.1, 0.2, 0.9, 0.8],
+        supersample=2,
+        transform={"rotate": 30, "scale": [1.2, 0.9], "translate": [0.05, 0], "center": [0.4, 0.5]},
+    )
+    as_json = pixels(
+        client,
+        method="get",
+        width=24,
+        height=16,
+        viewport="0.1,0.2,0.9,0.8",
+        supersample=2,
+        transform=json.dumps({"rotate": 30, "scale": [1.2, 0.9], "translate": [0.05, 0], "center": [0.4, 0.5]}),
+    )
+    as_params = pixels(
+        client,
+        method="get",
+        width=24,
+        height=16,
+        viewport="0.1,0.2,0.9,0.8",
+        supersample=2,
+        rotate=30,
+        scale="1.2,0.9",
+        translate="0.05,0",
+        center="0.4,0.5",
+    )
     assert np.array_equal(as_json, post) and np.array_equal(as_params, post)
 
 
@@ -107,37 +130,47 @@ def test_get_works_as_an_img_src_with_defaults(client):
     assert r.status_code == 200 and Image.open(io.BytesIO(r.content)).size == (256, 256)
 
 
-@pytest.mark.parametrize("fields,status,message", [
-    ({"width": 0}, 422, "width"),
-    ({"width": 2000, "height": 1000}, 413, "width × height × supersample² = 2000000 is more than the limit of 1000000"),
-    ({"width": 200, "height": 200, "supersample": 8}, 413, "2560000 is more than the limit"),
-    ({"supersample": 12}, 413, "supersample 12 is more than the limit of 8"),
-    ({"format": "gif"}, 422, "format"),
-    ({"viewport": [0.5, 0, 0.2, 1]}, 422, "x1 > x0"),
-    ({"viewport": [0, 0, 1]}, 422, "viewport"),
-    ({"viewport": [0, 0, 1, "NaN"]}, 422, "viewport.3: Input should be a finite number"),
-    ({"format": "jpeg", "background": "transparent"}, 422, "jpeg has no alpha channel"),
-    ({"background": "nope"}, 422, "background"),
-    ({"transform": {"scale": [1, 0]}}, 422, "scale must be non-zero"),
-    ({"quality": 0}, 422, "quality"),
-    ({"viewport": [0, 0, 1e300, 1]}, 400, "coordinates after the transform reach 1e+300"),
-    ({"transform": {"matrix": [[1, 0, 0], [0, 1, -1e300]]}}, 400, "must stay below"),
-])
+@pytest.mark.parametrize(
+    "fields,status,message",
+    [
+        ({"width": 0}, 422, "width"),
+        (
+            {"width": 2000, "height": 1000},
+            413,
+            "width × height × supersample² = 2000000 is more than the limit of 1000000",
+        ),
+        ({"width": 200, "height": 200, "supersample": 8}, 413, "2560000 is more than the limit"),
+        ({"supersample": 12}, 413, "supersample 12 is more than the limit of 8"),
+        ({"format": "gif"}, 422, "format"),
+        ({"viewport": [0.5, 0, 0.2, 1]}, 422, "x1 > x0"),
+        ({"viewport": [0, 0, 1]}, 422, "viewport"),
+        ({"viewport": [0, 0, 1, "NaN"]}, 422, "viewport.3: Input should be a finite number"),
+        ({"format": "jpeg", "background": "transparent"}, 422, "jpeg has no alpha channel"),
+        ({"background": "nope"}, 422, "background"),
+        ({"transform": {"scale": [1, 0]}}, 422, "scale must be non-zero"),
+        ({"quality": 0}, 422, "quality"),
+        ({"viewport": [0, 0, 1e300, 1]}, 400, "coordinates after the transform reach 1e+300"),
+        ({"transform": {"matrix": [[1, 0, 0], [0, 1, -1e300]]}}, 400, "must stay below"),
+    ],
+)
 def test_bad_renders_get_a_4xx_naming_the_problem(client, fields, status, message):
     r = client.post("/v1/models/astronaut/render", json=fields)
     assert r.status_code == status, r.text
     assert message in r.json()["error"]
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"viewport": "0,0,1"}, "viewport"),
-    ({"viewport": "a,b,c,d"}, "viewport.0"),
-    ({"transform": "{rotate: 90}"}, "transform is not valid JSON"),
-    ({"transform": '{"rotate": 90}', "rotate": 45}, "either as JSON in 'transform' or as rotate"),
-    ({"scale": "1,2,3"}, "transform.scale"),
-    ({"rotate": "inf"}, "rotate"),
-    ({"width": "wide"}, "width"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"viewport": "0,0,1"}, "viewport"),
+        ({"viewport": "a,b,c,d"}, "viewport.0"),
+        ({"transform": "{rotate: 90}"}, "transform is not valid JSON"),
+        ({"transform": '{"rotate": 90}', "rotate": 45}, "either as JSON in 'transform' or as rotate"),
+        ({"scale": "1,2,3"}, "transform.scale"),
+        ({"rotate": "inf"}, "rotate"),
+        ({"width": "wide"}, "width"),
+    ],
+)
 def test_bad_get_parameters_get_a_4xx_naming_the_problem(client, params, message):
     r = client.get("/v1/models/astronaut/render", params=params)
     assert 400 <= r.status_code < 500, r.text
@@ -152,6 +185,7 @@ def test_render_on_a_digit_model_is_refused_naming_it(client):
 def test_concurrent_renders_all_complete_and_agree(client):
     # the test server computes two renders at once; the other six wait their turn
     import concurrent.futures
+
     url = "/v1/models/astronaut/render?width=96&height=96&rotate=15"
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         bodies = list(pool.map(lambda _: client.get(url), range(8)))

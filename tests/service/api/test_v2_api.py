@@ -1,4 +1,5 @@
 """The V2 inference protocol over HTTP, spoken by a real client (tritonclient) to the real server."""
+
 from __future__ import annotations
 
 import gzip
@@ -71,8 +72,17 @@ def test_model_config_is_the_spec_as_triton_json(tc, model_repo):
     pbtxt = (model_repo / "digits" / "config.pbtxt").read_text()
     delay = int(pbtxt.split("max_queue_delay_microseconds:")[1].split()[0])
     assert cfg["max_batch_size"] == 256 and cfg["platform"] == "onnxruntime_onnx"
-    assert cfg["input"][0].items() >= {"name": "images", "data_type": "TYPE_FP32", "dims": [1, 28, 28],
-                                       "format": "FORMAT_NONE", "is_shape_tensor": False, "optional": False}.items()
+    assert (
+        cfg["input"][0].items()
+        >= {
+            "name": "images",
+            "data_type": "TYPE_FP32",
+            "dims": [1, 28, 28],
+            "format": "FORMAT_NONE",
+            "is_shape_tensor": False,
+            "optional": False,
+        }.items()
+    )
     assert cfg["dynamic_batching"]["max_queue_delay_microseconds"] == delay
     image = tc.get_model_config("astronaut")
     assert image["max_batch_size"] == 262_144 and image["input"][0]["dims"] == [2]
@@ -80,8 +90,10 @@ def test_model_config_is_the_spec_as_triton_json(tc, model_repo):
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_infer_digits_equals_v1_classify(tc, client, digits_x, binary):
-    outputs = [triton.InferRequestedOutput("probabilities", binary_data=binary),
-               triton.InferRequestedOutput("logits", binary_data=binary)]
+    outputs = [
+        triton.InferRequestedOutput("probabilities", binary_data=binary),
+        triton.InferRequestedOutput("logits", binary_data=binary),
+    ]
     r = tc.infer("digits", [infer_input("images", digits_x, binary=binary)], outputs=outputs, request_id="req-7")
     assert r.get_response()["id"] == "req-7"
     v1 = client.post("/v1/models/digits/classify", json={"images": digits_x[:, 0].tolist()}).json()
@@ -94,18 +106,24 @@ def test_infer_digits_equals_v1_classify(tc, client, digits_x, binary):
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_infer_image_equals_v1_query(tc, client, binary):
     coords = np.random.default_rng(3).random((40, 2), dtype=np.float32)
-    r = tc.infer("astronaut", [infer_input("coords", coords, binary=binary)],
-                 outputs=[triton.InferRequestedOutput("rgb", binary_data=binary)])
+    r = tc.infer(
+        "astronaut",
+        [infer_input("coords", coords, binary=binary)],
+        outputs=[triton.InferRequestedOutput("rgb", binary_data=binary)],
+    )
     v1 = client.post("/v1/models/astronaut/query", json={"coords": coords.tolist()}).json()
     np.testing.assert_allclose(r.as_numpy("rgb"), v1["rgb"], atol=2e-6)
 
 
 def test_infer_json_accepts_nested_and_flat_data_and_returns_every_output(client, digits_x):
-    flat = {"inputs": [{"name": "images", "datatype": "FP32", "shape": [5, 1, 28, 28],
-                        "data": digits_x.ravel().tolist()}]}
+    flat = {
+        "inputs": [{"name": "images", "datatype": "FP32", "shape": [5, 1, 28, 28], "data": digits_x.ravel().tolist()}]
+    }
     nested = {"id": "n", "inputs": [{**flat["inputs"][0], "data": digits_x.tolist()}]}
-    a, b = client.post("/v2/models/digits/infer", json=flat), client.post("/v2/models/digits/versions/1/infer",
-                                                                         json=nested)
+    a, b = (
+        client.post("/v2/models/digits/infer", json=flat),
+        client.post("/v2/models/digits/versions/1/infer", json=nested),
+    )
     assert a.status_code == b.status_code == 200 and a.headers["content-type"] == "application/json"
     assert "id" not in a.json() and b.json()["id"] == "n"
     assert [o["name"] for o in a.json()["outputs"]] == ["logits", "probabilities"]
@@ -117,13 +135,18 @@ def test_infer_without_outputs_sends_every_output_binary_and_gzip_requests_work(
     # tritonclient asks for binary_data_output on the whole request when no outputs are named
     r = tc.infer("digits", [infer_input("images", digits_x)], request_compression_algorithm="gzip")
     assert {o["name"]: o["parameters"]["binary_data_size"] for o in r.get_response()["outputs"]} == {
-        "logits": 5 * 10 * 4, "probabilities": 5 * 10 * 4}
+        "logits": 5 * 10 * 4,
+        "probabilities": 5 * 10 * 4,
+    }
     assert r.as_numpy("probabilities").shape == (5, 10)
 
 
 def test_infer_classification_extension_gives_top_k_classes(tc, digits_x):
-    r = tc.infer("digits", [infer_input("images", digits_x)],
-                 outputs=[triton.InferRequestedOutput("probabilities", class_count=3)])
+    r = tc.infer(
+        "digits",
+        [infer_input("images", digits_x)],
+        outputs=[triton.InferRequestedOutput("probabilities", class_count=3)],
+    )
     top = r.as_numpy("probabilities")
     assert top.shape == (5, 3)
     probs = tc.infer("digits", [infer_input("images", digits_x)]).as_numpy("probabilities")
@@ -134,16 +157,21 @@ def test_infer_classification_extension_gives_top_k_classes(tc, digits_x):
 
 
 def test_infer_empty_batch_returns_empty_outputs(client):
-    r = client.post("/v2/models/digits/infer", json={"inputs": [{"name": "images", "datatype": "FP32",
-                                                                   "shape": [0, 1, 28, 28], "data": []}]})
+    r = client.post(
+        "/v2/models/digits/infer",
+        json={"inputs": [{"name": "images", "datatype": "FP32", "shape": [0, 1, 28, 28], "data": []}]},
+    )
     assert r.status_code == 200 and r.json()["outputs"][0]["shape"] == [0, 10]
 
 
-@pytest.mark.parametrize("name, shape, datatype, expect", [
-    ("images", [5, 784], "FP32", "unexpected shape for input 'images'"),
-    ("images", [5, 1, 28, 28], "FP64", "data-type is 'FP64', but model 'digits' expects 'FP32'"),
-    ("pixels", [5, 1, 28, 28], "FP32", "unexpected inference input 'pixels'"),
-])
+@pytest.mark.parametrize(
+    "name, shape, datatype, expect",
+    [
+        ("images", [5, 784], "FP32", "unexpected shape for input 'images'"),
+        ("images", [5, 1, 28, 28], "FP64", "data-type is 'FP64', but model 'digits' expects 'FP32'"),
+        ("pixels", [5, 1, 28, 28], "FP32", "unexpected inference input 'pixels'"),
+    ],
+)
 def test_infer_mismatch_is_a_400_naming_it(tc, digits_x, name, shape, datatype, expect):
     x = digits_x.reshape(shape).astype(np.float64 if datatype == "FP64" else np.float32)
     code, message = error_of(lambda: tc.infer("digits", [infer_input(name, x, datatype)]))
@@ -168,27 +196,41 @@ def post(client, body: bytes, headers: dict | None = None, model: str = "digits"
     return client.post(f"/v2/models/{model}/infer", content=body, headers=headers or {})
 
 
-def binary_request(x: np.ndarray, size: int | None = None, header: str | None = None, name: str = "images",
-                   extra: bytes = b"") -> tuple[bytes, dict]:
+def binary_request(
+    x: np.ndarray, size: int | None = None, header: str | None = None, name: str = "images", extra: bytes = b""
+) -> tuple[bytes, dict]:
     """A binary-extension body: JSON header claiming `size` bytes for `x`, then the bytes of `x`."""
-    head = json.dumps({"inputs": [{"name": name, "datatype": "FP32", "shape": list(x.shape),
-                                   "parameters": {"binary_data_size": x.nbytes if size is None else size}}]}).encode()
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes if size is None else size},
+                }
+            ]
+        }
+    ).encode()
     return head + x.tobytes() + extra, {"Inference-Header-Content-Length": header or str(len(head))}
 
 
-@pytest.mark.parametrize("case, expect", [
-    ("not json", "not valid JSON"),
-    ("no inputs", "inputs must be a non-empty list"),
-    ("ragged", "ragged"),
-    ("strings", "must hold FP32 numbers"),
-    ("count", "has 3 values but shape [1, 1, 28, 28] needs 784"),
-    ("nan", "contains NaN or Inf"),
-    ("no data", "neither data nor parameters.binary_data_size"),
-    ("bytes short", "does not fit"),
-    ("bytes left", "belong to no input"),
-    ("bad header", "Inference-Header-Content-Length"),
-    ("size mismatch", "binary bytes do not match shape"),
-])
+@pytest.mark.parametrize(
+    "case, expect",
+    [
+        ("not json", "not valid JSON"),
+        ("no inputs", "inputs must be a non-empty list"),
+        ("ragged", "ragged"),
+        ("strings", "must hold FP32 numbers"),
+        ("count", "has 3 values but shape [1, 1, 28, 28] needs 784"),
+        ("nan", "contains NaN or Inf"),
+        ("no data", "neither data nor parameters.binary_data_size"),
+        ("bytes short", "does not fit"),
+        ("bytes left", "belong to no input"),
+        ("bad header", "Inference-Header-Content-Length"),
+        ("size mismatch", "binary bytes do not match shape"),
+    ],
+)
 def test_bad_infer_bodies_are_400s_that_name_the_problem(client, case, expect):
     x = np.zeros((1, 1, 28, 28), np.float32)
     tensor = {"name": "images", "datatype": "FP32", "shape": [1, 1, 28, 28]}

@@ -1,5 +1,6 @@
 """The viewer and digit pad at `/`, in headless Chromium (Debian's /usr/bin/chromium via Playwright),
 against the real server from conftest.py."""
+
 import math
 import os
 from pathlib import Path
@@ -8,12 +9,19 @@ import pytest
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 if not CHROMIUM.exists():
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; or set CHROMIUM=path)",
-                allow_module_level=True)
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; or set CHROMIUM=path)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 TIMEOUT_MS = 60_000
 
 
@@ -29,8 +37,9 @@ class Page:
     """A page on the viewer, with the render requests it sent and the errors it raised."""
 
     def __init__(self, browser, url, scale=1, touch=False, size=(820, 560)):
-        self.context = browser.new_context(viewport={"width": size[0], "height": size[1]},
-                                           device_scale_factor=scale, has_touch=touch)
+        self.context = browser.new_context(
+            viewport={"width": size[0], "height": size[1]}, device_scale_factor=scale, has_touch=touch
+        )
         self.page = self.context.new_page()
         self.page.set_default_timeout(TIMEOUT_MS)
         self.renders, self.failed, self.errors = [], [], []
@@ -47,7 +56,8 @@ class Page:
         """Wait until the n-th sharp render is on the canvas."""
         self.page.wait_for_function(
             f"document.querySelector('#view').dataset.renders >= {n} && "
-            "document.querySelector('#view').dataset.state === 'sharp'")
+            "document.querySelector('#view').dataset.state === 'sharp'"
+        )
 
     def canvas(self, js):
         return self.page.evaluate(f"(() => {{ const c = document.querySelector('#view'); return {js}; }})()")
@@ -82,10 +92,15 @@ def test_the_page_lists_the_models_and_shows_the_image_models_metadata(page, mod
     assert p.locator("#model option").all_text_contents() == ["astronaut"]
     assert p.locator("#digit-model option").all_text_contents() == ["digits"]
     panel = p.locator("#panel").inner_text()
-    for text in ("gaussian", "32×32", f"{meta['metrics']['test_psnr']:.2f} dB", f"{meta['metrics']['ssim']:.4f}",
-                 f"{meta['architecture']['parameters']:,}"):
+    for text in (
+        "gaussian",
+        "32×32",
+        f"{meta['metrics']['test_psnr']:.2f} dB",
+        f"{meta['metrics']['ssim']:.4f}",
+        f"{meta['architecture']['parameters']:,}",
+    ):
         assert text in panel
-    assert "not loaded: " in p.locator("#models-message").inner_text()   # the broken folders
+    assert "not loaded: " in p.locator("#models-message").inner_text()  # the broken folders
 
 
 def test_the_image_appears_on_the_canvas(page):
@@ -125,7 +140,7 @@ def test_a_canvas_over_a_million_pixels_is_rendered_in_strips_that_stack_into_th
     try:
         p.sharp(1)
         w, h = p.canvas("[c.width, c.height]")
-        assert w * h > 1_000_000          # one request this size would pass the test server's limit
+        assert w * h > 1_000_000  # one request this size would pass the test server's limit
         preview = next(r for r in p.renders if "supersample" not in r)
         parts = sharp_requests(p)
         assert len(parts) >= 2 and all(r["width"] == w and r["width"] * r["height"] <= 1_000_000 for r in parts)
@@ -135,9 +150,10 @@ def test_a_canvas_over_a_million_pixels_is_rendered_in_strips_that_stack_into_th
         assert edges[0][0] == pytest.approx(y0) and edges[-1][1] == pytest.approx(y1)
         assert all(a[1] == pytest.approx(b[0]) for a, b in zip(edges, edges[1:]))
         assert all((r["viewport"][0], r["viewport"][2]) == (x0, x1) for r in parts)
-        bottom = p.canvas("Array.from(c.getContext('2d').getImageData(c.width * 0.4, c.height - 1, c.width * 0.2, 1)"
-                          ".data)")   # the middle of the bottom row, inside the unit square
-        assert min(bottom[3::4]) == 255   # the last strip arrived
+        bottom = p.canvas(
+            "Array.from(c.getContext('2d').getImageData(c.width * 0.4, c.height - 1, c.width * 0.2, 1).data)"
+        )  # the middle of the bottom row, inside the unit square
+        assert min(bottom[3::4]) == 255  # the last strip arrived
         assert p.errors == []
     finally:
         p.close()
@@ -149,7 +165,7 @@ def test_zooming_in_renders_the_new_viewport_at_full_resolution(page):
     x, y = page.centre("#view")
     page.page.mouse.move(x, y)
     for _ in range(4):
-        page.page.mouse.wheel(0, -600)        # each step zooms by e^0.9
+        page.page.mouse.wheel(0, -600)  # each step zooms by e^0.9
     page.sharp(2)
     after = sharp_requests(page)[-1]
     zoom = float(page.canvas("c.dataset.zoom"))
@@ -177,7 +193,7 @@ def test_a_two_finger_pinch_zooms_about_the_fingers_and_renders_the_new_viewport
             touch("touchMove", half_gap)
         touch("touchEnd", 0)
         p.sharp(2)
-        assert float(p.canvas("c.dataset.zoom")) == pytest.approx(3.0)   # fingers 80 px → 240 px apart
+        assert float(p.canvas("c.dataset.zoom")) == pytest.approx(3.0)  # fingers 80 px → 240 px apart
         before, after = sharp_requests(p)[0]["viewport"], sharp_requests(p)[-1]["viewport"]
         assert after[2] - after[0] == pytest.approx((before[2] - before[0]) / 3)
         assert p.errors == []
@@ -191,14 +207,14 @@ def test_a_newer_view_cancels_the_render_still_in_flight(page):
 
     def hold_first_sharp(route):
         if "supersample" in (route.request.post_data_json or {}) and not held:
-            held.append(route)            # never answered: stays in flight until the page aborts it
+            held.append(route)  # never answered: stays in flight until the page aborts it
         else:
             route.continue_()
 
     page.page.route("**/render", hold_first_sharp)
     page.page.click("#zoom-in")
     page.page.wait_for_function("document.querySelector('#view').dataset.state === 'preview'")
-    for _ in range(200):                  # the route handler runs while Playwright waits
+    for _ in range(200):  # the route handler runs while Playwright waits
         if held:
             break
         page.page.wait_for_timeout(25)
@@ -229,7 +245,7 @@ def test_dragging_pans_the_viewport(page):
     page.page.mouse.up()
     page.sharp(3)
     after = sharp_requests(page)[-1]["viewport"]
-    assert after[0] > before[0] and after[2] > before[2]   # dragged left: the view moved right
+    assert after[0] > before[0] and after[2] > before[2]  # dragged left: the view moved right
     assert after[1] == pytest.approx(before[1])
 
 
@@ -239,7 +255,7 @@ def test_a_drawn_stroke_gets_a_prediction_as_a_bar_chart(page):
     x, y = page.centre("#pad")
     p.mouse.move(x + 5, y - 55)
     p.mouse.down()
-    p.mouse.move(x, y + 55, steps=10)     # one vertical stroke: a "1"
+    p.mouse.move(x, y + 55, steps=10)  # one vertical stroke: a "1"
     p.mouse.up()
     p.wait_for_selector("#pad[data-state=classified], #pad[data-state=error]", state="attached")
     assert p.locator("#pad").get_attribute("data-state") == "classified", p.locator("#pad-message").inner_text()
@@ -269,7 +285,8 @@ def test_each_canvas_pixel_shows_the_model_at_the_point_the_camera_maps_it_to(pa
             return {rgb, at: camera.modelPointAt(cam, c.width, c.height, px + 0.5, py + 0.5)};
         });
     }""")
-    rgb = httpx.post(f"{server.url}/v1/models/astronaut/query",
-                     json={"coords": [s["at"] for s in samples]}).json()["rgb"]
+    rgb = httpx.post(f"{server.url}/v1/models/astronaut/query", json={"coords": [s["at"] for s in samples]}).json()[
+        "rgb"
+    ]
     for s, expected in zip(samples, rgb):
         assert s["rgb"] == pytest.approx([255 * min(max(v, 0), 1) for v in expected], abs=2)

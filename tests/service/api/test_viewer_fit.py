@@ -12,6 +12,7 @@ group.
 test_viewer_fit_panel.py runs the answers that need a server of their own (a retry then a failure, no worker,
 429, 413) on fit_server() below, with real workers where a job must run.
 """
+
 import json
 import shutil
 import time
@@ -19,13 +20,14 @@ import time
 import httpx
 import pytest
 
-from tests.fits import Worker, photo, png
-from tests.servers import Server
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
 
+from tests.fits import Worker, photo, png
+from tests.servers import Server
+
 TIMEOUT_MS = 60_000
-FIT_TIMEOUT_MS = 240_000   # upload → fit → the poll loads it → the viewer renders it, on 2 shared cores
+FIT_TIMEOUT_MS = 240_000  # upload → fit → the poll loads it → the viewer renders it, on 2 shared cores
 
 
 def photo_png() -> bytes:
@@ -41,8 +43,15 @@ def fit_server(model_repo, root, *args: str, env: dict | None = None) -> Server:
     for name in ("astronaut", "digits"):
         shutil.copytree(model_repo / name, models / name)
     store = f"sqlite:///{root / 'fits.sqlite'}"
-    srv = Server(models, "--model-control-mode", "poll", "--repository-poll-secs", "1", *args,
-                 env={"INR_FIT_STORE": store, "INR_FIT_MAX_RUNNING": "1", **(env or {})})
+    srv = Server(
+        models,
+        "--model-control-mode",
+        "poll",
+        "--repository-poll-secs",
+        "1",
+        *args,
+        env={"INR_FIT_STORE": store, "INR_FIT_MAX_RUNNING": "1", **(env or {})},
+    )
     srv.wait_ready()
     srv.models, srv.store_url = models, store
     if httpx.get(f"{srv.url}/v1/fits", timeout=30).status_code == 404:
@@ -74,11 +83,14 @@ class FitPage:
         self.errors, self.renders = [], []
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("request", lambda r: self.renders.append(r.url)
-                     if r.method == "POST" and r.url.endswith("/render") else None)
+        self.page.on(
+            "request",
+            lambda r: self.renders.append(r.url) if r.method == "POST" and r.url.endswith("/render") else None,
+        )
         self.page.goto(url)
-        self.page.wait_for_function("document.querySelector('#model option') || "
-                                    "document.querySelector('#view-message').textContent")
+        self.page.wait_for_function(
+            "document.querySelector('#model option') || document.querySelector('#view-message').textContent"
+        )
         assert self.page.locator("#model option").count(), self.page.locator("#view-message").inner_text()
         self.watch()
 
@@ -107,8 +119,9 @@ class FitPage:
         return self.page.locator("#fit").get_attribute("data-state")
 
     def wait_state(self, *states, timeout=TIMEOUT_MS):
-        self.page.wait_for_function(f"{json.dumps(states)}.includes(document.querySelector('#fit').dataset.state)",
-                                    timeout=timeout)
+        self.page.wait_for_function(
+            f"{json.dumps(states)}.includes(document.querySelector('#fit').dataset.state)", timeout=timeout
+        )
 
     def message(self):
         return self.page.locator(".fit-message").inner_text()
@@ -124,7 +137,8 @@ class FitPage:
 
     def canvas_std(self):
         return self.page.evaluate("""(() => {
-            const c = document.querySelector('#view'), d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            const c = document.querySelector('#view');
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
             let n = 0, s = 0, s2 = 0;
             for (let i = 0; i < d.length; i += 4) if (d[i + 3] === 255) { n++; s += d[i]; s2 += d[i] * d[i]; }
             return n ? Math.sqrt(s2 / n - (s / n) ** 2) : 0;
@@ -135,6 +149,7 @@ class FitPage:
 
 
 # ---- end to end: the real API and a real worker ---------------------------------------------------------------
+
 
 def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(browser, fit_stack):  # noqa: F811
     p = FitPage(browser, fit_stack.url + "/")
@@ -157,12 +172,12 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         assert "/previews/" in p.page.locator(".fit-preview img").get_attribute("src")
         assert int(p.page.locator(".fit-preview img").get_attribute("data-loaded") or 0) >= 1
         assert p.page.evaluate("document.querySelector('.fit-preview img').naturalWidth") > 0
-        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]   # newest first
+        job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]  # newest first
         assert job["state"] == "succeeded" and job["name"] == "panel-photo"
         m = job["metrics"]
         assert "panel-photo version 1 is in the viewer" in p.message()
         assert f"train PSNR {m['train_psnr']:.2f} dB" in p.message()
-        assert "test_psnr" not in m and "test PSNR" not in p.message()   # protocol full: every pixel trained on
+        assert "test_psnr" not in m and "test PSNR" not in p.message()  # protocol full: every pixel trained on
         assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
 
         # The new model is the viewer's: picked, described, rendered sharp through its own render route.
@@ -185,8 +200,9 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         p.page.wait_for_selector("#panel dd")
         assert p.page.locator("#model").input_value() == "panel-photo"
         p.page.goto(f"{fit_stack.url}/iiif.html?id=panel-photo")
-        p.page.wait_for_function("['open', 'failed'].includes(document.querySelector('#osd').dataset.state)",
-                                 timeout=FIT_TIMEOUT_MS)
+        p.page.wait_for_function(
+            "['open', 'failed'].includes(document.querySelector('#osd').dataset.state)", timeout=FIT_TIMEOUT_MS
+        )
         assert p.page.locator("#osd").get_attribute("data-state") == "open", p.page.locator("#message").inner_text()
         assert p.errors == []
     finally:
@@ -196,6 +212,7 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
 def test_a_second_fit_into_the_same_name_opens_its_next_version(browser, fit_stack):  # noqa: F811
     """The panel waits for the new version, not just the name (panel-photo is version 1 from the test above,
     or is fitted here first when this test runs alone)."""
+
     def version():
         r = httpx.get(f"{fit_stack.url}/v1/models/panel-photo", timeout=30)
         return r.json()["version"] if r.status_code == 200 else 0
@@ -211,7 +228,7 @@ def test_a_second_fit_into_the_same_name_opens_its_next_version(browser, fit_sta
             assert version() == before + 1
         assert p.page.locator("#model").input_value() == "panel-photo"
         p.page.wait_for_function("document.querySelector('#view').dataset.state === 'sharp'", timeout=FIT_TIMEOUT_MS)
-        assert "again.png" in p.page.locator("#panel").inner_text()     # the model panel describes the new fit
+        assert "again.png" in p.page.locator("#panel").inner_text()  # the model panel describes the new fit
         assert p.errors == []
     finally:
         p.close()
@@ -228,7 +245,7 @@ def test_a_text_file_gets_the_apis_error_in_the_panel_and_nothing_is_queued(brow
         assert expected.json()["error"] in p.message()
         assert "error" in p.page.locator(".fit-message").get_attribute("class")
         assert p.page.locator(".fit-job").is_hidden()
-        assert p.page.locator("#fit-start").is_enabled()      # the form is usable again
+        assert p.page.locator("#fit-start").is_enabled()  # the form is usable again
         jobs = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"]
         assert all(j.get("source", {}).get("filename") != "notes.txt" for j in jobs)
     finally:
@@ -249,7 +266,7 @@ def test_cancel_from_the_keyboard_stops_the_running_fit_and_nothing_is_written(b
         p.page.wait_for_function("document.querySelector('#fit-progress').value > 0", timeout=FIT_TIMEOUT_MS)
         assert p.page.locator("#fit-start").is_disabled()
         p.page.locator(".fit-cancel").focus()
-        p.page.keyboard.press("Enter")             # the button works from the keyboard
+        p.page.keyboard.press("Enter")  # the button works from the keyboard
         p.wait_state("cancelled", "failed", "error", "ready", timeout=FIT_TIMEOUT_MS)
         assert p.state() == "cancelled", p.message()
         assert "nothing was written" in p.message()
@@ -257,7 +274,7 @@ def test_cancel_from_the_keyboard_stops_the_running_fit_and_nothing_is_written(b
         assert p.page.locator("#fit-progress").evaluate("b => b.value") < 20000
         job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]
         assert (job["name"], job["state"]) == ("panel-cancelled", "cancelled")
-        time.sleep(1.5)                            # a poll of the repository (1 s) would list a late write
+        time.sleep(1.5)  # a poll of the repository (1 s) would list a late write
         assert tree(fit_stack.models) == before
         assert "panel-cancelled" not in p.page.locator("#model option").all_text_contents()
         assert p.errors == []
@@ -279,7 +296,7 @@ def test_a_reload_mid_fit_follows_the_running_job_again(browser, fit_stack):  # 
         assert p.state() == "running" and p.page.locator(".fit-cancel").is_visible()
         assert p.page.locator("#fit-start").is_disabled()
         assert p.job_url() == job
-        assert int(p.page.locator(".fit-plot").get_attribute("data-points")) >= 2   # the whole curve so far
+        assert int(p.page.locator(".fit-plot").get_attribute("data-points")) >= 2  # the whole curve so far
         assert p.page.locator("#fit-progress").evaluate("b => b.max") == 20000
         record = httpx.get(fit_stack.url + job, timeout=30).json()
         assert record["state"] == "running" and record["name"] == "panel-reloaded"
@@ -292,8 +309,12 @@ def test_a_reload_mid_fit_follows_the_running_job_again(browser, fit_stack):  # 
 
 def test_with_the_fit_group_restricted_the_panel_shows_the_403(browser, model_repo, tmp_path):  # noqa: F811
     """The page cannot know the group's key: the panel shows the API's 403 text and queues nothing."""
-    srv = Server(model_repo, "--http-restricted-api", "fit:fit-key=s3cret",
-                 env={"INR_FIT_STORE": f"sqlite:///{tmp_path / 'fits.sqlite'}"})
+    srv = Server(
+        model_repo,
+        "--http-restricted-api",
+        "fit:fit-key=s3cret",
+        env={"INR_FIT_STORE": f"sqlite:///{tmp_path / 'fits.sqlite'}"},
+    )
     srv.wait_ready()
     p = None
     try:

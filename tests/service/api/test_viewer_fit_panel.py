@@ -8,6 +8,7 @@ INR_FIT_MAX_UPLOAD_BYTES=2000, and no worker but the ones a test starts (tests/f
 test_viewer_fit.py runs the rest against the real API and a connected worker: a job's whole history up to the
 model in the viewer, a second version, Cancel from the keyboard, a reload mid-fit, a text file, and the 403.
 """
+
 import io
 import time
 
@@ -15,21 +16,25 @@ import httpx
 import pytest
 from PIL import Image
 
-from fitstore import PRESETS, FitStore
-from tests.fits import Worker, photo, png, wait_for
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
 from test_viewer_fit import FIT_TIMEOUT_MS, FitPage, fit_server, photo_png
 
+from fitstore import PRESETS, FitStore
+from tests.fits import Worker, photo, png, wait_for
+
 STALE_S = 3
-MAX_UPLOAD = 2000   # photo_png() is about 1 KB
+MAX_UPLOAD = 2000  # photo_png() is about 1 KB
 
 
 @pytest.fixture(scope="module")
 def panel_stack(model_repo, tmp_path_factory):
     root = tmp_path_factory.mktemp("panel-stack")
-    srv = fit_server(model_repo, root, env={"INR_FIT_STALE_S": str(STALE_S), "INR_FIT_QUEUE_LIMIT": "0",
-                                            "INR_FIT_MAX_UPLOAD_BYTES": str(MAX_UPLOAD)})
+    srv = fit_server(
+        model_repo,
+        root,
+        env={"INR_FIT_STALE_S": str(STALE_S), "INR_FIT_QUEUE_LIMIT": "0", "INR_FIT_MAX_UPLOAD_BYTES": str(MAX_UPLOAD)},
+    )
     srv.root, srv.store = root, FitStore(srv.store_url, stale_s=STALE_S)
     yield srv
     srv.store.close()
@@ -45,8 +50,14 @@ def workers(panel_stack):
     class Workers:
         @staticmethod
         def start():
-            started.append(Worker(panel_stack.store_url, panel_stack.models,
-                                  panel_stack.root / f"worker-{len(started)}.log", stale_s=STALE_S))
+            started.append(
+                Worker(
+                    panel_stack.store_url,
+                    panel_stack.models,
+                    panel_stack.root / f"worker-{len(started)}.log",
+                    stale_s=STALE_S,
+                )
+            )
             return started[-1]
 
     yield Workers
@@ -80,12 +91,17 @@ def test_a_retried_then_failed_fit_restarts_the_plot_and_shows_why(browser, pane
         job = job_id(p)
         for attempt in (1, 2):
             worker = workers.start()
-            wait_for(store, job, lambda r: r["state"] == "running" and r["attempt"] == attempt and r["step"] > 0,
-                     what=f"attempt {attempt} running")
+            wait_for(
+                store,
+                job,
+                lambda r: r["state"] == "running" and r["attempt"] == attempt and r["step"] > 0,
+                what=f"attempt {attempt} running",
+            )
             # After the retry (its message said), a point is the second attempt's: the retry cleared the plot.
             retried = "messages.some(m => m.startsWith('retrying: worker '))" if attempt == 2 else "true"
-            p.page.wait_for_function(f"{retried} && document.querySelector('.fit-plot').dataset.points >= 1",
-                                     timeout=FIT_TIMEOUT_MS)
+            p.page.wait_for_function(
+                f"{retried} && document.querySelector('.fit-plot').dataset.points >= 1", timeout=FIT_TIMEOUT_MS
+            )
             assert p.state() == "running"
             if attempt == 2:
                 # The plot and the bar went back to nothing, then up again.
@@ -112,11 +128,14 @@ def test_a_dropped_file_is_queued_with_its_options_and_the_no_worker_note(browse
     wait_for_no_workers(store)
     p = FitPage(browser, panel_stack.url + "/")
     try:
-        dt = p.page.evaluate_handle("""bytes => {
+        dt = p.page.evaluate_handle(
+            """bytes => {
             const dt = new DataTransfer();
             dt.items.add(new File([new Uint8Array(bytes)], 'dropped.png', {type: 'image/png'}));
             return dt;
-        }""", list(photo_png()))
+        }""",
+            list(photo_png()),
+        )
         p.page.dispatch_event("#fit .drop", "dragenter", {"dataTransfer": dt})
         assert "dragover" in p.page.locator("#fit").get_attribute("class")
         p.page.dispatch_event("#fit .drop", "drop", {"dataTransfer": dt})
@@ -134,8 +153,13 @@ def test_a_dropped_file_is_queued_with_its_options_and_the_no_worker_note(browse
         assert (record["state"], record["name"], record["workers"]) == ("queued", "my-drop", 0)
         assert record["note"] in p.message()
         # The sizes and steps left empty are the API's defaults.
-        assert record["options"] == {"preset": "sinekan", "size": 256, "steps": int(PRESETS["sinekan"]["steps"]),
-                                     "protocol": "full", "seed": 0}
+        assert record["options"] == {
+            "preset": "sinekan",
+            "size": 256,
+            "steps": int(PRESETS["sinekan"]["steps"]),
+            "protocol": "full",
+            "seed": 0,
+        }
         assert record["source"]["filename"] == "dropped.png"
         assert (record["source"]["width"], record["source"]["height"]) == photo().size
         stored = Image.open(io.BytesIO(store.image(record["id"]))).convert("RGB")
@@ -170,8 +194,9 @@ def test_over_the_queue_limit_the_panel_shows_the_429(browser, panel_stack, work
             assert full.json()["error"] in shown and "retry after" in shown
         finally:
             p.close()
-        assert [r["id"] for r in api.get("/v1/fits").json()["fits"]
-                if r["state"] in ("queued", "running")] == [first.json()["id"]]
+        assert [r["id"] for r in api.get("/v1/fits").json()["fits"] if r["state"] in ("queued", "running")] == [
+            first.json()["id"]
+        ]
     finally:
         api.close()
 

@@ -1,14 +1,14 @@
 """The viewer on a non-square model, in headless Chromium against the real server: it opens at the
 native aspect (square image pixels on screen, the whole image fitted), each canvas pixel shows the model where
 an independent computation of the camera puts it (turned, too), and the readout counts px per image pixel."""
+
 import pytest
+from test_viewer import Page, browser, sharp_requests  # noqa: F401  (Chromium, its flags, the browser fixture)
 
 from tests.geometry import H, W, make_nonsquare_model
 from tests.servers import Server
 
-from test_viewer import Page, browser, sharp_requests  # noqa: F401  (Chromium, its flags, the browser fixture)
-
-PAGE = (820, 560)   # CSS pixels of the page; device scale 1
+PAGE = (820, 560)  # CSS pixels of the page; device scale 1
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,13 @@ def expected_points(c, zoom, rotation, points):
 
 
 def canvas_rgb(page, points):
-    return page.page.evaluate("""(points) => {
+    return page.page.evaluate(
+        """(points) => {
         const c = document.querySelector('#view'), ctx = c.getContext('2d');
         return points.map(([x, y]) => Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3)));
-    }""", points)
+    }""",
+        points,
+    )
 
 
 def check_pixels(page, server, rotation, offsets):
@@ -48,7 +51,7 @@ def check_pixels(page, server, rotation, offsets):
     c = page.canvas("({width: c.width, height: c.height, zoom: Number(c.dataset.zoom)})")
     points = [[int(c["width"] * (0.5 + fx)), int(c["height"] * (0.5 + fy))] for fx, fy in offsets]
     coords, s = expected_points(c, c["zoom"], rotation, points)
-    assert all(0.02 < v < 0.98 for xy in coords for v in xy), coords   # inside the image: no extrapolation
+    assert all(0.02 < v < 0.98 for xy in coords for v in xy), coords  # inside the image: no extrapolation
     rgb = httpx.post(f"{server.url}/v1/models/cat/query", json={"coords": coords}).json()["rgb"]
     for got, want in zip(canvas_rgb(page, points), rgb):
         assert got == pytest.approx([255 * min(max(v, 0), 1) for v in want], abs=2)
@@ -66,7 +69,7 @@ def test_the_viewer_opens_a_non_square_model_at_its_native_aspect(browser, geo_s
         assert max(drawn[0] / c["width"], drawn[1] / c["height"]) == pytest.approx(1)
         assert drawn[0] / drawn[1] == pytest.approx(W / H)
         x0, y0, x1, y1 = sharp_requests(page)[-1]["viewport"]
-        assert (x1 - x0) * W / c["width"] == pytest.approx((y1 - y0) * H / c["height"])   # square image pixels
+        assert (x1 - x0) * W / c["width"] == pytest.approx((y1 - y0) * H / c["height"])  # square image pixels
         per_pixel = s / max(W, H)
         label = f"{per_pixel:.{2 if per_pixel < 10 else 1}f} px per image pixel"
         assert label in page.page.locator("#readout").inner_text()

@@ -1,6 +1,7 @@
 """Tools for the model-control tests: a private copy of the test repository, new and corrupt
 versions written as a writer would (atomically), the repository index, and a load of clients
 that records every answer."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
 from tests.servers import PY, ROOT, wait_for
 
 COORDS = [[0.1 + 0.1 * i, 0.9 - 0.1 * i] for i in range(8)]
@@ -34,11 +36,36 @@ def versions_on_disk(model: Path) -> list[int]:
 
 def train_next_version(model: Path, seed: int, wait: bool = True) -> subprocess.Popen:
     """`python -m training fit-image --out MODEL` into an existing model: it writes the next version."""
-    proc = subprocess.Popen([PY, "-m", "training", "fit-image", "--image", "astronaut", "--size", "16", "--steps",
-                             "20", "--width", "16", "--depth", "2", "--features", "16", "--seed", str(seed),
-                             "--out", str(model), "--no-progress"], cwd=ROOT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "training",
+            "fit-image",
+            "--image",
+            "astronaut",
+            "--size",
+            "16",
+            "--steps",
+            "20",
+            "--width",
+            "16",
+            "--depth",
+            "2",
+            "--features",
+            "16",
+            "--seed",
+            str(seed),
+            "--out",
+            str(model),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if wait:
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out
@@ -73,8 +100,7 @@ def index(url: str, headers: dict | None = None, ready: bool | None = None) -> l
 
 
 def entry(rows: list[dict], name: str, version: int | None = None) -> dict | None:
-    return next((r for r in rows if r["name"] == name and (version is None or r.get("version") == str(version))),
-                None)
+    return next((r for r in rows if r["name"] == name and (version is None or r.get("version") == str(version))), None)
 
 
 def query_rgb(url: str) -> np.ndarray:
@@ -97,6 +123,7 @@ class Answer:
 class Clients:
     """`n` threads, each sending v1 queries and classifies in turn, `pause` seconds apart (a client's
     think time; it leaves the training CLI some CPU on a small machine)."""
+
     url: str
     n: int = 16
     pause: float = 0.05
@@ -137,9 +164,11 @@ class Clients:
 
     def answered(self, what: str, predicate=lambda a: True, n: int = 1, timeout: float = 120) -> None:
         """Wait until `n` answers satisfy `predicate`: a state of the run by its answers, not by the clock."""
+
         def count() -> int:
             with self.lock:
                 return sum(1 for a in self.answers if predicate(a))
+
         wait_for(lambda: count() >= n, timeout, what)
 
     def finish(self, at_least: float) -> list[Answer]:

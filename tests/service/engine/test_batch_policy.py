@@ -1,6 +1,7 @@
 """The batching policies: adaptive runs a request on an idle model at once and gathers
 the requests that arrive while a batch runs; Triton's fixed delay stays available. A lone short
 request runs on the event loop."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,11 +10,11 @@ import time
 
 import numpy as np
 import pytest
+from test_batching import counted, images
 
 from service.engine.batching import BatchConfig, BatchingInference
 from service.engine.policy import queue_delay
 from service.metrics import Metrics
-from test_batching import counted, images
 
 
 def timed_single(model_repo, config: BatchConfig) -> float:
@@ -41,8 +42,10 @@ def test_an_idle_model_runs_a_request_at_once_under_the_adaptive_policy(model_re
     assert timed_single(model_repo, BatchConfig(policy="delay", max_queue_delay=0.3)) >= 0.3
 
 
-@pytest.mark.parametrize("settings_delay,policy,adaptive", [(None, "auto", True), (0.002, "auto", False),
-                                                             (None, "delay", False), (0.002, "adaptive", True)])
+@pytest.mark.parametrize(
+    "settings_delay,policy,adaptive",
+    [(None, "auto", True), (0.002, "auto", False), (None, "delay", False), (0.002, "adaptive", True)],
+)
 def test_the_policy_from_the_settings(model_repo, settings_delay, policy, adaptive):
     model = counted(model_repo)
     delay = queue_delay(model, BatchConfig(max_queue_delay=settings_delay, policy=policy))
@@ -130,6 +133,6 @@ def test_long_queued_work_is_shared_among_the_instances(model_repo):
         stats = metrics.models[model.name, str(model.version)]
         return sorted(r for r, b in stats.batches.items() for _ in range(b.count) if r != 1)
 
-    assert runs(1.0, "adaptive") == [16, 16]       # 32 rows of 1 s each: half each
-    assert runs(1e-6, "adaptive") == [32]          # 32 µs of work: one run
-    assert runs(1.0, "delay") == [32]              # Triton's rule: one batch up to max_batch_size
+    assert runs(1.0, "adaptive") == [16, 16]  # 32 rows of 1 s each: half each
+    assert runs(1e-6, "adaptive") == [32]  # 32 µs of work: one run
+    assert runs(1.0, "delay") == [32]  # Triton's rule: one batch up to max_batch_size

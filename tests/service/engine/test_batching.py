@@ -1,4 +1,5 @@
 """Dynamic batching: the batcher on a real model, and batching on against off over HTTP with 32 clients."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,15 +12,16 @@ import tritonclient.http as triton
 
 from modelrepo import read_spec
 from service.engine.batching import BatchConfig, BatchingInference
+from service.engine.runtime import ModelRuntime, RuntimeOptions
 from service.errors import Overloaded
 from service.metrics import Metrics
-from service.engine.runtime import ModelRuntime, RuntimeOptions
 
 
 def counted(model_repo, metrics: Metrics | None = None) -> ModelRuntime:
     """Version 1 of the digits model, counting its runs in `metrics`."""
-    model = ModelRuntime(model_repo / "digits", read_spec(model_repo / "digits"), 1,
-                         RuntimeOptions(threads=1, metrics=metrics))
+    model = ModelRuntime(
+        model_repo / "digits", read_spec(model_repo / "digits"), 1, RuntimeOptions(threads=1, metrics=metrics)
+    )
     assert model.load()
     return model
 
@@ -169,7 +171,7 @@ def test_a_retired_runtime_finishes_its_queue_then_runs_late_requests_alone(digi
         inference = BatchingInference(BatchConfig(max_batch=64, max_queue_delay=0.05), metrics)
         queued = [asyncio.ensure_future(inference(model, images(1, i))) for i in range(3)]
         await asyncio.sleep(0.005)
-        model.retired = True           # what the registry does when a reload swaps it out
+        model.retired = True  # what the registry does when a reload swaps it out
         inference.retire([model])
         late = await inference(model, images(2, 9))
         done = await asyncio.gather(*queued)
@@ -190,6 +192,7 @@ def test_a_request_run_alone_keeps_its_queue_deadline(digits, enabled):
     import threading
 
     import anyio.to_thread
+
     from service.errors import QueueTimeout
 
     async def main():

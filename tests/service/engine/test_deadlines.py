@@ -1,6 +1,7 @@
 """Queue deadlines: a request still waiting for its batch after INR_QUEUE_TIMEOUT_S, or after V2's
 `timeout` parameter (microseconds, Triton's schedule policy), gets 503 with Retry-After, counted in
 /metrics; the server goes on answering."""
+
 from __future__ import annotations
 
 import httpx
@@ -18,16 +19,20 @@ def busy(model_repo):
     # every queued request times out, on any event loop and however loaded the machine (the adaptive policy
     # would run it at once). A 0.1 ms timeout against a 0.5 ms delay held only through uvloop's order (due
     # timers before ready callbacks); on asyncio's own loop a worker woken 0.5 ms after the request took it first.
-    srv = Server(model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.05", "INR_MAX_QUEUE_DELAY_MS": "1000",
-                                  "INR_BATCH_POLICY": "delay"})
+    srv = Server(
+        model_repo, env={"INR_QUEUE_TIMEOUT_S": "0.05", "INR_MAX_QUEUE_DELAY_MS": "1000", "INR_BATCH_POLICY": "delay"}
+    )
     with srv.running():
         yield srv
 
 
 def queue_timeouts(url: str) -> float:
     text = httpx.get(f"{url}/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith('inr_queue_timeouts_total{model="astronaut",queue="batch"}'))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('inr_queue_timeouts_total{model="astronaut",queue="batch"}')
+    )
 
 
 def test_a_request_past_the_queue_timeout_gets_503_with_retry_after(busy):
@@ -57,6 +62,11 @@ def test_v2_timeout_parameter_bounds_the_wait(server):
 
 @pytest.mark.parametrize("value", [-1, 1.5, "10", True])
 def test_a_bad_v2_timeout_is_a_400(client, value):
-    r = client.post("/v2/models/astronaut/infer", json={"parameters": {"timeout": value}, "inputs": [
-        {"name": "coords", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 0.5]}]})
+    r = client.post(
+        "/v2/models/astronaut/infer",
+        json={
+            "parameters": {"timeout": value},
+            "inputs": [{"name": "coords", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 0.5]}],
+        },
+    )
     assert r.status_code == 400 and "parameters.timeout" in r.json()["error"]

@@ -1,5 +1,6 @@
 """Limits come from the model's spec: v1 classify, V2 infer and v1 query accept up to the model's
 max_batch_size and answer 413 above it, naming the limit and what raises it."""
+
 from __future__ import annotations
 
 import shutil
@@ -34,11 +35,15 @@ def test_classify_and_v2_infer_share_the_models_max_batch_size(small):
     images = np.zeros((5, 28, 28)).tolist()
     assert small.post("/v1/models/digits/classify", json={"images": images[:4]}).status_code == 200
     assert small.post("/v2/models/digits/infer", json=v2_body(4)).status_code == 200
-    for r in (small.post("/v1/models/digits/classify", json={"images": images}),
-              small.post("/v2/models/digits/infer", json=v2_body(5))):
+    for r in (
+        small.post("/v1/models/digits/classify", json={"images": images}),
+        small.post("/v2/models/digits/infer", json=v2_body(5)),
+    ):
         assert r.status_code == 413
-        assert r.json()["error"] == ("5 images is more than the limit of 4 per request for model 'digits' "
-                                     "(max_batch_size in digits/config.pbtxt)")
+        assert r.json()["error"] == (
+            "5 images is more than the limit of 4 per request for model 'digits' "
+            "(max_batch_size in digits/config.pbtxt)"
+        )
     assert small.get("/v1/models/digits").json()["max_batch_size"] == 4
 
 

@@ -4,6 +4,7 @@ Faults: a version folder deleted while serving, `load` of an unknown model,
 `unload` of a model with requests running, two `load` calls at once; load / unload refused
 outside explicit mode; the repository calls restricted by --http-restricted-api.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -16,9 +17,10 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from tests.servers import PY, ROOT, Server, in_flight
 from live import add_version, entry, index, private_repo, query_rgb, versions_on_disk, wait_for
 from tritonclient.utils import InferenceServerException
+
+from tests.servers import PY, ROOT, Server, in_flight
 
 KEY = {"admin-key": "Rep0-Secret"}
 
@@ -34,8 +36,15 @@ def repo(model_repo, tmp_path):
 
 @pytest.fixture
 def explicit(repo):
-    srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "*",
-                 "--http-restricted-api", f"model-repository:admin-key={KEY['admin-key']}")
+    srv = Server(
+        repo,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--http-restricted-api",
+        f"model-repository:admin-key={KEY['admin-key']}",
+    )
     with srv.running():
         yield srv
 
@@ -50,8 +59,12 @@ def test_load_and_unload_are_refused_outside_explicit_mode_and_the_index_answers
             assert f"'{mode}'" in r.json()["error"] and "--model-control-mode explicit" in r.json()["error"]
         rows = index(srv.url)
         assert entry(rows, "digits")["state"] == "READY" and entry(rows, "astronaut")["state"] == "READY"
-        assert httpx.post(f"{srv.url}/v1/models/digits/classify",
-                          json={"images": [np.zeros((28, 28)).tolist()]}).status_code == 200
+        assert (
+            httpx.post(
+                f"{srv.url}/v1/models/digits/classify", json={"images": [np.zeros((28, 28)).tolist()]}
+            ).status_code
+            == 200
+        )
         assert "model_repository" in httpx.get(f"{srv.url}/v2").json()["extensions"]
     finally:
         srv.stop()
@@ -92,8 +105,12 @@ def test_a_version_folder_deleted_while_serving(repo):
         assert httpx.get(f"{srv.url}/v1/models/digits").status_code == 404
         (repo.parent / "digits").rename(repo / "digits")
         wait_for(lambda: (entry(index(srv.url), "digits") or {}).get("state") == "READY", 30, "the new model")
-        assert httpx.post(f"{srv.url}/v1/models/digits/classify",
-                          json={"images": [np.zeros((28, 28)).tolist()]}).status_code == 200
+        assert (
+            httpx.post(
+                f"{srv.url}/v1/models/digits/classify", json={"images": [np.zeros((28, 28)).tolist()]}
+            ).status_code
+            == 200
+        )
     finally:
         srv.stop()
 
@@ -112,8 +129,9 @@ def test_none_mode_ignores_a_deleted_version_folder_and_keeps_serving(repo):
 def test_load_of_an_unknown_model_is_404_and_bad_bodies_are_400(explicit):
     r = httpx.post(f"{explicit.url}/v2/repository/models/no-such-model/load", headers=KEY)
     assert r.status_code == 404 and "unknown model 'no-such-model'" in r.json()["error"]
-    r = httpx.post(f"{explicit.url}/v2/repository/models/digits/load", headers=KEY,
-                   json={"parameters": {"config": "{}"}})
+    r = httpx.post(
+        f"{explicit.url}/v2/repository/models/digits/load", headers=KEY, json={"parameters": {"config": "{}"}}
+    )
     assert r.status_code == 400 and "config" in r.json()["error"]
     r = httpx.post(f"{explicit.url}/v2/repository/index", headers=KEY, content=b"{nope")
     assert r.status_code == 400 and "invalid JSON" in r.json()["error"]
@@ -127,8 +145,12 @@ def test_load_of_an_unknown_model_is_404_and_bad_bodies_are_400(explicit):
 def test_two_loads_at_once_both_succeed_and_leave_one_ready_model(explicit, repo):
     new = add_version(repo / "astronaut")
     with ThreadPoolExecutor(2) as pool:
-        answers = list(pool.map(lambda _: httpx.post(f"{explicit.url}/v2/repository/models/astronaut/load",
-                                                     headers=KEY, timeout=120), range(2)))
+        answers = list(
+            pool.map(
+                lambda _: httpx.post(f"{explicit.url}/v2/repository/models/astronaut/load", headers=KEY, timeout=120),
+                range(2),
+            )
+        )
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     rows = [r for r in index(explicit.url, KEY) if r["name"] == "astronaut"]
     assert rows == [{"name": "astronaut", "version": str(new), "state": "READY", "reason": ""}]
@@ -143,16 +165,28 @@ def test_unload_with_requests_running_lets_them_finish(repo):
     max_queue_delay, each 8-row query waits in astronaut's batch queue for 8 s after it arrives (its batch
     never fills), holding the runtime. The unload comes once the server counts all six in flight."""
     config = repo / "astronaut" / "config.pbtxt"
-    config.write_text(config.read_text().replace("max_queue_delay_microseconds: 500",
-                                                 f"max_queue_delay_microseconds: {int(HOLD_S * 1e6)}"))
-    srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "*",
-                 "--http-restricted-api", f"model-repository:admin-key={KEY['admin-key']}",
-                 env={"INR_BATCH_POLICY": "delay", "INR_QUEUE_TIMEOUT_S": "60"})
+    config.write_text(
+        config.read_text().replace(
+            "max_queue_delay_microseconds: 500", f"max_queue_delay_microseconds: {int(HOLD_S * 1e6)}"
+        )
+    )
+    srv = Server(
+        repo,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--http-restricted-api",
+        f"model-repository:admin-key={KEY['admin-key']}",
+        env={"INR_BATCH_POLICY": "delay", "INR_QUEUE_TIMEOUT_S": "60"},
+    )
     with srv.running(), ThreadPoolExecutor(6) as pool:
         coords = np.random.default_rng(0).random((8, 2)).tolist()
         idle = in_flight(srv.url)  # the scrape itself, if the gauge counts it
-        running = [pool.submit(httpx.post, f"{srv.url}/v1/models/astronaut/query", json={"coords": coords},
-                               timeout=120) for _ in range(6)]
+        running = [
+            pool.submit(httpx.post, f"{srv.url}/v1/models/astronaut/query", json={"coords": coords}, timeout=120)
+            for _ in range(6)
+        ]
         wait_for(lambda: in_flight(srv.url) >= idle + 6, timeout=30, what="six queries in flight")
         r = httpx.post(f"{srv.url}/v2/repository/models/astronaut/unload", headers=KEY, timeout=60)
         still_running = sum(not f.done() for f in running)
@@ -162,16 +196,22 @@ def test_unload_with_requests_running_lets_them_finish(repo):
         assert [q.status_code for q in results] == [200] * 6, [q.text for q in results]
         assert all(np.asarray(q.json()["rgb"]).shape == (8, 3) for q in results)
         assert httpx.post(f"{srv.url}/v1/models/astronaut/query", json={"coords": coords}).status_code == 404
-        assert entry(index(srv.url, KEY), "astronaut") == {"name": "astronaut", "state": "UNAVAILABLE",
-                                                            "reason": "unloaded"}
+        assert entry(index(srv.url, KEY), "astronaut") == {
+            "name": "astronaut",
+            "state": "UNAVAILABLE",
+            "reason": "unloaded",
+        }
         assert httpx.post(f"{srv.url}/v2/repository/models/astronaut/load", headers=KEY).status_code == 200
         assert query_rgb(srv.url).shape == (8, 3)
 
 
 def test_tritonclient_repository_calls_need_the_key(explicit):
     tc = tclient(explicit)
-    for call in (lambda h: tc.get_model_repository_index(headers=h), lambda h: tc.load_model("digits", headers=h),
-                 lambda h: tc.unload_model("digits", headers=h)):
+    for call in (
+        lambda h: tc.get_model_repository_index(headers=h),
+        lambda h: tc.load_model("digits", headers=h),
+        lambda h: tc.unload_model("digits", headers=h),
+    ):
         with pytest.raises(InferenceServerException) as e:
             call(None)
         assert e.value.status() == "403" and "model-repository" in e.value.message()
@@ -183,8 +223,9 @@ def test_tritonclient_repository_calls_need_the_key(explicit):
     assert entry(tc.get_model_repository_index(headers=KEY), "digits")["state"] == "UNAVAILABLE"
     tc.load_model("digits", headers=KEY)
     assert tc.is_model_ready("digits")
-    assert [r["name"] for r in httpx.post(f"{explicit.url}/v2/repository/index", headers=KEY,
-                                          json={"ready": True}).json()] == ["astronaut", "digits"]
+    assert [
+        r["name"] for r in httpx.post(f"{explicit.url}/v2/repository/index", headers=KEY, json={"ready": True}).json()
+    ] == ["astronaut", "digits"]
     tc.close()
 
 
@@ -192,8 +233,7 @@ def test_explicit_mode_loads_only_the_load_model_names_at_start(repo):
     srv = Server(repo, "--model-control-mode", "explicit", "--load-model", "digits").wait_ready()
     try:
         assert httpx.get(f"{srv.url}/v1/models/astronaut").status_code == 404
-        assert entry(index(srv.url), "astronaut") == {"name": "astronaut", "state": "UNAVAILABLE",
-                                                       "reason": "unloaded"}
+        assert entry(index(srv.url), "astronaut") == {"name": "astronaut", "state": "UNAVAILABLE", "reason": "unloaded"}
         assert entry(index(srv.url), "digits")["state"] == "READY"
         assert httpx.post(f"{srv.url}/v2/repository/models/astronaut/load").status_code == 200
         assert query_rgb(srv.url).shape == (8, 3)
@@ -212,16 +252,28 @@ def test_a_broken_new_version_leaves_the_old_one_serving_and_the_index_says_why(
     assert np.array_equal(query_rgb(explicit.url), before)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--load-model", "digits"], "error: --load-model needs --model-control-mode explicit\n"),
-    (["--model-control-mode", "explicit", "--load-model", "nope"], "error: --load-model nope: no model folder"),
-    (["--model-control-mode", "explicit", "--load-model", "*", "--load-model", "digits"],
-     "error: --load-model '*' must be the only --load-model\n"),
-    (["--model-control-mode", "explicit", "--workers", "2"], "error: --model-control-mode explicit needs --workers 1"),
-    (["--model-control-mode", "sometimes"], "error: python -m service: argument --model-control-mode: invalid choice"),
-    (["--repository-poll-secs", "-1"], "error: --repository-poll-secs: Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--load-model", "digits"], "error: --load-model needs --model-control-mode explicit\n"),
+        (["--model-control-mode", "explicit", "--load-model", "nope"], "error: --load-model nope: no model folder"),
+        (
+            ["--model-control-mode", "explicit", "--load-model", "*", "--load-model", "digits"],
+            "error: --load-model '*' must be the only --load-model\n",
+        ),
+        (
+            ["--model-control-mode", "explicit", "--workers", "2"],
+            "error: --model-control-mode explicit needs --workers 1",
+        ),
+        (
+            ["--model-control-mode", "sometimes"],
+            "error: python -m service: argument --model-control-mode: invalid choice",
+        ),
+        (["--repository-poll-secs", "-1"], "error: --repository-poll-secs: Input should be greater than 0"),
+    ],
+)
 def test_bad_model_control_options_are_one_line_errors(repo, args, message):
-    r = subprocess.run([PY, "-m", "service", "--models", str(repo), *args], cwd=ROOT, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [PY, "-m", "service", "--models", str(repo), *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr

@@ -1,13 +1,14 @@
 """MNIST-style preprocessing of uploads, and checks of JSON pixel arrays."""
+
 import io
 
 import numpy as np
 import pytest
-from tests.servers import draw_digit, png_bytes
 from PIL import Image
 
-from service.errors import BadInput, TooLarge
 from service.engine.preprocess import centre_by_mass, crop_to_ink, decode, fit_box, images_from_json, mnist_like
+from service.errors import BadInput, TooLarge
+from tests.servers import draw_digit, png_bytes
 
 
 def test_dark_on_light_and_light_on_dark_drawings_give_the_same_input():
@@ -115,15 +116,18 @@ def test_json_images_accept_nested_and_flat():
     assert x.shape == (2, 1, 28, 28) and np.allclose(x[0], x[1])
 
 
-@pytest.mark.parametrize("images,message", [
-    ([], "non-empty"),
-    ([[0.5] * 783], r"images\[0\] has shape \[783\]"),
-    ([[[0.5] * 28] * 27], r"shape \[27, 28\]"),
-    ([[0.5] * 784, [[0.1] * 28] * 28 + [[0.1]]], r"images\[1\] must be numbers"),
-    ([[float("nan")] * 784], "NaN or Inf"),
-    ([[2.0] * 784], r"values in \[2, 2\]"),
-    ([["a"] * 784], "must be numbers"),
-])
+@pytest.mark.parametrize(
+    "images,message",
+    [
+        ([], "non-empty"),
+        ([[0.5] * 783], r"images\[0\] has shape \[783\]"),
+        ([[[0.5] * 28] * 27], r"shape \[27, 28\]"),
+        ([[0.5] * 784, [[0.1] * 28] * 28 + [[0.1]]], r"images\[1\] must be numbers"),
+        ([[float("nan")] * 784], "NaN or Inf"),
+        ([[2.0] * 784], r"values in \[2, 2\]"),
+        ([["a"] * 784], "must be numbers"),
+    ],
+)
 def test_json_images_with_bad_shapes_or_values_are_refused(images, message):
     with pytest.raises(BadInput, match=message):
         images_from_json(images, 8)

@@ -1,9 +1,10 @@
 """The registry: every folder listed, broken ones failed without stopping the others."""
+
 import pytest
 
-from service.errors import ModelNotFound, ModelNotReady, NotLoaded, WrongTask
 from service.engine.registry import Registry
 from service.engine.runtime import RuntimeOptions
+from service.errors import ModelNotFound, ModelNotReady, NotLoaded, WrongTask
 
 
 @pytest.fixture(scope="module")
@@ -14,8 +15,17 @@ def registry(model_repo):
 
 
 def test_every_visible_folder_is_listed_and_hidden_ones_are_skipped(registry):
-    assert sorted(registry.models) == ["astronaut", "broken-onnx", "digits", "junk-metadata", "no-inputs", "no-metadata",
-                                       "tampered", "truncated-config", "wrong-inputs"]
+    assert sorted(registry.models) == [
+        "astronaut",
+        "broken-onnx",
+        "digits",
+        "junk-metadata",
+        "no-inputs",
+        "no-metadata",
+        "tampered",
+        "truncated-config",
+        "wrong-inputs",
+    ]
 
 
 def test_good_models_are_ready_beside_broken_ones(registry):

@@ -2,6 +2,7 @@
 real server: repeats are answered from the cache over HTTP and gRPC with the same tensors, counted under Triton's
 nv_cache_* names per model and version; a new version never answers from an old version's entries; a model
 without the setting is never cached; a malformed --cache-config is one line and exit 2."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tg
 import tritonclient.http as th
-from tests.servers import PY, ROOT, Server
 from live import add_version, private_repo, wait_for
+
+from tests.servers import PY, ROOT, Server
 
 
 def counter(url: str, name: str, model: str, version: str = "1") -> float:
@@ -37,8 +39,9 @@ def cached(model_repo, tmp_path):
     repo = private_repo(model_repo, tmp_path / "models")
     cfg = repo / "astronaut" / "config.pbtxt"
     cfg.write_text(cfg.read_text() + "response_cache {\n  enable: true\n}\n")
-    srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.3",
-                 "--cache-config", "local,size=8000000").wait_ready()
+    srv = Server(
+        repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.3", "--cache-config", "local,size=8000000"
+    ).wait_ready()
     yield srv, repo
     srv.stop()
 
@@ -84,15 +87,24 @@ def test_a_model_without_response_cache_is_never_cached(server):
     assert counter(server.url, "nv_cache_num_hits_per_model", "digits") == 0
 
 
-@pytest.mark.parametrize("value, message", [
-    ("local", "expected local,size=BYTES"),
-    ("redis,size=100", "expected local,size=BYTES"),
-    ("local,size=64MB", "size must be a whole number of bytes, got '64MB'"),
-    ("local,bytes=100", "expected local,size=BYTES"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("local", "expected local,size=BYTES"),
+        ("redis,size=100", "expected local,size=BYTES"),
+        ("local,size=64MB", "size must be a whole number of bytes, got '64MB'"),
+        ("local,bytes=100", "expected local,size=BYTES"),
+    ],
+)
 def test_a_malformed_cache_config_is_one_line_and_exit_2(model_repo, value, message):
     for args, env in ((["--cache-config", value], {}), ([], {"INR_CACHE_CONFIG": value})):
-        r = subprocess.run([PY, "-m", "service", "--models", str(model_repo), "--grpc-port", "0", *args], cwd=ROOT,
-                           capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+        r = subprocess.run(
+            [PY, "-m", "service", "--models", str(model_repo), "--grpc-port", "0", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **env},
+        )
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("error: --cache-config: ") and message in r.stderr

@@ -1,4 +1,5 @@
 """The ONNX runtime: loading checks, providers, thread counts."""
+
 import os
 from pathlib import Path
 
@@ -7,18 +8,26 @@ import onnxruntime as ort
 import pytest
 
 from modelrepo import read_spec
-from service.errors import DeviceError
 from service.engine.registry import Registry
-from service.engine.runtime import (ModelRuntime, RuntimeOptions, available_cpus, cgroup_cpu_limit, default_threads,
-                             check_device_available)
+from service.engine.runtime import (
+    ModelRuntime,
+    RuntimeOptions,
+    available_cpus,
+    cgroup_cpu_limit,
+    check_device_available,
+    default_threads,
+)
+from service.errors import DeviceError
 
 
 def version_1(path, options: RuntimeOptions) -> ModelRuntime:
     return ModelRuntime(path, read_spec(path), 1, options)
 
 
-@pytest.mark.parametrize("cpu_max,expected", [("max 100000", None), ("200000 100000", 2), ("150000 100000", 2),
-                                              ("50000 100000", 1), ("garbage", None)])
+@pytest.mark.parametrize(
+    "cpu_max,expected",
+    [("max 100000", None), ("200000 100000", 2), ("150000 100000", 2), ("50000 100000", 1), ("garbage", None)],
+)
 def test_cgroup_v2_quota_is_rounded_up_to_whole_cpus(cpu_max, expected):
     assert cgroup_cpu_limit(cpu_max) == expected
 
@@ -64,15 +73,18 @@ def test_auto_falls_back_to_cpu_and_reports_it(model_repo):
     assert model.provider == ("CUDAExecutionProvider" if has_cuda else "CPUExecutionProvider")
 
 
-@pytest.mark.parametrize("name,reason", [
-    ("broken-onnx", "unreadable ONNX file"),
-    ("tampered", "does not match 1/metadata.json onnx_sha256"),
-    ("wrong-inputs", "the ONNX graph of version 1 disagrees with the spec: inputs [('images'"),
-    ("no-metadata", "missing metadata.json"),
-    ("junk-metadata", "metadata.json: 'inputs' must be a non-empty list of tensors, got 'x'"),
-    ("no-inputs", "metadata.json: 'inputs' must be a non-empty list of tensors, got None"),
-    ("truncated-config", "config.pbtxt does not parse as Triton's ModelConfig"),
-])
+@pytest.mark.parametrize(
+    "name,reason",
+    [
+        ("broken-onnx", "unreadable ONNX file"),
+        ("tampered", "does not match 1/metadata.json onnx_sha256"),
+        ("wrong-inputs", "the ONNX graph of version 1 disagrees with the spec: inputs [('images'"),
+        ("no-metadata", "missing metadata.json"),
+        ("junk-metadata", "metadata.json: 'inputs' must be a non-empty list of tensors, got 'x'"),
+        ("no-inputs", "metadata.json: 'inputs' must be a non-empty list of tensors, got None"),
+        ("truncated-config", "config.pbtxt does not parse as Triton's ModelConfig"),
+    ],
+)
 def test_broken_models_fail_with_their_reason(model_repo, name, reason):
     registry = Registry(model_repo, RuntimeOptions())
     state = registry.load(name)

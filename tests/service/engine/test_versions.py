@@ -1,5 +1,6 @@
 """Versions in the registry: next versions, version policies, reloads that keep the old version serving when
 the new one is broken, unloads, concurrent loads. Real ONNX files from the training fixtures."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +10,10 @@ import threading
 import numpy as np
 import pytest
 
-from modelrepo import config_text, read_spec, VersionPolicy, write_version
-from service.errors import ModelNotFound, NotFound
+from modelrepo import VersionPolicy, config_text, read_spec, write_version
 from service.engine.registry import Registry
 from service.engine.runtime import RuntimeOptions
+from service.errors import ModelNotFound, NotFound
 
 
 @pytest.fixture()
@@ -53,11 +54,14 @@ def test_reloading_an_unchanged_model_keeps_its_runtimes(registry):
     assert registry.load("digits").serving is before and not before.retired
 
 
-@pytest.mark.parametrize("breakage,reason", [
-    (lambda v: (v / "model.onnx").write_bytes(b"not onnx at all"), "sha256 of 2/model.onnx"),
-    (lambda v: _rehash(v, b"not onnx at all"), "unreadable ONNX file"),
-    (lambda v: _rehash(v, (v.parents[1] / "astronaut.onnx").read_bytes()), "disagrees with the spec"),
-])
+@pytest.mark.parametrize(
+    "breakage,reason",
+    [
+        (lambda v: (v / "model.onnx").write_bytes(b"not onnx at all"), "sha256 of 2/model.onnx"),
+        (lambda v: _rehash(v, b"not onnx at all"), "unreadable ONNX file"),
+        (lambda v: _rehash(v, (v.parents[1] / "astronaut.onnx").read_bytes()), "disagrees with the spec"),
+    ],
+)
 def test_a_broken_new_version_leaves_the_old_one_serving(registry, repo, model_repo, breakage, reason):
     shutil.copy(model_repo / "astronaut" / "1" / "model.onnx", repo / "astronaut.onnx")
     old = registry.runtime("digits")
@@ -73,6 +77,7 @@ def test_a_broken_new_version_leaves_the_old_one_serving(registry, repo, model_r
 
 def _rehash(vdir, data: bytes) -> None:
     from modelrepo import sha256_bytes
+
     (vdir / "model.onnx").write_bytes(data)
     meta = json.loads((vdir / "metadata.json").read_text())
     (vdir / "metadata.json").write_text(json.dumps({**meta, "onnx_sha256": sha256_bytes(data)}))

@@ -1,5 +1,6 @@
 """config.pbtxt `model_warmup` against the real server: bad warmups fail their version with the reason, a file
 warmup runs, and a reload under load serves the new version only once its warmup ran, with no error."""
+
 from __future__ import annotations
 
 import errno
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from tests.servers import Server
 from live import add_version, private_repo, wait_for
+
+from tests.servers import Server
 
 
 def variant(repo: Path, src: str, name: str, old: str, new: str) -> Path:
@@ -36,10 +38,14 @@ def test_bad_warmups_fail_the_version_with_the_reason_and_a_good_file_warmup_ser
     (good / "warmup" / "coords.bin").write_bytes(np.array([0.25, 0.75], np.float32).tobytes())
     srv = Server(repo).wait_ready()
     try:
-        for name, reason in (("warm-unknown-input", "model_warmup 'random_coords' input 'pixels': the model has no "
-                                                    "input 'pixels'; its inputs: coords"),
-                             ("warm-missing-file", "input_data_file warmup/coords.bin: No such file or directory"),
-                             ("warm-bad-dims", "FP32 [3] does not match the model's input FP32 [2]")):
+        for name, reason in (
+            (
+                "warm-unknown-input",
+                "model_warmup 'random_coords' input 'pixels': the model has no input 'pixels'; its inputs: coords",
+            ),
+            ("warm-missing-file", "input_data_file warmup/coords.bin: No such file or directory"),
+            ("warm-bad-dims", "FP32 [3] does not match the model's input FP32 [2]"),
+        ):
             r = httpx.get(f"{srv.url}/v2/models/{name}/versions/1/ready")
             assert r.status_code == 400 and reason in r.json()["error"], (name, r.text)
             row = next(m for m in httpx.post(f"{srv.url}/v2/repository/index").json() if m["name"] == name)
@@ -104,7 +110,9 @@ def test_a_reload_under_load_serves_the_new_version_only_after_its_warmup_ran(mo
             while not stop.is_set():
                 r = c.post("/v2/models/astronaut/infer", json=body)
                 with lock:
-                    answers.append((r.status_code, r.json().get("model_version", "") if r.status_code == 200 else r.text))
+                    answers.append(
+                        (r.status_code, r.json().get("model_version", "") if r.status_code == 200 else r.text)
+                    )
 
     def count(version: str | None = None) -> int:
         with lock:

@@ -1,6 +1,7 @@
 """A non-square model's geometry in the render path: transforms in square pixels, the render frame,
 the default size, and the IIIF plan, on an analytic image model (a function of the coordinates) rendered by
 the real render code (service/api/v1/render.py `job_of` → service/render/imaging.py)."""
+
 import numpy as np
 import pytest
 
@@ -12,7 +13,7 @@ from service.errors import TooLarge
 from service.geometry import transform as tf
 from service.render.imaging import render
 
-SIZE = (2560, 1600)   # W × H: the issue's photo
+SIZE = (2560, 1600)  # W × H: the issue's photo
 
 
 def analytic(coords: np.ndarray) -> np.ndarray:
@@ -31,12 +32,15 @@ def draw(size=SIZE, **fields) -> np.ndarray:
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def test_square_models_get_exactly_the_unit_square_transforms():
-    for params in ({"rotate": 30, "scale": (1.5, 0.5), "translate": (0.1, -0.2), "center": (0.3, 0.6)},
-                   {"rotate": 90}, {}):
+    for params in (
+        {"rotate": 30, "scale": (1.5, 0.5), "translate": (0.1, -0.2), "center": (0.3, 0.6)},
+        {"rotate": 90},
+        {},
+    ):
         plain = tf.sampling_matrix(**params)
         assert np.array_equal(tf.sampling_matrix(**params, size=(512, 512)), plain)
         assert np.array_equal(tf.sampling_matrix(**params, size=None), plain)
@@ -53,8 +57,9 @@ def test_rotation_acts_in_square_pixels():
     fwd = tf.forward(rotate=37, scale=(1.3, 0.7), translate=(0.05, 0.1), center=(0.4, 0.6), size=SIZE)
     pts = np.random.default_rng(0).random((20, 2))
     assert np.allclose(tf.apply(inv, tf.apply(fwd[:2], pts)), pts)
-    assert np.array_equal(tf.sampling_matrix(matrix=[[0, 1, 0], [1, 0, 0]], size=SIZE),
-                          np.array([[0, 1, 0], [1, 0, 0]], float))   # the matrix form stays raw
+    assert np.array_equal(
+        tf.sampling_matrix(matrix=[[0, 1, 0], [1, 0, 0]], size=SIZE), np.array([[0, 1, 0], [1, 0, 0]], float)
+    )  # the matrix form stays raw
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +98,7 @@ def test_a_missing_side_follows_the_native_aspect():
     turned = job_of(RenderRequest.model_validate({"width": 800, "transform": {"rotate": 90}}), SIZE).spec
     assert (turned.width, turned.height) == (800, 1280)
     region = job_of(RenderRequest.model_validate({"width": 100, "viewport": [0, 0, 0.5, 1]}), SIZE).spec
-    assert region.height == 125                                       # 1280×1600 model pixels
+    assert region.height == 125  # 1280×1600 model pixels
     square = job_of(RenderRequest(width=300), None).spec
     assert (square.width, square.height) == (300, 300)
     assert (job_of(RenderRequest(), (32, 32)).spec.width, job_of(RenderRequest(), (32, 32)).spec.height) == (256, 256)
@@ -108,4 +113,4 @@ def test_iiif_rotates_a_non_square_image_in_its_pixels():
     assert (p.render.width, p.render.height) == (1600, 2560)
     plain = plan(ImageRequest.parse("full", "max", "0", "default.png"), 2560, 1600, 1 << 24, 65536)
     a, b = render(analytic, plain.render.spec(), 1 << 18), render(analytic, p.render.spec(), 1 << 18)
-    assert psnr(b, np.rot90(a, -1)) >= 100                                   # IIIF turns clockwise
+    assert psnr(b, np.rot90(a, -1)) >= 100  # IIIF turns clockwise

@@ -1,4 +1,5 @@
 """Rendering maths with an analytic image f(x, y) = (x, y, 0.5): tiles, supersampling, fills, encoding."""
+
 import io
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 from PIL import Image
 
 from service.geometry.sampling import Background, fill_points
-from service.render.imaging import RenderSpec, encode, render
 from service.geometry.transform import sampling_matrix
+from service.render.imaging import RenderSpec, encode, render
 
 
 def ramp(points: np.ndarray) -> np.ndarray:
@@ -39,8 +40,9 @@ def test_colour_background_fills_outside_the_unit_square():
 
 def test_transparent_background_gives_partial_alpha_on_the_edge():
     # viewport [0.5, 1.5] wide, 2 pixels: the left pixel straddles x = 1 with 4×4 samples
-    s = spec(width=2, height=1, viewport=(0.75, 0.0, 1.25, 1.0), supersample=4,
-             background=Background.parse("transparent"))
+    s = spec(
+        width=2, height=1, viewport=(0.75, 0.0, 1.25, 1.0), supersample=4, background=Background.parse("transparent")
+    )
     img = render(ramp, s, 4096)
     assert img.shape == (1, 2, 4)
     assert img[0, 0, 3] == 255 and img[0, 1, 3] == 0

@@ -1,5 +1,6 @@
 """The render cache over HTTP: strong ETags, 304 on If-None-Match, hits and misses in /metrics under
 Triton's names, the LRU's byte bound, and no stale render after the model folder changes."""
+
 from __future__ import annotations
 
 import re
@@ -11,11 +12,10 @@ import torch
 
 from service.engine.cache import CacheStore
 from service.render.cache import CachedRender, etag_matches
+from tests.servers import Server
 from training.encodings import EncodingConfig
 from training.fit_image import FitConfig, export_image_model
 from training.image_models import ImageINR, ImageModelConfig
-
-from tests.servers import Server
 
 URL = "/v1/models/astronaut/render"
 
@@ -87,8 +87,9 @@ def test_etag_matching_follows_rfc_9110():
 def write_model(folder, seed: int) -> None:
     torch.manual_seed(seed)
     cfg = ImageModelConfig(width=16, depth=2, encoding=EncodingConfig("gaussian", features=16))
-    export_image_model(ImageINR(cfg).eval(), FitConfig(model=cfg), folder, {"kind": "test"}, {}, {},
-                       np.zeros((2, 2, 3), np.float32))
+    export_image_model(
+        ImageINR(cfg).eval(), FitConfig(model=cfg), folder, {"kind": "test"}, {}, {}, np.zeros((2, 2, 3), np.float32)
+    )
 
 
 def test_a_new_model_version_never_answers_an_old_etag_and_pinned_urls_are_immutable(tmp_path):

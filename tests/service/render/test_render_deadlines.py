@@ -1,6 +1,7 @@
 """Render deadlines and slot timeouts over HTTP: a render past INR_RENDER_TIMEOUT_S answers 503 naming the
 setting and frees its slot; one that waits longer than INR_QUEUE_TIMEOUT_S for a slot gets 503 with
 Retry-After; both are counted in /metrics."""
+
 from __future__ import annotations
 
 import re
@@ -18,15 +19,23 @@ BIG = {"width": 3000, "height": 3000}  # 9M samples in 256-sample tiles: far mor
 
 @pytest.fixture(scope="module")
 def strict(model_repo):
-    srv = Server(model_repo, env={"INR_RENDER_CONCURRENCY": "1", "INR_RENDER_WORKERS": "1",
-                                  "INR_RENDER_TIMEOUT_S": "1", "INR_QUEUE_TIMEOUT_S": "0.3",
-                                  "INR_RENDER_TILE_SAMPLES": "256", "INR_MAX_RENDER_PIXELS": "16000000"})
+    srv = Server(
+        model_repo,
+        env={
+            "INR_RENDER_CONCURRENCY": "1",
+            "INR_RENDER_WORKERS": "1",
+            "INR_RENDER_TIMEOUT_S": "1",
+            "INR_QUEUE_TIMEOUT_S": "0.3",
+            "INR_RENDER_TILE_SAMPLES": "256",
+            "INR_MAX_RENDER_PIXELS": "16000000",
+        },
+    )
     with srv.running():
         yield srv
 
 
 def counter(url: str, name: str, labels: str = 'model="astronaut"') -> float:
-    m = re.search(rf'^{name}_total{{{labels}}} (\S+)$', httpx.get(url + "/metrics").text, re.M)
+    m = re.search(rf"^{name}_total{{{labels}}} (\S+)$", httpx.get(url + "/metrics").text, re.M)
     return float(m.group(1)) if m else 0.0
 
 

@@ -1,5 +1,6 @@
 """The tile scheduler: renders take turns by tiles, a new small render goes ahead, deadlines and cancels
 stop a render at its next tile, an error fails only its own render. Asserts on order, not on time."""
+
 from __future__ import annotations
 
 import threading
@@ -93,8 +94,9 @@ def test_a_render_past_its_deadline_stops_at_the_next_tile_and_the_others_finish
 
 def test_a_cancelled_render_stops_and_an_error_fails_only_its_render(sched):
     gate = Gate()
-    cancelled = TileJob(range(50), lambda t: gate.tile(t) if t == 0 else None,
-                        on_cancel=lambda: ConnectionAbortedError("gone"))
+    cancelled = TileJob(
+        range(50), lambda t: gate.tile(t) if t == 0 else None, on_cancel=lambda: ConnectionAbortedError("gone")
+    )
     fc = sched.submit(cancelled)
     gate.first.wait(5)
     cancelled.cancel()
@@ -134,8 +136,11 @@ def test_a_render_whose_waiter_cancelled_its_future_ends_without_an_escaped_exce
         if ending == "error":
             raise ValueError("model failed")
 
-    job = TileJob([0] if ending != "deadline" else [0, 1], run_tile,
-                  deadline=time.monotonic() + 3600 if ending == "deadline" else None)
+    job = TileJob(
+        [0] if ending != "deadline" else [0, 1],
+        run_tile,
+        deadline=time.monotonic() + 3600 if ending == "deadline" else None,
+    )
     future = sched.submit(job)
     assert gate.first.wait(30)
     assert future.cancel() is False or future.cancelled()  # a plain Future is cancellable until settled

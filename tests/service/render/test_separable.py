@@ -5,6 +5,7 @@ with the separable body; the service side renders them from the metadata entry a
 The reference is the same network in float64 (torch), which the plain float32 graph itself only
 approximates: its arguments p·x + φ are rounded to float32 (half an ulp of |p·x|, 4e-6 at |p·x| = 64).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,20 +14,19 @@ import numpy as np
 import pytest
 import torch
 
+from modelrepo import read_spec
+from service.api.schemas import RenderRequest, sampling_matrix
+from service.engine.runtime import ModelRuntime, RuntimeOptions
+from service.engine.separable import FirstStage
+from service.engine.tasks import runtime_for
 from service.errors import ModelLoadError
 from service.geometry.sampling import Background
-from service.render.imaging import RenderSpec, plain_sampler
-from modelrepo import read_spec
-from service.engine.runtime import ModelRuntime, RuntimeOptions
-from service.api.schemas import RenderRequest, sampling_matrix
-from service.engine.separable import FirstStage
-from service.render.separable import GridFeatures, separable_sampler
-from service.render.tiling import grid_axes
-from service.engine.tasks import runtime_for
-from service.render.tiling import Tile, sample_coords, tiles
 from service.geometry.transform import apply
+from service.render.imaging import RenderSpec, plain_sampler
+from service.render.separable import GridFeatures, separable_sampler
+from service.render.tiling import Tile, grid_axes, sample_coords, tiles
 from training.encodings import EncodingConfig
-from training.fit_image import export_image_model, FitConfig
+from training.fit_image import FitConfig, export_image_model
 from training.image_models import ImageINR, ImageModelConfig
 
 CASES = {
@@ -36,10 +36,17 @@ CASES = {
     "basic": ImageModelConfig(width=32, depth=3, encoding=EncodingConfig("basic")),
     "stylegan3 sine": ImageModelConfig(width=32, depth=3, encoding=EncodingConfig("sine", features=48, bandwidth=32)),
     "sinekan raw": ImageModelConfig(model="sinekan", width=16, depth=3, grid_size=6, encoding=EncodingConfig("none")),
-    "sinekan on gaussian": ImageModelConfig(model="sinekan", width=16, depth=2, grid_size=4,
-                                            encoding=EncodingConfig("gaussian", scale=10.0, features=16)),
-    "sinekan on projections": ImageModelConfig(model="sinekan", width=16, depth=3, grid_size=4, first_freq=1.0,
-                                               encoding=EncodingConfig("projection", scale=8.0, features=12)),
+    "sinekan on gaussian": ImageModelConfig(
+        model="sinekan", width=16, depth=2, grid_size=4, encoding=EncodingConfig("gaussian", scale=10.0, features=16)
+    ),
+    "sinekan on projections": ImageModelConfig(
+        model="sinekan",
+        width=16,
+        depth=3,
+        grid_size=4,
+        first_freq=1.0,
+        encoding=EncodingConfig("projection", scale=8.0, features=12),
+    ),
 }
 VIEWS = [  # (transform, supersample, viewport)
     ({}, 1, (0.0, 0.0, 1.0, 1.0)),
@@ -69,7 +76,7 @@ def render_rgb(sample, spec: RenderSpec, tile_samples: int = 1024) -> np.ndarray
     k = spec.supersample
     out = np.zeros((spec.height * k, spec.width * k, 3))
     for t in tiles(spec.height, spec.width, k, tile_samples):
-        out[t.y0 * k:t.y1 * k, t.x0 * k:t.x1 * k] = sample(t).reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
+        out[t.y0 * k : t.y1 * k, t.x0 * k : t.x1 * k] = sample(t).reshape((t.y1 - t.y0) * k, (t.x1 - t.x0) * k, 3)
     return out
 
 

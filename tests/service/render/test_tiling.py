@@ -1,4 +1,5 @@
 """Tiles cover a render exactly once within the sample budget; sample grids sit at pixel centres."""
+
 import numpy as np
 import pytest
 
@@ -10,7 +11,7 @@ def test_tiles_cover_every_pixel_once_within_the_budget(height, width, k, budget
     seen = np.zeros((height, width), int)
     for t in tiles(height, width, k, budget):
         assert (t.y1 - t.y0) * (t.x1 - t.x0) * k * k <= budget
-        seen[t.y0:t.y1, t.x0:t.x1] += 1
+        seen[t.y0 : t.y1, t.x0 : t.x1] += 1
     assert np.all(seen == 1)
 
 

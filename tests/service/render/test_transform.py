@@ -1,4 +1,5 @@
 """Transform maths: the parameter form, its exact inverse, and the matrix form."""
+
 import numpy as np
 import pytest
 

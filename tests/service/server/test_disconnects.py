@@ -1,4 +1,5 @@
 """Callers that hang up: a render stops computing and frees its slot; a half-sent body is no 500."""
+
 import http.client
 import socket
 import time
@@ -11,9 +12,16 @@ from tests.servers import Server, in_flight, wait_for
 
 @pytest.fixture
 def one_slot_server(model_repo):
-    srv = Server(model_repo, "--log-level", "info",
-                 env={"INR_RENDER_CONCURRENCY": "1", "INR_RENDER_TILE_SAMPLES": "1024",
-                      "INR_MAX_RENDER_PIXELS": str(2000 * 2000 * 64)})
+    srv = Server(
+        model_repo,
+        "--log-level",
+        "info",
+        env={
+            "INR_RENDER_CONCURRENCY": "1",
+            "INR_RENDER_TILE_SAMPLES": "1024",
+            "INR_MAX_RENDER_PIXELS": str(2000 * 2000 * 64),
+        },
+    )
     with srv.running():
         yield srv
 
@@ -28,8 +36,7 @@ def test_a_disconnected_render_is_abandoned_and_frees_the_slot(one_slot_server):
     conn.request("GET", "/v1/models/astronaut/render?width=2000&height=2000&supersample=8&format=png")
     wait_for(lambda: in_flight(one_slot_server.url) >= idle + 1, 30, "the big render in flight")
     conn.close()  # hang up without reading
-    r = httpx.get(f"{one_slot_server.url}/v1/models/astronaut/render", params={"width": 8, "height": 8},
-                  timeout=60.0)
+    r = httpx.get(f"{one_slot_server.url}/v1/models/astronaut/render", params={"width": 8, "height": 8}, timeout=60.0)
     assert r.status_code == 200, r.text
     one_slot_server.stop()
     log = one_slot_server.proc.stdout.read()
@@ -39,8 +46,10 @@ def test_a_disconnected_render_is_abandoned_and_frees_the_slot(one_slot_server):
 def test_a_body_cut_off_midway_is_logged_quietly_not_as_a_server_error(one_slot_server):
     host, port = "127.0.0.1", one_slot_server.port
     with socket.create_connection((host, port), timeout=5) as s:
-        s.sendall(b"POST /v2/models/astronaut/infer HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"coords\": [[0.5,")
+        s.sendall(
+            b"POST /v2/models/astronaut/infer HTTP/1.1\r\nHost: x\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"coords": [[0.5,'
+        )
     time.sleep(0.5)
     assert httpx.get(f"{one_slot_server.url}/health/live", timeout=10).status_code == 200
     one_slot_server.stop()

@@ -1,6 +1,7 @@
 """SIGTERM with renders and classifies in flight, against the real server: the running requests
 finish, readiness and new requests get 503 at once, and the process exits within the grace period
 with the re-raised SIGTERM (uvicorn's way)."""
+
 from __future__ import annotations
 
 import http.client
@@ -22,9 +23,16 @@ GRACE = 60
 def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
     """Two renders in flight by construction (headers sent, bodies held back until after the signal: they
     render during the drain), and three clients looping classifies on keep-alive connections."""
-    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": str(GRACE),
-                                                          "INR_BODY_TIMEOUT_S": str(GRACE),
-                                                          "INR_RENDER_TILE_SAMPLES": "1024"})
+    srv = Server(
+        model_repo,
+        "--log-level",
+        "info",
+        env={
+            "INR_GRACEFUL_SHUTDOWN_S": str(GRACE),
+            "INR_BODY_TIMEOUT_S": str(GRACE),
+            "INR_RENDER_TILE_SAMPLES": "1024",
+        },
+    )
     srv.wait_ready()
     classifies, errors = [], []
 
@@ -46,8 +54,10 @@ def test_sigterm_drains_running_requests_and_refuses_new_ones(model_repo):
                     return
 
     idle = in_flight(srv.url)  # the scrape itself
-    renders = [HeldRequest(srv.url, "/v1/models/astronaut/render", {"width": 1200, "height": 1200, "supersample": 2})
-               for _ in range(2)]
+    renders = [
+        HeldRequest(srv.url, "/v1/models/astronaut/render", {"width": 1200, "height": 1200, "supersample": 2})
+        for _ in range(2)
+    ]
     wait_for(lambda: in_flight(srv.url) >= idle + 2, 30, "the two renders in flight")
     threads = [threading.Thread(target=classify, args=(i,)) for i in range(3)]
     for t in threads:
@@ -91,9 +101,17 @@ def test_a_render_cut_by_the_grace_period_ends_cleanly(model_repo):
     by construction (its body is held back until the signal has been sent, so it renders during the
     drain) and slow by construction: 2048² at supersample 8 is 268M samples in 262,144 tiles, 16 times
     the render that once had to be still running 1 s before the signal and 1 s after it."""
-    srv = Server(model_repo, "--log-level", "info", env={"INR_GRACEFUL_SHUTDOWN_S": "1", "INR_BODY_TIMEOUT_S": "60",
-                                                          "INR_RENDER_TILE_SAMPLES": "1024",
-                                                          "INR_MAX_RENDER_PIXELS": str(2048 * 2048 * 64)})
+    srv = Server(
+        model_repo,
+        "--log-level",
+        "info",
+        env={
+            "INR_GRACEFUL_SHUTDOWN_S": "1",
+            "INR_BODY_TIMEOUT_S": "60",
+            "INR_RENDER_TILE_SAMPLES": "1024",
+            "INR_MAX_RENDER_PIXELS": str(2048 * 2048 * 64),
+        },
+    )
     srv.wait_ready()
     idle = in_flight(srv.url)
     render = HeldRequest(srv.url, "/v1/models/astronaut/render", {"width": 2048, "height": 2048, "supersample": 8})

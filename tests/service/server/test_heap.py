@@ -1,5 +1,6 @@
 """service/server/heap.py with the real collector: a frozen model runtime in a reference cycle is still
 reclaimed once the registry drops it, and the heap is frozen again afterwards."""
+
 from __future__ import annotations
 
 import asyncio
@@ -64,7 +65,7 @@ def test_a_runtime_held_for_good_stops_the_rechecks_after_max_checks(monkeypatch
                 break
         assert h.pending is None and h.checks == 3 and not h.gone and gc.get_freeze_count() > 0
         assert "1 dropped model runtime(s) still held" in caplog.text
-        h.release([Runtime()])   # a later release watches again from a fresh count
+        h.release([Runtime()])  # a later release watches again from a fresh count
         assert gc.get_freeze_count() == 0
         await asyncio.sleep(0)
         assert h.checks == 0 and h.pending is not None

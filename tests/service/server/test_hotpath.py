@@ -1,5 +1,6 @@
 """The inference routes reached without FastAPI's routing (service/server/hotpath.py): which requests
 take that path, and that they get the same answers (bodies, codes, metrics labels) as on FastAPI's path."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,22 +39,33 @@ def test_the_inference_routes_take_the_hot_path_and_the_rest_does_not(spied):
     assert c.post("/v1/models/astronaut/query", json={"coords": [[0.5, 0.5]]}).status_code == 200
     assert c.post("/v2/models/astronaut/infer", json=V2).status_code == 200
     assert c.post("/v2/models/astronaut/versions/1/infer", json=V2).status_code == 200
-    for path in ("/v1/models/digits/classify?", "/v1/models/astronaut/query?", "/v2/models/astronaut/infer?",
-                 "/v2/models/astronaut/versions/1/infer?"):
+    for path in (
+        "/v1/models/digits/classify?",
+        "/v1/models/astronaut/query?",
+        "/v2/models/astronaut/infer?",
+        "/v2/models/astronaut/versions/1/infer?",
+    ):
         assert taken["POST", path] is not None, path
     assert c.post("/v1/models/digits/classify?include_input=true", json={"images": [IMAGE]}).status_code == 200
     assert c.post("/v1/models/" + "x" * 65 + "/query", json={"coords": [[0.5, 0.5]]}).status_code == 422
     assert c.get("/v2/models/astronaut/infer").status_code != 200  # FastAPI's answer, whatever it is
-    for key in (("POST", "/v1/models/digits/classify?include_input=true"),
-                ("POST", "/v1/models/" + "x" * 65 + "/query?"), ("GET", "/v2/models/astronaut/infer?")):
+    for key in (
+        ("POST", "/v1/models/digits/classify?include_input=true"),
+        ("POST", "/v1/models/" + "x" * 65 + "/query?"),
+        ("GET", "/v2/models/astronaut/infer?"),
+    ):
         assert taken[key] is None, key
 
 
 def test_both_paths_answer_alike(spied):
     """classify with an unknown query parameter goes through FastAPI (which ignores it); without, the hot path."""
     c, taken = spied
-    cases = [({"images": [IMAGE]}, 200), ({"images": [[[2.0] * 28] * 28]}, 400), ({"images": "x"}, 422),
-             ({"pictures": []}, 422)]
+    cases = [
+        ({"images": [IMAGE]}, 200),
+        ({"images": [[[2.0] * 28] * 28]}, 400),
+        ({"images": "x"}, 422),
+        ({"pictures": []}, 422),
+    ]
     for body, code in cases:
         hot = c.post("/v1/models/digits/classify", json=body)
         slow = c.post("/v1/models/digits/classify?unused=1", json=body)

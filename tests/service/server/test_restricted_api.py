@@ -1,4 +1,5 @@
 """--http-restricted-api: restricted groups need their header (403 otherwise), the value never leaks."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,9 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from tests.servers import PY, ROOT, Server
 from tritonclient.utils import InferenceServerException
+
+from tests.servers import PY, ROOT, Server
 
 SECRET = "s3cr3t-Value-42"
 HEADER = {"X-Infer-Key": SECRET}
@@ -17,9 +19,15 @@ HEADER = {"X-Infer-Key": SECRET}
 
 @pytest.fixture(scope="module")
 def restricted(model_repo):
-    srv = Server(model_repo, "--log-level", "debug",
-                 "--http-restricted-api", f"inference,model-config:x-infer-key={SECRET}",
-                 "--http-restricted-api", "statistics:stats-key=other-value")
+    srv = Server(
+        model_repo,
+        "--log-level",
+        "debug",
+        "--http-restricted-api",
+        f"inference,model-config:x-infer-key={SECRET}",
+        "--http-restricted-api",
+        "statistics:stats-key=other-value",
+    )
     with srv.running():
         yield srv
 
@@ -31,14 +39,19 @@ def test_a_restricted_group_answers_403_without_its_header_and_works_with_it(res
     assert r.status_code == 403
     error = r.json()["error"]
     assert "'inference' API is restricted" in error and "x-infer-key" in error and SECRET not in error
-    assert httpx.post(f"{url}/v1/models/astronaut/query", json=body,
-                      headers={"X-Infer-Key": "s3cr3t-Value-43"}).status_code == 403
-    assert httpx.post(f"{url}/v1/models/astronaut/query", json=body,
-                      headers={"X-Infer-Key": SECRET[:-1]}).status_code == 403
+    assert (
+        httpx.post(
+            f"{url}/v1/models/astronaut/query", json=body, headers={"X-Infer-Key": "s3cr3t-Value-43"}
+        ).status_code
+        == 403
+    )
+    assert (
+        httpx.post(f"{url}/v1/models/astronaut/query", json=body, headers={"X-Infer-Key": SECRET[:-1]}).status_code
+        == 403
+    )
     assert httpx.post(f"{url}/v1/models/astronaut/query", json=body, headers=HEADER).status_code == 200
     # the header name is case-insensitive, as HTTP says
-    assert httpx.post(f"{url}/v1/models/astronaut/query", json=body,
-                      headers={"x-INFER-key": SECRET}).status_code == 200
+    assert httpx.post(f"{url}/v1/models/astronaut/query", json=body, headers={"x-INFER-key": SECRET}).status_code == 200
     assert httpx.get(f"{url}/v2/models/digits/config").status_code == 403
     assert httpx.get(f"{url}/v2/models/digits/config", headers=HEADER).status_code == 200
     assert httpx.get(f"{url}/v2/models/stats", headers=HEADER).status_code == 403  # another group's key
@@ -53,8 +66,16 @@ def test_a_refused_request_is_refused_before_its_body_is_read(restricted):
 
 def test_groups_left_open_stay_open(restricted):
     url = restricted.url
-    for path in ("/health/ready", "/v2/health/ready", "/v2/models/digits/ready", "/v1/models",
-                 "/v1/models/digits", "/v2", "/v2/models/digits", "/"):
+    for path in (
+        "/health/ready",
+        "/v2/health/ready",
+        "/v2/models/digits/ready",
+        "/v1/models",
+        "/v1/models/digits",
+        "/v2",
+        "/v2/models/digits",
+        "/",
+    ):
         assert httpx.get(url + path).status_code == 200, path
     assert httpx.get(f"{url}/v2/no-such-route").status_code == 404
 
@@ -80,33 +101,57 @@ def test_the_value_is_never_logged(restricted):
     assert SECRET not in restricted.output and "other-value" not in restricted.output
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("model-repository:admin-key=", "the value for header 'admin-key' is empty"),
-    ("bogus:admin-key=hunter2-secret", "unknown API 'bogus'"),
-    ("model-repository=hunter2-secret", "expected API[,API...]:KEY=VALUE"),
-    ("model-repository:bad key=hunter2-secret", "KEY must be an HTTP header name"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("model-repository:admin-key=", "the value for header 'admin-key' is empty"),
+        ("bogus:admin-key=hunter2-secret", "unknown API 'bogus'"),
+        ("model-repository=hunter2-secret", "expected API[,API...]:KEY=VALUE"),
+        ("model-repository:bad key=hunter2-secret", "KEY must be an HTTP header name"),
+    ],
+)
 def test_bad_specs_are_one_line_errors_that_never_quote_the_value(tmp_path, spec, message):
     for args, env in (([f"--http-restricted-api={spec}"], {}), ([], {"INR_HTTP_RESTRICTED_API": spec})):
-        r = subprocess.run([PY, "-m", "service", "--models", str(tmp_path), *args], cwd=ROOT, text=True,
-                           capture_output=True, timeout=60, env={**os.environ, **env})
+        r = subprocess.run(
+            [PY, "-m", "service", "--models", str(tmp_path), *args],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=60,
+            env={**os.environ, **env},
+        )
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith(f"error: --http-restricted-api: {message}"), r.stderr
         assert "hunter2" not in r.stderr
 
 
 def test_an_api_in_two_groups_is_refused(tmp_path):
-    r = subprocess.run([PY, "-m", "service", "--models", str(tmp_path), "--http-restricted-api", "health:a=1",
-                        "--http-restricted-api", "health,metadata:b=2"], cwd=ROOT, text=True,
-                       capture_output=True, timeout=60)
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "service",
+            "--models",
+            str(tmp_path),
+            "--http-restricted-api",
+            "health:a=1",
+            "--http-restricted-api",
+            "health,metadata:b=2",
+        ],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stderr == "error: API 'health' is in more than one restricted group\n"
 
 
 def test_every_api_route_belongs_to_a_group(tmp_path):
     """A new route must be classified, or --http-restricted-api would leave it open."""
     from fastapi.routing import APIRoute, iter_route_contexts
-    from service.app import create_app
+
     from service.access import group_of
+    from service.app import create_app
     from service.settings import Settings
 
     app = create_app(Settings(models=tmp_path))
@@ -125,6 +170,7 @@ def test_every_api_route_belongs_to_a_group(tmp_path):
 
 def test_the_value_is_not_in_the_settings_repr_dump_or_validation_errors(monkeypatch):
     from pydantic import ValidationError
+
     from service.settings import Settings
 
     s = Settings(http_restricted_api="model-repository:admin-key=hunter2-secret")

@@ -1,5 +1,6 @@
 """A small learnable digit data set: the glyphs 0–9 rendered with PIL's TrueType font at
 random sizes (18–22 px), stroke widths, ±1 px shifts and ±8° rotations, written as MNIST-style IDX files."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,15 @@ def render_glyphs(per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         for _ in range(per_class):
             font = ImageFont.load_default(size=int(rng.integers(18, 23)))
             im = Image.new("L", (28, 28))
-            ImageDraw.Draw(im).text((14 + rng.integers(-1, 2), 14 + rng.integers(-1, 2)), str(digit), fill=255,
-                                    font=font, anchor="mm", stroke_width=int(rng.integers(0, 2)), stroke_fill=255)
+            ImageDraw.Draw(im).text(
+                (14 + rng.integers(-1, 2), 14 + rng.integers(-1, 2)),
+                str(digit),
+                fill=255,
+                font=font,
+                anchor="mm",
+                stroke_width=int(rng.integers(0, 2)),
+                stroke_fill=255,
+            )
             im = im.rotate(float(rng.uniform(-8, 8)), resample=Image.BILINEAR)
             images.append(np.asarray(im))
             labels.append(digit)
@@ -54,8 +62,10 @@ def glyph_dir(tmp_path_factory, glyphs):
 @pytest.fixture
 def make_data_dir(tmp_path, glyphs):
     """A fresh writable copy of the glyph set (raw IDX) that a test may damage."""
+
     def make(gz: bool = False):
         for split, (images, labels) in glyphs.items():
             write_split(tmp_path, split, images, labels, gz=gz)
         return tmp_path
+
     return make

@@ -1,4 +1,5 @@
 """Training on the rendered-glyph fixture, evaluation, export parity, the model directory."""
+
 from __future__ import annotations
 
 import json
@@ -7,16 +8,28 @@ import numpy as np
 import pytest
 import torch
 
-from training.digits.fit import (FitConfig, check_digits_parity, checkpoint, confusion_matrix, evaluate,
-                                 export_digits, fit_digits, random_affine, rebuild, to_tensor, train)
+from training.digits.fit import (
+    FitConfig,
+    check_digits_parity,
+    checkpoint,
+    confusion_matrix,
+    evaluate,
+    export_digits,
+    fit_digits,
+    random_affine,
+    rebuild,
+    to_tensor,
+    train,
+)
 from training.digits.idx import load_dataset
 from training.digits.models import DigitModelConfig
 from training.export import ExportParityError, ort_session
 
 
 def small_config(model: str = "sinekan", **kw) -> FitConfig:
-    base = dict(epochs=6, batch_size=32, lr=1e-3, progress=False, device="cpu",
-                model=DigitModelConfig(model=model, hidden=[32]))
+    base = dict(
+        epochs=6, batch_size=32, lr=1e-3, progress=False, device="cpu", model=DigitModelConfig(model=model, hidden=[32])
+    )
     return FitConfig(**{**base, **kw})
 
 
@@ -131,14 +144,15 @@ def test_fit_digits_writes_a_complete_model_directory(glyph_data, tmp_path):
     assert "dynamic_batching" in pbtxt
     sess = ort_session((out / "1" / "model.onnx").read_bytes())
     images = to_tensor(glyph_data.test.images).numpy()
-    pred = np.concatenate([sess.run(["probabilities"], {"images": images[i:i + 256]})[0]
-                           for i in range(0, len(images), 256)]).argmax(1)
-    assert float((pred == glyph_data.test.labels).mean()) == pytest.approx(meta["metrics"]["test_accuracy"],
-                                                                           abs=1e-5)
+    pred = np.concatenate(
+        [sess.run(["probabilities"], {"images": images[i : i + 256]})[0] for i in range(0, len(images), 256)]
+    ).argmax(1)
+    assert float((pred == glyph_data.test.labels).mean()) == pytest.approx(meta["metrics"]["test_accuracy"], abs=1e-5)
 
 
 def test_validation_slice_is_stratified_seeded_and_disjoint(glyph_data):
     from training.digits.validation import stratified_split
+
     train_a, val_a, info = stratified_split(glyph_data.train, 0.2, seed=3)
     _, val_b, _ = stratified_split(glyph_data.train, 0.2, seed=3)
     _, val_c, _ = stratified_split(glyph_data.train, 0.2, seed=4)
@@ -149,9 +163,16 @@ def test_validation_slice_is_stratified_seeded_and_disjoint(glyph_data):
     assert info["size"] == 120 and info["train_size"] == 480
 
 
-@pytest.mark.parametrize("options", [dict(elastic=True), dict(augment=True, elastic=True, label_smoothing=0.1),
-                                     dict(ema=0.9, schedule="cosine"), dict(schedule="onecycle"),
-                                     dict(elastic=True, distort_share=1.0, elastic_alpha=8.0, elastic_sigma=3.0)])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(elastic=True),
+        dict(augment=True, elastic=True, label_smoothing=0.1),
+        dict(ema=0.9, schedule="cosine"),
+        dict(schedule="onecycle"),
+        dict(elastic=True, distort_share=1.0, elastic_alpha=8.0, elastic_sigma=3.0),
+    ],
+)
 def test_each_recipe_option_trains_a_model_that_learns(glyph_data, options):
     model, info = train(small_config(epochs=4, **options), glyph_data)
     assert info["history"][-1]["val_accuracy"] >= 0.3, (options, info["history"])
@@ -159,6 +180,7 @@ def test_each_recipe_option_trains_a_model_that_learns(glyph_data, options):
 
 def test_elastic_distortion_moves_ink_smoothly_and_keeps_the_untouched_share():
     from training.digits.augment import distort, elastic_field
+
     field = elastic_field(2, 28, torch.Generator().manual_seed(0), "cpu")
     px = field * 14  # normalised → pixels
     assert field.shape == (2, 28, 28, 2) and 0.3 < px.abs().mean() < 4
@@ -183,15 +205,21 @@ def test_elastic_alpha_scales_the_field_and_sigma_smooths_it():
     assert roughness(field(34.0, 6.0)) < roughness(field(34.0, 2.0))
 
 
-@pytest.mark.parametrize("options, message", [(dict(val_fraction=0.0), "--val-fraction"),
-                                              (dict(val_fraction=1.0), "--val-fraction"),
-                                              (dict(label_smoothing=-0.1), "--label-smoothing"),
-                                              (dict(schedule="step"), "unknown schedule"),
-                                              (dict(ema=1.0), "--ema"),
-                                              (dict(distort_share=0.0), "--distort-share"),
-                                              (dict(elastic_alpha=0.0), "--elastic-alpha"),
-                                              (dict(elastic_sigma=float("nan")), "--elastic-sigma")])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(val_fraction=0.0), "--val-fraction"),
+        (dict(val_fraction=1.0), "--val-fraction"),
+        (dict(label_smoothing=-0.1), "--label-smoothing"),
+        (dict(schedule="step"), "unknown schedule"),
+        (dict(ema=1.0), "--ema"),
+        (dict(distort_share=0.0), "--distort-share"),
+        (dict(elastic_alpha=0.0), "--elastic-alpha"),
+        (dict(elastic_sigma=float("nan")), "--elastic-sigma"),
+    ],
+)
 def test_nonsense_recipe_options_are_refused(options, message):
     from training.errors import UsageError
+
     with pytest.raises(UsageError, match=message):
         small_config(**options).validate()

@@ -1,4 +1,5 @@
 """The IDX reader, the dataset loader and --download against a real local HTTP server."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,8 +11,16 @@ from functools import partial
 import numpy as np
 import pytest
 
-from training.digits.idx import (SPLITS, Source, download_dataset, encode_idx, load_dataset, parse_idx,
-                                 read_idx, write_idx)
+from training.digits.idx import (
+    SPLITS,
+    Source,
+    download_dataset,
+    encode_idx,
+    load_dataset,
+    parse_idx,
+    read_idx,
+    write_idx,
+)
 from training.errors import UsageError
 
 
@@ -110,8 +119,11 @@ def mirror(glyph_dir):
 
 
 def served_source(mirror_url: str, glyph_dir, corrupt: str | None = None) -> Source:
-    md5 = {f"{stem}.gz": hashlib.md5((glyph_dir / f"{stem}.gz").read_bytes()).hexdigest()
-           for pair in SPLITS.values() for stem in pair}
+    md5 = {
+        f"{stem}.gz": hashlib.md5((glyph_dir / f"{stem}.gz").read_bytes()).hexdigest()
+        for pair in SPLITS.values()
+        for stem in pair
+    }
     if corrupt:
         md5[corrupt] = "0" * 32
     return Source(mirrors=("http://127.0.0.1:9/", mirror_url), md5=md5)

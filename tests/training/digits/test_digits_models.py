@@ -1,12 +1,22 @@
 """The four digit models: shapes, gradient flow, the B-spline basis, the registry."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from training.digits.models import (DEFAULT_GRID, MODELS, BSplineKANLayer, DigitClassifier, DigitModelConfig,
-                                    FourierKANLayer, WithProbabilities, bspline_basis, count_parameters,
-                                    uniform_knots)
+from training.digits.models import (
+    DEFAULT_GRID,
+    MODELS,
+    BSplineKANLayer,
+    DigitClassifier,
+    DigitModelConfig,
+    FourierKANLayer,
+    WithProbabilities,
+    bspline_basis,
+    count_parameters,
+    uniform_knots,
+)
 from training.errors import UsageError
 
 
@@ -75,7 +85,7 @@ def test_fourier_kan_layer_computes_its_cosine_sine_series():
     layer = FourierKANLayer(2, 1, grid_size=3)
     with torch.no_grad():
         layer.coeffs.zero_()
-        layer.coeffs[0, 0, 0, 1] = 2.0   # 2·cos(2·x0)
+        layer.coeffs[0, 0, 0, 1] = 2.0  # 2·cos(2·x0)
         layer.coeffs[1, 0, 1, 2] = -1.0  # −sin(3·x1)
         layer.bias.fill_(0.5)
     x = torch.tensor([[0.3, -0.7]])
