@@ -26,7 +26,7 @@ MODELS = ("sinekan", "bspline-kan", "fourier-kan", "mlp")
 
 def build(model: str, hidden: list[int], threads: int):
     """(torch graph, onnxruntime session, net) of one digit classifier, exported by training.digits."""
-    from training.digits.fit import export_digits
+    from training.digits.export import export_digits
     from training.digits.models import DigitClassifier, DigitModelConfig
 
     net = DigitClassifier(DigitModelConfig(model=model, hidden=list(hidden))).eval()

@@ -3,7 +3,8 @@ workers (which claim, report progress and finish) share, on SQLite, Redis or Pos
 
     urls.py      the one parser of store URLs (INR_FIT_STORE, `worker --store`)
     backends/    one module per backend: huey on it, its transaction, clock and counters
-    store.py     FitStore: jobs, events, previews, slots, the API's and the worker's calls
+    store.py     FitStore: jobs, events, previews; the API's calls (submit, read, cancel)
+    worker_calls.py  the worker's calls: claim, progress, finish, hand back
     recovery.py  heartbeats; dead workers' jobs retried, lost messages sent again
     metrics.py   fit metrics counted in the store, in the transaction of what they count
     presets.py   the sets of fit options a job names

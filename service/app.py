@@ -34,9 +34,10 @@ from .api.v1 import classify, fits, health, models, query, render
 from .api.v2 import repository as v2_repository
 from .engine.cache import CacheStore
 from .engine.control import ModelControl
+from .engine.cpus import default_threads
 from .engine.dataplane import DataPlane
 from .engine.registry import Registry
-from .engine.runtime import RuntimeOptions, default_threads
+from .engine.runtime import RuntimeOptions
 from .errors import install_error_handlers
 from .fits.jobs import Fits
 from .fits.metrics import FitCollector

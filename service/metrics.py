@@ -27,44 +27,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .triton_stats import ModelStats, stats_json, triton_text
 
 INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
-
-
-@dataclass
-class Duration:
-    count: int = 0
-    ns: int = 0
-
-    def add(self, seconds: float, n: int = 1) -> None:
-        self.count += n
-        self.ns += int(seconds * 1e9) * n
-
-    def json(self) -> dict:
-        return {"count": self.count, "ns": self.ns}
-
-
-@dataclass
-class ModelStats:
-    """Cumulative statistics of one model, in the fields of Triton's statistics extension."""
-
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    fail_reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    queue: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    inference_count: int = 0
-    execution_count: int = 0
-    last_inference_ms: int = 0
-    pending: int = 0
-    batches: dict[int, Duration] = field(default_factory=lambda: defaultdict(Duration))
-    cache_hit: Duration = field(default_factory=Duration)  # render cache lookups (service/render/cache.py)
-    cache_miss: Duration = field(default_factory=Duration)
 
 
 class Metrics:
@@ -236,104 +206,8 @@ class Metrics:
     def triton_text(self) -> str:
         """Triton's counters in the Prometheus text format, under Triton's exact names."""
         with self.lock:
-            snap = dict(self.models)
-            families = []
-
-            def fam(name, kind, doc, value):
-                rows = []
-                for (model, version), s in sorted(snap.items()):
-                    for extra, v in value(s):
-                        labels = {"model": model, "version": version, **extra}
-                        rows.append("{" + ",".join(f'{k}="{v_}"' for k, v_ in labels.items()) + f"}} {v}")
-                families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n" + "".join(f"{name}{r}\n" for r in rows))
-
-            fam(
-                "nv_inference_request_success",
-                "counter",
-                "Number of successful inference requests, all batch sizes",
-                lambda s: [({}, s.success.count)],
-            )
-            fam(
-                "nv_inference_request_failure",
-                "counter",
-                "Number of failed inference requests, all batch sizes",
-                lambda s: [({"reason": r}, n) for r, n in sorted(s.fail_reasons.items())] or [({"reason": "OTHER"}, 0)],
-            )
-            fam(
-                "nv_inference_count",
-                "counter",
-                "Number of inferences performed (rows: images or coordinates)",
-                lambda s: [({}, s.inference_count)],
-            )
-            fam(
-                "nv_inference_exec_count",
-                "counter",
-                "Number of model executions performed (onnxruntime runs)",
-                lambda s: [({}, s.execution_count)],
-            )
-            fam(
-                "nv_inference_request_duration_us",
-                "counter",
-                "Cumulative inference request duration in microseconds",
-                lambda s: [({}, (s.success.ns + s.fail.ns) // 1000)],
-            )
-            fam(
-                "nv_inference_queue_duration_us",
-                "counter",
-                "Cumulative inference queuing duration in microseconds",
-                lambda s: [({}, s.queue.ns // 1000)],
-            )
-            fam(
-                "nv_inference_compute_infer_duration_us",
-                "counter",
-                "Cumulative compute inference duration in microseconds",
-                lambda s: [({}, s.compute_infer.ns // 1000)],
-            )
-            fam(
-                "nv_inference_pending_request_count",
-                "gauge",
-                "Instantaneous number of pending requests awaiting execution per-model",
-                lambda s: [({}, s.pending)],
-            )
-            fam(
-                "nv_cache_num_hits_per_model",
-                "counter",
-                "Number of cache hits per model (renders and inference responses)",
-                lambda s: [({}, s.cache_hit.count)],
-            )
-            fam(
-                "nv_cache_num_misses_per_model",
-                "counter",
-                "Number of cache misses per model (renders and inference responses)",
-                lambda s: [({}, s.cache_miss.count)],
-            )
-            fam(
-                "nv_cache_hit_duration_per_model",
-                "counter",
-                "Total cache hit duration per model, in microseconds",
-                lambda s: [({}, s.cache_hit.ns // 1000)],
-            )
-            fam(
-                "nv_cache_miss_duration_per_model",
-                "counter",
-                "Total cache miss (render and insertion) duration per model, in microseconds",
-                lambda s: [({}, s.cache_miss.ns // 1000)],
-            )
-        info = self.cache_info() if self.cache_info else None
-        if info is not None:
-            util = info["bytes"] / info["max_bytes"] if info["max_bytes"] else 0.0
-            for name, kind, doc, v in (
-                (
-                    "nv_cache_num_entries",
-                    "gauge",
-                    "Number of renders and responses stored in the cache",
-                    info["entries"],
-                ),
-                ("nv_cache_num_evictions", "counter", "Number of cache evictions", info["evictions"]),
-                ("nv_cache_util", "gauge", "Cache utilization [0.0 - 1.0]", util),
-            ):
-                families.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n{name} {v}\n")
-        return "".join(families)
+            snapshot = dict(self.models)
+        return triton_text(snapshot, self.cache_info() if self.cache_info else None)
 
     def exposition(self) -> bytes:
         return self.triton_text().encode() + generate_latest(self.registry)
@@ -341,27 +215,4 @@ class Metrics:
     def stats_json(self, name: str, version: str) -> dict:
         """One model version's entry of `model_stats` in Triton's statistics extension."""
         with self.lock:
-            s = self.models.get((name, str(version))) or ModelStats()
-            zero = Duration().json()
-            return {
-                "name": name,
-                "version": version,
-                "last_inference": s.last_inference_ms,
-                "inference_count": s.inference_count,
-                "execution_count": s.execution_count,
-                "inference_stats": {
-                    "success": s.success.json(),
-                    "fail": s.fail.json(),
-                    "queue": s.queue.json(),
-                    "compute_input": zero,
-                    "compute_infer": s.compute_infer.json(),
-                    "compute_output": zero,
-                    "cache_hit": s.cache_hit.json(),
-                    "cache_miss": s.cache_miss.json(),
-                },
-                "batch_stats": [
-                    {"batch_size": size, "compute_input": zero, "compute_infer": d.json(), "compute_output": zero}
-                    for size, d in sorted(s.batches.items())
-                ],
-                "memory_usage": [],
-            }
+            return stats_json(name, version, self.models.get((name, str(version))) or ModelStats())

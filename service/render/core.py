@@ -23,7 +23,8 @@ import numpy as np
 
 from telemetry import tracing
 
-from ..engine.runtime import ModelRuntime, available_cpus
+from ..engine.cpus import available_cpus
+from ..engine.runtime import ModelRuntime
 from ..errors import ClientGone, QueueTimeout, RenderTimeout
 from ..metrics import Metrics
 from ..settings import Settings

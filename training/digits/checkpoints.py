@@ -19,7 +19,8 @@ from modelrepo import portable
 
 from ..errors import UsageError
 from ..fp16 import round_weights_fp16
-from .fit import FitConfig, evaluate, export_digit_model, rebuild, save_checkpoint  # noqa: F401 - save: re-exported
+from .export import export_digit_model
+from .fit import FitConfig, evaluate, rebuild, save_checkpoint  # noqa: F401 - save: re-exported
 from .idx import DigitData
 from .models import DigitModelConfig
 from .validation import stratified_split

@@ -125,7 +125,7 @@ def fit_config(args: argparse.Namespace, model: str, hidden: list[int], augment:
 
 
 def cmd_fit_digits(args: argparse.Namespace) -> int:
-    from .fit import fit_digits
+    from .export import fit_digits
 
     out = check_out_dir(args.out) if args.out else None
     cfg = fit_config(args, args.model, args.hidden, augment=args.augment, elastic=args.elastic)

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from ..repository import command_line
-from .fit import FitConfig, evaluate, export_digits, to_tensor, train
+from .export import export_digits
+from .fit import FitConfig, evaluate, to_tensor, train
 from .idx import DigitData, Split
 from .models import DigitModelConfig, count_parameters
 

@@ -21,11 +21,9 @@ from tqdm import tqdm
 
 from ..device import pick_device
 from ..errors import UsageError
-from ..export import ExportParityError, export_onnx, ort_session
-from ..repository import TensorSpec, write_model_dir
 from .augment import AUG_PROB, ELASTIC_ALPHA_PX, ELASTIC_SIGMA_PX, distort, random_affine  # noqa: F401
-from .idx import CLASS_NAMES, DigitData, Split
-from .models import DigitClassifier, DigitModelConfig, WithProbabilities, count_parameters
+from .idx import DigitData, Split
+from .models import DigitClassifier, DigitModelConfig
 from .validation import check_fraction, stratified_split
 
 log = logging.getLogger(__name__)
@@ -227,126 +225,8 @@ def rebuild(ckpt: dict) -> DigitClassifier:
     return model.eval()
 
 
-def export_digits(model: DigitClassifier) -> tuple[WithProbabilities, bytes]:
-    graph = WithProbabilities(model).eval()
-    return graph, export_onnx(graph, torch.rand(2, 1, 28, 28), "images", ["logits", "probabilities"])
-
-
-def check_digits_parity(graph: WithProbabilities, onnx_bytes: bytes, images: np.ndarray) -> dict:
-    """torch vs onnxruntime on `images` (float32 [N,1,28,28]): same argmax, |Δp| ≤ 1e-5."""
-    with torch.no_grad():
-        logits, probs = (t.numpy() for t in graph(torch.from_numpy(images)))
-    sess = ort_session(onnx_bytes)
-    got_l, got_p = [], []
-    for i in range(0, len(images), MAX_BATCH):
-        a, b = sess.run(["logits", "probabilities"], {"images": images[i : i + MAX_BATCH]})
-        got_l.append(a)
-        got_p.append(b)
-    got_l, got_p = np.concatenate(got_l), np.concatenate(got_p)
-    report = {
-        "samples": len(images),
-        "max_abs_diff_probabilities": float(np.max(np.abs(probs - got_p))),
-        "max_abs_diff_logits": float(np.max(np.abs(logits - got_l))),
-        "argmax_mismatches": int(np.sum(probs.argmax(1) != got_p.argmax(1))),
-    }
-    if report["argmax_mismatches"] or not report["max_abs_diff_probabilities"] <= PARITY_ATOL:
-        raise ExportParityError(f"onnxruntime differs from torch on the test split: {report}")
-    log.info("export parity: %s", report)
-    return report
-
-
-SELECTED = (
-    "hyperparameters chosen on the validation slice (training.validation); the test split is "
-    "evaluated once, after training"
-)
-
-
-def export_digit_model(
-    model: torch.nn.Module,
-    cfg: FitConfig,
-    data: DigitData,
-    out: Path,
-    metrics: dict,
-    info: dict,
-    ensemble: int = 1,
-    fp16_weights: bool = False,
-    selection: str = SELECTED,
-) -> dict:
-    """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed.
-    `fp16_weights`: `model`'s weights are already rounded to float16 (training.fp16.round_weights_fp16, before it
-    was scored); the file stores them as float16."""
-    graph, onnx_bytes = export_digits(model)
-    storage = {"weights": "float32"}
-    if fp16_weights:
-        from ..fp16 import store_weights_fp16
-
-        onnx_bytes, storage = store_weights_fp16(onnx_bytes)
-    parity = check_digits_parity(graph, onnx_bytes, to_tensor(data.test.images).numpy())
-    arch = cfg.model.to_dict()
-    what = f"{cfg.model.model} {cfg.model.dims}" + (f" x{ensemble} (mean of logits)" if ensemble > 1 else "")
-    meta = {
-        "description": f"{what} digit classifier trained on {data.name}",
-        "architecture": {**arch, "parameters": count_parameters(model), "ensemble": ensemble},
-        "dataset": {**data.describe(), "classes": CLASS_NAMES[data.name]},
-        "preprocessing": "images in [0,1], white on black; the graph maps them to [-1,1]",
-        "metrics": metrics,
-        "training": {
-            "epochs": cfg.epochs,
-            "batch_size": cfg.batch_size,
-            "optimizer": "AdamW",
-            "lr": cfg.lr,
-            "weight_decay": cfg.weight_decay,
-            "schedule": cfg.schedule,
-            "lr_decay_per_epoch": cfg.gamma,
-            "augment": cfg.augment,
-            "elastic": cfg.elastic,
-            "distort_share": cfg.distort_share,
-            "elastic_alpha_px": cfg.elastic_alpha,
-            "elastic_sigma_px": cfg.elastic_sigma,
-            "label_smoothing": cfg.label_smoothing,
-            "ema": cfg.ema,
-            "seed": cfg.seed,
-            **info,
-        },
-        "selection": selection,
-        "export": {"opset": 17, "parity": parity, **storage},
-    }
-    return write_model_dir(
-        out,
-        task="digits",
-        onnx_bytes=onnx_bytes,
-        inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-        outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-        metadata=meta,
-        max_batch_size=MAX_BATCH,
-        dynamic_batching_us=2000,
-    )
-
-
 def save_checkpoint(model: torch.nn.Module, cfg: FitConfig, info: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save({**checkpoint(model, cfg), "info": info}, tmp)
     tmp.replace(path)
-
-
-def fit_digits(cfg: FitConfig, data: DigitData, out: Path | None, checkpoint_path: Path | None = None) -> dict:
-    cfg.validate()
-    model, info = train(cfg, data)
-    if checkpoint_path is not None:
-        save_checkpoint(model, cfg, info, checkpoint_path)
-    model = rebuild(checkpoint(model, cfg))  # export what a checkpoint restores
-    metrics = evaluate(model, data.test)  # the one look at the test split
-    metrics["val_accuracy"] = None if cfg.refit else info["validation"]["accuracy"]
-    metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
-    if out is None:
-        return {"metrics": metrics}
-    selection = (
-        SELECTED
-        if not cfg.refit
-        else (
-            "refit on all training digits, the validation slice included, so it has no validation score "
-            "of its own (metrics.val_accuracy is null); the test split is evaluated once, after training"
-        )
-    )
-    return export_digit_model(model, cfg, data, out, metrics, info, selection=selection)

@@ -8,15 +8,9 @@ import onnxruntime as ort
 import pytest
 
 from modelrepo import read_spec
+from service.engine.cpus import available_cpus, cgroup_cpu_limit, default_threads
 from service.engine.registry import Registry
-from service.engine.runtime import (
-    ModelRuntime,
-    RuntimeOptions,
-    available_cpus,
-    cgroup_cpu_limit,
-    check_device_available,
-    default_threads,
-)
+from service.engine.runtime import ModelRuntime, RuntimeOptions, check_device_available
 from service.errors import DeviceError
 
 

@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from training.digits.export import check_digits_parity, export_digits, fit_digits
 from training.digits.fit import (
     FitConfig,
-    check_digits_parity,
     checkpoint,
     confusion_matrix,
     evaluate,
-    export_digits,
-    fit_digits,
     random_affine,
     rebuild,
     to_tensor,
