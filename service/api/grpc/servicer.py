@@ -75,15 +75,7 @@ def rpc(group: str, infer: bool = False):
             finally:
                 self.drain.inflight -= 1
                 if infer:
-                    name = getattr(request, "model_name", "")
-                    self.metrics.request(
-                        name if name in self.registry.models else "",
-                        f"/{SERVICE}/{fn.__name__}",
-                        "GRPC",
-                        status,
-                        time.perf_counter() - start,
-                        getattr(request, "model_version", ""),
-                    )
+                    self.count(request, fn.__name__, status, start, getattr(request, "model_version", ""))
 
         return handler
 
@@ -95,6 +87,13 @@ class InferenceService:
         self.registry, self.dataplane, self.control = state.registry, state.dataplane, state.control
         self.metrics, self.drain, self.version = state.metrics, state.drain, state.version
         self.by_api = {api: g for g in state.settings.http_restricted_api for api in g.apis}
+
+    def count(self, request, method: str, status: int, start: float, version: str = "") -> None:
+        """An inference call in the request metrics, labelled as the HTTP ones are: the model (when it is one of
+        ours), the method as its endpoint, the status the error would have had over HTTP."""
+        name = getattr(request, "model_name", "")
+        model = name if name in self.registry.models else ""
+        self.metrics.request(model, f"/{SERVICE}/{method}", "GRPC", status, time.perf_counter() - start, version)
 
     def admit(self, method: str, group: str, context: grpc.aio.ServicerContext) -> None:
         if self.drain.draining and method != "ServerLive":
@@ -198,14 +197,7 @@ class InferenceService:
                 )
             finally:
                 self.drain.inflight -= 1
-                name = getattr(request, "model_name", "")
-                self.metrics.request(
-                    name if name in self.registry.models else "",
-                    f"/{SERVICE}/ModelStreamInfer",
-                    "GRPC",
-                    status,
-                    time.perf_counter() - start,
-                )
+                self.count(request, "ModelStreamInfer", status, start)
 
     # -- model repository ------------------------------------------------------------------------
     @rpc("model-repository")
