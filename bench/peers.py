@@ -9,7 +9,7 @@ milliseconds per request (its processes' /proc times).
     python -m bench.peers --peer-python /work/venv-peers/bin/python
     python -m bench.peers --servers inr,inr2,kserve,litserve,bentoml   # also ours with 2 uvicorn workers
     python -m bench.peers --servers inr --rounds 1 --duration 1 --concurrency 1   # our server alone
-    python -m bench.peers --servers inr,base --baseline /tmp/before   # ours beside another checkout of it
+    python -m bench.peers --servers inr --baseline /tmp/before   # ours beside another checkout of it (`base`)
 
 The peers live in their own virtual environment (`pip install '.[peers]'` there; they pin FastAPI and
 pydantic versions of their own), started with --peer-python. Needs `wrk` (apt-get install -y wrk).
@@ -343,14 +343,13 @@ def main(argv: list[str] | None = None) -> int:
         "--servers",
         type=lambda t: t.split(","),
         default=["inr", *PEERS],
-        help="inr (this service), inr2 (the same with 2 uvicorn workers), base (--baseline's), kserve, "
-        "litserve, bentoml",
+        help="inr (this service), inr2 (the same with 2 uvicorn workers), kserve, litserve, bentoml",
     )
     p.add_argument(
         "--baseline",
         type=Path,
-        help="another checkout of this project (e.g. `git worktree add DIR REV`), "
-        "served as `base` with the same models",
+        help="another checkout of this project (e.g. `git worktree add DIR REV`), served beside the others as "
+        "`base`, with the same models",
     )
     p.add_argument("--peer-python", default=sys.executable, help="the interpreter that has the peers installed")
     p.add_argument("--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8, 32])
@@ -371,14 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    unknown = [n for n in args.servers if n not in TITLES]
+    choices = [n for n in TITLES if n != "base"]  # `base` comes with --baseline
+    unknown = [n for n in args.servers if n not in choices]
     problem = (
-        f"unknown server(s) {unknown}; choose from {', '.join(TITLES)}"
+        f"unknown server(s) {unknown}; choose from {', '.join(choices)}"
         if unknown
         else "--servers must include inr (every ratio is against this service)"
         if "inr" not in args.servers
-        else "--servers base needs --baseline DIR, a checkout with service/"
-        if "base" in args.servers and not (args.baseline and (args.baseline / "service" / "__main__.py").is_file())
+        else f"--baseline {args.baseline} is not a checkout of this project (no service/__main__.py)"
+        if args.baseline and not (args.baseline / "service" / "__main__.py").is_file()
         else f"--peer-python {args.peer_python} is not a program"
         if shutil.which(args.peer_python) is None
         else f"--models {args.models} has no {args.image}/1/model.onnx or {args.digits}/1/model.onnx"
@@ -392,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         return 2
+    if args.baseline:
+        args.servers = [*args.servers, "base"]
     with tempfile.TemporaryDirectory() as tmp:
         args.tmp = Path(tmp)
         (args.tmp / "bench.lua").write_text(LUA)
