@@ -6,12 +6,14 @@ workers (which claim, report progress and finish) share, on SQLite, Redis or Pos
     store.py     FitStore: jobs, events, previews; the API's calls (submit, read, cancel)
     worker_calls.py  the worker's calls: claim, progress, finish, hand back
     recovery.py  heartbeats; dead workers' jobs retried, lost messages sent again
+    dedupe.py    jobs by the sha256 of their upload: the index written with each job, and the lookup
     metrics.py   fit metrics counted in the store, in the transaction of what they count
     presets.py   the sets of fit options a job names
 
 Torch-free and service-free: the API and the workers both import it; it imports neither.
 """
 
+from .dedupe import Duplicate
 from .presets import DEFAULT_PRESET, PRESETS
 from .recovery import MAX_FAILURES
 from .store import FINISHED, STATES, FitStore, JobFinished, NameTaken, QueueFull, worker_id
@@ -20,6 +22,7 @@ from .urls import DEFAULT, StoreError, StoreUrl, check_url
 __all__ = [
     "DEFAULT",
     "DEFAULT_PRESET",
+    "Duplicate",
     "FINISHED",
     "MAX_FAILURES",
     "PRESETS",

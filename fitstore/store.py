@@ -22,6 +22,7 @@ from huey.constants import EmptyData
 
 from . import metrics
 from .backends import open_store
+from .dedupe import Dedupe, Duplicate
 from .recovery import Recovery
 from .worker_calls import WorkerCalls
 
@@ -58,7 +59,7 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
 
 
-class FitStore(WorkerCalls, Recovery):
+class FitStore(WorkerCalls, Recovery, Dedupe):
     seats, slots = SEATS, SLOTS
 
     def __init__(self, url: str, *, stale_s: float = 15.0, run=None):
@@ -197,18 +198,25 @@ class FitStore(WorkerCalls, Recovery):
         queue_limit: int,
         derived: bool = False,
         traceparent: str | None = None,
+        reuse: bool = False,
     ) -> dict:
         """Queue a job. The queue limit and, for a `derived` name, that no queued, running or succeeded job
         among the newest has it, are checked in the transaction that inserts the job: it is done only if
         no other submit took the next job number meanwhile, else read again and retried. `traceparent`: the
         W3C trace context of the API's enqueue span, kept in the record for the worker's spans (a record
-        written before it existed has none, and its fit starts a trace of its own)."""
+        written before it existed has none, and its fit starts a trace of its own). `source["sha256"]`, the upload's
+        hash, is indexed in the same transaction (fitstore.dedupe); with `reuse`, a job with the same bytes that is
+        queued, running or succeeded is raised as Duplicate(record) instead, before the queue limit is checked."""
         self._put("config", {"max_running": min(max_running, SLOTS), "stale_s": self.stale_s})
         self.reap()
         limit = max_running + queue_limit
         job_id = uuid.uuid4().hex[:12]
+        sha256 = source.get("sha256")
         while True:
             n, raw = self._seq()
+            same = self.fitted(sha256) if reuse and sha256 else None
+            if same is not None:
+                raise Duplicate(same)
             records = self.list(n)
             active = sum(r["state"] not in FINISHED for r in records)
             if active >= limit:
@@ -245,6 +253,7 @@ class FitStore(WorkerCalls, Recovery):
                 "jobseq": str(n + 1).encode(),
                 f"jobno:{n + 1}": json.dumps(job_id).encode(),
                 f"img:{job_id}": image_png,
+                **self._sha_puts(sha256, job_id),
             }
             done = self._write(rec, "queued", {"name": name}, expect={"jobseq": raw}, puts=puts, enqueue=True, now=now)
             if done is not None:

@@ -8,6 +8,9 @@ Both expose the same methods. On `AsyncClient` every method is awaited:
 
     async with AsyncClient(url) as c:
         preds = await c.classify("digits-sinekan", images)
+
+Fits: `submit_fit(data, filename, skip_existing=True, preset=…)` → calls.Submitted(record, existing),
+`fits_with_sha256(hex)`, `fit_record(job_id)`; `python -m inr_client fit` runs many (inr_client/fitting.py).
 """
 
 from __future__ import annotations
@@ -85,6 +88,18 @@ class _Methods:
         """KServe V2 inference: {input name: array} → {output name: array}."""
         return self._do(calls.v2_infer(name, inputs, outputs))
 
+    def submit_fit(self, data: bytes, filename: str, *, skip_existing: bool = False, **options):
+        """Queue a fit of an image file's bytes (POST /v1/fits) → calls.Submitted(record, existing); with
+        `skip_existing`, a job queued, running or succeeded with the same bytes is answered instead."""
+        return self._do(calls.submit_fit(data, filename, options, skip_existing))
+
+    def fits_with_sha256(self, sha256: str):
+        """The fit jobs whose upload had these bytes (sha256, hex), newest first, in any state."""
+        return self._do(calls.fits_with_sha256(sha256))
+
+    def fit_record(self, job_id: str):
+        return self._do(calls.fit_record(job_id))
+
     def _bands(self, name, width, height, viewport, transform, supersample, tile) -> Iterator[list[tuple]]:
         calls.check_size(width, height)
         viewport = calls.check_viewport(viewport)
@@ -108,7 +123,7 @@ class _Methods:
 
 
 def _send_kwargs(call: Call) -> dict:
-    return {"json": call.json, "params": call.params, "files": call.files}
+    return {"json": call.json, "params": call.params, "files": call.files, "data": call.data}
 
 
 class Client(_Methods):
@@ -121,9 +136,10 @@ class Client(_Methods):
         timeout: float = 120.0,
         tile: int = DEFAULT_TILE,
         max_samples: int = DEFAULT_MAX_SAMPLES,
+        headers: dict | None = None,
         http: httpx.Client | None = None,
     ):
-        self.http = http or httpx.Client(base_url=url, timeout=timeout)
+        self.http = http or httpx.Client(base_url=url, timeout=timeout, headers=headers)
         self.tile, self.max_samples = tile, max_samples
 
     def __enter__(self) -> "Client":
@@ -183,9 +199,10 @@ class AsyncClient(_Methods):
         tile: int = DEFAULT_TILE,
         max_samples: int = DEFAULT_MAX_SAMPLES,
         concurrency: int = 4,
+        headers: dict | None = None,
         http: httpx.AsyncClient | None = None,
     ):
-        self.http = http or httpx.AsyncClient(base_url=url, timeout=timeout)
+        self.http = http or httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers)
         self.tile, self.max_samples = tile, max_samples
         self.concurrency = max(1, concurrency)
 

@@ -31,13 +31,15 @@ class ClientError(ValueError):
 
 
 class ServiceError(Exception):
-    """The service answered with an error status; `message` is its `{"error": …}` text."""
+    """The service answered with an error status; `message` is its `{"error": …}` text, `retry_after` its
+    Retry-After in seconds (a 429 or 503 says when to come back), else None."""
 
-    def __init__(self, status: int, message: str, url: str = ""):
+    def __init__(self, status: int, message: str, url: str = "", retry_after: float | None = None):
         super().__init__(f"{status} from {url}: {message}" if url else f"{status}: {message}")
         self.status = status
         self.message = message
         self.url = url
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Call:
     json: Any = None
     params: dict | None = None
     files: list | None = None
+    data: dict | None = None  # form fields, sent with `files` as multipart/form-data
     raise_for_error: bool = True
     decode: Callable[[Any], Any] = field(default=lambda response: response.json())
 
@@ -65,7 +68,18 @@ def check(response) -> Any:
         message = response.json().get("error") or response.text
     except ValueError:
         message = response.text or response.reason_phrase
-    raise ServiceError(response.status_code, str(message), str(response.request.url))
+    raise ServiceError(
+        response.status_code, str(message), str(response.request.url), seconds(response.headers.get("retry-after"))
+    )
+
+
+def seconds(value: str | None) -> float | None:
+    """A Retry-After in seconds (the HTTP-date form is not sent by this service: None)."""
+    try:
+        s = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return s if s is not None and math.isfinite(s) and s >= 0 else None
 
 
 def _finite(name: str, values: Sequence[float]) -> list[float]:
@@ -191,6 +205,39 @@ def v2_infer(name: str, inputs: dict[str, Any], outputs: Sequence[str] | None = 
     if outputs:
         body["outputs"] = [{"name": o} for o in outputs]
     return Call("POST", f"/v2/models/{name}/infer", json=body, decode=lambda r: decode_v2(r.json()))
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What `POST /v1/fits` answered: the job's record, and whether it is an existing job with the same bytes
+    (`skip_existing`: 200) rather than a new one (202)."""
+
+    record: dict
+    existing: bool
+
+
+def submit_fit(data: bytes, filename: str, options: dict | None = None, skip_existing: bool = False) -> Call:
+    """Queue a fit of an image file's bytes; `options`: the form fields of POST /v1/fits (preset, size, steps,
+    protocol, seed, name), None left out."""
+    fields = {k: str(v) for k, v in (options or {}).items() if v is not None}
+    if skip_existing:
+        fields["skip_existing"] = "true"
+    return Call(
+        "POST",
+        "/v1/fits",
+        files=[("file", (filename, data, "application/octet-stream"))],
+        data=fields,
+        decode=lambda r: Submitted(r.json(), r.status_code == 200),
+    )
+
+
+def fits_with_sha256(sha256: str) -> Call:
+    """Every job whose upload had these bytes (sha256, hex), newest first, in any state."""
+    return Call("GET", "/v1/fits", params={"sha256": sha256}, decode=lambda r: r.json()["fits"])
+
+
+def fit_record(job_id: str) -> Call:
+    return Call("GET", f"/v1/fits/{job_id}")
 
 
 def decode_v2(payload: dict) -> dict[str, np.ndarray]:

@@ -4,6 +4,7 @@
     python -m inr_client query --model astronaut 0.5,0.5 0.25,0.75
     python -m inr_client render --model astronaut --width 8192 --height 8192 --out big.png
     python -m inr_client classify --model digits-sinekan seven.png
+    python -m inr_client fit --wait photos/ 'more/**/*.jpg'
 
 Bad input prints one line, `error: …`, and exits with code 2 (a 4xx from the service too);
 an unreachable service or a 5xx exits with 1. No half-written output file is ever left.
@@ -26,7 +27,9 @@ from commandline import OneLineParser, positive_float, positive_int
 
 from .api import DEFAULT_URL, AsyncClient, Client
 from .calls import ClientError, ServiceError
+from .fitting import Fitter
 from .output import check_output
+from .photos import Photo, collect, summary, table
 
 
 def numbers(count: int | tuple[int, ...], label: str):
@@ -135,6 +138,57 @@ def cmd_render(args, out) -> int:
     return 0
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got '{text}'")
+    return v
+
+
+def header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=") if "=" in text else text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{text}'")
+    return name.strip(), value.strip()
+
+
+def cmd_fit(args, out) -> int:
+    """Fit every photo PATHs name; the table and a summary line on stdout; exit 1 when any failed."""
+    photos = [Photo(p) for p in collect(args.paths)]
+    options = {k: getattr(args, k) for k in ("preset", "size", "steps", "protocol", "seed")}
+    client = Client(args.url, timeout=args.timeout, headers=dict(args.header or []))
+    fitter = Fitter(
+        client, photos, options, wait=args.wait, refit=args.refit, retries=args.retries, progress=not args.no_progress
+    )
+    try:  # `kill` ends it like Ctrl-C: with the table
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals stay as they are
+        previous = None
+    try:
+        fitter.run()
+    except KeyboardInterrupt:
+        out.write(table(photos) + summary(photos, fitter.waits, fitter.waited_s))
+        sys.stderr.write("error: interrupted; the jobs already queued go on (the same command skips them)\n")
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        client.close()
+    out.write(table(photos) + summary(photos, fitter.waits, fitter.waited_s))
+    failed = sum(p.failed for p in photos)
+    if failed:
+        sys.stderr.write(f"error: {failed} of {len(photos)} photos failed; the table above says why\n")
+        return 1
+    return 0
+
+
+def interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
 def add_connection(p: argparse.ArgumentParser, url, timeout) -> None:
     p.add_argument("--url", default=url, help=f"service base URL (env INR_SERVICE_URL, default {DEFAULT_URL})")
     p.add_argument("--timeout", type=positive_float, default=timeout, help="seconds per request")
@@ -175,6 +229,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=cmd_classify)
+
+    p = sub.add_parser("fit", help="fit many photos (files, folders, globs); skips photos already fitted")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="image files, folders of them, or quoted globs ('**')")
+    p.add_argument("--preset", help="grid (the service's default), fourier, fourier-small, sinekan")
+    p.add_argument("--size", type=positive_int, help="cap on the longer side (default: the preset's)")
+    p.add_argument("--steps", type=positive_int, help="training steps (default: the preset's)")
+    p.add_argument("--protocol", choices=("full", "paper"), help="full (default): every pixel; paper: every other")
+    p.add_argument("--seed", type=non_negative_int)
+    p.add_argument("--wait", action="store_true", help="follow each job to its end (else: end once all are queued)")
+    p.add_argument("--refit", action="store_true", help="upload every photo, even those whose bytes were fitted")
+    p.add_argument("--retries", type=non_negative_int, default=4, help="tries again after a connection error or a 5xx")
+    p.add_argument("--header", type=header, action="append", metavar="NAME=VALUE", help="e.g. the fit group's key")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=cmd_fit)
     return parser
 
 

@@ -18,7 +18,7 @@ import time
 
 import anyio
 
-from fitstore import FINISHED, PRESETS, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl
+from fitstore import FINISHED, PRESETS, Duplicate, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl
 from telemetry import tracing
 
 from ..errors import Conflict, NotFound, TooManyRequests
@@ -65,18 +65,28 @@ class Fits:
             await self.call("reap")
 
     # -- what routes need ----------------------------------------------------------------------------
-    async def submit(self, upload: Upload, options: dict, name: str | None) -> dict:
-        """Queue a normalised upload; without a name, one derived from the file name and made unique
-        against the repository's folders and the targets of queued, running and succeeded jobs: the store
-        checks it again in the transaction that inserts the job, and a name another process took first
-        is passed over for the next. 429 when full."""
+    async def submit(self, upload: Upload, options: dict, name: str | None, reuse: bool = False) -> tuple[int, dict]:
+        """Queue a normalised upload: (202, the new record). Without a name, one derived from the file name and
+        made unique against the repository's folders and the targets of queued, running and succeeded jobs: the
+        store checks it again in the transaction that inserts the job, and a name another process took first
+        is passed over for the next. 429 when full. With `reuse` (`skip_existing`), a job queued, running or
+        succeeded with the same bytes is answered instead, (200, its record), checked in that transaction too."""
         with tracing.span(
             "inr.fit.enqueue",
             attributes={"inr.fit.preset": options.get("preset", ""), "inr.fit.steps": options.get("steps", 0)},
         ):
-            return await self._submit(upload, options, name)
+            try:
+                return 202, await self._submit(upload, options, name, reuse)
+            except Duplicate as e:
+                tracing.annotate({"inr.fit.job": e.record["id"], "inr.fit.reused": True})
+                return 200, await self.present(e.record)
 
-    async def _submit(self, upload: Upload, options: dict, name: str | None) -> dict:
+    async def fitted(self, sha256: str) -> dict | None:
+        """The newest job queued, running or succeeded whose upload had these bytes, as the API shows it."""
+        record = await self.call("fitted", sha256)
+        return None if record is None else await self.present(record)
+
+    async def _submit(self, upload: Upload, options: dict, name: str | None, reuse: bool) -> dict:
         """submit, in the `inr.fit.enqueue` span whose context the record keeps (the worker's spans continue it)."""
         s = self.settings
         trace = tracing.current_traceparent()
@@ -104,6 +114,7 @@ class Fits:
                         queue_limit=s.fit_queue_limit,
                         derived=derived,
                         traceparent=trace,
+                        reuse=reuse,
                     )
                     break
                 except NameTaken:
@@ -132,10 +143,12 @@ class Fits:
             record["cancel_requested"] = True  # a DELETE answered 202: the worker stops at its next step
         return await self.present(record)
 
-    async def list(self) -> list[dict]:
+    async def list(self, sha256: str | None = None) -> list[dict]:
+        """The newest jobs, newest first; with `sha256`, the jobs whose upload had those bytes, in any state."""
         await self.reap()
         workers = len(await self.call("workers"))
-        return [present(r, workers) for r in await self.call("list")]
+        records = await (self.call("with_sha256", sha256) if sha256 else self.call("list"))
+        return [present(r, workers) for r in records]
 
     async def cancel(self, job_id: str) -> tuple[int, dict]:
         """200 with the cancelled record; 202 while a running job's worker has not stopped after

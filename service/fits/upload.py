@@ -10,12 +10,14 @@ decompression-bomb guard). It is then made the 8-bit RGB image the worker fits:
   grey (L, 1) → RGB; 16-bit and 32-bit grey (I;16, I) scaled by 255/65535, not clipped; float
   grey (F) in [0, 1] scaled by 255; alpha (RGBA, LA, PA, tRNS) composited over white;
 
-and stored as PNG bytes. The options are the documented subset of `fit-image`; each one out of
-range is a 422 naming the field and its limit.
+and stored as PNG bytes; `source.sha256` is the hash of the file's bytes as sent (the skip by content hash,
+fitstore.dedupe). The options are the documented subset of `fit-image`; each one out of range is a 422 naming
+the field and its limit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import struct
@@ -34,18 +36,25 @@ from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
 MAX_SEED = 2**31 - 1
 MIN_SIZE = 16
 PROTOCOLS = ("paper", "full")
-FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name")
+FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name", "skip_existing")
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 @dataclass(frozen=True)
 class Upload:
     png: bytes  # the normalised image: 8-bit RGB PNG
-    source: dict  # filename, width, height (upright), mode, format, frames
+    source: dict  # filename, width, height (upright), mode, format, frames, sha256 (of the bytes as sent)
 
 
-def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Upload:
-    """The upload as an 8-bit RGB PNG, or a 4xx naming the problem and the limiting setting."""
+def digest(data: bytes) -> str:
+    """The sha256 of the uploaded bytes, in lowercase hex: what `skip_existing` and `?sha256=` compare."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int, sha256: str | None = None) -> Upload:
+    """The upload as an 8-bit RGB PNG, or a 4xx naming the problem and the limiting setting. `sha256`: the
+    bytes' digest when the caller has it already."""
     filename = "".join(c for c in filename if c.isprintable())[-200:] or "upload"  # shown in errors, kept
     if len(data) > max_bytes:
         raise TooLarge(
@@ -90,6 +99,7 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int) -> Uploa
         "mode": mode,
         "format": fmt,
         "frames": int(frames),
+        "sha256": sha256 or digest(data),
     }
     return Upload(buf.getvalue(), source)
 
@@ -154,6 +164,13 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
         "protocol": protocol,
         "seed": as_int(form, "seed", 0, 0, MAX_SEED),
     }
+
+
+def as_bool(form: dict, field: str) -> bool:
+    raw = (form.get(field) or "").strip().lower()
+    if raw not in BOOLEANS:
+        raise InvalidOption(f"{field} must be true or false, got {form[field][:40]!r}")
+    return BOOLEANS[raw]
 
 
 def check_name(name: str) -> str:

@@ -18,7 +18,7 @@ from fitstore import DEFAULT_PRESET
 
 from ...errors import BadInput, InvalidOption, UnsupportedMedia
 from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
-from ...fits.upload import FIELDS, check_name, decode, options
+from ...fits.upload import FIELDS, as_bool, check_name, decode, digest, options
 from ..deps import SettingsDep
 from ..schemas import ErrorBody
 
@@ -26,6 +26,10 @@ router = APIRouter(prefix="/v1/fits", tags=["fits"])
 JobId = Annotated[str, Path(description="the job's id", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 KEEPALIVE_S = 15.0
 ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404, 409, 413, 415, 422, 429)}
+Sha256 = Annotated[
+    str | None,
+    Query(description="only the jobs whose upload had these bytes (sha256, hex)", pattern=r"^[0-9a-fA-F]{64}$"),
+]
 UPLOAD_BODY = {
     "requestBody": {
         "required": True,
@@ -53,6 +57,12 @@ UPLOAD_BODY = {
                             "type": "string",
                             "description": "target model; default: from the file name, made unique",
                         },
+                        "skip_existing": {
+                            "type": "boolean",
+                            "default": False,
+                            "description": "when a job queued, running or succeeded had the same file bytes "
+                            "(sha256), answer 200 with that job's record instead of queueing another",
+                        },
                     },
                 }
             }
@@ -65,10 +75,16 @@ def fits(request: Request) -> Fits:
     return request.app.state.fits
 
 
-@router.post("", status_code=202, openapi_extra=UPLOAD_BODY, responses=ERRORS)
+@router.post(
+    "",
+    status_code=202,
+    openapi_extra=UPLOAD_BODY,
+    responses={**ERRORS, 200: {"description": "skip_existing: a job with the same bytes, answered instead"}},
+)
 async def submit(request: Request, settings: SettingsDep):
     """Queue a fit of the uploaded image (202 with the job's record and `Location`). The upload and the
-    options are checked before anything is queued; over the queue limit, 429 with Retry-After."""
+    options are checked before anything is queued; over the queue limit, 429 with Retry-After. With
+    `skip_existing`, a job queued, running or succeeded with the same file bytes: 200 with its record."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "multipart/form-data":
         raise UnsupportedMedia(
@@ -93,21 +109,26 @@ async def submit(request: Request, settings: SettingsDep):
             raise BadInput("no 'file' in the upload; send the image as the form field 'file'")
         opts = options(fields, PRESETS, settings.fit_max_size, settings.fit_max_steps)
         name = check_name(fields["name"]) if fields.get("name") else None
+        reuse = as_bool(fields, "skip_existing")
         data = await upload.read()  # at most the body limit: INR_FIT_MAX_UPLOAD_BYTES + the envelope
         filename = upload.filename or "upload"
     finally:
         await form.close()
+    sha256 = await anyio.to_thread.run_sync(digest, data)
+    same = await fits(request).fitted(sha256) if reuse else None  # these bytes were decoded before: no decode
+    if same is not None:
+        return JSONResponse(same, status_code=200, headers={"location": same["links"]["self"]})
     image = await anyio.to_thread.run_sync(
-        decode, data, filename, settings.fit_max_upload_bytes, settings.max_upload_pixels
+        decode, data, filename, settings.fit_max_upload_bytes, settings.max_upload_pixels, sha256
     )
-    record = await fits(request).submit(image, opts, name)
-    return JSONResponse(record, status_code=202, headers={"location": record["links"]["self"]})
+    status, record = await fits(request).submit(image, opts, name, reuse)  # reuse: checked again as it queues
+    return JSONResponse(record, status_code=status, headers={"location": record["links"]["self"]})
 
 
 @router.get("", responses=ERRORS)
-async def list_fits(request: Request):
-    """Every job, newest first."""
-    return {"fits": await fits(request).list()}
+async def list_fits(request: Request, sha256: Sha256 = None):
+    """The newest jobs, newest first; with `sha256`, the jobs (any state) whose upload had those bytes."""
+    return {"fits": await fits(request).list(sha256.lower() if sha256 else None)}
 
 
 @router.get("/{job_id}", responses=ERRORS)
