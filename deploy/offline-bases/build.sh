@@ -13,9 +13,10 @@ engine=${ENGINE:-podman}
 suite=${DEBIAN_SUITE:-bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 rootfs_image=localhost/inr-offline/debian:$suite-minbase
-# the names the Dockerfile (ARG PYTHON_IMAGE) and docker-compose.yml (service nginx) use
+# the names the Dockerfile (ARG PYTHON_IMAGE) and docker-compose.yml (services nginx, redis) use
 python_image=docker.io/library/python:3.11-slim-bookworm
 nginx_image=docker.io/library/nginx:1.29-alpine
+redis_image=docker.io/library/redis:7-alpine
 
 say() { echo "[offline-bases] $*" >&2; }
 have() { "$engine" image inspect "$1" >/dev/null 2>&1; }
@@ -32,19 +33,31 @@ rootfs() {
   tar -C "$dir" -c . | "$engine" import --quiet --change 'CMD ["bash"]' - "$rootfs_image" >/dev/null
 }
 
-standin() {  # NAME CONTAINERFILE: build the stand-in unless NAME is already there
-  local name=$1 file=$2 ctx
-  if have "$name"; then say "$name is present: kept"; return; fi
+# NAME CONTAINERFILE [CHECK]: build the stand-in unless NAME is already there. CHECK, a shell command run
+# in the image, is what the stack needs of it (the real image passes it): an image that fails it is a
+# stand-in built before that need, rebuilt here.
+standin() {
+  local name=$1 file=$2 check=${3:-} ctx old=
+  if have "$name"; then
+    if [ -z "$check" ] || "$engine" run --rm --entrypoint sh "$name" -c "$check" >/dev/null 2>&1; then
+      say "$name is present: kept"
+      return
+    fi
+    old=$("$engine" image inspect --format '{{.Id}}' "$name")
+    say "$name is an older stand-in, without what the stack needs now ($check): rebuilt"
+  fi
   rootfs
   ctx=$(mktemp -d)
   trap 'rm -rf "$ctx"' RETURN
-  cp "$here/nginx-entrypoint.sh" "$ctx"/
+  cp "$here"/*-entrypoint.sh "$ctx"/
   # pip inside the builds checks TLS against this machine's CA bundle (which may hold a proxy's CA)
   cp "${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}" "$ctx/host-ca-bundle.crt"
   say "building the stand-in $name"
   "$engine" build --format docker --build-arg "BASE=$rootfs_image" -f "$here/$file" -t "$name" "$ctx" >/dev/null
+  if [ -n "$old" ]; then "$engine" image rm "$old" >/dev/null 2>&1 || true; fi  # the older stand-in, if unused
 }
 
 standin "$python_image" python.Containerfile
-standin "$nginx_image" nginx.Containerfile
-say "done: $("$engine" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'python:3.11-slim|nginx:1.29' | tr '\n' ' ')"
+standin "$nginx_image" nginx.Containerfile 'command -v busybox'   # deploy/nginx/40-api-shards.sh
+standin "$redis_image" redis.Containerfile
+say "done: $("$engine" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'python:3.11-slim|nginx:1.29|redis:7' | tr '\n' ' ')"

@@ -31,6 +31,7 @@ METRICS = (
 class Stack:
     def __init__(self, engine: Engine, folder: Path, name: str):
         self.engine, self.dir, self.project = engine, folder, f"{PREFIX}{name}"
+        self.profiles: tuple[str, ...] = ()  # compose profiles besides the default services (`up`)
         shutil.copy2(ROOT / "docker-compose.yml", folder / "docker-compose.yml")
         shutil.copytree(ROOT / "deploy" / "nginx", folder / "deploy" / "nginx")
         shutil.copytree(ROOT / "models", folder / "models")
@@ -53,16 +54,21 @@ class Stack:
             [*self.engine.compose, "-p", self.project, *args], cwd=self.dir, env=self.env, timeout=timeout, check=check
         )
 
-    def up(self, replicas: int = 1) -> float:
-        """Start the default services (`--no-build`: the suite built the images); seconds until
-        every replica is healthy and nginx answers ready."""
+    def up(self, replicas: int = 1, profiles: tuple[str, ...] = (), scale: str | None = None) -> float:
+        """Start the default services and those of `profiles` (`--no-build`: the suite built the images), with
+        `replicas` api replicas, or `scale` (SERVICE=N: podman-compose takes one --scale); seconds until
+        every api replica is healthy and nginx answers ready."""
+        self.profiles = profiles
         t0 = time.monotonic()
-        self.compose("up", "-d", "--no-build", "--scale", f"api={replicas}")
+        self.compose(*self.profile_args(), "up", "-d", "--no-build", "--scale", scale or f"api={replicas}")
         self.wait_healthy(replicas)
         return time.monotonic() - t0
 
+    def profile_args(self) -> list[str]:
+        return [arg for p in self.profiles for arg in ("--profile", p)]
+
     def down(self) -> None:
-        self.compose("down", "-v", "-t", "5", check=False)
+        self.compose(*self.profile_args(), "down", "-v", "-t", "5", check=False)
         # replicas added by --scale are not always known to `down` (podman-compose): remove by label
         left = self.containers(None, all_states=True)
         if left:

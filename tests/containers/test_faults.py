@@ -1,14 +1,18 @@
-"""Three api replicas behind nginx, and the faults a deployment meets: requests spread over the
-replicas (by their own counters), a replica drained by a stop with a render running on it, a
-replica killed under load, and a render as large as the limits allow under the memory limit."""
+"""Three api replicas behind nginx, sharded by model (docs/deployment.md, "Sharding"), and the faults a
+deployment meets: each model's requests on one replica and the models spread over the replicas, requests that
+name no model spread (by the replicas' own counters), a replica drained by a stop with a render running on
+it, a replica killed under load (its models served by the others, no request failed), and a render as large
+as the limits allow under the memory limit."""
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -26,10 +30,24 @@ REPLICAS = 3
 RENDER_TIMEOUT_S = 900
 
 
+# A collection of image models: the bundled two, and astronaut under eight more names
+COPIES = [f"shard-{i}" for i in range(8)]
+IMAGES = ["astronaut", "dandelion", *COPIES]
+MODELS = [*IMAGES, "digits"]
+
+
+def copy_model(models, source: str, name: str) -> None:
+    shutil.copytree(models / source, models / name)
+    config = models / name / "config.pbtxt"
+    config.write_text(config.read_text().replace(f'name: "{source}"', f'name: "{name}"'))
+
+
 @pytest.fixture(scope="module")
 def stack(make_stack, report) -> Stack:
     s = make_stack("scale")
     s.env["INR_RENDER_TIMEOUT_S"] = str(RENDER_TIMEOUT_S)
+    for name in COPIES:
+        copy_model(s.models, "astronaut", name)
     report[f"time_to_healthy_{REPLICAS}_replicas_s"] = round(s.up(REPLICAS), 1)
     return s
 
@@ -44,20 +62,102 @@ def wait_replicas(stack: Stack, n: int = REPLICAS, timeout: float = 120) -> list
     raise AssertionError(f"fewer than {n} healthy replicas after {timeout} s: {stack.containers()}")
 
 
-def served(stack: Stack, replica: str) -> float:
-    return metric(stack.replica_metrics(replica), "nv_inference_request_success", model="astronaut")
+def requests(samples: dict, **labels) -> float:
+    """HTTP requests a replica answered (`inr_request_duration_seconds` counts them by model and route)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == "inr_request_duration_seconds_count" and want <= set(ls))
 
 
-def test_requests_reach_several_replicas_by_their_own_counters(stack, report):
+def per_model(before: dict, after: dict, models=MODELS) -> dict[str, dict[str, float]]:
+    """{replica: {model: requests it answered for the model between the two scrapes}}."""
+    return {r: {m: requests(after[r], model=m) - requests(before[r], model=m) for m in models} for r in after}
+
+
+def scrape(stack: Stack, replicas: list[str]) -> dict[str, dict]:
+    return {r: stack.replica_metrics(r) for r in replicas}
+
+
+def owners(stack: Stack, replicas: list[str], settle_s: float = 90) -> dict[str, str]:
+    """The replica each model's requests go to, by the replicas' own counters. Asked again (for up to `settle_s`)
+    while some model is answered by two: each nginx worker skips a replica for 10 s after a refused connection
+    (max_fails=1, fail_timeout=10s), as when it was starting, and sends its models to the next on the ring."""
+    t0 = time.monotonic()
+    while True:
+        before = scrape(stack, replicas)
+        with httpx.Client(base_url=stack.url, timeout=60) as c:
+            for m in MODELS:
+                for _ in range(2):
+                    assert c.get(f"/v1/models/{m}").status_code == 200
+        served = per_model(before, scrape(stack, replicas))
+        on = {m: [r for r in replicas if served[r][m]] for m in MODELS}
+        split = {m: rs for m, rs in on.items() if len(rs) != 1}
+        if not split:
+            return {m: rs[0] for m, rs in on.items()}
+        assert time.monotonic() - t0 < settle_s, f"models answered by several replicas for {settle_s} s: {split}"
+        time.sleep(2)
+
+
+def model_routes(name: str) -> list[tuple[str, str, dict | None]]:
+    """Requests that name the image model `name`, over v1, V2 and IIIF."""
+    return [
+        ("GET", f"/v1/models/{name}", None),
+        ("POST", f"/v1/models/{name}/query", {"coords": [[0.5, 0.5]]}),
+        ("GET", f"/v2/models/{name}", None),
+        ("GET", f"/v2/models/{name}/ready", None),
+        ("GET", f"/iiif/3/{name}/info.json", None),
+        ("GET", f"/iiif/3/{name}/full/16,/0/default.png", None),
+    ]
+
+
+PINNED = "shard-3"  # asked for as IIIF `shard-3@1` too: the replica hashes the name part
+
+
+def test_each_model_is_served_by_one_replica_and_the_models_spread(stack, report):
     replicas = wait_replicas(stack)
-    before = {r: served(stack, r) for r in replicas}
+    settled = owners(stack, replicas)
+    before = scrape(stack, replicas)
+    sent = Counter()
     with httpx.Client(base_url=stack.url, timeout=60) as c:
-        for i in range(60):
-            r = c.post("/v1/models/astronaut/query", json={"coords": [[i / 60, 0.5]]})
-            assert r.status_code == 200, r.text
-    counts = {r: served(stack, r) - before[r] for r in replicas}
-    report["scale_requests_per_replica"] = sorted(int(v) for v in counts.values())
-    assert sum(counts.values()) == 60
+        for name in IMAGES:
+            for method, path, body in model_routes(name):
+                r = c.request(method, path, json=body)
+                assert r.status_code == 200, (path, r.status_code, r.text)
+                sent[name] += 1
+        for _ in range(3):  # a version-pinned identifier is not a model name: the replica labels it ""
+            assert c.get(f"/iiif/3/{PINNED}@1/info.json").status_code == 200
+    after = scrape(stack, replicas)
+    served = per_model(before, after, IMAGES)
+    where = {}
+    for name in IMAGES:
+        on = {r: served[r][name] for r in replicas if served[r][name]}
+        assert list(on.values()) == [sent[name]], f"{name}: {on}, sent {sent[name]}"
+        where[name] = next(iter(on))
+    pinned = "/iiif/3/{name}/info.json"
+    pinned_on = [
+        r
+        for r in replicas
+        if requests(after[r], endpoint=pinned, model="") > requests(before[r], endpoint=pinned, model="")
+    ]
+    assert pinned_on == [where[PINNED]], (pinned_on, where[PINNED])
+    assert where == {m: settled[m] for m in IMAGES}
+    spread = Counter(where.values())
+    report["shards_models_per_replica"] = sorted(spread.values())
+    report["shards_owner"] = {m: replicas.index(r) for m, r in where.items()}
+    assert len(spread) >= 2, f"all {len(IMAGES)} models on one replica: {where}"  # 3 replicas: (1/3)^9
+
+
+def test_requests_that_name_no_model_reach_several_replicas(stack, report):
+    replicas = wait_replicas(stack)
+    before = scrape(stack, replicas)
+    with httpx.Client(base_url=stack.url, timeout=60) as c:
+        for _ in range(30):
+            assert c.get("/v1/models").status_code == 200
+    after = scrape(stack, replicas)
+    counts = {
+        r: requests(after[r], endpoint="/v1/models") - requests(before[r], endpoint="/v1/models") for r in replicas
+    }
+    report["shards_model_list_per_replica"] = sorted(int(v) for v in counts.values())
+    assert sum(counts.values()) == 30
     assert sum(1 for v in counts.values() if v > 0) >= 2, counts
 
 
@@ -121,25 +221,37 @@ def crash(stack: Stack, container: str) -> None:
         stack.engine("kill", "--signal", "KILL", container)
 
 
-def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
+def loads(samples: dict) -> float:
+    """Models loaded on first use (the memory budget's `inr_model_loads_total`; 0 where the service has none)."""
+    return metric(samples, "inr_model_loads", result="loaded")
+
+
+def test_a_replica_killed_under_load_costs_no_request_and_its_models_move_to_the_others(stack, report):
     replicas = wait_replicas(stack)
-    victim = replicas[1]
+    where = owners(stack, replicas)  # again: the drain test above restarted a replica, at a new address
+    victim = Counter(where.values()).most_common(1)[0][0]
+    survivors = [r for r in replicas if r != victim]
+    theirs = [m for m in MODELS if where[m] == victim]
     x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32).round(3)
     v2 = {"inputs": [{"name": "images", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": x.ravel().tolist()}]}
     done = []
     killed, kill_lock = threading.Event(), threading.Lock()
+    before = scrape(stack, survivors)
 
     def one(i: int):
-        kind = "post_infer" if i % 2 else "get_render"
+        name = IMAGES[i % len(IMAGES)]
+        kind = ("post_infer", "get_render", "post_query")[i % 3]
         with httpx.Client(base_url=stack.url, timeout=60) as c:
             try:
                 if kind == "post_infer":
                     r = c.post("/v2/models/digits/infer", json=v2)
+                elif kind == "post_query":
+                    r = c.post(f"/v1/models/{name}/query", json={"coords": [[(i % 50) / 50, 0.5]]})
                 else:  # a different tile each time: nginx cannot answer it from its cache
                     x0 = (i % 37) / 40
                     r = c.get(
-                        "/v1/models/astronaut/render",
-                        params={"width": 128, "height": 128, "viewport": f"{x0},0.1,{x0 + 0.05},0.15"},
+                        f"/v1/models/{name}/render",
+                        params={"width": 64, "height": 64, "viewport": f"{x0},0.1,{x0 + 0.05},0.15"},
                     )
                 done.append((kind, r.status_code))
             except httpx.HTTPError as e:
@@ -152,16 +264,33 @@ def test_a_replica_killed_under_load_costs_no_get_and_no_infer(stack, report):
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(one, range(240)))
     assert killed.is_set()
-    failures = {kind: sum(1 for k, s in done if k == kind and s != 200) for kind in ("get_render", "post_infer")}
+    after = scrape(stack, survivors)
+    failures = {
+        k: sum(1 for kind, s in done if kind == k and s != 200) for k in ("get_render", "post_query", "post_infer")
+    }
+    served = per_model(before, after)
+    # the ring once the victim is back (at a new address, or its old one)
+    back = wait_replicas(stack, timeout=120)  # `restart: unless-stopped` brings the replica back
+    later = owners(stack, back)
     report["sigkill_under_load"] = {
         "requests": len(done),
         **{f"{k}_failures": v for k, v in failures.items()},
         "restarts_by_policy": stack.engine.inspect(victim)["RestartCount"],
+        "victim_models": theirs,
+        "victim_models_served_by_survivors": {m: int(sum(served[r][m] for r in survivors)) for m in theirs},
+        "cold_loads_on_survivors": {survivors.index(r): int(loads(after[r]) - loads(before[r])) for r in survivors},
     }
     assert len(done) == 240
-    assert failures["get_render"] == 0, done
-    assert failures["post_infer"] == 0, done  # nginx retries inference POSTs too (deploy/nginx)
-    assert wait_replicas(stack, timeout=120)  # `restart: unless-stopped` brings the replica back
+    assert failures == {"get_render": 0, "post_query": 0, "post_infer": 0}, done  # inference POSTs are retried too
+    # the others answered the victim's models...
+    assert sum(served[r][m] for r in survivors for m in theirs) > 0, served
+    for m in theirs:
+        if later[m] in survivors:  # ...each one on the replica the ring gives it without the victim
+            assert served[later[m]][m] > 0, (m, served)
+    # ...and no other model moved between the survivors (consistent hashing: only the victim's share moves)
+    for m in MODELS:
+        if m not in theirs:
+            assert [r for r in survivors if served[r][m]] in ([], [where[m]]), (m, where[m], served)
 
 
 def peak_mb(stack: Stack, container: str) -> float:

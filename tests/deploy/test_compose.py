@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from .conftest import ROOT, compose_default
+from .nginxconf import SHARDS, rendered, servers
 
 
 @pytest.fixture(scope="module")
@@ -99,37 +100,47 @@ def test_api_polls_the_folder_train_writes_into(compose):
     assert api["volumes"][0]["target"] == env["INR_MODELS"]
 
 
-def rendered_nginx_conf(resolver: str = "127.0.0.11") -> str:
-    """deploy/nginx/nginx.conf.template as the image's entrypoint renders it (NGINX_* only)."""
-    template = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
-    return template.replace("${NGINX_RESOLVER}", resolver)
-
-
 def test_nginx_fronts_the_api_and_resolves_with_the_containers_own_dns(compose):
     nginx = compose["services"]["nginx"]
     mounts = {m["target"]: m for m in nginx["volumes"]}
     template = mounts["/etc/nginx/templates/nginx.conf.template"]
     assert template["read_only"] and nginx["environment"]["NGINX_ENVSUBST_OUTPUT_DIR"] == "/etc/nginx"
-    resolver_script = mounts["/docker-entrypoint.d/15-container-resolver.envsh"]
-    assert (ROOT / resolver_script["source"]).stat().st_mode & 0o111, "the image only sources executable .envsh"
+    for script in ("15-container-resolver.envsh", "40-api-shards.sh"):
+        mounted = mounts[f"/docker-entrypoint.d/{script}"]
+        assert mounted["read_only"] and mounted["source"] == f"./deploy/nginx/{script}"
+        assert (ROOT / mounted["source"]).stat().st_mode & 0o111, "the image only runs executable scripts"
     conf = (ROOT / template["source"]).read_text()
     listen = re.search(r"listen\s+(\d+);", conf).group(1)
     grpc_listen = re.search(r"listen\s+(\d+)\s+http2;", conf).group(1)
     assert nginx["ports"] == [f"${{INR_HTTP_PORT:-8000}}:{listen}", f"${{INR_GRPC_HOST_PORT:-8001}}:{grpc_listen}"]
-    grpc_backend = re.search(r"set\s+\$(\w+)\s+grpc://api:(\d+);", conf)
+    grpc_backend = re.search(r"set\s+\$(\w+)\s+grpc://\$\{NGINX_API_HOST\}:(\d+);", conf)
     assert grpc_backend and f"grpc_pass ${grpc_backend.group(1)};" in conf
     api = compose["services"]["api"]
     assert grpc_backend.group(2) == api["environment"]["INR_GRPC_PORT"] and grpc_backend.group(2) in api["expose"]
     assert re.search(r"resolver\s+\$\{NGINX_RESOLVER\}\s", conf), "no hard-coded resolver address"
-    # only NGINX_* variables are substituted; every other ${...} would be emptied by envsubst
-    assert set(re.findall(r"\$\{(\w+)\}", conf)) == {"NGINX_RESOLVER"}
-    assert re.fullmatch(nginx["environment"]["NGINX_ENVSUBST_FILTER"].strip("^") + r"\w*", "NGINX_RESOLVER")
-    # proxy_pass through a variable: resolved per request, so new replicas are found
-    backend = re.search(r"set\s+\$(\w+)\s+http://api:(\d+);", conf)
-    assert backend and f"proxy_pass ${backend.group(1)};" in conf
-    assert backend.group(2) == api["expose"][0]
+    # only NGINX_* variables are substituted, and only those set: every other ${...} would be emptied or left
+    assert set(re.findall(r"\$\{(\w+)\}", conf)) == {"NGINX_RESOLVER", "NGINX_API_HOST"}
+    for name in ("NGINX_RESOLVER", "NGINX_API_HOST"):
+        assert re.fullmatch(nginx["environment"]["NGINX_ENVSUBST_FILTER"].strip("^") + r"\w*", name)
+    assert nginx["environment"]["NGINX_API_HOST"] == "api", "the service's name: one DNS answer per replica"
+    # HTTP goes to the sharded upstream, whose servers 40-api-shards.sh writes (port: NGINX_API_PORT, 8000)
+    assert set(re.findall(r"proxy_pass\s+([^;]+);", conf)) == {"http://api_replicas"}
+    assert "NGINX_API_PORT" not in nginx["environment"] and api["expose"][0] == "8000"
     assert nginx["depends_on"]["api"]["condition"] == "service_healthy"
     assert conf.count("{") == conf.count("}")
+
+
+def test_nginx_shards_http_by_model_on_a_consistent_hash_ring():
+    """The upstream hashes $model (consistent), its servers included from the file 40-api-shards.sh writes;
+    tests/deploy/test_shards_nginx.py runs it."""
+    conf = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
+    upstream = re.search(r"upstream\s+api_replicas\s*\{(.*?)\}", conf, re.S).group(1)
+    assert re.search(r"^\s*hash\s+\$model\s+consistent;", upstream, re.M)
+    (included,) = re.findall(r"include\s+(\S+);", upstream)
+    script = (ROOT / "deploy" / "nginx" / "40-api-shards.sh").read_text()
+    assert f"file=${{NGINX_SHARDS_FILE:-{included}}}" in script
+    assert "resolve" not in upstream, "servers sharing a name share their ring points: one line per address"
+    assert re.search(r"map\s+\$uri\s+\$model\s*\{", conf)
 
 
 def test_the_resolver_script_takes_the_first_nameserver(tmp_path):
@@ -155,7 +166,9 @@ def test_the_resolver_script_takes_the_first_nameserver(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)")
 def test_nginx_accepts_the_rendered_config(tmp_path):
+    shards = tmp_path / "api.conf"
+    shards.write_text(servers(["10.89.0.5:8000", "10.89.0.6:8000"]))
     conf = tmp_path / "nginx.conf"
-    conf.write_text(rendered_nginx_conf())
+    conf.write_text(rendered().replace(SHARDS, str(shards)))
     result = subprocess.run(["nginx", "-t", "-c", str(conf)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

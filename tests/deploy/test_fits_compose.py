@@ -181,7 +181,7 @@ def test_nginx_never_retries_a_fit_request_on_another_replica_once_sent(path):
     """POST /v1/fits queues a job: a replica that got it and failed must not be followed by a second."""
     body = pick(path)
     assert "non_idempotent" not in (directive(body, "proxy_next_upstream") or "")
-    assert "proxy_pass $api_backend;" in body
+    assert "proxy_pass http://api_replicas;" in body
 
 
 @pytest.mark.parametrize(

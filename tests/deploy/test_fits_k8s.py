@@ -169,6 +169,7 @@ def test_kustomize_gives_the_worker_the_train_image_and_the_api_the_runtime_imag
         "inr-serve": "inr-serve:cpu",
         "inr-serve-worker": "inr-serve:train",
         "inr-serve-redis": "redis:7-alpine",
+        "inr-serve-router": "nginx:1.29-alpine",
     }
     # `kustomize edit set image inr-serve=REGISTRY/...` (docs/deployment.md) leaves the worker's alone
     copy = tmp_path / "k8s"

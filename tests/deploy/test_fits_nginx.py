@@ -5,9 +5,6 @@ not ask for it with `X-Accel-Buffering: no`; a 20 MiB upload passes /v1/fits whi
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,9 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from bench.serving import free_port
-
-from .conftest import ROOT
+from .nginxconf import LocalNginx
 
 HOLD_S = 20  # the longest the backend holds event 2 back, waiting for the client to have event 1
 
@@ -58,40 +53,11 @@ class Backend(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory):
-    if shutil.which("nginx") is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
     backend = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
     threading.Thread(target=backend.serve_forever, daemon=True).start()
-    folder = tmp_path_factory.mktemp("nginx")
-    port = free_port()
-    conf = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()
-    conf = (
-        conf.replace("${NGINX_RESOLVER}", "127.0.0.1")
-        .replace("http://api:8000", f"http://127.0.0.1:{backend.server_port}")
-        .replace("listen 8080;", f"listen 127.0.0.1:{port};")
-        .replace("listen 8081 http2;", f"listen 127.0.0.1:{free_port()} http2;")
-        .replace("/tmp/", f"{folder}/")
-    )
-    # as root, nginx's workers would run as nobody and could not use temp folders under pytest's own
-    conf = "daemon off;\n" + ("user root;\n" if os.geteuid() == 0 else "") + conf
-    (folder / "nginx.conf").write_text(conf)
-    proc = subprocess.Popen(
-        ["nginx", "-c", str(folder / "nginx.conf"), "-e", str(folder / "error.log")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            httpx.get(url + "/nginx-health", timeout=1)
-            break
-        except httpx.TransportError:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    local = LocalNginx(tmp_path_factory.mktemp("nginx"), [f"127.0.0.1:{backend.server_port}"])
+    yield local.url
+    local.stop()
     backend.shutdown()
 
 
