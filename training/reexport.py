@@ -4,8 +4,10 @@ For a model folder without a checkpoint (the bundled `astronaut`): rebuild the t
 the latest version's `architecture` and its ONNX initializers (they carry the state_dict's names),
 check that it reproduces the old graph, and write the folder again, as version 1, with the current
 exporter — today's Concat-free encoding graph and the separable body (`1/body.onnx`, metadata
-`separable`). Everything else in the version's metadata.json (training, metrics, source) and
-preview.png are kept.
+`separable`) and the encoding's storage (a grid's 8-bit tables packed as uint8 in memory,
+training/encodings/grid_store.py; metadata `export.tables`). Everything else in the version's
+metadata.json (training, metrics, source), the ONNX file's metadata_props (image_width, image_height)
+and preview.png are kept.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from modelrepo import SpecError, read_spec, version_numbers
 
 from .encodings import encoding_for
 from .errors import UsageError
-from .export import check_parity, export_onnx, ort_session
+from .export import check_parity, export_onnx, ort_session, set_metadata_props
 from .fp16 import store_weights_fp16
 from .image_models import ImageINR, ImageModelConfig, fold_batchnorm
 from .repository import TensorSpec, command_line, write_model_dir
@@ -89,14 +91,22 @@ def stored_weights(graph) -> dict[str, torch.Tensor]:
     return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in out.items()}
 
 
-def stored_as_before(onnx_bytes: bytes, model: ImageINR, export: dict) -> bytes:
-    """The new graph with the storage the old one had: the encoding's (8-bit tables), float16 weights (both
-    lossless here, the values being already rounded to them)."""
+def stored_as_before(onnx_bytes: bytes, model: ImageINR, export: dict) -> tuple[bytes, dict]:
+    """The new graph with the storage the old one had: the encoding's (8-bit tables, held so in memory: e.g.
+    training/encodings/grid_store.py), float16 weights (both lossless here, the values being already rounded to
+    them); and the encoding's storage report."""
     enc = model.config.encoding
-    onnx_bytes, _ = encoding_for(enc).store(enc, model, onnx_bytes)
+    onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)
     if str(export.get("weights", "")).startswith("float16"):
         onnx_bytes, _ = store_weights_fp16(onnx_bytes)
-    return onnx_bytes
+    return onnx_bytes, stored
+
+
+def metadata_props(onnx_bytes: bytes) -> dict[str, str]:
+    """The graph's metadata_props (e.g. image_width, image_height: the fitted pixel grid)."""
+    import onnx
+
+    return {p.key: p.value for p in onnx.load_from_string(onnx_bytes).metadata_props}
 
 
 def reexport_image(folder: Path) -> dict:
@@ -109,16 +119,17 @@ def reexport_image(folder: Path) -> dict:
         diff = float(np.max(np.abs(model(torch.from_numpy(probe)).numpy() - ref)))
     if not diff <= REBUILD_ATOL:
         raise UsageError(f"{folder}: the rebuilt model differs from its ONNX file by {diff:.3g} > {REBUILD_ATOL}")
-    onnx_bytes = stored_as_before(
+    onnx_bytes, stored = stored_as_before(
         export_onnx(model, torch.rand(8, 2), "coords", ["rgb"]), model, meta.get("export", {})
     )
+    onnx_bytes = set_metadata_props(onnx_bytes, metadata_props(old))
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
     keep = {k: v for k, v in meta.items() if k not in WRITTEN}
-    keep["export"] = {**meta.get("export", {}), "max_abs_diff_vs_torch": parity}
+    keep["export"] = {**meta.get("export", {}), **stored, "max_abs_diff_vs_torch": parity}
     keep["reexport"] = {
         "from_onnx_sha256": meta.get("onnx_sha256"),
         "max_abs_diff_vs_old_onnx": diff,
-        "fit_command": meta.get("command"),
+        "fit_command": meta.get("reexport", {}).get("fit_command") or meta.get("command"),
         "command": command_line(),
     }
     write_body = write_separable(model, probe, keep)

@@ -18,9 +18,12 @@ per-point, per-channel walk per level (about 40 % of a render) plus a transposed
     levels ([N, L, 4F]); the bilinear weights as the product of two Gemms of the fractions (so
     no broadcasts over small axes, which onnxruntime runs slowly); the corner sum as a MatMul
     into the head's [N, L·F] features, in the traced layout (level-major, coarsest first). Levels with different
-    F (a native finest level of one feature) are packed and gathered in runs of equal F, then concatenated.
-    Levels with different F (a native finest level of one feature) are packed and gathered in runs of equal F,
-    their features concatenated.
+    F (a native finest level of one feature) are packed and gathered in runs of equal F, their features
+    concatenated.
+
+Tables that are exactly 8-bit or float16 numbers are stored, packed and gathered in that dtype instead (`storage`,
+chosen by grid_store.py when the file is stored): 4·F or 8·F bytes per cell after load, a Cast after the Gather,
+and 8-bit tables dequantised after the corner sum.
 
 The head (everything after the encoding) is traced from the model itself. Grids with a hashed
 level, or more than MAX_PACKED bytes of packed corners (memory: a 24 MP model would need about 290 MB steady),
@@ -35,6 +38,7 @@ import numpy as np
 from torch import nn
 
 from .grid import MultiresGrid
+from .grid_quant import exact_8bit
 
 FEATURES = "grid_features"  # the head's input inside the composed graph
 MAX_PACKED = 2**27  # bytes of float32 corners, 16·F per padded cell (128 MiB: a 4 MP model with 8-bit tables
@@ -56,9 +60,11 @@ class DenseGridGraph:
 
     head_input = FEATURES
 
-    def __init__(self, module: nn.Module, enc: MultiresGrid):
+    def __init__(self, module: nn.Module, enc: MultiresGrid, storage: list[str] | None = None):
         self.module, self.enc = module, enc
         self.features = enc.out_dim
+        # each run's table dtype in the file and in the packed corners: float32, float16 or uint8 (grid_store.py)
+        self.storage = storage or ["float32"] * len(runs(enc.level_features))
 
     @property
     def head(self) -> nn.Module:
@@ -166,7 +172,8 @@ class DenseGridGraph:
         features = []
         for k, ((a, b, f), total) in enumerate(zip(groups, totals)):
             tag = "" if len(groups) == 1 else f"r{k}/"
-            tables = [self._pack(node, const, self._table(consts, level), level, f) for level in range(a, b)]
+            kind = self.storage[k]
+            tables = [self._pack(node, const, self._table(consts, level, kind), level, f) for level in range(a, b)]
             packed = node("Concat", tables, f"{tag}corners", axis=0)  # [cells, 4F]
             idx = (
                 idx_all
@@ -189,24 +196,40 @@ class DenseGridGraph:
                 [g, const(f"flat{(b - a) * 4 * f}", np.array([-1, (b - a) * 4 * f], np.int64))],
                 f"{tag}corner_flat",
             )
+            if kind != "float32":  # the corners are read in their stored dtype, computed in float32
+                g = node("Cast", [g], f"{tag}corner_float", to=TensorProto.FLOAT)
             mw, bw, s = self._weights(levels, a, b, f)
             w = node("Gemm", [basis, const(f"{tag}w", mw), const(f"{tag}w_bias", bw)], f"{tag}weight")
             g = node("Mul", [g, w], f"{tag}weighted")
-            features.append(
-                node(
-                    "MatMul",
-                    [g, const(f"{tag}corner_sum", s)],
-                    f"{tag}features",
-                    output=FEATURES if len(groups) == 1 else "",
-                )
-            )  # [N, Lr·F]
+            out = FEATURES if len(groups) == 1 else ""
+            if kind == "uint8":  # Σ_c w_c (q_c·scale + low) = scale·Σ_c w_c q_c + low (the weights sum to 1):
+                # the scales folded into the corner sum at load, the lows its bias
+                parts = {}
+                for part in ("scale", "low"):  # [1, F, 1, 1] per level → [Lr·F], (level, feature)
+                    v = node(
+                        "Concat", [f"encoding.tables.{level}__{part}" for level in range(a, b)], tag + part, axis=1
+                    )
+                    parts[part] = node("Reshape", [v, const("flat", np.array([-1], np.int64))], f"{tag}{part}_flat")
+                s = node("Mul", [const(f"{tag}corner_sum", s), parts["scale"]], f"{tag}corner_sum_scaled")
+                features.append(node("Gemm", [g, s, parts["low"]], f"{tag}features", output=out))  # [N, Lr·F]
+            else:
+                features.append(node("MatMul", [g, const(f"{tag}corner_sum", s)], f"{tag}features", output=out))
         if len(groups) > 1:
             node("Concat", features, "features", output=FEATURES, axis=1)  # [N, ΣF], coarsest first
         return nodes, [numpy_helper.from_array(a, k) for k, a in consts.items()]
 
-    def _table(self, consts: dict, level: int) -> str:
-        name = f"encoding.tables.{level}"
-        consts[name] = self.enc.tables[level].detach().cpu().numpy().astype(np.float32)
+    def _table(self, consts: dict, level: int, kind: str) -> str:
+        """The level's table as stored: float32 `encoding.tables.L`, float16 `…__fp16` (training/fp16.py's name) or
+        uint8 `…__u8` with its float32 `…__scale` and `…__low` per feature (grid_quant.py's names, which
+        training/reexport.py reads back)."""
+        name, table = f"encoding.tables.{level}", self.enc.tables[level].detach().cpu()
+        if kind == "uint8":
+            consts[f"{name}__u8"], consts[f"{name}__scale"], consts[f"{name}__low"] = exact_8bit(table)
+            return f"{name}__u8"
+        if kind == "float16":
+            consts[f"{name}__fp16"] = table.numpy().astype(np.float16)
+            return f"{name}__fp16"
+        consts[name] = table.numpy().astype(np.float32)
         return name
 
     @staticmethod

@@ -1,6 +1,7 @@
 """`grid` as a plug-in: the multiresolution grid (grid.py) with its start from the image's pyramid (grid_init.py),
 instant-ngp's Adam, its 8-bit tables and native refit after training (grid_quant.py, grid_refit.py), its render
-layout (grid_export.py), the opset a hashed level needs, and its command-line options `--grid-*`."""
+layout (grid_export.py) and in-memory storage (grid_store.py), the opset a hashed level needs, and its command-line
+options `--grid-*`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .grid_export import DenseGridGraph, plan
 from .grid_init import pyramid_init
 from .grid_quant import round_tables_8bit, store_tables_8bit
 from .grid_refit import finish_native
+from .grid_store import pack_stored
 
 
 class GridEncoding(Encoding):
@@ -59,10 +61,13 @@ class GridEncoding(Encoding):
         return plan(model, input_name)
 
     def store(self, cfg: GridConfig, model: nn.Module, onnx_bytes: bytes) -> tuple[bytes, dict]:
+        """8-bit (or float16) tables stored so, and packed and gathered so in memory (grid_store.py); 8-bit tables
+        of a graph that cannot hold them so rebuilt in front of their users (grid_quant.py)."""
+        onnx_bytes, packed = pack_stored(onnx_bytes, model, cfg.table_bits)
         if cfg.table_bits != 8:
-            return onnx_bytes, {}
+            return onnx_bytes, ({"tables": {"tables": "float16 storage", **packed}} if packed else {})
         onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
-        return onnx_bytes, {"tables": tables}
+        return onnx_bytes, {"tables": {**tables, **packed}}
 
     def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
         """Out of range, validate_options refuses them naming the range (grid.py)."""

@@ -5,7 +5,9 @@ A grid model's bytes are almost all its tables, and a table of one feature of on
 evenly spaced values, q·scale + low with q in 0..255, so that the model that is scored and exported *is*
 the rounded one; `store_tables_8bit` then stores each table as uint8 in the ONNX file, in front of a
 `Cast` to float32, a `Mul` by the channel scales and an `Add` of their lows. All three have constant inputs,
-so onnxruntime folds them when it loads the model: a render reads float32 tables as before.
+so onnxruntime folds them when it loads the model: a render reads float32 tables as before. A dense grid in its
+own render layout (grid_export.py) instead keeps them uint8 through the packing and dequantises after the corner
+sum (grid_store.py); those are counted here as stored.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ def channel_range(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return low, torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
+def exact_8bit(table: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(q uint8, scale, low float32, shaped as `channel_range` gives them) of a table that `round_tables_8bit` rounded:
+    q·scale + low is the table exactly, in float32; None for any other table."""
+    table = table.detach().cpu()
+    low, scale = channel_range(table)
+    q = torch.round((table - low) / scale).clamp(0, LEVELS)
+    if not torch.equal(q * scale + low, table):
+        return None
+    return q.numpy().astype(np.uint8), scale.numpy().astype(np.float32), low.numpy().astype(np.float32)
+
+
 @torch.no_grad()
 def round_tables_8bit(model: torch.nn.Module) -> torch.nn.Module:
     enc = getattr(model, "encoding", None)
@@ -41,7 +54,8 @@ def round_tables_8bit(model: torch.nn.Module) -> torch.nn.Module:
 
 def store_tables_8bit(onnx_bytes: bytes, model: torch.nn.Module) -> tuple[bytes, dict]:
     """(new ONNX bytes, report). Each initializer equal to one of the model's (rounded) tables is stored as
-    uint8 and rebuilt by Cast → Mul → Add nodes in front of its users."""
+    uint8 and rebuilt by Cast → Mul → Add nodes in front of its users; tables that the graph already stores as
+    uint8 (`NAME__u8`: the packed corners of grid_export.py, dequantised after the corner sum) are counted."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -50,24 +64,29 @@ def store_tables_8bit(onnx_bytes: bytes, model: torch.nn.Module) -> tuple[bytes,
     graph = proto.graph
     kept, nodes, stored, values = [], [], 0, 0
     for init in graph.initializer:
-        arr = numpy_helper.to_array(init) if init.data_type == TensorProto.FLOAT else None
+        if init.data_type == TensorProto.UINT8 and init.name.endswith("__u8"):
+            kept.append(init)
+            stored += 1
+            values += int(np.prod(init.dims))
+            continue
+        # the 8-bit storage's own scales and lows, and the dense grid's constants, are no tables (a 1×1 level's
+        # table may equal its low)
+        own = init.name.endswith(("__scale", "__low")) or init.name.startswith("grid.")
+        arr = numpy_helper.to_array(init) if init.data_type == TensorProto.FLOAT and not own else None
         match = next(
             (t for t in tables if arr is not None and tuple(t.shape) == arr.shape and np.array_equal(t.numpy(), arr)),
             None,
         )
-        if match is None:
+        exact = exact_8bit(match) if match is not None else None
+        if exact is None:  # not a table, or not rounded by round_tables_8bit: keep it float
             kept.append(init)
             continue
-        low, scale = channel_range(match)
-        q = torch.round((match - low) / scale).clamp(0, LEVELS)
-        if not torch.equal(q * scale + low, match):  # not rounded by round_tables_8bit: keep it float
-            kept.append(init)
-            continue
+        q, scale, low = exact
         names = {k: f"{init.name}__{k}" for k in ("u8", "scale", "low", "f32", "scaled")}
         kept += [
-            numpy_helper.from_array(q.numpy().astype(np.uint8), names["u8"]),
-            numpy_helper.from_array(scale.numpy().astype(np.float32), names["scale"]),
-            numpy_helper.from_array(low.numpy().astype(np.float32), names["low"]),
+            numpy_helper.from_array(q, names["u8"]),
+            numpy_helper.from_array(scale, names["scale"]),
+            numpy_helper.from_array(low, names["low"]),
         ]
         nodes += [
             helper.make_node("Cast", [names["u8"]], [names["f32"]], to=TensorProto.FLOAT),
