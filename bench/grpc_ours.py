@@ -91,7 +91,7 @@ async def run(args) -> str:
     from service.app import create_app
     from service.settings import Settings
 
-    app = create_app(Settings(models=args.models, grpc_port=0, threads=1, log_level="error"))
+    app = create_app(Settings(models=args.models, grpc_port=0, threads=1, log_level="error", model_loading="startup"))
     lines = [
         "| workload | model alone µs | HTTP route core µs (above the model) | gRPC servicer µs (above the model) |",
         "|---|---:|---:|---:|",

@@ -44,6 +44,10 @@ OPTIONS = (
     "model_control_mode",
     "repository_poll_secs",
     "load_model",
+    "model_loading",
+    "memory_budget",
+    "pin_model",
+    "max_concurrent_loads",
     "http_restricted_api",
 )
 SECRET = {"http_restricted_api"}  # never echoed in an error
@@ -101,6 +105,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="explicit mode: load NAME at start; repeatable; '*' loads all (INR_LOAD_MODEL)",
     )
+    memory = p.add_argument_group("memory budget (docs/deployment.md, Memory budget)")
+    memory.add_argument(
+        "--model-loading",
+        choices=("on-demand", "startup"),
+        help="on-demand: list the models at start, load each on first use within --memory-budget; startup: "
+        "load every model at start and keep it (INR_MODEL_LOADING, default: on-demand)",
+    )
+    memory.add_argument(
+        "--memory-budget",
+        metavar="BYTES",
+        help="bytes of resident models, e.g. 2GiB; past it the least recently used are unloaded "
+        "(INR_MEMORY_BUDGET, default: half the container's memory limit, else the machine's)",
+    )
+    memory.add_argument(
+        "--pin-model",
+        action="append",
+        metavar="NAME",
+        help="load NAME at start and never unload it; repeatable (INR_PIN_MODEL)",
+    )
+    memory.add_argument(
+        "--max-concurrent-loads", help="models loading at once; more wait, then 503 (INR_MAX_CONCURRENT_LOADS)"
+    )
     control.add_argument(
         "--http-restricted-api",
         action="append",
@@ -129,9 +155,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         os.listdir(settings.models)
     except OSError as e:
         raise ValueError(f"--models '{settings.models}' cannot be read ({e.strerror})") from None
-    missing = [n for n in settings.load_model if n != "*" and not (settings.models / n).is_dir()]
-    if missing:
-        raise ValueError(f"--load-model {missing[0]}: no model folder '{missing[0]}' in {settings.models}")
+    for option, names in (("--load-model", settings.load_model), ("--pin-model", settings.pin_model)):
+        missing = [n for n in names if n != "*" and not (settings.models / n).is_dir()]
+        if missing:
+            raise ValueError(f"{option} {missing[0]}: no model folder '{missing[0]}' in {settings.models}")
     return settings
 
 
@@ -185,7 +212,7 @@ def resolve_device(settings: Settings) -> Settings:
     auto: CUDA when that works, else CPU; say which."""
     import onnxruntime as ort
 
-    from .engine.runtime import CUDA, check_device_available
+    from .engine.sessions import CUDA, check_device_available
 
     log = logging.getLogger("service")
     if settings.device == "cuda":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -37,10 +38,12 @@ from .engine.control import ModelControl
 from .engine.cpus import default_threads
 from .engine.dataplane import DataPlane
 from .engine.registry import Registry
+from .engine.residency import Residency, ResidencyOptions
 from .engine.runtime import RuntimeOptions
 from .errors import install_error_handlers
 from .fits.jobs import Fits
 from .fits.metrics import FitCollector
+from .memory import format_bytes
 from .metrics import Metrics
 from .render.service import RenderService
 from .server.drain import Drain, DrainGuard
@@ -109,26 +112,52 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         spin=settings.spin,
         metrics=metrics,
     )
-    registry = Registry(settings.models, options)
-    control = ModelControl(registry, settings.model_control_mode, settings.repository_poll_secs, settings.load_model)
+    budget, budget_from = settings.budget
+    residency = Residency(
+        ResidencyOptions(
+            budget, settings.max_concurrent_loads, frozenset(settings.pin_model), settings.queue_timeout_s
+        ),
+        metrics,
+    )
+    registry = Registry(settings.models, options, residency)
+    metrics.watch_models(registry)
+    control = ModelControl(
+        registry,
+        settings.model_control_mode,
+        settings.repository_poll_secs,
+        settings.load_model,
+        on_demand=settings.model_loading == "on-demand",
+        pinned=settings.pin_model,
+    )
     drain = Drain(settings.graceful_shutdown_s)
     metrics.in_flight.set_function(lambda: drain.inflight)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device, threads)
+        log.info("memory budget: %s, %s", format_bytes(budget), budget_from)
         loop = asyncio.get_running_loop()
         heap = Heap(loop)
 
-        def changed(reg: Registry, dropped: list) -> None:  # runs in the thread that loaded
-            metrics.set_models(reg.models)
+        def changed(reg: Registry, name: str, dropped: list) -> None:  # runs in the thread that loaded
+            metrics.model_changed(name, reg.models.get(name))
             if dropped:
                 heap.release(dropped)  # nothing of theirs stays frozen (service/server/heap.py)
                 loop.call_soon_threadsafe(app.state.dataplane.retire, dropped)
 
         registry.listeners.append(changed)
+        await asyncio.to_thread(residency.prime)
         await control.start()
-        metrics.set_models(registry.models)
+        pinned = residency.pinned_bytes()
+        if pinned > budget:  # one line and exit 2, as a bad setting (uvicorn would print a traceback and exit 3)
+            log.error(
+                "error: --memory-budget %s is below the pinned models' %s (--pin-model %s)",
+                format_bytes(budget),
+                format_bytes(pinned),
+                ",".join(settings.pin_model),
+            )
+            logging.shutdown()
+            os._exit(2)
         app.state.renderer.start()
         grpc_server = GrpcServer(app.state) if settings.grpc_port else None
         if grpc_server is not None:  # same loop, same dataplane (service/api/grpc)
@@ -165,8 +194,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.drain = drain
     app.state.control = control
     app.state.cache_store = CacheStore(settings.cache_bytes)  # renders and inference responses, one budget
-    app.state.dataplane = DataPlane(settings, metrics, app.state.cache_store, inflight=lambda: drain.inflight)
-    app.state.renderer = RenderService(settings, metrics, app.state.cache_store)
+    app.state.dataplane = DataPlane(
+        settings, metrics, app.state.cache_store, inflight=lambda: drain.inflight, residency=residency
+    )
+    app.state.renderer = RenderService(settings, metrics, app.state.cache_store, residency)
     app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/fits/jobs.py)
     metrics.registry.register(FitCollector(app.state.fits))  # read from the store at each scrape
     metrics.cache_info = app.state.cache_store.info

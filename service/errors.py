@@ -41,9 +41,11 @@ class NotANumber(BadInput):
 class ModelNotFound(ServiceError):
     status = 404
 
-    def __init__(self, name: str, valid: list[str]):
-        names = ", ".join(sorted(valid)) or "none"
-        super().__init__(f"unknown model '{name}'; models: {names}")
+    def __init__(self, name: str, valid: list[str], shown: int = 20):
+        valid = sorted(valid)
+        names = ", ".join(valid[:shown]) or "none"
+        more = f", … and {len(valid) - shown} more (GET /v1/models)" if len(valid) > shown else ""
+        super().__init__(f"unknown model '{name}'; models: {names}{more}")
 
 
 class WrongTask(ServiceError):
@@ -60,6 +62,18 @@ class ModelNotReady(ServiceError):
 
     def __init__(self, name: str, state: str, reason: str | None):
         super().__init__(f"model '{name}' is {state}" + (f": {reason}" if reason else ""))
+
+
+class ModelTooLarge(ServiceError):
+    """A model version that needs more memory than the whole budget: it is not served, the others are (507)."""
+
+    status = 507
+
+    def __init__(self, name: str, version: int, size: int, budget: int):
+        super().__init__(
+            f"model '{name}' version {version} needs {size / 2**20:.1f} MiB, more than the whole memory budget of "
+            f"{budget / 2**20:.1f} MiB (--memory-budget / INR_MEMORY_BUDGET)"
+        )
 
 
 class NotLoaded(ServiceError):
@@ -194,6 +208,7 @@ GRPC_CODES = {
     499: "CANCELLED",
     501: "UNIMPLEMENTED",
     503: "UNAVAILABLE",
+    507: "RESOURCE_EXHAUSTED",
 }
 
 

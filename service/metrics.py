@@ -14,7 +14,9 @@ Two kinds of series:
 * Histograms and gauges from prometheus_client: `inr_request_duration_seconds` per model and
   endpoint, `inr_inference_queue_duration_seconds`, `inr_inference_compute_duration_seconds`,
   `inr_batch_size` (rows per run), `inr_queue_timeouts_total` (503s after waiting longer than
-  INR_QUEUE_TIMEOUT_S, by model and queue), `inr_models` (models by state) and, with traces on,
+  INR_QUEUE_TIMEOUT_S, by model and queue), `inr_models` (models by state), the memory budget's
+  (`inr_models_resident`, `inr_model_resident_bytes`, `inr_model_memory_budget_bytes`, `inr_model_loads_total`,
+  `inr_model_evictions_total`, `inr_model_load_duration_seconds`, `inr_model_load_wait_seconds`) and, with traces on,
   `inr_trace_spans_dropped_total` (spans that never reached the collector, by reason; docs/deployment.md).
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
@@ -34,6 +36,7 @@ from .triton_stats import ModelStats, stats_json, triton_text
 
 INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+LOAD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 
 
@@ -105,6 +108,39 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        # The memory budget (service/engine/residency.py); no model label: a collection has thousands of models
+        self.model_loads = Counter(
+            "inr_model_loads",
+            "model versions loaded on first use, by result: loaded, failed, too_large",
+            ["result"],
+            registry=self.registry,
+        )
+        self.model_evictions = Counter(
+            "inr_model_evictions",
+            "model versions unloaded to make room within the memory budget",
+            registry=self.registry,
+        )
+        self.model_load_seconds = Histogram(
+            "inr_model_load_duration_seconds",
+            "seconds one load and warmup of a model version took",
+            buckets=LOAD_BUCKETS,
+            registry=self.registry,
+        )
+        self.load_waits = Histogram(
+            "inr_model_load_wait_seconds",
+            "seconds a request waited for its model's first-use load",
+            buckets=LOAD_BUCKETS,
+            registry=self.registry,
+        )
+        self.resident_models = Gauge(
+            "inr_models_resident", "model versions with sessions in memory", registry=self.registry
+        )
+        self.resident_bytes = Gauge(
+            "inr_model_resident_bytes", "measured bytes of the resident model versions", registry=self.registry
+        )
+        self.budget_bytes = Gauge(
+            "inr_model_memory_budget_bytes", "the memory budget (--memory-budget)", registry=self.registry
+        )
         self.cache_info = None  # () -> CacheStore.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
         # several times per request. Keys are known models, route templates and status codes.
@@ -112,6 +148,23 @@ class Metrics:
         self._model_children: dict[str, tuple] = {}
 
     # -- recording -------------------------------------------------------------------------------
+    def residency(self, residency) -> None:
+        """Read the resident models and bytes from `residency` at each scrape."""
+        self.resident_models.set_function(lambda: len(residency.resident))
+        self.resident_bytes.set_function(lambda: residency.bytes)
+        self.budget_bytes.set(residency.options.budget)
+
+    def model_load(self, model: str, result: str, seconds: float) -> None:
+        self.model_loads.labels(result).inc()
+        if result == "loaded":
+            self.model_load_seconds.observe(seconds)
+
+    def model_evicted(self, model: str) -> None:
+        self.model_evictions.inc()
+
+    def load_wait(self, model: str, seconds: float) -> None:
+        self.load_waits.observe(seconds)
+
     def spans_dropped(self, reason: str, n: int) -> None:
         """telemetry.tracing's drop hook (called from the span processor's threads)."""
         self.trace_drops.labels(reason).inc(n)
@@ -120,15 +173,30 @@ class Metrics:
     def _stats(self, model: str, version: int | str | None) -> ModelStats:
         return self.models[model, self.versions.get(model, "1") if version is None else str(version)]
 
+    def watch_models(self, registry) -> None:
+        """`inr_models` by state, counted from the registry at each scrape: ready and failed (described), and
+        listed (on-demand: in the repository, not yet asked for)."""
+
+        def count(state: str) -> int:
+            models = registry.models
+            if state == "listed":
+                return len(set(registry.listing or ()) - set(models))
+            return sum(m.status == state for m in list(models.values()))
+
+        for state in ("ready", "failed", "listed"):
+            self.models_gauge.labels(state).set_function(lambda state=state: count(state))
+
     def set_models(self, models: dict) -> None:
-        """Record the registry after every change: the serving versions for labels, and the count by state."""
-        states: dict[str, int] = defaultdict(int)
-        for name, m in models.items():
-            states[m.status] += 1
-            if m.serving is not None:
-                self.versions[name] = str(m.serving.version)
-        for state in ("ready", "failed", *states):
-            self.models_gauge.labels(state).set(states.get(state, 0))
+        """Record every model's serving version (model_changed for each)."""
+        for name, state in models.items():
+            self.model_changed(name, state)
+
+    def model_changed(self, name: str, state) -> None:
+        """After the registry changed model `name` (its state, or None once gone): its serving version for labels."""
+        if state is not None and state.serving is not None:
+            self.versions[name] = str(state.serving.version)
+        else:
+            self.versions.pop(name, None)
 
     def _per_model(self, model: str) -> tuple:
         """The queue, compute, batch-rows and batch-requests histograms of `model`, bound once."""

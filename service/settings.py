@@ -13,6 +13,7 @@ from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import check_url
 
 from .access import RestrictedGroup, check_groups
+from .memory import default_budget, parse_bytes
 
 MiB = 1024 * 1024
 
@@ -191,6 +192,9 @@ class Settings(BaseSettings):
         "e.g. https://example.org/inr/iiif/3; empty: from the "
         "request and its X-Forwarded-Proto/Host/Port/Prefix",
     )
+    iiif_collection_page: int = Field(
+        1000, ge=1, le=1000, description="models per page of the IIIF collection; more make it a collection of pages"
+    )
     iiif_max_age: int = Field(3600, ge=0, description="Cache-Control max-age of IIIF tiles and info.json, seconds")
 
     # Fits over HTTP (docs/fits.md): the API queues, workers (python -m training worker) fit.
@@ -234,13 +238,30 @@ class Settings(BaseSettings):
     load_model: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="explicit mode: models loaded at start ('*' = all); comma-separated"
     )
+    # The memory budget (service/engine/residency.py, docs/deployment.md "Memory budget").
+    model_loading: Literal["on-demand", "startup"] = Field(
+        "on-demand",
+        description="on-demand: list the models at start and load each on first use, within memory_budget; "
+        "startup: load every model at start (explicit mode: the load_model ones) and keep it",
+    )
+    memory_budget: str = Field(
+        "",
+        description="bytes of resident models, e.g. 2GiB or 512MiB; least recently used ones are unloaded past "
+        "it; empty: half the container's memory limit, else half the machine's memory",
+    )
+    pin_model: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="models loaded at start and never unloaded; comma-separated"
+    )
+    max_concurrent_loads: int = Field(
+        2, ge=1, le=64, description="models loading at once; more wait for a slot within queue_timeout_s, then get 503"
+    )
     http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
         default_factory=list,
         description="API[,API...]:HEADER=VALUE groups that need that header; "
         "several groups separated by ';' (or a JSON list)",
     )
 
-    @field_validator("load_model", "http_restricted_api", mode="before")
+    @field_validator("load_model", "pin_model", "http_restricted_api", mode="before")
     @classmethod
     def _split(cls, value, info):
         """An environment string: a JSON list, or items separated by ',' (models) or ';' (groups)."""
@@ -248,11 +269,25 @@ class Settings(BaseSettings):
             value = (
                 json.loads(value)
                 if value.lstrip().startswith("[")
-                else [v for v in value.split("," if info.field_name == "load_model" else ";") if v.strip()]
+                else [v for v in value.split(";" if info.field_name == "http_restricted_api" else ",") if v.strip()]
             )
         if info.field_name == "http_restricted_api":
-            value = [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
-        return [v.strip() for v in value] if info.field_name == "load_model" else value
+            return [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
+        return [v.strip() for v in value]
+
+    @field_validator("memory_budget")
+    @classmethod
+    def _memory_budget(cls, value: str) -> str:
+        if value.strip() and parse_bytes(value) <= 0:
+            raise ValueError("the memory budget must be more than 0 bytes")
+        return value.strip()
+
+    @property
+    def budget(self) -> tuple[int, str]:
+        """(bytes, where from) of the memory budget."""
+        if self.memory_budget:
+            return parse_bytes(self.memory_budget), "--memory-budget / INR_MEMORY_BUDGET"
+        return default_budget()
 
     @field_validator("fit_store")
     @classmethod

@@ -247,6 +247,8 @@ def server(model_repo):
     srv = Server(
         model_repo,
         env={
+            # every model loaded at start: the tests read the broken ones' reasons from the first listing
+            "INR_MODEL_LOADING": "startup",
             "INR_MAX_QUERY_COORDS": "5000",
             "INR_MAX_RENDER_PIXELS": "1000000",
             "INR_MAX_CLASSIFY_IMAGES": "8",

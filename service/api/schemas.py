@@ -239,6 +239,8 @@ class VersionInfo(BaseModel):
     error: str | None = Field(None, description="why the version failed to load")
     onnx_sha256: str | None = None
     serving: bool = Field(False, description="the version that /v1 and unversioned /v2 calls use")
+    resident: bool = Field(False, description="its sessions are in memory now (else it loads on its first use)")
+    bytes: int | None = Field(None, description="memory its sessions took at its last load, measured")
 
 
 class TensorInfo(BaseModel):
@@ -292,6 +294,7 @@ class ModelSummary(BaseModel):
 
 class ModelList(BaseModel):
     models: list[ModelSummary]
+    next: str | None = Field(None, description="the next page, when there is one (?after=LAST&limit=N)")
 
 
 class Live(BaseModel):
@@ -300,5 +303,5 @@ class Live(BaseModel):
 
 class Ready(BaseModel):
     status: Literal["ready"] = "ready"
-    models_ready: int
+    models_ready: int = Field(description="models that answer, resident or listed to load on first use")
     models_failed: int

@@ -31,7 +31,11 @@ class CachedOutputs:
 
 
 def model_identity(model) -> dict:
-    """What identifies a loaded model's function: its name, version and file digests."""
+    """What identifies a model version's function: its name, version and file digests (ModelRuntime.identity,
+    the same whether it is loaded or not; for other objects, what they carry)."""
+    identity = getattr(model, "identity", None)
+    if isinstance(identity, dict):
+        return identity
     sep = getattr(model, "separable", None)
     record = getattr(model, "record", None)
     return {

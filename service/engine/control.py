@@ -25,11 +25,13 @@ from starlette.concurrency import run_in_threadpool
 
 from telemetry import tracing
 
-from ..errors import BadInput
+from ..errors import BadInput, ModelNotFound
 from .registry import ModelState, Registry
+from .state import folder_stamp
 
 log = logging.getLogger(__name__)
 Fingerprint = tuple[tuple[str, int, int], ...]
+NOT_RESIDENT = "not resident: loads on first use"  # the reason of a READY version with no session (on-demand)
 
 
 def fingerprint(folder: Path) -> Fingerprint:
@@ -69,7 +71,7 @@ def index_entries(name: str, state: ModelState | None, loading: bool) -> list[di
             "name": name,
             "version": str(v.version),
             "state": "READY" if v.ready else "UNAVAILABLE",
-            "reason": "" if v.ready else (v.error or ""),
+            "reason": (NOT_RESIDENT if not v.resident else "") if v.ready else (v.error or ""),
         }
         for v in state.versions
     ]
@@ -81,9 +83,19 @@ def index_entries(name: str, state: ModelState | None, loading: bool) -> list[di
 class ModelControl:
     """Starts the models for the mode, runs the poll task, and answers the repository API."""
 
-    def __init__(self, registry: Registry, mode: str, poll_secs: float = 15.0, startup: list[str] | None = None):
+    def __init__(
+        self,
+        registry: Registry,
+        mode: str,
+        poll_secs: float = 15.0,
+        startup: list[str] | None = None,
+        on_demand: bool = False,
+        pinned: list[str] | None = None,
+    ):
         self.registry, self.mode, self.poll_secs = registry, mode, poll_secs
         self.startup = list(startup or [])
+        self.on_demand = on_demand and mode != "explicit"  # explicit mode loads what it is told, on demand never
+        self.pinned = list(pinned or [])
         self.seen: dict[str, Fingerprint] = {}  # what each folder held at its last load (or attempt)
         self.loading: set[str] = set()  # names with a load under way (shown as LOADING)
         self.task: asyncio.Task | None = None
@@ -99,6 +111,10 @@ class ModelControl:
             self.task = asyncio.get_running_loop().create_task(self._poll_forever(), name="repository-poll")
 
     def _load_startup(self, names: list[str] | None) -> None:
+        if self.on_demand:  # listed now, each loaded on first use (service/engine/residency.py)
+            self.registry.list_all()
+            self._load_pinned()
+            return
         folders = self.registry.scan()
         for name in [n for n in (names or []) if n not in folders]:
             log.error("--load-model %s: no such model folder in %s", name, self.registry.root)
@@ -106,6 +122,18 @@ class ModelControl:
         before = {n: fingerprint(folders[n]) for n in wanted}  # taken first: a change during the load shows
         self.registry.load_all(wanted)
         self.seen.update({n: f for n, f in before.items() if n in self.registry.models})
+        self._load_pinned()
+
+    def _load_pinned(self) -> None:
+        """--pin-model: each pinned model's serving version loaded now (never unloaded: residency.py)."""
+        for name in self.pinned:
+            listed = self.registry.listing is not None or name in self.registry.models
+            state = self.registry.get(name) if listed else self.registry.load(name)
+            serving = state.serving
+            if serving is not None and not serving.resident and self.registry.residency is not None:
+                self.registry.residency.load_now(serving)
+            if serving is None or not serving.resident:
+                log.warning("--pin-model %s: %s", name, serving.error if serving else state.reason)
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -127,6 +155,8 @@ class ModelControl:
         if not self.registry.root.is_dir():  # unmounted for a moment? unloading everything would be worse
             log.warning("repository %s is not a directory; nothing changed", self.registry.root)
             return []
+        if self.registry.listing is not None:
+            return self._rescan_listed()
         folders = self.registry.scan()
         changed = []
         for name in [n for n in self.registry.models if n not in folders]:
@@ -142,6 +172,38 @@ class ModelControl:
             )
             try:
                 self._load(name, now)
+            except Exception:  # noqa: BLE001 - e.g. removed between scan and load; the next scan sees it
+                log.exception("model %s: load failed", name)
+            changed.append(name)
+        return changed
+
+    def _rescan_listed(self) -> list[str]:
+        """On-demand: list the folders again; forget removed models, read new ones, and read again each model
+        already read whose folder changed (folder_stamp: a few stats per model, nothing for one never asked for).
+        A changed model with a version in memory is loaded again at once, so that requests do not pay for it."""
+        registry, changed = self.registry, []
+        names = registry.scan()
+        for name in [n for n in {*registry.listing, *registry.models} if n not in names]:
+            log.info("model %s: folder removed from the repository; unloading", name)
+            registry.listing.pop(name, None)
+            if name in registry.models:
+                self._unload(name)
+            changed.append(name)
+        for name in [n for n in names if n not in registry.listing]:
+            log.info("model %s: new in the repository; read, loaded on first use", name)
+            registry.listing[name] = names[name]
+            try:  # read now (a few milliseconds): a version a fit wrote is served from here (served_span)
+                self._load(name, None, load=False)
+            except Exception:  # noqa: BLE001 - e.g. removed again; the next scan sees it
+                log.exception("model %s: could not be read", name)
+            changed.append(name)
+        for name, state in list(registry.models.items()):
+            if name not in names or folder_stamp(state.path) == registry.stamps.get(name):
+                continue
+            resident = any(v.resident for v in state.versions)
+            log.info("model %s: changed in the repository; %s", name, "loading" if resident else "read again")
+            try:
+                self._load(name, None, load=resident)
             except Exception:  # noqa: BLE001 - e.g. removed between scan and load; the next scan sees it
                 log.exception("model %s: load failed", name)
             changed.append(name)
@@ -172,16 +234,26 @@ class ModelControl:
         self._explicit_only("unload")
         await run_in_threadpool(self._unload, name)
 
-    def index(self, ready_only: bool = False) -> list[dict]:
-        """Triton's repository index: every model in the repository or loaded, with its state.
-        Blocking (it lists the repository): call it from a worker thread."""
+    def index(self, ready_only: bool = False, limit: int | None = None, after: str = "") -> list[dict]:
+        """Triton's repository index: every model in the repository or loaded, with its state, by name; with
+        `limit`, the first `limit` models after `after` (a page). Blocking (it lists the repository, and reads
+        the models on the page not yet read): call it from a worker thread."""
+        listed = self.registry.listing is not None
         names = sorted(set(self.registry.scan()) | set(self.registry.models) | self.loading)
-        models = self.registry.models
-        rows = [r for n in names for r in index_entries(n, models.get(n), n in self.loading)]
+        names = [n for n in names if n > after]
+        rows = []
+        for n in names[:limit] if limit else names:
+            state = self.registry.models.get(n)
+            if state is None and listed and n not in self.loading:
+                try:
+                    state = self.registry.get(n)
+                except ModelNotFound:
+                    continue
+            rows.extend(index_entries(n, state, n in self.loading))
         return [r for r in rows if r["state"] == "READY"] if ready_only else rows
 
     # -- blocking helpers (worker threads) --------------------------------------------------------
-    def _load(self, name: str, now: Fingerprint | None) -> ModelState:
+    def _load(self, name: str, now: Fingerprint | None, load: bool = True) -> ModelState:
         """Traced as `inr.model.load` (a child of the repository API's request, or a root span for a poll);
         a version a fit wrote starts serving in the fit's own trace (served_span)."""
         self.loading.add(name)
@@ -191,7 +263,7 @@ class ModelControl:
                 before = before.serving if before is not None else None
                 path = self.registry.root / name
                 now = now if now is not None else fingerprint(path)
-                state = self.registry.load(name)
+                state = self.registry.load(name, load)
                 self.seen[name] = now
                 if failures(state):
                     log.warning("model %s: %s", name, failures(state))

@@ -7,7 +7,9 @@ the dataplane, and encodes the answer; it holds no inference logic. The dataplan
   - the per-task steps (service/engine/tasks.py: preprocess → predict → postprocess);
   - batching (service/engine/batching.py), and with it the queue deadlines and the inference metrics;
   - an empty batch, which is valid and needs no run;
-  - the response cache of V2 inference, for models that enable it (service/engine/response_cache.py).
+  - the response cache of V2 inference, for models that enable it (service/engine/response_cache.py);
+  - the model's residency: a version not in memory is loaded on first use, within the memory budget, and held
+    while its request runs (service/engine/residency.py).
 
 Errors are the domain errors of service/errors.py, mapped to HTTP in one place.
 """
@@ -27,6 +29,7 @@ from ..settings import Settings
 from .batching import BatchConfig, BatchingInference, Outputs
 from .cache import CacheStore
 from .limits import check_rows, row_limit
+from .residency import Residency
 from .response_cache import lookup, response_key, store
 from .runtime import ModelRuntime
 from .tasks import DigitsRuntime, ImageRuntime
@@ -48,9 +51,11 @@ class DataPlane:
         metrics: Metrics | None = None,
         cache: CacheStore | None = None,
         inflight: Callable[[], int] | None = None,
+        residency: Residency | None = None,
     ):
-        """`inflight`: requests in flight in the process (the drain's count), for the batcher's run on the loop."""
-        self.settings, self.metrics, self.cache = settings, metrics, cache
+        """`inflight`: requests in flight in the process (the drain's count), for the batcher's run on the loop.
+        `residency`: loads a model version on first use, and holds it while its request runs."""
+        self.settings, self.metrics, self.cache, self.residency = settings, metrics, cache, residency
         batching = TracedBatching if tracing.ON else BatchingInference  # nothing of traces on the path when off
         self.batcher = batching(BatchConfig.from_settings(settings), metrics, inflight)
 
@@ -69,13 +74,13 @@ class DataPlane:
         if not len(x):
             return {t.name: np.zeros([0, *[max(d, 0) for d in t.shape[1:]]], np.float32) for t in model.spec.outputs}
         if not (model.spec.response_cache and self.cache is not None and self.cache.max_bytes):
-            return await self.batcher(model, x, timeout)
+            return await self._run(model, x, timeout)
         start = time.perf_counter()  # the response cache (service/engine/response_cache.py)
         key = response_key(model, x)
         out = lookup(self.cache, key)
         hit = out is not None
         if not hit:
-            out = await self.batcher(model, x, timeout)
+            out = await self._run(model, x, timeout)
             store(self.cache, key, out)
         if self.metrics is not None:
             self.metrics.cache(model.name, hit, time.perf_counter() - start, model.version)
@@ -87,7 +92,7 @@ class DataPlane:
         """RGB at the coordinates, sampled at their inverse-mapped model coordinates."""
         self.check_rows(model, len(coords))
         src = model.preprocess(coords, matrix)
-        out = await self.batcher(model, src.astype(np.float32))
+        out = await self._run(model, src.astype(np.float32))
         return model.postprocess(out, src, background)
 
     async def classify_json(self, model: DigitsRuntime, images: list, include_input: bool = False) -> list[dict]:
@@ -98,8 +103,18 @@ class DataPlane:
     async def classify(self, model: DigitsRuntime, x: np.ndarray, include_input: bool = False) -> list[dict]:
         """Prepared [N, 1, 28, 28] images (uploads made MNIST-like by the decoder)."""
         self.check_rows(model, len(x))
-        out = await self.batcher(model, x)
+        out = await self._run(model, x)
         return model.postprocess(out, x, include_input)
+
+    async def _run(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
+        """The batcher's run of `x`, the model loaded first unless resident, and held until the run is done."""
+        if self.residency is None:
+            return await self.batcher(model, x, timeout)
+        await self.residency.acquire(model, timeout)
+        try:
+            return await self.batcher(model, x, timeout)
+        finally:
+            self.residency.release(model)
 
     # -- life cycle --------------------------------------------------------------------------------
     def retire(self, models: list[ModelRuntime]) -> None:

@@ -3,6 +3,11 @@
 A broken folder or version is listed as failed with its reason and never stops the others.
 Hidden folders (a writer's `.NAME.tmp-*` while it writes) are skipped.
 
+Two ways to start: `load_all` loads every version at once (`--model-loading startup`); `list_all` only lists the
+folders (`on-demand`, the default): a model's spec and versions are read the first time it is asked for
+(`describe`, no session), and a version is loaded when a request first needs it, under the memory budget
+(`acquire`, service/engine/residency.py).
+
 Thread and async safety: `load`, `unload` and `load_all` block (they build onnxruntime
 sessions) and are meant for a worker thread (`run_in_threadpool`). Loads of one name are
 serialized by a per-name lock; loads of different names run in parallel. The table of models
@@ -14,85 +19,32 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from modelrepo import NAME_RE, ModelSpec, SpecError, read_spec, version_numbers
 
-from ..errors import ModelNotFound, ModelNotReady, NotFound, NotLoaded, WrongTask
+from ..errors import ModelNotFound, ModelNotReady, NotLoaded, WrongTask
 from .runtime import ModelRuntime, RuntimeOptions
+from .state import ModelState, folder_stamp
+
+if TYPE_CHECKING:
+    from .residency import Residency
 from .tasks import runtime_for
 
 log = logging.getLogger(__name__)
-Listener = Callable[["Registry", list[ModelRuntime]], None]
-
-
-@dataclass(frozen=True)
-class ModelState:
-    """One model as served now: its spec and its loaded versions (ready or failed), ascending.
-
-    `error` is a model-level failure (unreadable spec, no version folder); when a reload fails,
-    the versions that served before stay in `versions`, still ready, and `error` says why."""
-
-    name: str
-    path: Path
-    spec: ModelSpec | None
-    versions: tuple[ModelRuntime, ...] = ()
-    error: str | None = None
-
-    @property
-    def serving(self) -> ModelRuntime | None:
-        """The highest ready version (what /v1 and unversioned /v2 use)."""
-        return next((v for v in reversed(self.versions) if v.ready), None)
-
-    def version(self, n: int) -> ModelRuntime | None:
-        return next((v for v in self.versions if v.version == n), None)
-
-    def known_version(self, n: int) -> ModelRuntime:
-        """Version `n`, loaded or not; 404 naming the versions there are."""
-        model = self.version(n)
-        if model is None:
-            have = ", ".join(str(v.version) for v in self.versions) or "none"
-            raise NotFound(f"unknown version {n} of model '{self.name}'; versions: {have}")
-        return model
-
-    @property
-    def ready(self) -> bool:
-        return self.serving is not None
-
-    @property
-    def status(self) -> str:
-        return "ready" if self.ready else "failed"
-
-    @property
-    def reason(self) -> str | None:
-        """Why the model (or its newest version) is not what is on disk; None when all is well."""
-        if self.error:
-            return self.error
-        failed = [v for v in self.versions if not v.ready]
-        return f"version {failed[-1].version}: {failed[-1].error}" if failed else None
-
-    @property
-    def task(self) -> str | None:
-        return self.spec.task if self.spec else None
-
-    @property
-    def provider(self) -> str | None:
-        return self.serving.provider if self.serving else None
-
-    @property
-    def metadata(self) -> dict:
-        current = self.serving or (self.versions[-1] if self.versions else None)
-        return current.metadata if current else (self.spec.to_json() if self.spec else {})
+Listener = Callable[["Registry", str, list[ModelRuntime]], None]  # (registry, model changed, versions dropped)
 
 
 class Registry:
     """The model repository as served. See the module docstring for the concurrency rules."""
 
-    def __init__(self, root: Path, options: RuntimeOptions):
+    def __init__(self, root: Path, options: RuntimeOptions, residency: Residency | None = None):
         self.root = Path(root)
         self.options = options
+        self.residency = residency
+        self.listing: dict[str, Path] | None = None  # on-demand: the folders listed, described when asked for
+        self.stamps: dict[str, tuple] = {}  # each model's folder_stamp when it was last read (control.py's rescan)
         self._models: Mapping[str, ModelState] = {}
         self._swap = threading.Lock()  # guards the table's replacement
         self._name_locks: dict[str, threading.Lock] = {}
@@ -114,13 +66,35 @@ class Registry:
     def discover(self) -> list[Path]:
         return list(self.scan().values())
 
+    def names(self) -> list[str]:
+        """Every model served or listed, sorted."""
+        return sorted(set(self.listing or ()) | set(self._models))
+
     def get(self, name: str) -> ModelState:
+        """The model's state; a listed one is described now (its spec and versions read, no session)."""
         if not self.loaded:
             raise NotLoaded("models are still loading")
-        try:
-            return self._models[name]
-        except KeyError:
-            raise ModelNotFound(name, list(self._models)) from None
+        state = self._models.get(name)
+        if state is None and self.listing is not None and name in self.listing:
+            state = self.describe(name)
+        if state is None:
+            raise ModelNotFound(name, self.names())
+        return state
+
+    # -- requests (on the event loop) -------------------------------------------------------------
+    async def acquire(
+        self, name: str, task: str, action: str, version: int | None = None, timeout: float | None = None
+    ) -> ModelRuntime:
+        """`ready_model`, loaded and held for a request until `release` (service/engine/residency.py)."""
+        return await self.acquire_runtime(self.ready_model(name, task, action, version), timeout)
+
+    async def acquire_runtime(self, model: ModelRuntime, timeout: float | None = None) -> ModelRuntime:
+        """The same for a version already looked up (V2 and gRPC resolve theirs)."""
+        return model if self.residency is None else await self.residency.acquire(model, timeout)
+
+    def release(self, model: ModelRuntime) -> None:
+        if self.residency is not None:
+            self.residency.release(model)
 
     def runtime(self, name: str, version: int | None = None) -> ModelRuntime:
         """Version `version` of the model, or its highest ready version; ready, else 503 / 404."""
@@ -145,6 +119,25 @@ class Registry:
         return model
 
     # -- changing (blocking: call from a worker thread) ---------------------------------------------
+    def list_all(self) -> None:
+        """On-demand start: list the model folders; nothing is read or loaded until asked for."""
+        self.listing = self.scan()
+        self.loaded = True
+        log.info("models: %d listed in %s, each loaded on first use", len(self.listing), self.root)
+
+    def describe(self, name: str) -> ModelState:
+        """Read a listed model's spec and versions, with no session (blocking: a few milliseconds)."""
+        with self._lock(name):
+            state = self._models.get(name)
+            if state is None:
+                path = self.root / name
+                if not path.is_dir():
+                    raise ModelNotFound(name, self.names())
+                stamp = folder_stamp(path)
+                state = self._build(name, path, None, load=False)
+                self._set(name, state, None, stamp)
+            return state
+
     def load_all(self, names: Iterable[str] | None = None) -> None:
         """Load every model folder (or the given names). DeviceError propagates (start-up must fail)."""
         for name in self.scan() if names is None else names:
@@ -153,7 +146,7 @@ class Registry:
         ready = sum(m.ready for m in self._models.values())
         log.info("models: %d ready, %d failed, from %s", ready, len(self._models) - ready, self.root)
 
-    def load(self, name: str) -> ModelState:
+    def load(self, name: str, load: bool = True) -> ModelState:
         """(Re)load model `name` from its folder and return its new state.
 
         New versions are built beside the serving ones and the table is swapped only once they
@@ -163,7 +156,7 @@ class Registry:
         version becomes ready, the versions that served before and whose folders still exist keep
         serving and the failure is visible in `versions` / `error`. Requests already holding a
         runtime finish on it. Raises ModelNotFound when there is no such folder. Two loads of one
-        name run one after the other.
+        name run one after the other. `load=False` (on-demand): new versions are described, not loaded.
         """
         if not NAME_RE.match(name):
             raise ModelNotFound(name, list(self.scan()))
@@ -172,8 +165,9 @@ class Registry:
             old = self._models.get(name)
             if not path.is_dir():
                 raise ModelNotFound(name, list(self.scan()))
-            state = self._build(name, path, old)
-            self._set(name, state, old)
+            stamp = folder_stamp(path)
+            state = self._build(name, path, old, load)
+            self._set(name, state, old, stamp)
             return state
 
     def unload(self, name: str) -> None:
@@ -190,7 +184,7 @@ class Registry:
         with self._swap:
             return self._name_locks.setdefault(name, threading.Lock())
 
-    def _build(self, name: str, path: Path, old: ModelState | None) -> ModelState:
+    def _build(self, name: str, path: Path, old: ModelState | None, load: bool = True) -> ModelState:
         previous = [v for v in (old.versions if old else ()) if v.ready and v.version_dir.is_dir()]
         try:
             spec = read_spec(path)
@@ -205,7 +199,7 @@ class Registry:
                 else "no version folder (N/model.onnx)"
             )
             return ModelState(name, path, spec if not previous else old.spec, tuple(previous), error)
-        versions = [self._version(path, spec, n, old) for n in wanted]
+        versions = [self._version(path, spec, n, old, load) for n in wanted]
         if not any(v.ready for v in versions) and previous:
             kept = {v.version for v in versions}
             versions = sorted([*versions, *(v for v in previous if v.version not in kept)], key=lambda v: v.version)
@@ -214,28 +208,37 @@ class Registry:
             )
         return ModelState(name, path, spec, tuple(versions))
 
-    def _version(self, path: Path, spec: ModelSpec, n: int, old: ModelState | None) -> ModelRuntime:
+    def _version(self, path: Path, spec: ModelSpec, n: int, old: ModelState | None, load: bool) -> ModelRuntime:
         current = old.version(n) if old else None
         if current is not None and current.spec == spec and current.stamp == current.files_stamp():
             return current  # nothing changed on disk: keep it, ready or failed (a poll never re-tries a broken one)
         runtime = runtime_for(path, spec, n, self.options)
-        runtime.load()
+        if not load:
+            runtime.describe()
+        elif self.residency is not None:
+            self.residency.load_now(runtime)  # measured, and counted in the budget
+        else:
+            runtime.load()
         return runtime
 
-    def _set(self, name: str, state: ModelState | None, old: ModelState | None) -> None:
+    def _set(self, name: str, state: ModelState | None, old: ModelState | None, stamp: tuple = ()) -> None:
         with self._swap:
             table = dict(self._models)
             if state is None:
                 table.pop(name, None)
+                self.stamps.pop(name, None)
             else:
                 table[name] = state
+                self.stamps[name] = stamp
             self._models = table
         keep = {id(v) for v in (state.versions if state else ())}
         dropped = [v for v in (old.versions if old else ()) if id(v) not in keep]
         for v in dropped:
             v.retired = True
+            if self.residency is not None:
+                self.residency.forget(v)
         for listener in list(self.listeners):
             try:
-                listener(self, dropped)
+                listener(self, name, dropped)
             except Exception:  # noqa: BLE001 - a listener must not break a swap
                 log.exception("registry listener failed")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from modelrepo import (
     ContractError,
     ImageSource,
     ModelSpec,
+    SeparableStage,
     SpecError,
     VersionRecord,
     check_onnx_geometry,
@@ -30,13 +30,13 @@ from modelrepo import (
     read_version,
 )
 
-from ..errors import DeviceError, ModelLoadError
+from ..errors import ModelLoadError
 from ..metrics import Metrics
 from .separable import SeparableBody, load_separable
+from .sessions import device_session
 from .warmup import run_warmups
 
 log = logging.getLogger(__name__)
-CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
 
 @dataclass(frozen=True)
@@ -48,20 +48,13 @@ class RuntimeOptions:
     metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
 
 
-def check_device_available(device: str) -> None:
-    """Fail early when CUDA is demanded but this onnxruntime build has no CUDA provider."""
-    if device == "cuda" and CUDA not in ort.get_available_providers():
-        raise DeviceError(
-            f"--device cuda: this onnxruntime has no {CUDA} (available: "
-            f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu"
-        )
-
-
 class ModelRuntime:
     """One version of a model, served by one onnxruntime session.
 
-    Immutable once loaded: a reload builds a new runtime beside it, and a request that holds
-    this object finishes on it. `retired` is set when the registry stops serving it.
+    Listed from its files by `describe` (no session: `resident` is False) or loaded whole by `load`. A listed
+    version is loaded, and a loaded one unloaded, only through the residency (service/engine/residency.py),
+    which never unloads a version a request holds (`inflight`). A reload builds a new runtime beside it, and a
+    request that holds this object finishes on it. `retired` is set when the registry stops serving it.
     """
 
     def __init__(self, path: Path, spec: ModelSpec, version: int, options: RuntimeOptions):
@@ -72,6 +65,7 @@ class ModelRuntime:
         self.options = options
         self.record: VersionRecord | None = None
         self._metadata: tuple | None = None
+        self._identity: tuple | None = None
         self.status = "loading"
         self.error: str | None = None
         self.provider: str | None = None
@@ -80,6 +74,8 @@ class ModelRuntime:
         self.retired = False
         self.separable: SeparableBody | None = None
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
+        self.bytes: int | None = None  # memory its sessions took, measured at its last load (residency.py)
+        self.inflight = 0  # requests holding it (residency.py)
 
     def files_stamp(self) -> tuple:
         """(mtime_ns, size) of N/model.onnx, N/metadata.json and the separable N/body.onnx now; None for
@@ -92,6 +88,15 @@ class ModelRuntime:
             except OSError:
                 out.append(None)
         return tuple(out)
+
+    def file_bytes(self) -> int:
+        """Bytes of its ONNX files on disk (model.onnx and a separable body.onnx)."""
+        return sum(st[1] for st in self.stamp[:1] + self.stamp[2:] if st is not None)
+
+    @property
+    def resident(self) -> bool:
+        """It holds its sessions now (a listed version does not, until its first use)."""
+        return self.session is not None
 
     @property
     def task(self) -> str:
@@ -117,6 +122,31 @@ class ModelRuntime:
         return cached[2]
 
     @property
+    def identity(self) -> dict:
+        """What identifies the version's function (the cache keys' part, service/engine/cache.py): its name, version
+        and file digests, read from its metadata, so the same loaded or not (a load checks the files against them)."""
+        cached = self._identity
+        if cached is None or cached[0] is not self.record:
+            body = stage = None
+            entry = self.metadata.get("separable")
+            if isinstance(entry, dict):
+                try:
+                    contract = SeparableStage.from_metadata(entry)
+                    body, stage = contract.body_sha256, contract.stage_sha256
+                except ContractError:
+                    pass  # the load fails on it
+            onnx = self.record.onnx_sha256 if self.record else None
+            ident = {
+                "model": self.name,
+                "version": str(self.version),
+                "onnx_sha256": onnx,
+                "body_sha256": body,
+                "stage_sha256": stage,
+            }
+            cached = self._identity = (self.record, ident)
+        return cached[1]
+
+    @property
     def image_size(self) -> tuple[int, int] | None:
         """The native pixel grid (W, H) an image model's version records (`source.native_size` or `source.size`,
         modelrepo.ImageSource); None when it records none (a square model)."""
@@ -133,9 +163,25 @@ class ModelRuntime:
             self.status, self.error = "ready", None
             log.info("model %s version %d: ready (%s, %s)", self.name, self.version, self.task, self.provider)
         except (ModelLoadError, SpecError) as e:
-            self.status, self.error, self.session = "failed", str(e), None
+            self.status, self.error = "failed", str(e)
+            self.unload()
             log.warning("model %s version %d: failed: %s", self.name, self.version, e)
         return self.ready
+
+    def describe(self) -> bool:
+        """List the version from its metadata, with no session (loaded on first use); return `ready`. A version
+        whose metadata cannot be read is failed; a broken ONNX file shows at its load."""
+        try:
+            self.record = read_version(self.path, self.version)
+            self.status, self.error = "ready", None
+        except (ModelLoadError, SpecError) as e:
+            self.status, self.error = "failed", str(e)
+            log.warning("model %s version %d: failed: %s", self.name, self.version, e)
+        return self.ready
+
+    def unload(self) -> None:
+        """Drop the sessions (the residency's call, when no request holds it); the version stays listed."""
+        self.session = self.render_session = self.separable = None
 
     def _load(self) -> None:
         self.record = read_version(self.path, self.version)
@@ -143,7 +189,7 @@ class ModelRuntime:
             onnx_path = check_version(self.path, self.record)
         except OSError as e:  # no permission, an I/O error on a bad disk or mount
             raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
-        self.session = self._session(onnx_path)
+        self.session = self._session(onnx_path, self.session_threads)
         self._check_signature()
         if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
             try:
@@ -158,53 +204,30 @@ class ModelRuntime:
         # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)
         self.warmup_seconds = run_warmups(self.session, self.spec, self.path, self.version)
 
+    @property
+    def session_threads(self) -> int:
+        """Intra-op threads of the session: an image model's one session runs its queries and its render tiles on
+        `render_threads` (the render workers run tiles side by side, and a one-thread session has no fork and join
+        per node; a 2,000-coordinate query was no faster on two: docs/benchmarks.md, memory), other models on
+        `threads`."""
+        if self.task == "image":
+            return self.options.render_threads or self.options.threads
+        return self.options.threads
+
     def _render_sessions(self, onnx_path: Path) -> None:
-        """The sessions render tiles run on. On CPU they have `render_threads` intra-op threads: the render
-        workers run tiles side by side, and a one-thread session has no fork and join per node (a grid
-        model's graph is many small passes). The separable body (service/engine/separable.py) serves only
-        renders; a model without one gets a second session of its graph when the thread counts differ."""
-        threads = self.options.render_threads or self.options.threads
-        own = self.provider == CPU and threads != self.options.threads
-        make = (lambda path: self._make_session(path, [CPU], threads)) if own else self._session
+        """The sessions render tiles run on: the model's own, and for a separable model its body graph
+        (service/engine/separable.py), which serves only renders."""
+        threads = self.session_threads
         # the body graph for separable renders; None = render the plain way
-        self.separable = load_separable(self.metadata.get("separable"), onnx_path.parent, make)
+        self.separable = load_separable(
+            self.metadata.get("separable"), onnx_path.parent, lambda path: self._session(path, threads)
+        )
         self.render_session = self.session
-        if self.task == "image" and self.separable is None and own:
-            self.render_session = make(onnx_path)
 
-    def _session_options(self, threads: int | None = None) -> ort.SessionOptions:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or self.options.threads
-        opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.options.spin else "0")
-        opts.log_severity_level = 3
-        return opts
-
-    def _make_session(self, onnx_path: Path, providers: list[str], threads: int | None = None) -> ort.InferenceSession:
-        try:
-            with warnings.catch_warnings():  # a missing provider is reported by _session, not as a warning
-                warnings.simplefilter("ignore", UserWarning)
-                return ort.InferenceSession(
-                    str(onnx_path), sess_options=self._session_options(threads), providers=providers
-                )
-        except Exception as e:  # onnxruntime raises several types for a bad file
-            first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-            raise ModelLoadError(f"unreadable ONNX file: {first[:300]}") from None
-
-    def _session(self, onnx_path: Path) -> ort.InferenceSession:
-        device = self.options.device
-        if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
-            return self._make_session(onnx_path, [CPU])
-        session = self._make_session(onnx_path, [CUDA, CPU])
-        if CUDA in session.get_providers():
-            return session
-        if device == "cuda":
-            raise DeviceError(
-                f"--device cuda: model '{self.name}' does not run on {CUDA} "
-                f"(session providers: {', '.join(session.get_providers())})"
-            )
-        log.info("model %s: CUDA did not take the session; using %s", self.name, CPU)
-        return self._make_session(onnx_path, [CPU])
+    def _session(self, onnx_path: Path, threads: int | None = None) -> ort.InferenceSession:
+        return device_session(
+            onnx_path, self.options.device, threads or self.options.threads, self.options.spin, self.name
+        )
 
     def _check_signature(self) -> None:
         """The graph's inputs and outputs must be the spec's: same names, datatypes and shapes."""

@@ -25,6 +25,7 @@ from fastapi.responses import Response
 from telemetry import tracing
 
 from ..engine.cache import CacheStore
+from ..engine.residency import Residency
 from ..engine.runtime import ModelRuntime
 from ..errors import BadInput, TooLarge
 from ..metrics import Metrics
@@ -96,8 +97,8 @@ def check_limits(spec: RenderSpec, settings: Settings) -> RenderSpec:
 class RenderService:
     """Made in the app's lifespan; `render` is the one entry for every render."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, cache: CacheStore):
-        self.settings, self.metrics, self.cache = settings, metrics, cache
+    def __init__(self, settings: Settings, metrics: Metrics, cache: CacheStore, residency: Residency | None = None):
+        self.settings, self.metrics, self.cache, self.residency = settings, metrics, cache, residency
         self.core: RenderCore | None = None
 
     def start(self) -> None:
@@ -150,7 +151,13 @@ class RenderService:
         if cached is not None:
             self.metrics.cache(model.name, True, time.perf_counter() - start, model.version)
             return Rendered(200, cached.data, cached.media_type, headers)
-        data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected or _connected)
+        if self.residency is not None:  # a miss: the model loaded first unless resident, held while it renders
+            await self.residency.acquire(model)
+        try:
+            data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected or _connected)
+        finally:
+            if self.residency is not None:
+                self.residency.release(model)
         self.cache.put(key, CachedRender(headers["ETag"], media_type, data))
         self.metrics.cache(model.name, False, time.perf_counter() - start, model.version)
         return Rendered(200, data, media_type, headers)

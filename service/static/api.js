@@ -24,16 +24,17 @@ async function checked(response) {
 // works behind a proxy that serves the service under a prefix.
 export const relative = (url) => url.replace(/^\//, "");
 
-// GET /v1/models lists one summary per model; the detail of each comes from its own URL.
-export async function listModels(signal) {
-  const r = await checked(await fetch("v1/models", { signal }));
-  const body = await r.json();
-  const summaries = Array.isArray(body) ? body : body.models;
-  return Promise.all(summaries.map(async (s) => {
-    if (!s.url) return s;
-    const d = await fetch(relative(s.url), { signal });
-    return d.ok ? d.json() : s;
-  }));
+// GET /v1/models: one page of summaries (name, task, status), by name; `q` keeps the names that contain it.
+// `more`: the repository has more than the page (search to find the others).
+export async function listModels({ q = "", limit = 200, signal } = {}) {
+  const query = new URLSearchParams({ limit: String(limit), ...(q ? { q } : {}) });
+  const body = await (await checked(await fetch(`v1/models?${query}`, { signal }))).json();
+  return { models: Array.isArray(body) ? body : body.models, more: Boolean(body.next) };
+}
+
+// GET /v1/models/{name}: the detail of one model (its size, metadata, versions).
+export async function modelDetail(name, signal) {
+  return (await checked(await fetch(`v1/models/${encodeURIComponent(name)}`, { signal }))).json();
 }
 
 const enc = encodeURIComponent;
@@ -90,8 +91,8 @@ export async function fitRecord(url, method = "GET", signal) {
 export async function modelWhenReady(name, version, { signal, timeoutMs = 120_000, everyMs = 500 } = {}) {
   const until = performance.now() + timeoutMs;
   for (;;) {
-    const body = await (await checked(await fetch("v1/models", { signal }))).json();
-    const s = (Array.isArray(body) ? body : body.models).find((x) => x.name === name);
+    const { models } = await listModels({ q: name, signal });
+    const s = models.find((x) => x.name === name);
     if (s?.status === "failed") throw new ApiError(500, `the model ${name} failed to load: ${s.error}`);
     if (s?.status === "ready") {
       const m = await (await checked(await fetch(`v1/models/${enc(name)}`, { signal }))).json();

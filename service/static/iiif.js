@@ -101,7 +101,10 @@ async function show(name) {
 async function start() {
   let models;
   try {
-    models = (await listModels()).filter((m) => m.task === "image" && (m.status || "ready") === "ready");
+    const wanted = params.get("id") || "";
+    const page = (await listModels()).models;
+    if (wanted && !page.some((m) => m.name === wanted)) page.push(...(await listModels({ q: wanted })).models);
+    models = page.filter((m) => m.task === "image" && (m.status || "ready") === "ready");
   } catch (e) {
     say(`cannot list models: ${e.message}`);
     return;
@@ -109,8 +112,7 @@ async function start() {
   const select = $("#model");
   select.replaceChildren(...models.map((m) => new Option(m.name, m.name)));
   select.disabled = models.length === 0;
-  const wanted = params.get("id");
-  const name = wanted || (models[0] && models[0].name);
+  const name = params.get("id") || (models[0] && models[0].name);
   if (!name) { say("no image model is loaded"); return; }
   if (models.some((m) => m.name === name)) select.value = name;
   select.addEventListener("change", () => {

@@ -1,6 +1,6 @@
 // Wires the page together: model list → viewer, model panel and digit pad; the fit panel adds
 // models to the list.
-import { listModels } from "./api.js";
+import { listModels, modelDetail } from "./api.js";
 import { DigitPad } from "./digits.js";
 import { FitPanel } from "./fit.js";
 import { showModel } from "./panel.js";
@@ -50,9 +50,11 @@ async function start() {
   $("#zoom-out").addEventListener("click", () => viewer.zoomBy(0.5));
   $("#reset").addEventListener("click", () => viewer.reset());
 
-  let images = [], digits = [];
-  const pickImage = (remember = false) => {
-    const m = images.find((x) => x.name === $("#model").value) || null;
+  let images = [], digits = [], shown = 0;
+  const pickImage = async (remember = false) => {
+    const name = $("#model").value, ticket = ++shown;
+    const m = name ? await modelDetail(name).catch(() => null) : null;
+    if (ticket !== shown) return;    // another pick came meanwhile
     showModel($("#panel"), m);
     say("#view-message", m ? "" : "no image model is loaded");
     if (m) viewer.setModel(m);
@@ -62,17 +64,22 @@ async function start() {
       history.replaceState(null, "", `?${params}`);
     }
   };
-  const pickDigits = () => {
-    const m = digits.find((x) => x.name === $("#digit-model").value) || null;
+  const pickDigits = async () => {
+    const name = $("#digit-model").value;
+    const m = name ? await modelDetail(name).catch(() => null) : null;
     say("#pad-message", m ? "draw a digit" : "no digit model is loaded");
     pad.setModel(m);
   };
   $("#model").addEventListener("change", () => pickImage(true));
   $("#digit-model").addEventListener("change", pickDigits);
 
-  // (Re)list the models; keep each picker's choice where it is still listed, or take `image`.
-  const refresh = async (image = null) => {
-    const models = await listModels();
+  // (Re)list the models (a page; `q` searches the names); keep each picker's choice where it is still listed, or
+  // take `image`, found by its name when it is not on the page.
+  const refresh = async (image = null, q = "") => {
+    const { models, more } = await listModels({ q });
+    if (image && !models.some((m) => m.name === image)) {
+      models.push(...(await listModels({ q: image })).models.filter((m) => m.name === image));
+    }
     const keep = [image || $("#model").value, $("#digit-model").value];
     const ready = models.filter((m) => (m.status || "ready") === "ready");
     images = ready.filter((m) => m.task === "image");
@@ -82,15 +89,25 @@ async function start() {
     if (images.some((m) => m.name === keep[0])) $("#model").value = keep[0];
     if (digits.some((m) => m.name === keep[1])) $("#digit-model").value = keep[1];
     const failed = models.filter((m) => !ready.includes(m));
-    say("#models-message", failed.length ? `not loaded: ${failed.map((m) => m.name).join(", ")}` : "");
+    const notes = failed.length ? [`not loaded: ${failed.map((m) => m.name).join(", ")}`] : [];
+    if (more) notes.push("more models: search by name");
+    say("#models-message", notes.join("; "));
   };
+  let typing = null;
+  $("#model-search").addEventListener("input", (e) => {
+    clearTimeout(typing);
+    typing = setTimeout(async () => {
+      await refresh(null, e.target.value.trim());
+      await pickImage(true);
+    }, 250);
+  });
 
   // A finished fit: its model (served by now) goes into the picker and the viewer.
   new FitPanel($("#fit"), {
     onModel: async (name) => {
       await refresh(name);
       if ($("#model").value !== name) throw new Error(`${name} is not among the served image models`);
-      pickImage(true);
+      await pickImage(true);
     },
   });
 
@@ -100,8 +117,7 @@ async function start() {
     say("#view-message", `cannot list models: ${e.message}`);
     return;
   }
-  pickImage();
-  pickDigits();
+  await Promise.all([pickImage(), pickDigits()]);
 }
 
 start();

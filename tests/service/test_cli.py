@@ -60,7 +60,7 @@ def test_an_empty_model_repository_serves_no_models(tmp_path):
 
 
 def test_device_auto_serves_and_each_model_names_its_provider(model_repo):
-    srv = Server(model_repo, "--device", "auto", env={"INR_THREADS": "1"}).wait_ready()
+    srv = Server(model_repo, "--device", "auto", "--model-loading", "startup", env={"INR_THREADS": "1"}).wait_ready()
     try:
         m = httpx.get(f"{srv.url}/v1/models/digits").json()
         expected = (

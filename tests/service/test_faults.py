@@ -95,6 +95,7 @@ def srv(faulty_repo):
             "INR_MAX_QUEUE_DELAY_MS": "1000",
             "INR_MAX_BATCH": "8",
             "INR_BATCH_INSTANCES": "1",
+            "INR_MODEL_LOADING": "startup",  # the unreadable model fails at start, listed with its reason
         },
     )
     with s.running():

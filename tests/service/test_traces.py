@@ -53,6 +53,7 @@ def stack(tmp_path_factory):
         "0.5",
         env={"INR_FIT_STORE": url, "INR_MAX_QUEUE_DELAY_MS": "20", **otel(receiver.grpc_url, "grpc")},
     ).wait_ready()
+    srv.repo = repo  # a test adds a model folder to it
     worker = Worker(
         url, repo, tmp_path_factory.mktemp("traces-log") / "worker.log", env=otel(receiver.http_url, "http/protobuf")
     )
@@ -335,3 +336,24 @@ def test_a_fit_is_one_trace_from_upload_to_the_served_version(stack):
     assert served.attributes["inr.model"] == "traced" and served.attributes["inr.model.version"] == 1
     [load] = [s for s in receiver.named("inr.model.load") if (s.trace_id, s.span_id) in served.links]
     assert load.attributes["inr.model"] == "traced"
+
+
+def test_a_first_use_load_is_a_span_of_the_request_that_caused_it(stack):
+    """On demand, the request that first needs a model waits for its load: `inr.model.load` is in its trace."""
+    srv, _, receiver, _ = stack
+    repo = srv.repo
+    shutil.copytree(repo / "astronaut", repo / "astronaut-copy")
+    config = repo / "astronaut-copy" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "astronaut"', 'name: "astronaut-copy"'))
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{srv.url}/v1/models/astronaut-copy", timeout=10).status_code != 200:  # the poll lists it
+        assert time.monotonic() < deadline, "the copy was not listed"
+        time.sleep(0.2)
+    r = httpx.get(f"{srv.url}/v1/models/astronaut-copy/render?width=16&height=16&format=png", timeout=60)
+    assert r.status_code == 200, r.text
+    trace_id, _ = ids(r.headers["traceparent"])
+    spans = receiver.wait_trace(trace_id, "GET /v1/models/{name}/render", "inr.render", "inr.model.load")
+    print(f"\na first use:\n{tree(spans)}")
+    [render] = by_name(spans, "inr.render")
+    [load] = by_name(spans, "inr.model.load")
+    assert load.parent_id == render.span_id and load.attributes["inr.model"] == "astronaut-copy"

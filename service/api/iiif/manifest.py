@@ -4,7 +4,9 @@
   (`NAME@VERSION`: that version's Canvas only). Each Canvas has the model's IIIF size, a painting Annotation
   whose Image body carries the version's Image API 3.0 service (`/iiif/3/NAME@VERSION`), a label, a summary,
   the training metadata a person reads (source, training size, PSNR, SSIM, parameters) and a thumbnail.
-* `GET /iiif/3/collection.json`: a Collection of every ready image model's Manifest.
+* `GET /iiif/3/collection.json`: a Collection of every ready image model's Manifest; for a repository of more than
+  INR_IIIF_COLLECTION_PAGE models (1,000, Presentation 3's collections of collections), a Collection of pages,
+  `GET /iiif/3/collection/N.json`, each the image models among one page of models by name.
 
 The JSON is built with `iiif-prezi3` (the IIIF community's Presentation 3 library, its models generated from
 the presentation validator's schema), never by hand. CORS as on info.json (service/api/iiif/router.py).
@@ -22,22 +24,26 @@ from iiif_prezi3 import (
     AnnotationPage,
     Canvas,
     Collection,
+    CollectionRef,
     KeyValueString,
     Manifest,
     ManifestRef,
     ServiceV3,
     config,
 )
+from starlette.concurrency import run_in_threadpool
 
 from modelrepo.serving import ImageSource
 
 from ...engine.runtime import ModelRuntime
+from ...errors import NotFound, ServiceError
 from ..deps import RegistryDep, SettingsDep
 from .info import Identifier, base_url, image_id, image_size, resolve
 
 config.configs["helpers.auto_fields.AutoLang"].auto_lang = "en"  # plain strings become {"en": [...]}
 MEDIA_TYPE = 'application/ld+json;profile="http://iiif.io/api/presentation/3/context.json"'
 THUMBNAIL = 256
+LABEL = "INR image models"
 
 
 def _number(value) -> float | None:
@@ -127,6 +133,23 @@ def manifest_of(request: Request, settings, registry, ident: Identifier) -> Mani
     )
 
 
+def manifest_refs(request: Request, settings, registry, names: list[str]) -> list[ManifestRef]:
+    """The Manifests of the ready image models among `names` (blocking: a model not yet read is read now)."""
+    refs = []
+    for name in names:
+        try:
+            model = registry.get(name).serving
+        except ServiceError:  # gone since the listing
+            continue
+        if model is not None and model.task == "image":
+            refs.append(
+                ManifestRef(
+                    id=f"{image_id(request, settings, Identifier(name))}/manifest.json", type="Manifest", label=name
+                )
+            )
+    return refs
+
+
 def ld_json(resource, settings, pinned: bool) -> Response:
     age = settings.iiif_max_age if pinned else settings.render_cache_max_age_s  # a version may appear any time
     return Response(
@@ -146,18 +169,43 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Collection"}},
     )
     async def collection(request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
-        """A IIIF Presentation 3.0 Collection of every ready image model's Manifest."""
-        refs = []
-        for name, state in sorted(registry.models.items()):
-            model = state.serving
-            if model is not None and model.task == "image":
-                refs.append(
-                    ManifestRef(
-                        id=f"{image_id(request, settings, Identifier(name))}/manifest.json", type="Manifest", label=name
-                    )
-                )
+        """A IIIF Presentation 3.0 Collection of every ready image model's Manifest; past INR_IIIF_COLLECTION_PAGE
+        models (1,000), a Collection of Collections, one per page of models by name (collection/N.json)."""
+        names, size = registry.names(), settings.iiif_collection_page
+        base = base_url(request, settings)
+        if len(names) <= size:
+            refs = await run_in_threadpool(manifest_refs, request, settings, registry, names)
+            return ld_json(Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False)
+        pages = [names[i : i + size] for i in range(0, len(names), size)]
+        refs = [
+            CollectionRef(
+                id=f"{base}/collection/{n}.json", type="Collection", label=f"{LABEL}, page {n}: {page[0]} … {page[-1]}"
+            )
+            for n, page in enumerate(pages, 1)
+        ]
+        return ld_json(Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False)
+
+    @router.api_route(
+        "/collection/{page}.json",
+        methods=get_head,
+        response_class=Response,
+        responses={200: {"content": {MEDIA_TYPE: {}}, "description": "a page of the Collection"}},
+    )
+    async def collection_page(request: Request, page: int, registry: RegistryDep, settings: SettingsDep) -> Response:
+        """Page `page` (from 1) of the Collection: the ready image models among that page's models by name."""
+        names, size = registry.names(), settings.iiif_collection_page
+        count = max(1, -(-len(names) // size))
+        if not 1 <= page <= count:
+            raise NotFound(f"no page {page} of the collection; pages: 1 to {count}")
+        base = base_url(request, settings)
+        refs = await run_in_threadpool(
+            manifest_refs, request, settings, registry, names[(page - 1) * size : page * size]
+        )
+        top = {"id": f"{base}/collection.json", "type": "Collection", "label": {"en": [LABEL]}}
         return ld_json(
-            Collection(id=f"{base_url(request, settings)}/collection.json", label="INR image models", items=refs),
+            Collection(
+                id=f"{base}/collection/{page}.json", label=f"{LABEL}, page {page} of {count}", items=refs, partOf=[top]
+            ),
             settings,
             False,
         )

@@ -20,5 +20,6 @@ def live() -> Live:
 def ready(registry: RegistryDep) -> Ready:
     if not registry.loaded:
         raise NotLoaded("models are still loading")
-    n_ready = sum(m.ready for m in registry.models.values())
-    return Ready(models_ready=n_ready, models_failed=len(registry.models) - n_ready)
+    models = registry.models
+    failed = sum(not m.ready for m in list(models.values()))
+    return Ready(models_ready=len(registry.names()) - failed, models_failed=failed)

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlencode
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse
 from pydantic import ValidationError
 
-from modelrepo import ImageSource
+from modelrepo import NAME_MAX, ImageSource
 
 from ...engine.registry import ModelState
-from ...errors import NoPreview
+from ...errors import ModelNotFound, NoPreview
 from ..deps import ModelName, RegistryDep
 from ..schemas import ErrorBody, ModelInfo, ModelList, ModelSummary, TensorInfo, VersionInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
+PAGE = 1000  # models per page, at most
 
 
 def _typed(meta: dict, key: str, kind: type, default=None):
@@ -79,6 +82,8 @@ def model_info(m: ModelState) -> ModelInfo:
             error=v.error,
             serving=v is serving,
             onnx_sha256=v.record.onnx_sha256 if v.record else None,
+            resident=v.resident,
+            bytes=v.bytes,
         )
         for v in m.versions
     ]
@@ -102,21 +107,35 @@ def model_info(m: ModelState) -> ModelInfo:
     )
 
 
-@router.get("", response_model=ModelList)
-def list_models(registry: RegistryDep) -> ModelList:
-    """One small summary per model; GET /v1/models/NAME has the detail."""
-    return ModelList(
-        models=[
-            ModelSummary(
-                name=m.name,
-                task=m.task,
-                status=m.status,
-                error=m.reason,
-                versions=[v.version for v in m.versions if v.ready],
-                url=f"/v1/models/{m.name}",
-            )
-            for m in registry.models.values()
-        ]
+@router.get("", response_model=ModelList, response_model_exclude_unset=True)
+def list_models(
+    registry: RegistryDep,
+    limit: Annotated[int, Query(ge=1, le=PAGE, description="models per page")] = PAGE,
+    after: Annotated[str, Query(max_length=NAME_MAX, description="the last name of the page before")] = "",
+    q: Annotated[str, Query(max_length=NAME_MAX, description="only names that contain this, any case")] = "",
+) -> ModelList:
+    """One small summary per model, by name, a page at a time (`next`); GET /v1/models/NAME has the detail."""
+    wanted = q.lower()
+    names = [n for n in registry.names() if n > after and wanted in n.lower()]
+    models = []
+    for name in names[:limit]:
+        try:
+            models.append(summary(registry.get(name)))
+        except ModelNotFound:  # its folder went since the listing
+            continue
+    more = len(names) > limit
+    query = urlencode({"limit": limit, "after": names[limit - 1], **({"q": q} if q else {})}) if more else ""
+    return ModelList(models=models, **({"next": f"/v1/models?{query}"} if more else {}))
+
+
+def summary(m: ModelState) -> ModelSummary:
+    return ModelSummary(
+        name=m.name,
+        task=m.task,
+        status=m.status,
+        error=m.reason,
+        versions=[v.version for v in m.versions if v.ready],
+        url=f"/v1/models/{m.name}",
     )
 
 

@@ -62,11 +62,18 @@ def parameters(body: dict, allowed: set[str]) -> dict:
 
 @router.post("/index", responses=ERRORS, openapi_extra=BODY)
 async def repository_index(control: ControlDep, body: Body) -> list[dict]:
-    """Every model in the repository (loaded or not) with its versions, states and reasons."""
+    """Every model in the repository (loaded or not) with its versions, states and reasons; a READY version that
+    is not in memory says so in its reason (it loads on first use). `{"limit": N, "after": NAME}` (an extension)
+    pages through a large repository by name."""
     ready = body.get("ready", False)
     if not isinstance(ready, bool):
         raise BadInput(f"ready: expected true or false, got {ready!r}")
-    return await run_in_threadpool(control.index, ready)
+    limit, after = body.get("limit"), body.get("after", "")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise BadInput(f"limit: expected a whole number of models of at least 1, got {limit!r}")
+    if not isinstance(after, str):
+        raise BadInput(f"after: expected the last model name of the page before, got {after!r}")
+    return await run_in_threadpool(control.index, ready, limit, after)
 
 
 @router.post("/models/{name}/load", responses=ERRORS, openapi_extra=BODY)

@@ -33,7 +33,7 @@ def geo_repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def geo(geo_repo):
-    srv = Server(geo_repo, env={"INR_RENDER_TILE_SAMPLES": "1024"})
+    srv = Server(geo_repo, env={"INR_RENDER_TILE_SAMPLES": "1024", "INR_MODEL_LOADING": "startup"})
     with srv.running():
         with httpx.Client(base_url=srv.url, timeout=60.0) as c:
             yield c

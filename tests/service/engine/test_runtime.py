@@ -10,7 +10,8 @@ import pytest
 from modelrepo import read_spec
 from service.engine.cpus import available_cpus, cgroup_cpu_limit, default_threads
 from service.engine.registry import Registry
-from service.engine.runtime import ModelRuntime, RuntimeOptions, check_device_available
+from service.engine.runtime import ModelRuntime, RuntimeOptions
+from service.engine.sessions import check_device_available
 from service.errors import DeviceError
 
 
@@ -90,18 +91,18 @@ def test_default_threads_share_the_cpus_between_workers():
     assert default_threads(available_cpus() * 2) == 1
 
 
-def test_render_tiles_run_on_one_thread_sessions_beside_the_query_session(model_repo):
-    """INR_RENDER_THREADS: a grid model (no body graph) gets a second session for render tiles, a separable one
-    loads its body on it; both with the render threads, the query session keeps its own; equal counts share."""
+def test_an_image_model_has_one_session_on_the_render_threads(model_repo):
+    """INR_RENDER_THREADS: an image model's one session runs its queries and its render tiles (one copy of its
+    tables in memory); a separable one loads its body beside it on the same threads; a digits model keeps
+    INR_THREADS."""
     root = Path(__file__).resolve().parents[3]
     grid = version_1(root / "models" / "dandelion", RuntimeOptions(threads=2, render_threads=1))
-    assert grid.load() and grid.separable is None and grid.render_session is not grid.session
-    assert grid.session.get_session_options().intra_op_num_threads == 2
-    assert grid.render_session.get_session_options().intra_op_num_threads == 1
+    assert grid.load() and grid.separable is None and grid.render_session is grid.session
+    assert grid.session.get_session_options().intra_op_num_threads == 1
     coords = np.random.default_rng(0).random((500, 2), dtype=np.float32)
     assert np.array_equal(grid.render_rgb(coords), grid.predict(coords)["rgb"])
     fourier = version_1(model_repo / "astronaut", RuntimeOptions(threads=2, render_threads=1))
     assert fourier.load() and fourier.separable is not None and fourier.render_session is fourier.session
     assert fourier.separable.session.get_session_options().intra_op_num_threads == 1
-    same = version_1(root / "models" / "dandelion", RuntimeOptions(threads=1, render_threads=1))
-    assert same.load() and same.render_session is same.session
+    digits = version_1(model_repo / "digits", RuntimeOptions(threads=2, render_threads=1))
+    assert digits.load() and digits.session.get_session_options().intra_op_num_threads == 2

@@ -36,7 +36,7 @@ def test_bad_warmups_fail_the_version_with_the_reason_and_a_good_file_warmup_ser
     good = variant(repo, "astronaut", "warm-file", "random_data: true", 'input_data_file: "coords.bin"')
     (good / "warmup").mkdir()
     (good / "warmup" / "coords.bin").write_bytes(np.array([0.25, 0.75], np.float32).tobytes())
-    srv = Server(repo).wait_ready()
+    srv = Server(repo, "--model-loading", "startup").wait_ready()
     try:
         for name, reason in (
             (
@@ -100,7 +100,7 @@ def test_a_reload_under_load_serves_the_new_version_only_after_its_warmup_ran(mo
     assert "random_data: true" in cfg.read_text(), "the export wrote no random warmup"
     cfg.write_text(cfg.read_text().replace("random_data: true", 'input_data_file: "coords.bin"'))
     pipe = WarmupPipe(model / "warmup" / "coords.bin")
-    srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.3")
+    srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.3", "--model-loading", "startup")
     answers: list[tuple[int, str]] = []  # (status, model_version), in the order they came back
     lock, stop = threading.Lock(), threading.Event()
 

@@ -1,0 +1,299 @@
+"""Which model versions hold onnxruntime sessions, under a memory budget (`--memory-budget`, docs/deployment.md,
+"Memory budget"), in the manner of KServe ModelMesh.
+
+A version is listed from its files with no session (ModelRuntime.describe) and loaded the first time a request
+needs it: `acquire` loads it unless it is resident, and requests that arrive during a load wait for that one load
+and its warmup. A request holds its version from `acquire` to `release`; a held version is never unloaded.
+
+* **Budget.** The bytes of resident versions stay within the budget: before a load, the least recently used
+  versions that no request holds and that are not pinned (`--pin-model`) are unloaded until the new one fits.
+  A version larger than the whole budget is refused (ModelTooLarge), and the others keep serving.
+* **Bytes, measured.** A version's bytes are the growth of the process's resident set across its load and warmup
+  (service/memory.py), measured one load at a time; the next load of a version not yet measured is
+  estimated from the bytes per file byte of the loads so far.
+* **Bounded loads.** At most `--max-concurrent-loads` versions load or wait to load at once; a request that would
+  start another, or that finds no room because every resident version is held, waits within its deadline
+  (INR_QUEUE_TIMEOUT_S, or the gRPC call's) and then gets 503 with Retry-After.
+
+All the bookkeeping runs on the event loop; loads and unloads run in threads. A version dropped by a reload or
+an unload (`forget`) leaves the accounting at once; its sessions go when the requests holding it finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+
+from telemetry import tracing
+
+from ..errors import ModelNotReady, ModelTooLarge, QueueTimeout
+from ..memory import format_bytes, rss, trim
+from ..metrics import Metrics
+from .runtime import ModelRuntime
+
+log = logging.getLogger(__name__)
+PRIMER = Path(__file__).with_name("prime.onnx")  # a 2 → 3 MatMul
+FIRST_RATIO = 6.0  # bytes in memory per byte of ONNX file, before any load has been measured
+
+
+@dataclass(frozen=True)
+class ResidencyOptions:
+    budget: int  # bytes of resident versions
+    max_concurrent_loads: int = 2
+    pinned: frozenset[str] = frozenset()  # model names never unloaded
+    wait_s: float = 10.0  # the longest wait for a load slot or for room, unless the request has its own deadline
+
+
+class Residency:
+    def __init__(self, options: ResidencyOptions, metrics: Metrics | None = None):
+        self.options, self.metrics = options, metrics
+        self.resident: OrderedDict[ModelRuntime, None] = OrderedDict()  # least recently used first
+        self.loads: dict[ModelRuntime, asyncio.Future] = {}  # loads under way, shared by their waiters
+        self.measured_ratio: float | None = None  # bytes per ONNX byte over the loads so far
+        self._lock = threading.Lock()  # the tables, also touched by reload threads (forget, adopt)
+        self._measure = threading.Lock()  # one load measured at a time
+        self._changed: asyncio.Condition | None = None  # a release or an unload: room may have appeared
+        self._slots: asyncio.Semaphore | None = None  # --max-concurrent-loads (made on the loop)
+        self._waiting = 0  # loads waiting for room
+        if metrics is not None:
+            metrics.residency(self)
+
+    def prime(self) -> None:
+        """Run onnxruntime once on a tiny graph (blocking), so that its one-time start-up memory is not counted in
+        the bytes of the first model loaded."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(PRIMER), options, providers=["CPUExecutionProvider"])
+        session.run(None, {"x": np.zeros((1, 2), np.float32)})
+        trim()
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(r.bytes or 0 for r in self.resident)
+
+    def pinned_bytes(self) -> int:
+        with self._lock:
+            return sum(r.bytes or 0 for r in self.resident if self.is_pinned(r))
+
+    def is_pinned(self, runtime: ModelRuntime) -> bool:
+        return runtime.name in self.options.pinned
+
+    def estimate(self, runtime: ModelRuntime) -> int:
+        """The bytes a version will take: measured when it was loaded before, else from its file's size."""
+        if runtime.bytes is not None:
+            return runtime.bytes
+        return int(runtime.file_bytes() * (self.measured_ratio or FIRST_RATIO))
+
+    # -- requests -------------------------------------------------------------------------------------
+    async def acquire(self, runtime: ModelRuntime, timeout: float | None = None) -> ModelRuntime:
+        """Hold `runtime` for a request, loading it first unless it is resident; `release` it when done.
+        ModelNotReady when its load failed, ModelTooLarge when it cannot fit, QueueTimeout when the wait for a
+        load slot or for room outlasted `timeout` (default: ResidencyOptions.wait_s)."""
+        runtime.inflight += 1
+        try:
+            if not runtime.resident:
+                await self._load(runtime, self.options.wait_s if timeout is None else timeout)
+            with self._lock:
+                if runtime in self.resident:
+                    self.resident.move_to_end(runtime)
+            return runtime
+        except BaseException:
+            self.release(runtime)
+            raise
+
+    def release(self, runtime: ModelRuntime) -> None:
+        runtime.inflight -= 1
+        if runtime.inflight == 0 and self._waiting:
+            self._notify()
+
+    # -- loading ----------------------------------------------------------------------------------
+    async def _load(self, runtime: ModelRuntime, timeout: float) -> None:
+        future = self.loads.get(runtime)
+        if future is None:
+            future = self.loads[runtime] = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().create_task(self._run_load(runtime, future, timeout))
+        start = time.perf_counter()
+        await asyncio.shield(future)  # the load goes on for the others if this request gives up
+        if self.metrics is not None:
+            self.metrics.load_wait(runtime.name, time.perf_counter() - start)
+        if not runtime.resident:
+            raise ModelNotReady(runtime.name, f"failed in version {runtime.version}", runtime.error)
+
+    async def _run_load(self, runtime: ModelRuntime, future: asyncio.Future, timeout: float) -> None:
+        try:
+            await self._admit_and_load(runtime, timeout)
+        except BaseException as e:  # noqa: BLE001 - every waiter gets it
+            future.set_exception(e)
+            future.exception()  # retrieved: a load nobody waits for any more is not an unhandled error
+        else:
+            future.set_result(None)
+        finally:
+            self.loads.pop(runtime, None)
+
+    async def _admit_and_load(self, runtime: ModelRuntime, timeout: float) -> None:
+        estimate = self.estimate(runtime)
+        if runtime.bytes is not None and runtime.bytes > self.options.budget:
+            raise self._too_large(runtime, runtime.bytes)
+        deadline = time.monotonic() + timeout
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.options.max_concurrent_loads)
+        try:
+            await asyncio.wait_for(self._slots.acquire(), max(deadline - time.monotonic(), 0.001))
+        except asyncio.TimeoutError:
+            raise QueueTimeout(
+                f"model '{runtime.name}' waited {timeout:g} s to load: "
+                f"{self.options.max_concurrent_loads} other loads are under way "
+                "(--max-concurrent-loads)",
+                retry_after=1,
+            ) from None
+        try:
+            await self._make_room(min(estimate, self.options.budget), deadline, runtime)
+            with tracing.span(
+                "inr.model.load", attributes={"inr.model": runtime.name, "inr.model.version": runtime.version}
+            ):
+                seconds = await run_in_threadpool(self._load_measured, runtime)
+        finally:
+            self._slots.release()
+        if not runtime.resident:
+            if self.metrics is not None:
+                self.metrics.model_load(runtime.name, "failed", seconds)
+            return
+        if runtime.bytes > self.options.budget:
+            await run_in_threadpool(self._unload, runtime)
+            raise self._too_large(runtime, runtime.bytes)
+        with self._lock:
+            self.resident[runtime] = None
+        if self.metrics is not None:
+            self.metrics.model_load(runtime.name, "loaded", seconds)
+        for victim in self._victims(0, runtime)[0]:  # the measured bytes may be more than the estimate
+            await run_in_threadpool(self._unload, victim)
+
+    def _load_measured(self, runtime: ModelRuntime) -> float:
+        """Load and warm up (blocking), measuring the resident set's growth; the seconds it took."""
+        with self._measure:
+            trim()
+            before, start = rss(), time.perf_counter()
+            runtime.load()
+            seconds = time.perf_counter() - start
+            trim()  # the load's transient memory (onnxruntime's constant folding peaks at several times the result)
+            grown = max(rss() - before, 0)
+        if runtime.resident:
+            runtime.bytes = max(grown, runtime.file_bytes())
+            ratio = runtime.bytes / max(runtime.file_bytes(), 1)
+            self.measured_ratio = ratio if self.measured_ratio is None else 0.8 * self.measured_ratio + 0.2 * ratio
+            log.info(
+                "model %s version %d: loaded in %.3f s, %s resident (%s of %s in use)",
+                runtime.name,
+                runtime.version,
+                seconds,
+                format_bytes(runtime.bytes),
+                format_bytes(self.bytes + runtime.bytes),
+                format_bytes(self.options.budget),
+            )
+        return seconds
+
+    def _too_large(self, runtime: ModelRuntime, size: int) -> ModelTooLarge:
+        if self.metrics is not None:
+            self.metrics.model_load(runtime.name, "too_large", 0.0)
+        return ModelTooLarge(runtime.name, runtime.version, size, self.options.budget)
+
+    # -- room ---------------------------------------------------------------------------------------
+    async def _make_room(self, needed: int, deadline: float, keep: ModelRuntime) -> None:
+        """Unload least recently used versions (not held, not pinned, not `keep`) until `needed` more bytes fit;
+        wait for a release when none can go, until `deadline`."""
+        while True:
+            victims, short = self._victims(needed, keep)
+            for victim in victims:
+                await run_in_threadpool(self._unload, victim)
+            if not short:
+                return
+            await self._wait(
+                deadline,
+                f"{format_bytes(self.bytes)} of the memory budget "
+                f"({format_bytes(self.options.budget)}, --memory-budget) is held by requests "
+                "in flight and pinned models",
+            )
+
+    def _victims(self, needed: int, keep: ModelRuntime) -> tuple[list[ModelRuntime], bool]:
+        """The versions to unload (taken out of the table) and whether that still leaves too little room."""
+        with self._lock:
+            over = sum(r.bytes or 0 for r in self.resident) + needed - self.options.budget
+            victims = []
+            for r in list(self.resident):
+                if over <= 0:
+                    break
+                if r is keep or r.inflight or self.is_pinned(r) or r in self.loads:
+                    continue
+                del self.resident[r]
+                victims.append(r)
+                over -= r.bytes or 0
+            return victims, over > 0
+
+    def _unload(self, runtime: ModelRuntime) -> None:
+        with self._lock:
+            self.resident.pop(runtime, None)
+        runtime.unload()
+        trim()
+        if self.metrics is not None:
+            self.metrics.model_evicted(runtime.name)
+        log.info(
+            "model %s version %d: unloaded (least recently used; %s of %s in use)",
+            runtime.name,
+            runtime.version,
+            format_bytes(self.bytes),
+            format_bytes(self.options.budget),
+        )
+
+    async def _wait(self, deadline: float, why: str) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise QueueTimeout(f"no room to load a model in time: {why}", retry_after=1)
+        self._waiting += 1
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait(), left)
+        except asyncio.TimeoutError:
+            raise QueueTimeout(f"no room to load a model in time: {why}", retry_after=1) from None
+        finally:
+            self._waiting -= 1
+
+    def _notify(self) -> None:
+        async def notify():
+            async with self._changed:
+                self._changed.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    # -- the registry's changes -------------------------------------------------------------------------
+    def load_now(self, runtime: ModelRuntime) -> None:
+        """A load outside `acquire` (at start, a reload of a resident model, an explicit load; blocking): measured
+        and counted. Nothing is unloaded for it; going over the budget is logged."""
+        self._load_measured(runtime)
+        if runtime.resident:
+            with self._lock:
+                self.resident[runtime] = None
+            if self.bytes > self.options.budget:
+                log.warning(
+                    "models resident: %s, over the memory budget of %s (--memory-budget)",
+                    format_bytes(self.bytes),
+                    format_bytes(self.options.budget),
+                )
+
+    def forget(self, runtime: ModelRuntime) -> None:
+        """A version the registry no longer serves: out of the accounting; its sessions go with its last holder."""
+        with self._lock:
+            self.resident.pop(runtime, None)

@@ -1,0 +1,101 @@
+"""The process's memory, for the model memory budget (service/engine/residency.py): byte sizes as settings write
+them, the memory this process may use (a container's limit, else the machine's), its resident set, and giving
+a model's freed memory back to the system.
+
+A model's bytes are measured, not guessed: the growth of this process's resident set (/proc/self/statm) across its
+load and warmup, with loads measured one at a time (residency.Residency).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import re
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ki": 1024,
+    "kib": 1024,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "gi": 1024**3,
+    "gib": 1024**3,
+    "ti": 1024**4,
+    "tib": 1024**4,
+}
+SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+NO_LIMIT = 2**60  # cgroup v1 writes its "no limit" as a number near 2^63
+DEFAULT_SHARE = 0.5  # the default budget: this share of the memory the process may use
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def parse_bytes(text: str | int) -> int:
+    """`2GiB`, `512MiB`, `1.5G`, `1000000` → bytes; ValueError naming the forms."""
+    if isinstance(text, int):
+        return text
+    m = SIZE_RE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in UNITS:
+        raise ValueError("expected a size such as 2GiB, 512MiB, 1.5G or a number of bytes")
+    return int(float(m.group(1)) * UNITS[unit])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def memory_limit() -> tuple[int, str]:
+    """(bytes, where from): the cgroup's memory limit (v2 memory.max, v1 memory.limit_in_bytes) when there is
+    one, else the machine's memory (MemTotal)."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        text = _read(path)
+        if text and text != "max" and text.isdigit() and int(text) < NO_LIMIT:
+            return int(text), "the container's memory limit"
+    meminfo = _read("/proc/meminfo") or ""
+    m = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
+    return (int(m.group(1)) * 1024 if m else 4 * 1024**3), "the machine's memory"
+
+
+def default_budget() -> tuple[int, str]:
+    """The budget when none is set: DEFAULT_SHARE of memory_limit(), and a sentence saying so."""
+    limit, where = memory_limit()
+    budget = int(limit * DEFAULT_SHARE)
+    return budget, f"{DEFAULT_SHARE:.0%} of {where} ({format_bytes(limit)})"
+
+
+def rss() -> int:
+    """This process's resident set now, in bytes."""
+    text = _read("/proc/self/statm")
+    return int(text.split()[1]) * PAGE if text else 0
+
+
+def trim() -> None:
+    """Give free heap memory back to the system after an unload (glibc's malloc_trim, which also returns free pages
+    inside the heap); nothing on other C libraries."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
