@@ -183,20 +183,25 @@ def cold(args) -> dict:
     try:
         srv.wait(300)
         shape = sizes(srv.url, names)
-        times = []
+        times, per_pixel = [], []
         with httpx.Client(base_url=srv.url, timeout=120) as c:
-            for name in random.Random(args.seed).sample(names, args.samples):
+            pool = [n for n in names if not args.photos or n.rsplit("-", 1)[0] in args.photos]
+            for name in random.Random(args.seed).sample(pool, args.samples):
                 w, h = shape[name.rsplit("-", 1)[0]]
                 start = time.perf_counter()
                 r = c.get(f"/iiif/3/{name}/0,0,{min(w, 512)},{min(h, 512)}/{min(w, 512)},/0/default.jpg")
                 times.append(time.perf_counter() - start)
                 assert r.status_code == 200, r.text
+                version = c.get(f"/v1/models/{name}").json()["versions"][0]
+                per_pixel.append(version["bytes"] / (w * h))
         times.sort()
         return {
             "samples": len(times),
             "p50_ms": round(statistics.median(times) * 1000, 1),
             "p95_ms": round(times[min(len(times) - 1, int(0.95 * len(times)))] * 1000, 1),
             "max_ms": round(times[-1] * 1000, 1),
+            "bytes_per_pixel_median": round(statistics.median(per_pixel), 2),
+            "bytes_per_pixel_max": round(max(per_pixel), 2),
         }
     finally:
         srv.stop()
@@ -283,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--models", type=Path, required=True)
     c.add_argument("--budget", default="2GiB")
     c.add_argument("--samples", type=int, default=40)
+    c.add_argument("--photos", type=lambda s: s.split(","), default=[], help="only copies of these (e.g. dune,storm)")
     c.add_argument("--seed", type=int, default=0)
     s = sub.add_parser("startup")
     s.add_argument("--models", type=Path, required=True)

@@ -18,7 +18,9 @@ is an immutable mapping of immutable `ModelState`s, replaced in one assignment, 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 from .tasks import runtime_for
 
 log = logging.getLogger(__name__)
+SETTLED_NS = 2 * 10**9  # a folder's mtime this old is trusted to show every change (filesystems with coarse times)
 Listener = Callable[["Registry", str, list[ModelRuntime]], None]  # (registry, model changed, versions dropped)
 
 
@@ -50,6 +53,7 @@ class Registry:
         self._name_locks: dict[str, threading.Lock] = {}
         self.listeners: list[Listener] = []  # called after every change, with the runtimes dropped
         self.loaded = False
+        self._scanned: tuple[int, dict[str, Path]] | None = None  # (the root's mtime, its folders) at the last scan
 
     # -- reading (lock-free) ----------------------------------------------------------------------
     @property
@@ -59,9 +63,17 @@ class Registry:
 
     def scan(self) -> dict[str, Path]:
         """The model folders in the repository now, name → path (served or not)."""
-        if not self.root.is_dir():
+        try:
+            stamp = os.stat(self.root).st_mtime_ns
+            if self._scanned is not None and self._scanned[0] == stamp and time.time_ns() - stamp > SETTLED_NS:
+                return dict(self._scanned[1])  # no folder added, removed or renamed since the last scan
+            with os.scandir(self.root) as entries:  # the entries' types come with the listing: no stat each
+                found = sorted(e.name for e in entries if e.is_dir() and NAME_RE.match(e.name))
+        except OSError:  # not a directory (unmounted for a moment?)
             return {}
-        return {p.name: p for p in sorted(self.root.iterdir()) if p.is_dir() and NAME_RE.match(p.name)}
+        folders = {name: self.root / name for name in found}
+        self._scanned = (stamp, folders)
+        return dict(folders)
 
     def discover(self) -> list[Path]:
         return list(self.scan().values())
