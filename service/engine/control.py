@@ -8,6 +8,9 @@
 * `explicit`: only the `--load-model` names are loaded at start (`*` = all); afterwards models are
   loaded, reloaded and unloaded by `POST /v2/repository/models/NAME/load|unload`.
 
+With `--model-loading on-demand` (the default) "loaded at start" in `none` and `poll` means listed: each model is
+read when first asked for and holds a session from its first request (residency.py); `explicit` loads as told.
+
 Loads run in worker threads, never on the event loop. A reload goes through `Registry.load`,
 which builds the new versions beside the serving ones and swaps only once they are ready; a
 broken new version leaves the old one serving, and the failure shows in the index
