@@ -30,7 +30,7 @@ from telemetry import tracing
 
 from ..errors import BadInput, ModelNotFound
 from .registry import ModelState, Registry
-from .state import folder_stamp
+from .state import folder_stamp, folder_unchanged
 
 log = logging.getLogger(__name__)
 Fingerprint = tuple[tuple[str, int, int], ...]
@@ -182,17 +182,18 @@ class ModelControl:
 
     def _rescan_listed(self) -> list[str]:
         """On-demand: list the folders again; forget removed models, read new ones, and read again each model
-        already read whose folder changed (folder_stamp: a few stats per model, nothing for one never asked for).
-        A changed model with a version in memory is loaded again at once, so that requests do not pay for it."""
+        already read whose folder changed (folder_unchanged: one stat for a model not in memory, a few for one in
+        memory, nothing for one never asked for). A changed model with a version in memory is loaded again at once, so
+        that requests do not pay for it."""
         registry, changed = self.registry, []
         names = registry.scan()
-        for name in [n for n in {*registry.listing, *registry.models} if n not in names]:
+        for name in sorted((registry.listing.keys() | registry.models.keys()) - names.keys()):
             log.info("model %s: folder removed from the repository; unloading", name)
             registry.listing.pop(name, None)
             if name in registry.models:
                 self._unload(name)
             changed.append(name)
-        for name in [n for n in names if n not in registry.listing]:
+        for name in sorted(names.keys() - registry.listing.keys()):
             log.info("model %s: new in the repository; read, loaded on first use", name)
             registry.listing[name] = names[name]
             try:  # read now (a few milliseconds): a version a fit wrote is served from here (served_span)
@@ -200,10 +201,23 @@ class ModelControl:
             except Exception:  # noqa: BLE001 - e.g. removed again; the next scan sees it
                 log.exception("model %s: could not be read", name)
             changed.append(name)
-        for name, state in list(registry.models.items()):
-            if name not in names or folder_stamp(state.path) == registry.stamps.get(name):
-                continue
-            resident = any(v.resident for v in state.versions)
+        in_memory, stamps = registry.resident_names(), registry.stamps
+        moved = []
+        root = os.open(registry.root, os.O_RDONLY)
+        try:
+            for name, state in registry.models.items():
+                stamp = stamps.get(name, ())
+                if name not in names:
+                    continue
+                if name in in_memory:  # its files are checked whole: a changed one is loaded again at once
+                    if folder_stamp(state.path) != stamp:
+                        moved.append(name)
+                elif not folder_unchanged(name, stamp, root):
+                    moved.append(name)
+        finally:
+            os.close(root)
+        for name in moved:
+            resident = name in in_memory
             log.info("model %s: changed in the repository; %s", name, "loading" if resident else "read again")
             try:
                 self._load(name, None, load=resident)

@@ -82,6 +82,12 @@ class Registry:
         """Every model served or listed, sorted."""
         return sorted(set(self.listing or ()) | set(self._models))
 
+    def resident_names(self) -> set[str]:
+        """The models with a version in memory now (the residency's table; every loaded one when there is none)."""
+        if self.residency is not None:
+            return {runtime.name for runtime in self.residency.resident_now()}
+        return {name for name, state in self._models.items() if any(v.resident for v in state.versions)}
+
     def get(self, name: str) -> ModelState:
         """The model's state; a listed one is described now (its spec and versions read, no session)."""
         if not self.loaded:

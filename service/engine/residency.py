@@ -83,6 +83,10 @@ class Residency:
         with self._lock:
             return sum(r.bytes or 0 for r in self.resident)
 
+    def resident_now(self) -> list[ModelRuntime]:
+        with self._lock:
+            return list(self.resident)
+
     def pinned_bytes(self) -> int:
         with self._lock:
             return sum(r.bytes or 0 for r in self.resident if self.is_pinned(r))
