@@ -117,7 +117,7 @@ def tiles(args) -> list[dict]:
         srv = Server(
             args.models,
             "collection",
-            env={"INR_RENDER_CACHE_BYTES": "0"},
+            env={"INR_RENDER_CACHE_BYTES": "0", **dict(e.split("=", 1) for e in args.env)},
             args=("--memory-budget", budget, "--max-concurrent-loads", str(args.loads)),
         )
         try:
@@ -134,6 +134,7 @@ def run_tiles(srv: Server, names: list[str], budget: str, args) -> dict:
     order = names[:]
     rng.shuffle(order)  # popularity is not alphabetical
     weights = zipf_weights(len(order), args.zipf)
+    idle = rss_of(srv.proc.pid)
     sampler = Sampler(srv.proc.pid)
     sampler.start()
     latencies, codes, lock = [], {}, threading.Lock()
@@ -171,8 +172,11 @@ def run_tiles(srv: Server, names: list[str], budget: str, args) -> dict:
         "loads_per_s": round(loads / seconds, 2),
         "p50_ms": round(q(0.5), 1),
         "p99_ms": round(q(0.99), 1),
+        "idle_rss_mib": round(idle / 2**20),
         "peak_rss_mib": round(sampler.peak / 2**20),
         "resident_models_end": metric(srv.url, "inr_models_resident"),
+        "resident_mib_end": round(metric(srv.url, "inr_model_resident_bytes") / 2**20),
+        "rss_mib_end": round(rss_of(srv.proc.pid) / 2**20),
         "seconds": round(seconds, 1),
     }
 
@@ -226,19 +230,20 @@ def startup(args) -> dict:
 
 
 def rescan_cpu(models: Path) -> dict:
-    """CPU milliseconds of one rescan (poll mode, on-demand), median of 5: none read, then all read."""
+    """CPU milliseconds of one rescan (poll mode, on-demand), median of 9: none read, then all read."""
     sys.path.insert(0, str(ROOT))
     from service.engine.control import ModelControl
     from service.engine.registry import Registry
+    from service.engine.residency import Residency, ResidencyOptions
     from service.engine.runtime import RuntimeOptions
 
-    registry = Registry(models, RuntimeOptions())
+    registry = Registry(models, RuntimeOptions(), Residency(ResidencyOptions(budget=2**30)))  # as the server has
     control = ModelControl(registry, "poll", on_demand=True)
     registry.list_all()
 
     def once() -> float:
         cpu = []
-        for _ in range(5):
+        for _ in range(9):
             t = time.process_time()
             control.poll_once()
             cpu.append((time.process_time() - t) * 1000)
@@ -284,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--zipf", type=float, default=1.1)
     t.add_argument("--loads", type=int, default=2, help="--max-concurrent-loads")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--env", action="append", default=[], help="KEY=VALUE in the server's environment (a variant)")
     c = sub.add_parser("cold")
     c.add_argument("--models", type=Path, required=True)
     c.add_argument("--budget", default="2GiB")

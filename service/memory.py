@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import re
@@ -92,10 +93,33 @@ def rss() -> int:
     return int(text.split()[1]) * PAGE if text else 0
 
 
+def reset_peak() -> bool:
+    """Start this process's peak resident set (VmHWM) again from now (Linux's clear_refs 5); False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss() -> int:
+    """This process's peak resident set since the start or the last `reset_peak`, in bytes (0 where unknown)."""
+    m = re.search(r"^VmHWM:\s+(\d+) kB", _read("/proc/self/status") or "", re.M)
+    return int(m.group(1)) * 1024 if m else 0
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, found once (find_library runs ldconfig); None on other C libraries."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
 def trim() -> None:
     """Give free heap memory back to the system after an unload (glibc's malloc_trim, which also returns free pages
     inside the heap); nothing on other C libraries."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    call = _malloc_trim()
+    if call is not None:
+        call(0)

@@ -240,7 +240,10 @@ class VersionInfo(BaseModel):
     onnx_sha256: str | None = None
     serving: bool = Field(False, description="the version that /v1 and unversioned /v2 calls use")
     resident: bool = Field(False, description="its sessions are in memory now (else it loads on its first use)")
-    bytes: int | None = Field(None, description="memory its sessions took at its last load, measured")
+    bytes: int | None = Field(None, description="memory its sessions take, measured at a load")
+    load_peak_bytes: int | None = Field(
+        None, description="the resident set's peak growth during its last load: the room a load needs in the budget"
+    )
 
 
 class TensorInfo(BaseModel):

@@ -8,9 +8,9 @@ and its warmup. A request holds its version from `acquire` to `release`; a held 
 * **Budget.** The bytes of resident versions stay within the budget: before a load, the least recently used
   versions that no request holds and that are not pinned (`--pin-model`) are unloaded until the new one fits.
   A version larger than the whole budget is refused (ModelTooLarge), and the others keep serving.
-* **Bytes, measured.** A version's bytes are the growth of the process's resident set across its load and warmup
-  (service/memory.py), measured one load at a time; the next load of a version not yet measured is
-  estimated from the bytes per file byte of the loads so far.
+* **Bytes, measured.** A version's bytes are the growth of the process's resident set across its load and warmup,
+  when no session ran meanwhile (service/engine/measure.py); a version not yet measured that way is estimated
+  from its file's size at the ratio of the measured ones.
 * **Bounded loads.** At most `--max-concurrent-loads` versions load or wait to load at once; a request that would
   start another, or that finds no room because every resident version is held, waits within its deadline
   (INR_QUEUE_TIMEOUT_S, or the gRPC call's) and then gets 503 with Retry-After.
@@ -35,13 +35,13 @@ from starlette.concurrency import run_in_threadpool
 from telemetry import tracing
 
 from ..errors import ModelNotReady, ModelTooLarge, QueueTimeout
-from ..memory import format_bytes, rss, trim
+from ..memory import format_bytes, trim
 from ..metrics import Metrics
+from .measure import Measure
 from .runtime import ModelRuntime
 
 log = logging.getLogger(__name__)
 PRIMER = Path(__file__).with_name("prime.onnx")  # a 2 → 3 MatMul
-FIRST_RATIO = 6.0  # bytes in memory per byte of ONNX file, before any load has been measured
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,8 @@ class Residency:
         self.options, self.metrics = options, metrics
         self.resident: OrderedDict[ModelRuntime, None] = OrderedDict()  # least recently used first
         self.loads: dict[ModelRuntime, asyncio.Future] = {}  # loads under way, shared by their waiters
-        self.measured_ratio: float | None = None  # bytes per ONNX byte over the loads so far
+        self.measure = Measure()
         self._lock = threading.Lock()  # the tables, also touched by reload threads (forget, adopt)
-        self._measure = threading.Lock()  # one load measured at a time
         self._changed: asyncio.Condition | None = None  # a release or an unload: room may have appeared
         self._slots: asyncio.Semaphore | None = None  # --max-concurrent-loads (made on the loop)
         self._waiting = 0  # loads waiting for room
@@ -95,10 +94,7 @@ class Residency:
         return runtime.name in self.options.pinned
 
     def estimate(self, runtime: ModelRuntime) -> int:
-        """The bytes a version will take: measured when it was loaded before, else from its file's size."""
-        if runtime.bytes is not None:
-            return runtime.bytes
-        return int(runtime.file_bytes() * (self.measured_ratio or FIRST_RATIO))
+        return self.measure.estimate(runtime)
 
     # -- requests -------------------------------------------------------------------------------------
     async def acquire(self, runtime: ModelRuntime, timeout: float | None = None) -> ModelRuntime:
@@ -147,7 +143,6 @@ class Residency:
             self.loads.pop(runtime, None)
 
     async def _admit_and_load(self, runtime: ModelRuntime, timeout: float) -> None:
-        estimate = self.estimate(runtime)
         if runtime.bytes is not None and runtime.bytes > self.options.budget:
             raise self._too_large(runtime, runtime.bytes)
         deadline = time.monotonic() + timeout
@@ -163,7 +158,7 @@ class Residency:
                 retry_after=1,
             ) from None
         try:
-            await self._make_room(min(estimate, self.options.budget), deadline, runtime)
+            await self._make_room(min(self.measure.room(runtime), self.options.budget), deadline, runtime)
             with tracing.span(
                 "inr.model.load", attributes={"inr.model": runtime.name, "inr.model.version": runtime.version}
             ):
@@ -185,24 +180,16 @@ class Residency:
             await run_in_threadpool(self._unload, victim)
 
     def _load_measured(self, runtime: ModelRuntime) -> float:
-        """Load and warm up (blocking), measuring the resident set's growth; the seconds it took."""
-        with self._measure:
-            trim()
-            before, start = rss(), time.perf_counter()
-            runtime.load()
-            seconds = time.perf_counter() - start
-            trim()  # the load's transient memory (onnxruntime's constant folding peaks at several times the result)
-            grown = max(rss() - before, 0)
+        """Load and warm up (blocking), its bytes measured (service/engine/measure.py); the seconds it took."""
+        seconds, grown, quiet = self.measure.load(runtime)
         if runtime.resident:
-            runtime.bytes = max(grown, runtime.file_bytes())
-            ratio = runtime.bytes / max(runtime.file_bytes(), 1)
-            self.measured_ratio = ratio if self.measured_ratio is None else 0.8 * self.measured_ratio + 0.2 * ratio
             log.info(
-                "model %s version %d: loaded in %.3f s, %s resident (%s of %s in use)",
+                "model %s version %d: loaded in %.3f s, %s resident (%s; %s of %s in use)",
                 runtime.name,
                 runtime.version,
                 seconds,
                 format_bytes(runtime.bytes),
+                "measured" if quiet else f"estimated: runs overlapped the load, which grew {format_bytes(grown)}",
                 format_bytes(self.bytes + runtime.bytes),
                 format_bytes(self.options.budget),
             )
@@ -248,8 +235,9 @@ class Residency:
     def _unload(self, runtime: ModelRuntime) -> None:
         with self._lock:
             self.resident.pop(runtime, None)
-        runtime.unload()
-        trim()
+        with self.measure.lock:  # not while a load is measured: the memory it frees would be taken off that load's
+            runtime.unload()
+            trim()
         if self.metrics is not None:
             self.metrics.model_evicted(runtime.name)
         log.info(

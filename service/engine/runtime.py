@@ -32,6 +32,7 @@ from modelrepo import (
 
 from ..errors import ModelLoadError
 from ..metrics import Metrics
+from .runs import RUNS
 from .separable import SeparableBody, load_separable
 from .sessions import device_session
 from .warmup import run_warmups
@@ -74,7 +75,9 @@ class ModelRuntime:
         self.retired = False
         self.separable: SeparableBody | None = None
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
-        self.bytes: int | None = None  # memory its sessions took, measured at its last load (residency.py)
+        self.bytes: int | None = None  # memory its sessions take, measured at a load (residency.py)
+        self.bytes_quiet = False  # measured at a load that no session run overlapped (measure.py)
+        self.load_peak: int | None = None  # the resident set's peak growth during that load (measure.py)
         self.inflight = 0  # requests holding it (residency.py)
 
     def files_stamp(self) -> tuple:
@@ -259,7 +262,8 @@ class ModelRuntime:
             raise RuntimeError(f"model {self.name} version {self.version} is not loaded")
         names = [o.name for o in self.spec.outputs]
         start = time.perf_counter()
-        outs = self.session.run(names, {self.spec.input.name: np.ascontiguousarray(x, np.float32)})
+        with RUNS:
+            outs = self.session.run(names, {self.spec.input.name: np.ascontiguousarray(x, np.float32)})
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start, self.version)
         return dict(zip(names, outs))
@@ -268,7 +272,8 @@ class ModelRuntime:
         """A plain render's tile: coordinates [N, 2] → rgb [N, 3] on the render session. Counted as one run of
         N rows, like `predict`."""
         start = time.perf_counter()
-        rgb = self.render_session.run(["rgb"], {self.spec.input.name: np.ascontiguousarray(x, np.float32)})[0]
+        with RUNS:
+            rgb = self.render_session.run(["rgb"], {self.spec.input.name: np.ascontiguousarray(x, np.float32)})[0]
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(x), 1, time.perf_counter() - start, self.version)
         return rgb
@@ -277,7 +282,8 @@ class ModelRuntime:
         """A separable render's tile: the body graph on the first stage's features [N, F] → rgb [N, 3]
         (service/render/separable.py). Counted as one run of N rows, like `predict`."""
         start = time.perf_counter()
-        rgb = self.separable.run(features)
+        with RUNS:
+            rgb = self.separable.run(features)
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(features), 1, time.perf_counter() - start, self.version)
         return rgb

@@ -84,6 +84,7 @@ def model_info(m: ModelState) -> ModelInfo:
             onnx_sha256=v.record.onnx_sha256 if v.record else None,
             resident=v.resident,
             bytes=v.bytes,
+            load_peak_bytes=v.load_peak,
         )
         for v in m.versions
     ]

@@ -1,0 +1,84 @@
+"""How much memory a loaded model version takes (service/engine/residency.py counts it against the budget).
+
+A version's bytes are the growth of the process's resident set across its load and warmup, between two
+`malloc_trim`s (service/memory.py), one load at a time and with no unload meanwhile (`Measure.lock`). The growth is
+the version's only if no session ran meanwhile: a render elsewhere allocates and frees tens of megabytes of
+activations, and the server measured 2-25 MiB for copies of one 13 MiB model under load (docs/benchmarks.md,
+collection). `RUNS` counts the session runs, so a load knows whether it was quiet. A load that overlapped runs
+keeps the version's last quiet measurement, or takes an estimate from its file's size at a high ratio of the quiet
+loads' bytes per file byte. The peak during a load (VmHWM, started again before it) is measured the same way,
+so that the residency frees room for the load's transient memory as well as for its result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ..memory import peak_rss, reset_peak, rss, trim
+from .runs import RUNS
+
+if TYPE_CHECKING:
+    from .runtime import ModelRuntime
+
+FIRST_RATIO = 6.0  # bytes in memory per byte of ONNX file, before any load has been measured
+FIRST_PEAK_RATIO = 40.0  # the same for the peak during a load (onnxruntime's constant folding of a grid's tables)
+RATIOS_KEPT = 64
+
+
+class Measure:
+    def __init__(self):
+        self.lock = threading.Lock()  # one load measured at a time, and no unload during one
+        self.ratios: list[float] = []  # bytes per ONNX byte of the last quiet loads
+        self.peak_ratios: list[float] = []  # the peak during a load per ONNX byte, the same loads
+
+    def estimate(self, runtime: ModelRuntime) -> int:
+        """The bytes a version will take: measured when it was loaded before, else from its file's size."""
+        if runtime.bytes is not None:
+            return runtime.bytes
+        return int(runtime.file_bytes() * high(self.ratios, FIRST_RATIO))
+
+    def room(self, runtime: ModelRuntime) -> int:
+        """The bytes its load needs at its peak (what the residency frees before it): onnxruntime folds a grid
+        model's packed corner cells out of its tables at load, with copies that peak at several times the result."""
+        if runtime.load_peak is not None:
+            return max(runtime.load_peak, self.estimate(runtime))
+        return max(self.estimate(runtime), int(runtime.file_bytes() * high(self.peak_ratios, FIRST_PEAK_RATIO)))
+
+    def load(self, runtime: ModelRuntime) -> tuple[float, int, bool]:
+        """Load and warm up `runtime` (blocking) and set its `bytes` and `load_peak`; (seconds, growth, quiet)."""
+        with self.lock:
+            trim()
+            mark, before, start = RUNS.mark(), rss(), time.perf_counter()
+            peaks = reset_peak()
+            runtime.load()
+            seconds = time.perf_counter() - start
+            peak = peak_rss() - before if peaks else 0
+            trim()  # the load's transient memory
+            grown, quiet = max(rss() - before, 0), RUNS.quiet_since(mark)
+        if runtime.resident:
+            size = runtime.file_bytes()
+            if quiet:
+                runtime.bytes, runtime.bytes_quiet = max(grown, size), True
+                keep(self.ratios, runtime.bytes / max(size, 1))
+            elif not runtime.bytes_quiet:
+                runtime.bytes = max(size, int(size * high(self.ratios, FIRST_RATIO)))
+            if peaks:  # runs that overlapped add to the peak: too high then, never too low
+                runtime.load_peak = max(peak, runtime.bytes)
+                if quiet:
+                    keep(self.peak_ratios, runtime.load_peak / max(size, 1))
+        return seconds, grown, quiet
+
+
+def keep(ratios: list[float], ratio: float) -> None:
+    ratios.append(ratio)
+    del ratios[:-RATIOS_KEPT]
+
+
+def high(ratios: list[float], first: float) -> float:
+    """The 90th percentile of `ratios`, `first` before there are any."""
+    if not ratios:
+        return first
+    ordered = sorted(ratios)
+    return ordered[int(0.9 * (len(ordered) - 1))]
