@@ -15,19 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT
-
-K8S = ROOT / "deploy" / "k8s"
+from .k8s import K8S, container, env, kustomize, load_objects, pod
 
 
 @pytest.fixture(scope="module")
 def objects() -> dict[tuple[str, str], dict]:
-    found = {}
-    for path in sorted(K8S.glob("*.yaml")):
-        for d in yaml.safe_load_all(path.read_text()):
-            if d and d["kind"] != "Kustomization":
-                found[d["kind"], d["metadata"]["name"]] = d
-    return found
+    return load_objects()
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +31,6 @@ def api(objects) -> dict:
 @pytest.fixture(scope="module")
 def worker(objects) -> dict:
     return objects["Deployment", "inr-serve-worker"]
-
-
-def pod(deployment: dict) -> dict:
-    return deployment["spec"]["template"]["spec"]
-
-
-def container(deployment: dict) -> dict:
-    (c,) = pod(deployment)["containers"]
-    return c
-
-
-def env(c: dict) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in c.get("env", [])}
 
 
 def config_env(objects, c: dict) -> dict[str, str]:
@@ -158,7 +138,7 @@ def test_the_api_sets_the_fit_limits_as_valid_settings(objects, api, worker):
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed")
 def test_kustomize_gives_the_worker_the_train_image_and_the_api_the_runtime_image(tmp_path: Path):
     def images(folder: Path) -> dict[str, str]:
-        out = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True, check=True).stdout
+        out = kustomize(folder)
         return {
             d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]][0]
             for d in yaml.safe_load_all(out)

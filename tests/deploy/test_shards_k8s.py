@@ -7,25 +7,19 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
 from .conftest import ROOT
+from .k8s import K8S, container, env, kustomize, load_objects
 
-K8S = ROOT / "deploy" / "k8s"
 FILES = ("nginx.conf.template", "15-container-resolver.envsh", "40-api-shards.sh")
 
 
 @pytest.fixture(scope="module")
 def objects() -> dict[tuple[str, str], dict]:
-    found = {}
-    for path in sorted(K8S.glob("*.yaml")):
-        for d in yaml.safe_load_all(path.read_text()):
-            if d and d["kind"] != "Kustomization":
-                found[d["kind"], d["metadata"]["name"]] = d
-    return found
+    return load_objects()
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +27,8 @@ def router(objects) -> dict:
     return objects["Deployment", "inr-serve-router"]
 
 
-def container(deployment: dict) -> dict:
-    (c,) = deployment["spec"]["template"]["spec"]["containers"]
-    return c
-
-
 def ports(c: dict) -> dict[str, int]:
     return {p["name"]: p["containerPort"] for p in c["ports"]}
-
-
-def env(c: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in c["env"]}
 
 
 def selects(service: dict, deployment: dict) -> bool:
@@ -124,7 +109,7 @@ def test_the_public_service_goes_to_the_router_on_the_templates_ports(objects, r
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed")
 def test_kustomize_makes_the_configmap_the_router_mounts():
-    out = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True).stdout
+    out = kustomize(K8S)
     built = [d for d in yaml.safe_load_all(out) if d]
     (config,) = [d for d in built if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("inr-serve-nginx")]
     assert config["data"] == {name: (ROOT / "deploy" / "nginx" / name).read_text() for name in FILES}
