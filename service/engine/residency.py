@@ -57,6 +57,7 @@ class Residency:
         self.options, self.metrics = options, metrics
         self.resident: OrderedDict[ModelRuntime, None] = OrderedDict()  # least recently used first
         self.loads: dict[ModelRuntime, asyncio.Future] = {}  # loads under way, shared by their waiters
+        self.unloading: dict[ModelRuntime, asyncio.Future] = {}  # chosen to go, done when gone (`_evict`)
         self.measure = Measure()
         self._lock = threading.Lock()  # the tables, also touched by reload threads (forget, adopt)
         self._changed: asyncio.Condition | None = None  # a release or an unload: room may have appeared
@@ -103,6 +104,9 @@ class Residency:
         load slot or for room outlasted `timeout` (default: ResidencyOptions.wait_s)."""
         runtime.inflight += 1
         try:
+            unloading = self.unloading.get(runtime)
+            if unloading is not None:  # chosen to go before this request came: gone first, then loaded again
+                await asyncio.shield(unloading)
             if not runtime.resident:
                 await self._load(runtime, self.options.wait_s if timeout is None else timeout)
             with self._lock:
@@ -176,8 +180,7 @@ class Residency:
             self.resident[runtime] = None
         if self.metrics is not None:
             self.metrics.model_load(runtime.name, "loaded", seconds)
-        for victim in self._victims(0, runtime)[0]:  # the measured bytes may be more than the estimate
-            await run_in_threadpool(self._unload, victim)
+        await self._evict(self._victims(0, runtime)[0])  # the measured bytes may be more than the estimate
 
     def _load_measured(self, runtime: ModelRuntime) -> float:
         """Load and warm up (blocking), its bytes measured (service/engine/measure.py); the seconds it took."""
@@ -206,8 +209,7 @@ class Residency:
         wait for a release when none can go, until `deadline`."""
         while True:
             victims, short = self._victims(needed, keep)
-            for victim in victims:
-                await run_in_threadpool(self._unload, victim)
+            await self._evict(victims)
             if not short:
                 return
             await self._wait(
@@ -217,8 +219,17 @@ class Residency:
                 "in flight and pinned models",
             )
 
+    async def _evict(self, victims: list[ModelRuntime]) -> None:
+        """Unload `victims` (from `_victims`) one after the other; a request for one waits until it is gone."""
+        for victim in victims:
+            try:
+                await run_in_threadpool(self._unload, victim)
+            finally:
+                self.unloading.pop(victim).set_result(None)
+
     def _victims(self, needed: int, keep: ModelRuntime) -> tuple[list[ModelRuntime], bool]:
-        """The versions to unload (taken out of the table) and whether that still leaves too little room."""
+        """The versions to unload (taken out of the table and marked `unloading`; `_evict` them) and whether that
+        still leaves too little room. Runs on the event loop, as `acquire` does."""
         with self._lock:
             over = sum(r.bytes or 0 for r in self.resident) + needed - self.options.budget
             victims = []
@@ -229,6 +240,7 @@ class Residency:
                     continue
                 del self.resident[r]
                 victims.append(r)
+                self.unloading[r] = asyncio.get_running_loop().create_future()
                 over -= r.bytes or 0
             return victims, over > 0
 

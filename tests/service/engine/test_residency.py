@@ -6,6 +6,7 @@ the outside."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import threading
 from pathlib import Path
@@ -213,6 +214,36 @@ def test_a_flood_of_cold_models_waits_or_gets_503_and_never_fails(collection, on
         assert metric(srv, "inr_model_resident_bytes") <= budget
         assert query(srv, "m0", timeout=60).status_code in (200, 503)
         assert httpx.get(f"{srv.url}/health/ready").status_code == 200
+
+
+def test_churn_over_a_small_budget_answers_every_request(collection, one_model_bytes, headroom):
+    """Eight clients asking tiles of six models at random, room for two: models are unloaded and loaded again all
+    along, and a request that comes for a model chosen to go waits until it has gone and loads it again (never a
+    session half gone: before, such a tile now and then failed with 500, a render on an unloaded session)."""
+    budget = 2 * one_model_bytes + headroom
+    env = {"INR_QUEUE_TIMEOUT_S": "30", "INR_RENDER_CACHE_BYTES": "0"}
+    srv = Server(collection, "--memory-budget", str(budget), "--grpc-port", "0", env=env)
+    with srv.running():
+        codes, stop = [], threading.Event()
+
+        def client(seed):
+            rng = random.Random(seed)
+            with httpx.Client(base_url=srv.url, timeout=60) as c:
+                while not stop.is_set():
+                    x = 256 * rng.randrange(4)
+                    codes.append(c.get(f"/iiif/3/m{rng.randrange(N)}/{x},0,512,512/256,/0/default.jpg").status_code)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(lambda: metric(srv, "inr_model_evictions_total") >= 30, 120, "30 evictions")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert codes and set(codes) == {200}, {c: codes.count(c) for c in set(codes)}
+        assert metric(srv, "inr_model_resident_bytes") <= budget
 
 
 def test_the_model_list_and_the_index_come_in_pages(collection):
