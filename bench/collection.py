@@ -138,8 +138,9 @@ def run_tiles(srv: Server, names: list[str], budget: str, args) -> dict:
     sampler = Sampler(srv.proc.pid)
     sampler.start()
     latencies, codes, lock = [], {}, threading.Lock()
-    loads0, t0 = metric(srv.url, 'inr_model_loads_total{result="loaded"}'), time.monotonic()
-    end = t0 + args.seconds
+    counting = threading.Event()  # after --warmup seconds: the steady state
+    start = time.monotonic()
+    end = start + args.warmup + args.seconds
 
     def client(seed: int) -> None:
         r = random.Random(seed)
@@ -147,15 +148,19 @@ def run_tiles(srv: Server, names: list[str], budget: str, args) -> dict:
             while time.monotonic() < end:
                 name = r.choices(order, weights)[0]
                 url = tile_url(name, *shape[name.rsplit("-", 1)[0]], r)
-                start = time.perf_counter()
+                began, counted = time.perf_counter(), counting.is_set()
                 code = c.get(url).status_code
-                with lock:
-                    latencies.append(time.perf_counter() - start)
-                    codes[code] = codes.get(code, 0) + 1
+                if counted:
+                    with lock:
+                        latencies.append(time.perf_counter() - began)
+                        codes[code] = codes.get(code, 0) + 1
 
     threads = [threading.Thread(target=client, args=(args.seed + i,)) for i in range(args.clients)]
     for t in threads:
         t.start()
+    time.sleep(args.warmup)
+    loads0, t0 = metric(srv.url, 'inr_model_loads_total{result="loaded"}'), time.monotonic()
+    counting.set()
     for t in threads:
         t.join()
     seconds = time.monotonic() - t0
@@ -178,6 +183,7 @@ def run_tiles(srv: Server, names: list[str], budget: str, args) -> dict:
         "resident_mib_end": round(metric(srv.url, "inr_model_resident_bytes") / 2**20),
         "rss_mib_end": round(rss_of(srv.proc.pid) / 2**20),
         "seconds": round(seconds, 1),
+        "warmup_s": args.warmup,
     }
 
 
@@ -285,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--models", type=Path, required=True)
     t.add_argument("--budgets", type=lambda s: s.split(","), default=["2GiB"])
     t.add_argument("--seconds", type=float, default=60)
+    t.add_argument("--warmup", type=float, default=0, help="seconds of the same load before counting (steady state)")
     t.add_argument("--clients", type=int, default=4)
     t.add_argument("--zipf", type=float, default=1.1)
     t.add_argument("--loads", type=int, default=2, help="--max-concurrent-loads")
