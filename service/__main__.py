@@ -28,6 +28,7 @@ from telemetry.config import read_config, trace_config_env
 from telemetry.logs import configure
 
 from .errors import DeviceError
+from .memory import one_malloc_arena
 from .settings import Settings
 
 OPTIONS = (
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return NO_PORT if isinstance(e, PortUnavailable) else BAD_SETTING
     import uvicorn
 
+    one_malloc_arena()  # before the threads that would each take an arena (service/memory.py)
     # Worker processes build their own app from the environment, so pass the settings that way.
     os.environ.update(env)
     os.environ.update(settings.environment())

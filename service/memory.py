@@ -109,12 +109,33 @@ def peak_rss() -> int:
 
 
 @functools.cache
-def _malloc_trim():
-    """glibc's malloc_trim, found once (find_library runs ldconfig); None on other C libraries."""
+def _libc():
+    """The C library, found once (find_library runs ldconfig); None where it cannot be loaded."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
         return None
+
+
+def _malloc_trim():
+    """glibc's malloc_trim; None on other C libraries."""
+    return getattr(_libc(), "malloc_trim", None)
+
+
+M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def one_malloc_arena() -> bool:
+    """Keep glibc's malloc to one arena in this process and the worker processes it starts (MALLOC_ARENA_MAX=1),
+    unless the operator set MALLOC_ARENA_MAX. With an arena per thread, the memory of unloaded models stayed in
+    the arenas of the threads that had loaded them: under constant eviction the resident set crept ~330 MiB over
+    the budget's bytes in two minutes, against ~110 MiB with one arena, at the same tile rate (docs/benchmarks.md,
+    collection). True when set here."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    os.environ["MALLOC_ARENA_MAX"] = "1"
+    mallopt = getattr(_libc(), "mallopt", None)
+    return mallopt is not None and mallopt(M_ARENA_MAX, 1) == 1
 
 
 def trim() -> None:
