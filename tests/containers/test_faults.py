@@ -77,12 +77,18 @@ def scrape(stack: Stack, replicas: list[str]) -> dict[str, dict]:
     return {r: stack.replica_metrics(r) for r in replicas}
 
 
-def owners(stack: Stack, replicas: list[str], settle_s: float = 90) -> dict[str, str]:
-    """The replica each model's requests go to, by the replicas' own counters. Asked again (for up to `settle_s`)
-    while some model is answered by two: each nginx worker skips a replica for 10 s after a refused connection
-    (max_fails=1, fail_timeout=10s), as when it was starting, and sends its models to the next on the ring."""
+FAIL_TIMEOUT_S = 10  # nginx's default fail_timeout for the upstream's servers (max_fails=1)
+
+
+def owners(stack: Stack, replicas: list[str], settle_s: float = 120) -> dict[str, str]:
+    """The replica each model's requests go to, by the replicas' own counters. Each nginx worker skips a replica for
+    FAIL_TIMEOUT_S after a refused connection or a 503 (as when it was starting or draining) and sends its models to
+    the next on the ring; when every worker skips the same one, the map looks settled but is not. So the map is
+    trusted only when no model is answered by two replicas and two maps taken more than FAIL_TIMEOUT_S apart agree."""
     t0 = time.monotonic()
+    last: tuple[float, dict[str, str]] | None = None
     while True:
+        taken = time.monotonic()
         before = scrape(stack, replicas)
         with httpx.Client(base_url=stack.url, timeout=60) as c:
             for m in MODELS:
@@ -91,9 +97,12 @@ def owners(stack: Stack, replicas: list[str], settle_s: float = 90) -> dict[str,
         served = per_model(before, scrape(stack, replicas))
         on = {m: [r for r in replicas if served[r][m]] for m in MODELS}
         split = {m: rs for m, rs in on.items() if len(rs) != 1}
-        if not split:
-            return {m: rs[0] for m, rs in on.items()}
-        assert time.monotonic() - t0 < settle_s, f"models answered by several replicas for {settle_s} s: {split}"
+        now = {m: rs[0] for m, rs in on.items()} if not split else None
+        if now is not None and last is not None and last[1] == now and taken - last[0] > FAIL_TIMEOUT_S:
+            return now
+        if now is not None and (last is None or last[1] != now):
+            last = (taken, now)
+        assert time.monotonic() - t0 < settle_s, f"no settled map of models to replicas in {settle_s} s: {split or now}"
         time.sleep(2)
 
 
