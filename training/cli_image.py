@@ -8,13 +8,16 @@ import sys
 from contextlib import contextmanager
 
 from commandline import positive_float, positive_int
+from modelrepo import ContractError, portable
 
+from .blocks import fit_blocked
 from .encodings import ENCODINGS, Encoding, OptionError
 from .encodings import INITS as ENCODING_INITS
 from .errors import UsageError
 from .fit_image import PROTOCOLS, SCHEDULES, FitConfig, fit_image
 from .image_models import BODIES, MODEL_DEFAULTS, ImageModelConfig
 from .images import BUILTIN, MAX_PIXELS, image_defaults, image_dims
+from .regions import image_size
 from .repository import check_out_dir
 from .sinekan import INITS
 
@@ -208,15 +211,46 @@ def cmd_fit_image(args: argparse.Namespace) -> int:
     with option_flags():
         cfg = fit_config(args)
         cfg.validate()
-        result = fit_image(cfg, out)
+        if args.block_size:
+            result = fit_in_blocks(args, cfg, out)
+        else:
+            result = fit_image(cfg, out)
     metrics = result["metrics"]
     where = f" -> {out}" if out else ""
     sys.stdout.write(f"{json.dumps(metrics)}{where}\n")
     return 0
 
 
+def fit_in_blocks(args: argparse.Namespace, cfg, out) -> dict:
+    """--block-size: an image longer than a block is fitted in overlapping blocks (training/blocks.py), at its
+    native size; --size and --crop do not apply."""
+    if out is None:
+        raise UsageError("--block-size needs --out: the blocks are written as one version of a model")
+    if args.size or args.crop:
+        raise UsageError("--block-size fits the image at its native size: drop --size and --crop")
+    width, height = image_size(cfg.image)
+    source = {"file": portable(cfg.image), "size": [width, height]}
+    try:
+        return fit_blocked(cfg, cfg.image, args.block_size, args.block_overlap, out, source)
+    except ContractError as e:
+        raise UsageError(f"--block-size/--block-overlap: {e}") from None
+
+
 def register(sub) -> None:
     p = sub.add_parser("fit-image", help="fit a coordinate→RGB network to an image and export it")
     add_image_options(p)
+    p.add_argument(
+        "--block-size",
+        type=positive_int,
+        default=None,
+        help="fit an image longer than this many pixels as a grid of overlapping blocks of at most this side, "
+        "each a model of its own, at the image's native size (docs/model-repository.md, Block models)",
+    )
+    p.add_argument(
+        "--block-overlap",
+        type=int,
+        default=32,
+        help="pixels each block reaches into its neighbours, where they blend (default: %(default)s)",
+    )
     p.add_argument("--out", help="model directory to write, e.g. models/astronaut")
     p.set_defaults(func=cmd_fit_image)

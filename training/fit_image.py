@@ -218,6 +218,51 @@ def graph_opset(model: ImageINR) -> int:
     return max(OPSET, encoding_for(cfg).opset(cfg, model))
 
 
+def image_onnx(model: ImageINR, cfg: FitConfig, size: list[int]) -> tuple[bytes, dict, np.ndarray]:
+    """The model as an ONNX file whose metadata_props record the fitted pixel grid `size` [W, H], its parity with
+    torch checked on random coordinates; with the export's record (opset, parity, storage) and the probe."""
+    opset = graph_opset(model)
+    onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
+    enc = cfg.model.encoding
+    onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)  # e.g. 8-bit tables
+    storage = {"weights": "float32", **stored}
+    if cfg.fp16_weights:
+        onnx_bytes, half = store_weights_fp16(onnx_bytes)
+        storage = {**storage, **half}
+    onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
+    probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
+    parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
+    return onnx_bytes, {"opset": opset, "max_abs_diff_vs_torch": parity, **storage}, probe
+
+
+def image_metadata(cfg: FitConfig, size: list[int], source: dict, metrics: dict, history: dict, parameters: int):
+    """metadata.json of an image model fitted at `size` (its `export` record is added by the caller)."""
+    arch = cfg.model.to_dict()
+    return {
+        "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' "
+        f"at {size[0]}×{size[1]}",
+        "architecture": {**arch, "parameters": parameters, "batchnorm_folded": cfg.model.model == "mlp-bn"},
+        "encoding": arch["encoding"],
+        "source": {**source, "image": cfg.image, "size": size},
+        "training": {
+            "steps": cfg.steps,
+            "lr": cfg.lr,
+            "schedule": cfg.schedule,
+            "batch_size": cfg.batch_size,
+            "protocol": cfg.protocol,
+            "seed": cfg.seed,
+            **history,
+        },
+        "metrics": metrics,
+        "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
+        "preview": "preview.png",
+    }
+
+
+IMAGE_INPUTS = [TensorSpec("coords", "FP32", [-1, 2])]
+IMAGE_OUTPUTS = [TensorSpec("rgb", "FP32", [-1, 3])]
+
+
 def export_image_model(
     model: ImageINR, cfg: FitConfig, out: Path, source: dict, metrics: dict, history: dict, preview: np.ndarray
 ) -> dict:
@@ -228,42 +273,9 @@ def export_image_model(
     are already float16 numbers (fit_image rounds them before scoring) and the file stores them so."""
     size = [int(v) for v in source.get("size") or (preview.shape[1], preview.shape[0])]
     with tracing.span("inr.fit.export"):  # the ONNX file and its parity with torch (docs/deployment.md, "Traces")
-        opset = graph_opset(model)
-        onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
-        enc = cfg.model.encoding
-        onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)  # e.g. 8-bit tables
-        storage = {"weights": "float32", **stored}
-        if cfg.fp16_weights:
-            onnx_bytes, half = store_weights_fp16(onnx_bytes)
-            storage = {**storage, **half}
-        onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
-        probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
-        parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
-        arch = cfg.model.to_dict()
-        meta = {
-            "description": f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' "
-            f"at {size[0]}×{size[1]}",
-            "architecture": {
-                **arch,
-                "parameters": count_parameters(model),
-                "batchnorm_folded": cfg.model.model == "mlp-bn",
-            },
-            "encoding": arch["encoding"],
-            "source": {**source, "image": cfg.image, "size": size},
-            "training": {
-                "steps": cfg.steps,
-                "lr": cfg.lr,
-                "schedule": cfg.schedule,
-                "batch_size": cfg.batch_size,
-                "protocol": cfg.protocol,
-                "seed": cfg.seed,
-                **history,
-            },
-            "metrics": metrics,
-            "export": {"opset": opset, "max_abs_diff_vs_torch": parity, **storage},
-            "coordinates": "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)",
-            "preview": "preview.png",
-        }
+        onnx_bytes, export, probe = image_onnx(model, cfg, size)
+        meta = image_metadata(cfg, size, source, metrics, history, count_parameters(model))
+        meta["export"] = export
         write_body = write_separable(model, probe, meta)  # the body graph for separable renders, if any
 
     def extras(d: Path) -> None:
@@ -275,8 +287,8 @@ def export_image_model(
             out,
             task="image",
             onnx_bytes=onnx_bytes,
-            inputs=[TensorSpec("coords", "FP32", [-1, 2])],
-            outputs=[TensorSpec("rgb", "FP32", [-1, 3])],
+            inputs=IMAGE_INPUTS,
+            outputs=IMAGE_OUTPUTS,
             metadata=meta,
             extras=extras,
         )

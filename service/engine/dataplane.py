@@ -27,6 +27,7 @@ from ..geometry.sampling import Background
 from ..metrics import Metrics
 from ..settings import Settings
 from .batching import BatchConfig, BatchingInference, Outputs
+from .blocks import hold
 from .cache import CacheStore
 from .limits import check_rows, row_limit
 from .residency import Residency
@@ -108,13 +109,16 @@ class DataPlane:
 
     async def _run(self, model: ModelRuntime, x: np.ndarray, timeout: float | None = None) -> Outputs:
         """The batcher's run of `x`, the model loaded first unless resident, and held until the run is done."""
-        if self.residency is None:
-            return await self.batcher(model, x, timeout)
-        await self.residency.acquire(model, timeout)
+        if self.residency is not None:
+            await self.residency.acquire(model, timeout)
         try:
-            return await self.batcher(model, x, timeout)
+            if getattr(model, "blocks", None) is None:
+                return await self.batcher(model, x, timeout)
+            async with hold(self.residency, model.needed_blocks(x), timeout):  # a block model: its blocks too
+                return await self.batcher(model, x, timeout)
         finally:
-            self.residency.release(model)
+            if self.residency is not None:
+                self.residency.release(model)
 
     # -- life cycle --------------------------------------------------------------------------------
     def retire(self, models: list[ModelRuntime]) -> None:

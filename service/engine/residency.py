@@ -298,6 +298,10 @@ class Residency:
                 )
 
     def forget(self, runtime: ModelRuntime) -> None:
-        """A version the registry no longer serves: out of the accounting; its sessions go with its last holder."""
+        """A version the registry no longer serves: out of the accounting, with a block model's blocks; its sessions
+        go with its last holder."""
+        blocks = getattr(runtime, "blocks", None)
         with self._lock:
             self.resident.pop(runtime, None)
+            for block in blocks.all_runtimes() if blocks is not None else ():
+                self.resident.pop(block, None)

@@ -8,6 +8,7 @@ their worker threads. V2 infer needs no task-specific steps: its pre- and postpr
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +16,55 @@ import numpy as np
 
 from modelrepo import ModelSpec
 
-from ..errors import BadInput
+from ..errors import BadInput, ModelLoadError
 from ..geometry.sampling import Background, fill_points, model_coords
+from .blocks import BlockSet
 from .json_numbers import pixel_images
 from .preprocess import SIDE, decode, images_from_json, mnist_like
 from .runtime import ModelRuntime, RuntimeOptions
 
 
 class ImageRuntime(ModelRuntime):
-    """coords [N, 2] → rgb [N, 3]."""
+    """coords [N, 2] → rgb [N, 3]. A block model's version (metadata `blocks`) answers from its blocks
+    (service/engine/blocks.py), which its requests hold; its own session is the overview, for coarse renders."""
+
+    blocks: BlockSet | None = None
+
+    def describe(self) -> bool:
+        if super().describe():
+            try:
+                self._read_blocks()
+            except ModelLoadError:
+                pass  # failed, with the reason
+        return self.ready
+
+    def _load(self) -> None:
+        super()._load()
+        self._read_blocks()
+
+    def _read_blocks(self) -> None:
+        """The block set of the version's layout, made once per record (a failed layout fails the version)."""
+        if self.blocks is not None and self.blocks.record is self.record:
+            return
+        try:
+            blocks = BlockSet.from_metadata(self, self.record.metadata)
+        except ModelLoadError as e:
+            self.status, self.error = "failed", str(e)
+            self.blocks = None
+            raise
+        self.blocks = blocks
+
+    def needed_blocks(self, x: np.ndarray) -> list:
+        return [] if self.blocks is None else self.blocks.needed(x)
+
+    def predict(self, x: np.ndarray, requests: int = 1) -> dict[str, np.ndarray]:
+        if self.blocks is None:
+            return super().predict(x, requests)
+        start = time.perf_counter()
+        rgb = self.blocks.predict(np.ascontiguousarray(x, np.float32))
+        if self.options.metrics is not None:
+            self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start, self.version)
+        return {"rgb": rgb}
 
     def preprocess(self, coords, matrix: np.ndarray) -> np.ndarray:
         """The model coordinates [N, 2] of the query points under the 2×3 sampling matrix."""

@@ -24,6 +24,7 @@ from fastapi.responses import Response
 
 from telemetry import tracing
 
+from ..engine.blocks import BlockedView, hold
 from ..engine.cache import CacheStore
 from ..engine.residency import Residency
 from ..engine.runtime import ModelRuntime
@@ -154,13 +155,27 @@ class RenderService:
         if self.residency is not None:  # a miss: the model loaded first unless resident, held while it renders
             await self.residency.acquire(model)
         try:
-            data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected or _connected)
+            blocks = getattr(model, "blocks", None)
+            if blocks is None or blocks.render_scale(job.spec) >= blocks.overview_pixel:
+                data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected or _connected)
+            else:  # a block model seen finer than its overview: from the blocks the render touches
+                async with hold(self.residency, blocks.in_box(*render_box(job.spec))):
+                    view = BlockedView(model, blocks)
+                    data = await compute_render(self.core, view, job.spec, job.encode, is_disconnected or _connected)
         finally:
             if self.residency is not None:
                 self.residency.release(model)
         self.cache.put(key, CachedRender(headers["ETag"], media_type, data))
         self.metrics.cache(model.name, False, time.perf_counter() - start, model.version)
         return Rendered(200, data, media_type, headers)
+
+
+def render_box(spec) -> tuple[float, float, float, float]:
+    """The model-coordinate box a render samples: its viewport's corners through its matrix (an affine map)."""
+    x0, y0, x1, y1 = spec.viewport
+    corners = np.array([[x0, y0, 1.0], [x1, y0, 1.0], [x0, y1, 1.0], [x1, y1, 1.0]]) @ np.asarray(spec.matrix).T
+    (bx0, by0), (bx1, by1) = corners.min(axis=0), corners.max(axis=0)
+    return float(bx0), float(by0), float(bx1), float(by1)
 
 
 async def _connected() -> bool:

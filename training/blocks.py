@@ -1,0 +1,175 @@
+"""Block models (modelrepo/blocks.py, docs/model-repository.md "Block models"): an image larger than a block is
+fitted as overlapping blocks, each a grid model of its crop, plus an overview of the whole image at a block's
+size, and written as one version.
+
+Each piece is fitted on its own (`fit_piece`), so the pieces of one image can go to different workers
+(training/worker/blocks.py); `write_blocked_model` publishes them all at once. `fit_blocked` does it all in one
+process, for the command line. Nothing here holds more than one block of the image in floating point.
+
+The whole-image PSNR is computed from each block's squared errors weighted by its blend weights: by convexity that
+is at least the blended render's squared error, so the PSNR written is a lower bound of the served image's
+(docs/model-repository.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from modelrepo import sha256_bytes
+from modelrepo.blocks import BlockLayout, axis_weights
+
+from .fit_image import IMAGE_INPUTS, IMAGE_OUTPUTS, FitConfig, evaluate, finish, image_metadata, image_onnx, train
+from .image_models import count_parameters
+from .images import save_png
+from .metrics import psnr_from_mse
+from .regions import read_region, read_scaled
+from .repository import write_model_dir
+
+log = logging.getLogger(__name__)
+OVERVIEW = "overview"  # the piece that is the whole image at a block's size
+
+
+@dataclass
+class Piece:
+    """A fitted block (or the overview): its ONNX file and what the version records of it."""
+
+    key: str  # a block's file name (blocks/rRcC.onnx), or OVERVIEW
+    onnx: bytes
+    metrics: dict
+    export: dict
+    history: dict
+    size: list[int]  # the pixels it was fitted on [w, h]
+    parameters: int = 0
+    weighted_se: float = 0.0  # sum of blend weight × squared error over its crop (blocks only)
+    weight: float = 0.0  # sum of blend weight × 3 channels over its crop
+    seconds: float = 0.0
+    preview: np.ndarray | None = field(default=None, repr=False)  # the overview's render (the version's preview)
+
+    def to_json(self) -> dict:
+        return {
+            "key": self.key,
+            "metrics": self.metrics,
+            "export": self.export,
+            "history": self.history,
+            "size": self.size,
+            "parameters": self.parameters,
+            "weighted_se": self.weighted_se,
+            "weight": self.weight,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, onnx: bytes) -> "Piece":
+        return cls(onnx=onnx, **d)
+
+
+def piece_pixels(layout: BlockLayout, key: str, image: str) -> np.ndarray:
+    """The [h, w, 3] float32 pixels `key` is fitted on: a block's crop, read by region, or the overview."""
+    if key == OVERVIEW:
+        return read_scaled(image, layout.block)
+    b = next(b for b in layout.blocks if b.file == key)
+    return read_region(image, b.x, b.y, b.w, b.h)
+
+
+def fit_piece(cfg: FitConfig, layout: BlockLayout, key: str, img: np.ndarray, on_step=None, every: int = 25) -> Piece:
+    """Fit one block (or the overview) on its pixels `img`, score it, export it to ONNX."""
+    t0 = time.monotonic()
+    model, history = train(cfg, img, on_step=on_step, every=every)
+    model = finish(model, cfg, img, history)
+    metrics, full = evaluate(model, img, cfg.protocol)
+    h, w = img.shape[:2]
+    parameters = count_parameters(model)
+    if key == OVERVIEW:  # its ONNX file records the whole image's grid: it answers the same coordinates
+        onnx, export, _ = image_onnx(model, cfg, [layout.width, layout.height])
+        return Piece(
+            key, onnx, metrics, export, history, [w, h], parameters, seconds=time.monotonic() - t0, preview=full
+        )
+    b = next(b for b in layout.blocks if b.file == key)
+    onnx, export, _ = image_onnx(model, cfg, [w, h])
+    wx = axis_weights(layout.x_edges, layout.overlap, b.col, b.x + np.arange(w) + 0.5)
+    wy = axis_weights(layout.y_edges, layout.overlap, b.row, b.y + np.arange(h) + 0.5)
+    weights = wy[:, None] * wx[None, :]
+    se = float((weights * ((full - img) ** 2).sum(axis=2)).sum())
+    return Piece(
+        key, onnx, metrics, export, history, [w, h], parameters, se, float(weights.sum() * 3), time.monotonic() - t0
+    )
+
+
+def whole_metrics(pieces: list[Piece]) -> dict:
+    """The version's metrics: the whole image's PSNR bound from the blocks' weighted errors, and the blocks' range."""
+    blocks = [p for p in pieces if p.key != OVERVIEW]
+    se, n = sum(p.weighted_se for p in blocks), sum(p.weight for p in blocks)
+    block_psnr = [p.metrics["full_psnr"] for p in blocks]
+    overview = next((p for p in pieces if p.key == OVERVIEW), None)
+    return {
+        "full_psnr": round(psnr_from_mse(se / n), 3) if n else None,
+        "full_psnr_is": "a lower bound: the blocks' squared errors weighted by their blend weights",
+        "block_psnr_min": min(block_psnr, default=None),
+        "block_psnr_max": max(block_psnr, default=None),
+        "overview_psnr": overview.metrics["full_psnr"] if overview else None,
+    }
+
+
+def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: list[Piece], source: dict) -> dict:
+    """Write the version: the overview as model.onnx, the blocks under blocks/, the layout and the whole image's
+    metrics in metadata.json; one atomic rename (modelrepo.write_version)."""
+    by_key = {p.key: p for p in pieces}
+    missing = [b.file for b in layout.blocks if b.file not in by_key] + ([OVERVIEW] if OVERVIEW not in by_key else [])
+    if missing:
+        raise ValueError(f"cannot publish {out.name}: {len(missing)} piece(s) not fitted ({', '.join(missing[:4])})")
+    overview = by_key[OVERVIEW]
+    digests = {b.file: sha256_bytes(by_key[b.file].onnx) for b in layout.blocks}
+    size = [layout.width, layout.height]
+    metrics = whole_metrics(pieces)
+    meta = image_metadata_for(cfg, size, source, metrics, overview)
+    meta["blocks"] = layout.with_digests(digests).to_metadata()
+    meta["block_fits"] = {
+        p.key: {"psnr": p.metrics["full_psnr"], "seconds": round(p.seconds, 2), "size": p.size} for p in pieces
+    }
+
+    def extras(d: Path) -> None:
+        (d / "blocks").mkdir()
+        for b in layout.blocks:
+            (d / b.file).write_bytes(by_key[b.file].onnx)
+        if overview.preview is not None:
+            save_png(overview.preview, d / "preview.png", max_side=1024)
+
+    return write_model_dir(
+        out,
+        task="image",
+        onnx_bytes=overview.onnx,
+        inputs=IMAGE_INPUTS,
+        outputs=IMAGE_OUTPUTS,
+        metadata=meta,
+        extras=extras,
+    )
+
+
+def image_metadata_for(cfg: FitConfig, size: list[int], source: dict, metrics: dict, overview: Piece) -> dict:
+    meta = image_metadata(cfg, size, source, metrics, overview.history, overview.parameters)
+    meta["export"] = overview.export
+    meta["description"] = (
+        f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' at {size[0]}×{size[1]} "
+        f"in blocks, with an overview at {overview.size[0]}×{overview.size[1]}"
+    )
+    if overview.preview is None:
+        meta.pop("preview", None)
+    return meta
+
+
+def fit_blocked(cfg: FitConfig, image: str, block: int, overlap: int, out: Path, source: dict) -> dict:
+    """The command line's blocked fit, in this process: every block, then the overview, then the version."""
+    width, height = source["size"]
+    layout = BlockLayout.plan(width, height, block, overlap)
+    pieces = []
+    for key in [b.file for b in layout.blocks] + [OVERVIEW]:
+        piece = fit_piece(cfg, layout, key, piece_pixels(layout, key, image))
+        log.info("%s: %s, %.1f dB in %.1f s", out.name, key, piece.metrics["full_psnr"], piece.seconds)
+        pieces.append(piece)
+    written = write_blocked_model(out, cfg, layout, pieces, source)
+    return {**written, "metrics": whole_metrics(pieces), "blocks": len(layout.blocks)}
