@@ -84,10 +84,14 @@ class Recovery:
             if hb["worker"] not in live:
                 self.kv.delete_data(key)
         records = self.list()
+        waiting = [r for r in records if r.get("children") and r["state"] == "running"]
+        records += [c for parent in waiting for c in self.children(parent)]  # pieces (fitstore/pieces.py)
         claims = self._raw([f"claim:{r['id']}:{r['attempt']}" for r in records if r["state"] == "queued"])
         reaped = []
         for rec in records:
             holder = claims.get(f"claim:{rec['id']}:{rec['attempt']}", b"").decode()
+            if rec.get("children") is not None and rec["worker"] is None:
+                continue  # waits on its pieces, which are reaped on their own
             if rec["state"] == "running" and rec["worker"] not in live:
                 who, what = rec["worker"], f"at step {rec['step']}"
             elif rec["state"] == "queued" and holder and not holder.startswith("api:") and holder not in live:
@@ -114,6 +118,7 @@ class Recovery:
                 )
             if done is not None:
                 reaped.append(rec["id"])
+                self.child_ended(done)  # a piece failed for good fails its job
         for key, held in self._many([f"slot:{k}" for k in range(self.slots)]).items():
             job = self.get(held["job"])
             if held["worker"] not in live or job is None or job["state"] in ("succeeded", "failed", "cancelled"):

@@ -23,6 +23,7 @@ from huey.constants import EmptyData
 from . import metrics
 from .backends import open_store
 from .dedupe import Dedupe, Duplicate
+from .pieces import Pieces
 from .recovery import Recovery
 from .worker_calls import WorkerCalls
 
@@ -59,7 +60,7 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
 
 
-class FitStore(WorkerCalls, Recovery, Dedupe):
+class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
     seats, slots = SEATS, SLOTS
 
     def __init__(self, url: str, *, stale_s: float = 15.0, run=None):

@@ -218,6 +218,14 @@ class Settings(BaseSettings):
         "for (size); without one, an upload is fitted whole at its native size",
     )
     fit_max_steps: int = Field(20_000, ge=1, description="most optimisation steps of one fit")
+    fit_block_size: int = Field(
+        4096,
+        ge=16,
+        le=65536,
+        description="an upload longer than this on a side, fitted at its native size, is fitted as overlapping "
+        "blocks of at most this side, each a job on the queue (docs/fits.md, Giant images)",
+    )
+    fit_block_overlap: int = Field(32, ge=0, le=1024, description="pixels each block reaches into its neighbours")
     fit_max_running: int = Field(1, ge=1, le=64, description="fits running at once across all workers")
     fit_queue_limit: int = Field(4, ge=0, description="fits waiting beyond the running ones; more get 429")
     fit_deadline_s: float = Field(900.0, gt=0, description="wall-clock seconds one fit may run; then it fails")

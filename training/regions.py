@@ -51,3 +51,22 @@ def read_scaled(path: str, max_side: int) -> np.ndarray:
             im.draft("RGB", dims)  # decode at 1/2, 1/4 or 1/8 where that still covers dims
         small = _rgb(im).resize(dims, Image.BOX) if im.size != dims else _rgb(im)
         return np.asarray(small, dtype=np.float32) / 255.0
+
+
+def _png(im: Image.Image) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    im.save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def region_png(path: str, x: int, y: int, w: int, h: int) -> bytes:
+    """Pixels [y, y+h) × [x, x+w) as an 8-bit RGB PNG (a block's pixels for the worker that fits it)."""
+    with _open(path) as im:
+        return _png(_rgb(im.crop((x, y, x + w, y + h))))
+
+
+def scaled_png(path: str, max_side: int) -> bytes:
+    """`read_scaled`'s pixels as an 8-bit RGB PNG."""
+    return _png(Image.fromarray(np.rint(read_scaled(path, max_side) * 255.0).astype(np.uint8)))

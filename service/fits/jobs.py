@@ -139,6 +139,8 @@ class Fits:
     async def get(self, job_id: str) -> dict:
         await self.reap()
         record = await self.record(job_id)
+        if record.get("state") == "running" and record.get("children"):  # in pieces: their progress (docs/fits.md)
+            record.update(await self.call("pieces_progress", record))
         if record.get("state") == "running" and await self.call("cancel_requested", job_id):
             record["cancel_requested"] = True  # a DELETE answered 202: the worker stops at its next step
         return await self.present(record)

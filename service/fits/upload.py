@@ -36,7 +36,7 @@ from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
 MAX_SEED = 2**31 - 1
 MIN_SIZE = 16
 PROTOCOLS = ("paper", "full")
-FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name", "skip_existing")
+FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name", "skip_existing", "block_size")
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -145,8 +145,9 @@ def preset_size(preset: dict, max_size: int) -> int | None:
     return None if size is None else min(int(size), max_size)
 
 
-def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
-    """The fit options from the form's text fields, each checked against its range."""
+def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int = 4096, overlap: int = 32) -> dict:
+    """The fit options from the form's text fields, each checked against its range. `block`: the block size
+    (INR_FIT_BLOCK_SIZE), which a job's `block_size` may lower; `overlap` (INR_FIT_BLOCK_OVERLAP)."""
     preset = form.get("preset") or DEFAULT_PRESET
     if preset not in presets:
         raise InvalidOption(f"preset {preset[:40]!r} is unknown; valid presets: {', '.join(presets)}")
@@ -163,6 +164,8 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int) -> dict:
         ),
         "protocol": protocol,
         "seed": as_int(form, "seed", 0, 0, MAX_SEED),
+        "block": (size := as_int(form, "block_size", block, MIN_SIZE, block, "INR_FIT_BLOCK_SIZE")),
+        "overlap": min(overlap, size // 4),
     }
 
 

@@ -18,13 +18,16 @@ from PIL import Image
 from commandline import OneLineParser
 from fitstore import PRESETS, FitStore
 from modelrepo import SpecError
+from modelrepo.blocks import BlockLayout
 from telemetry import tracing
 
+from ..blocks import fit_piece
 from ..cli_image import add_image_options, fit_config
 from ..errors import UsageError
 from ..fit_image import evaluate, export_image_model, finish, predict, train
 from ..images import load_image, pixel_centres
 from ..metrics import psnr_from_mse
+from . import pieces
 
 log = logging.getLogger(__name__)
 PREVIEW = 64  # preview renders are PREVIEW pixels along the longer side, in the image's aspect
@@ -132,22 +135,35 @@ def run_claimed(ctx: JobContext, rec: dict) -> dict | None:
             return None
         if stop.state == "queued":
             return store.hand_back(rec, stop.reason)
-        return store.finish(
-            rec,
-            stop.state,
-            reason="deadline" if stop.state == "failed" else None,
-            error=stop.reason if stop.state == "failed" else None,
+        return ended(
+            store,
+            store.finish(
+                rec,
+                stop.state,
+                reason="deadline" if stop.state == "failed" else None,
+                error=stop.reason if stop.state == "failed" else None,
+            ),
         )
     except (UsageError, SpecError, ValueError) as e:  # fitmetrics' reason: the job's input or options
-        return store.finish(
-            rec,
-            "failed",
-            reason="invalid",
-            error=f"{e.__class__.__name__}: {e}" if not isinstance(e, UsageError) else str(e),
+        return ended(
+            store,
+            store.finish(
+                rec,
+                "failed",
+                reason="invalid",
+                error=f"{e.__class__.__name__}: {e}" if not isinstance(e, UsageError) else str(e),
+            ),
         )
     except Exception as e:  # noqa: BLE001 - a job fails with its reason; the worker carries on
         log.exception("fit %s failed", job_id)
-        return store.finish(rec, "failed", reason="error", error=f"{e.__class__.__name__}: {e}")
+        return ended(store, store.finish(rec, "failed", reason="error", error=f"{e.__class__.__name__}: {e}"))
+
+
+def ended(store: FitStore, rec: dict | None) -> dict | None:
+    """A piece of a larger image that failed or was cancelled ends its job too (fitstore/pieces.py)."""
+    if rec is not None:
+        store.child_ended(rec)
+    return rec
 
 
 def fit(ctx: JobContext, rec: dict) -> dict:
@@ -161,13 +177,16 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         args = fit_args(opts, path, ctx.device)
         cfg = fit_config(args)
         cfg.validate()
+        layout = pieces.plan(opts, path) if not rec.get("piece") else None
+        if layout is not None:  # larger than a block: its blocks go on the queue (training/worker/pieces.py)
+            return pieces.split(store, rec, layout, path)
         img, loaded = load_image(str(path), cfg.size, cfg.crop, cfg.max_pixels)
     cfg.image = rec["source"].get("filename") or rec["name"]
     check_every = max(1, min(CHECK_EVERY, cfg.steps // PROGRESS_EVENTS))
     t0, emitted = time.monotonic(), {"events": 0, "step": 0, "time": time.monotonic()}
 
     def check(step: int) -> None:
-        if store.cancel_requested(rec["id"]):
+        if store.cancel_requested(rec["id"]) or (rec.get("parent") and store.cancel_requested(rec["parent"])):
             raise Stop("cancelled", f"cancelled at step {step}")
         if not store.still_mine(rec):
             raise Stop(None, "another process declared this worker dead; dropping the fit")
@@ -215,6 +234,10 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             )
         return False
 
+    if rec.get("piece"):  # a block or the overview of a larger image
+        piece = fit_piece(cfg, BlockLayout.plan(**rec["layout"]), rec["piece"], img, on_step, check_every)
+        check(cfg.steps)
+        return pieces.after_piece(ctx, rec, piece, cfg)
     model, history = train(cfg, img, on_step=on_step, every=check_every)
     model = finish(model, cfg, img, history)
     metrics, full = evaluate(model, img, cfg.protocol)

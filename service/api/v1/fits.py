@@ -107,7 +107,14 @@ async def submit(request: Request, settings: SettingsDep):
                 fields[key] = value
         if upload is None:
             raise BadInput("no 'file' in the upload; send the image as the form field 'file'")
-        opts = options(fields, PRESETS, settings.fit_max_size, settings.fit_max_steps)
+        opts = options(
+            fields,
+            PRESETS,
+            settings.fit_max_size,
+            settings.fit_max_steps,
+            settings.fit_block_size,
+            settings.fit_block_overlap,
+        )
         name = check_name(fields["name"]) if fields.get("name") else None
         reuse = as_bool(fields, "skip_existing")
         data = await upload.read()  # at most the body limit: INR_FIT_MAX_UPLOAD_BYTES + the envelope

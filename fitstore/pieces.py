@@ -1,0 +1,146 @@
+"""A fit in pieces (mixed into fitstore.store.FitStore; docs/fits.md, "Giant images"): one upload is one job, and the
+blocks of its image (and its overview) are jobs of their own on the queue, which any worker takes.
+
+* **Split.** The worker that claims the job plans the blocks and, in one transaction, writes a child job per piece
+  (`parent`, `piece`, its pixels as `img:CHILD`), their queue messages, and the parent's record: still `running`,
+  with no worker and its `children`, its fit slot given back. The children are not in the job list and not counted
+  against the queue limit; each takes a fit slot when it runs, so `INR_FIT_MAX_RUNNING` bounds them as it does fits.
+* **Pieces.** A child is claimed, retried when its worker dies and failed like any job. It ends by writing its ONNX
+  file and its record (`piece:PARENT:KEY`, `piecemeta:PARENT:KEY`) in the transaction that finishes it. The pieces of
+  a failed or cancelled job stay in the store until the job is deleted, so what was fitted is not lost.
+* **Publish.** The worker that finishes a piece and finds every piece written takes `publish:PARENT` (one process
+  wins) and writes the version at once, then finishes the parent with the whole image's metrics.
+* **Failure.** A child that fails (its fit failed, or its worker died twice) fails the parent with the child's reason;
+  a cancelled parent stops its children at their next step.
+"""
+
+from __future__ import annotations
+
+import json
+
+from huey.constants import EmptyData
+
+from . import metrics
+
+
+def child_id(parent: str, k: int) -> str:
+    return f"{parent}-p{k}"
+
+
+class Pieces:
+    def split(self, rec: dict, layout: dict, pieces: list[tuple[str, bytes]]) -> dict | None:
+        """Queue a child job per piece (key, its PNG) and leave the parent waiting on them; one transaction, done only
+        if the parent is still this attempt's. The parent's record, or None."""
+        now = self.now()
+        children, puts, messages = [], {}, []
+        for k, (key, png) in enumerate(pieces):
+            cid = child_id(rec["id"], k)
+            child = {
+                **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "steps", "traceparent")},
+                "id": cid,
+                "parent": rec["id"],
+                "piece": key,
+                "layout": layout,
+                "state": "queued",
+                "version": None,
+                "created": now,
+                "started": None,
+                "finished": None,
+                "attempt": 1,
+                "failures": 0,
+                "worker": None,
+                "step": 0,
+                "loss": None,
+                "psnr": None,
+                "eta_s": None,
+                "error": None,
+                "metrics": None,
+                "seq": 1,
+                "preview_seq": None,
+            }
+            children.append(cid)
+            puts[f"img:{cid}"] = png
+            puts[f"job:{cid}"] = json.dumps(child).encode()
+            puts[f"ev:{cid}:1"] = json.dumps({"seq": 1, "type": "queued", "time": now, "piece": key}).encode()
+            puts[f"enq:{cid}:1"] = json.dumps(now).encode()
+            messages.append(self._message(cid, 1))
+        parent = dict(rec, worker=None, children=children, layout=layout, steps=rec["steps"] * len(pieces), step=0)
+        parent["seq"] += 1
+        event = {"seq": parent["seq"], "type": "split", "time": now, "pieces": len(pieces), "layout": layout}
+        puts[f"ev:{rec['id']}:{parent['seq']}"] = json.dumps(event).encode()
+        puts[f"job:{rec['id']}"] = json.dumps(parent).encode()
+        if not self.atomic.txn(self._mine(rec), puts, [f"img:{rec['id']}"], messages):
+            return None
+        self._release_slots(rec["id"])
+        return parent
+
+    def children(self, parent: dict) -> list[dict]:
+        found = self._many([f"job:{c}" for c in parent.get("children") or ()])
+        return [found[f"job:{c}"] for c in parent.get("children") or () if f"job:{c}" in found]
+
+    def pieces_progress(self, parent: dict) -> dict:
+        """A waiting parent's progress, from its pieces: steps done of all, the longest ETA, the pieces by state."""
+        kids = self.children(parent)
+        states = {s: sum(c["state"] == s for c in kids) for s in ("queued", "running", "succeeded", "failed")}
+        etas = [c["eta_s"] for c in kids if c["state"] == "running" and c.get("eta_s") is not None]
+        return {
+            "step": sum(c["steps"] if c["state"] == "succeeded" else c.get("step") or 0 for c in kids),
+            "eta_s": max(etas) if etas else None,
+            "pieces": {"total": len(kids), **states},
+            "workers_on_pieces": len({c["worker"] for c in kids if c["state"] == "running"}),
+        }
+
+    def finish_piece(self, rec: dict, onnx: bytes, piece: dict) -> dict | None:
+        """The child succeeds with its piece written, in one transaction."""
+        parent, key = rec["parent"], rec["piece"]
+        puts = {f"piece:{parent}:{key}": onnx, f"piecemeta:{parent}:{key}": json.dumps(piece).encode()}
+        return self.finish(rec, "succeeded", puts=puts, metrics=piece.get("metrics"))
+
+    def pieces_written(self, parent: dict) -> bool:
+        keys = [f"piecemeta:{parent['id']}:{c['piece']}" for c in self.children(parent)]
+        return bool(keys) and len(self.kv.peek_many(keys)) == len(parent["children"])
+
+    def claim_publish(self, parent_id: str, wid: str) -> bool:
+        return self.kv.put_if_empty(f"publish:{parent_id}", wid.encode())
+
+    def pieces(self, parent: dict) -> list[tuple[dict, bytes]]:
+        """(record, ONNX bytes) of every piece, read one at a time."""
+        out = []
+        for child in self.children(parent):
+            meta = self._get(f"piecemeta:{parent['id']}:{child['piece']}")
+            onnx = self.kv.peek_data(f"piece:{parent['id']}:{child['piece']}")
+            out.append((meta, bytes(onnx)))
+        return out
+
+    def finish_parent(self, parent_id: str, state: str, reason: str | None = None, **fields) -> dict | None:
+        """End a parent that waits on its children (it has no worker: whoever ends it writes it, once)."""
+        while True:
+            raw = self.kv.peek_data(f"job:{parent_id}")
+            if raw is EmptyData:
+                return None
+            rec = json.loads(bytes(raw))
+            if rec["state"] not in ("running", "queued"):
+                return rec
+            now = self.now()
+            done = dict(rec, state=state, finished=now, eta_s=None, seq=rec["seq"] + 1, **fields)
+            data = {k: done.get(k) for k in ("error", "version", "metrics", "name") if done.get(k) is not None}
+            puts = {
+                f"ev:{parent_id}:{done['seq']}": json.dumps({"seq": done["seq"], "type": state, "time": now, **data}),
+                f"job:{parent_id}": json.dumps(done),
+            }
+            expect = {f"job:{parent_id}": bytes(raw)}
+            incr = metrics.finished(done, state, reason, now)
+            if self.atomic.txn(expect, {k: v.encode() for k, v in puts.items()}, (), (), incr):
+                return done
+
+    def child_ended(self, child: dict) -> None:
+        """A child that failed or was cancelled ends its parent the same way, naming the piece."""
+        if child.get("parent") is None or child["state"] not in ("failed", "cancelled"):
+            return
+        why = child.get("error") or child["state"]
+        self.finish_parent(
+            child["parent"],
+            child["state"],
+            reason="error" if child["state"] == "failed" else None,
+            error=f"piece {child['piece']} {child['state']}: {why}" if child["state"] == "failed" else None,
+        )

@@ -1,0 +1,74 @@
+"""A fit job of an image larger than a block (docs/fits.md, "Giant images"): split into pieces on the queue, each
+fitted by whichever worker takes it, published by the worker that fits the last (fitstore/pieces.py)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from modelrepo.blocks import BlockLayout
+
+from ..blocks import OVERVIEW, Piece, whole_metrics, write_blocked_model
+from ..regions import image_size, region_png, scaled_png
+
+log = logging.getLogger(__name__)
+
+
+def plan(options: dict, path: Path) -> BlockLayout | None:
+    """The job's blocks, when its image is longer than its block size on a side and it is fitted at its native
+    size (a job with a `size` cap is fitted whole, downscaled, as before)."""
+    block = options.get("block")
+    if not block or options.get("size"):
+        return None
+    width, height = image_size(str(path))
+    if width <= block and height <= block:
+        return None
+    return BlockLayout.plan(width, height, block, options.get("overlap", 32))
+
+
+def layout_args(layout: BlockLayout) -> dict:
+    return {"width": layout.width, "height": layout.height, "block": layout.block, "overlap": layout.overlap}
+
+
+def split(store, rec: dict, layout: BlockLayout, path: Path) -> dict | None:
+    """Queue the blocks and the overview as jobs of their own; the parent waits on them. Each piece's pixels are cut
+    out of the upload one at a time."""
+    pieces = [(b.file, region_png(str(path), b.x, b.y, b.w, b.h)) for b in layout.blocks]
+    pieces.append((OVERVIEW, scaled_png(str(path), layout.block)))
+    done = store.split(rec, layout_args(layout), pieces)
+    if done is not None:
+        log.info("fit %s: split into %d blocks and an overview", rec["id"], len(layout.blocks))
+    return done
+
+
+def after_piece(ctx, rec: dict, piece: Piece, cfg) -> dict | None:
+    """Write the piece and end its job; publish the version when it was the last piece to be written."""
+    done = ctx.store.finish_piece(rec, piece.onnx, piece.to_json())
+    if done is None:
+        return None
+    parent = ctx.store.get(rec["parent"])
+    if parent and parent["state"] == "running" and ctx.store.pieces_written(parent):
+        if ctx.store.claim_publish(parent["id"], ctx.worker):
+            publish(ctx, parent, cfg)
+    return done
+
+
+def publish(ctx, parent: dict, cfg) -> dict | None:
+    """Every piece is written: the version, all at once, and the parent succeeds with the whole image's metrics."""
+    store = ctx.store
+    try:
+        pieces = [Piece.from_json(meta, onnx) for meta, onnx in store.pieces(parent)]
+        layout = BlockLayout.plan(**parent["layout"])
+        source = {
+            "kind": "upload",
+            "job": parent["id"],
+            **{k: parent["source"][k] for k in ("filename", "width", "height", "sha256") if k in parent["source"]},
+            "size": [layout.width, layout.height],
+        }
+        cfg.image = parent["source"].get("filename") or parent["name"]
+        written = write_blocked_model(ctx.models / parent["name"], cfg, layout, pieces, source)
+    except Exception as e:  # noqa: BLE001 - the job fails with its reason; the pieces stay in the store
+        log.exception("fit %s: publish failed", parent["id"])
+        return store.finish_parent(parent["id"], "failed", reason="error", error=f"publish: {e.__class__.__name__}: {e}")
+    log.info("fit %s: wrote %s version %s from %d pieces", parent["id"], parent["name"], written["version"], len(pieces))
+    return store.finish_parent(parent["id"], "succeeded", version=written["version"], metrics=whole_metrics(pieces))
