@@ -123,6 +123,8 @@ class Pieces:
                 return rec
             now = self.now()
             done = dict(rec, state=state, finished=now, eta_s=None, seq=rec["seq"] + 1, **fields)
+            if state == "succeeded":
+                done["step"] = done["steps"]
             data = {k: done.get(k) for k in ("error", "version", "metrics", "name") if done.get(k) is not None}
             puts = {
                 f"ev:{parent_id}:{done['seq']}": json.dumps({"seq": done["seq"], "type": state, "time": now, **data}),

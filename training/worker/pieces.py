@@ -69,6 +69,10 @@ def publish(ctx, parent: dict, cfg) -> dict | None:
         written = write_blocked_model(ctx.models / parent["name"], cfg, layout, pieces, source)
     except Exception as e:  # noqa: BLE001 - the job fails with its reason; the pieces stay in the store
         log.exception("fit %s: publish failed", parent["id"])
-        return store.finish_parent(parent["id"], "failed", reason="error", error=f"publish: {e.__class__.__name__}: {e}")
-    log.info("fit %s: wrote %s version %s from %d pieces", parent["id"], parent["name"], written["version"], len(pieces))
+        return store.finish_parent(
+            parent["id"], "failed", reason="error", error=f"publish: {e.__class__.__name__}: {e}"
+        )
+    log.info(
+        "fit %s: wrote %s version %s from %d pieces", parent["id"], parent["name"], written["version"], len(pieces)
+    )
     return store.finish_parent(parent["id"], "succeeded", version=written["version"], metrics=whole_metrics(pieces))
