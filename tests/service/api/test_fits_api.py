@@ -27,7 +27,15 @@ def test_an_upload_is_queued_with_its_record_links_and_a_note_without_workers(ap
     assert r.headers["location"] == rec["links"]["self"] == f"/v1/fits/{rec['id']}"
     assert rec["state"] == "queued" and rec["name"] == "My-Photo"
     # the default preset is the grid, at the upload's native size (no cap)
-    assert rec["options"] == {"preset": "grid", "size": None, "steps": 7, "protocol": "full", "seed": 0}
+    assert rec["options"] == {
+        "preset": "grid",
+        "size": None,
+        "steps": 7,
+        "protocol": "full",
+        "seed": 0,
+        "block": 4096,
+        "overlap": 32,
+    }
     assert rec["source"]["width"] == 40 and rec["source"]["height"] == 30 and rec["source"]["frames"] == 1
     assert rec["links"]["events"] == f"/v1/fits/{rec['id']}/events"
     assert rec["workers"] == 0 and "no worker is connected" in rec["note"]
