@@ -48,7 +48,7 @@ class Clock:
         while self.todo and self.clock >= self.todo[0]:
             self.todo.pop(0)
             full = predict(model, self.coords, next(model.parameters()).device)
-            self.curve.append((step + 1, round(self.clock, 2), round(psnr(full, self.img.reshape(-1, 3)), 3)))
+            self.curve.append((step + 1, round(self.clock, 2), psnr(full, self.img.reshape(-1, 3), 3)))
             model.train()
             steps, secs, db = self.curve[-1]
             log.info("  %.1f s, step %d: %.2f dB over all pixels", secs, steps, db)
@@ -72,7 +72,7 @@ def codec_at(img: np.ndarray, fmt: str, target_bytes: int) -> dict:
         return {"format": fmt, "quality": None, "bytes": None, "psnr": None}
     with Image.open(io.BytesIO(best[1])) as im:
         dec = np.asarray(im.convert("RGB"), np.float32) / 255
-    return {"format": fmt, "quality": best[0], "bytes": len(best[1]), "psnr": round(psnr(dec, img), 3)}
+    return {"format": fmt, "quality": best[0], "bytes": len(best[1]), "psnr": psnr(dec, img, 3)}
 
 
 def run_preset(name: str, a: argparse.Namespace, extra: list[str]) -> dict:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     def on_step(step: int, loss: float, model: torch.nn.Module) -> bool:
         full = predict(model, coords, torch.device("cpu"))
         model.train()
-        curve.append((step + 1, round(psnr(full, img.reshape(-1, 3)), 3)))
+        curve.append((step + 1, psnr(full, img.reshape(-1, 3), 3)))
         log.info("step %d: %.2f dB over all pixels", *curve[-1])
         return False
 

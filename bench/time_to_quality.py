@@ -69,8 +69,8 @@ class Probe:
         self.clock += time.perf_counter() - self.last
         with torch.no_grad():
             p = psnr(model(self.x).numpy(), self.y)
-        self.curve.append((step + 1, round(self.clock, 3), round(p, 3)))
-        if self.hit is None and p >= self.target:
+        self.curve.append((step + 1, round(self.clock, 3), None if p is None else round(p, 3)))  # None: nan
+        if self.hit is None and p is not None and p >= self.target:
             self.hit = {"seconds": round(self.clock, 3), "steps": step + 1}
         self.last = time.perf_counter()
         return self.stop and self.hit is not None

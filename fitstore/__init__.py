@@ -7,6 +7,7 @@ workers (which claim, report progress and finish) share, on SQLite, Redis or Pos
     worker_calls.py  the worker's calls: claim, progress, finish, hand back
     recovery.py  heartbeats; dead workers' jobs retried, lost messages sent again
     dedupe.py    jobs by the sha256 of their upload: the index written with each job, and the lookup
+    jsontext.py  records and events as strict JSON: a float that is not finite is null
     metrics.py   fit metrics counted in the store, in the transaction of what they count
     presets.py   the sets of fit options a job names
 

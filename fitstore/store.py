@@ -20,7 +20,7 @@ import uuid
 
 from huey.constants import EmptyData
 
-from . import metrics
+from . import jsontext, metrics
 from .backends import open_store
 from .dedupe import Dedupe, Duplicate
 from .pieces import Pieces
@@ -86,14 +86,14 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
     # -- key-value helpers -------------------------------------------------------------------
     def _get(self, key: str):
         value = self.kv.peek_data(key)
-        return None if value is EmptyData else json.loads(bytes(value))
+        return None if value is EmptyData else jsontext.loads(bytes(value))
 
     def _put(self, key: str, obj) -> None:
-        self.kv.put_data(key, json.dumps(obj).encode())
+        self.kv.put_data(key, jsontext.dumps(obj))
 
     def _many(self, keys: list[str]) -> dict:
         found = self.kv.peek_many(keys) if keys else {}
-        return {k: json.loads(bytes(v)) for k, v in found.items()}
+        return {k: jsontext.loads(bytes(v)) for k, v in found.items()}
 
     def _message(self, job_id: str, attempt: int) -> bytes:
         return self.huey.serialize_task(self.task.s(job_id, attempt))
@@ -123,8 +123,8 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
             puts[f"pv:{rec['id']}:{rec['seq']}"] = preview
             event["preview"] = True
             rec["preview_seq"] = rec["seq"]
-        puts[f"ev:{rec['id']}:{rec['seq']}"] = json.dumps(event).encode()
-        puts[f"job:{rec['id']}"] = json.dumps(rec).encode()
+        puts[f"ev:{rec['id']}:{rec['seq']}"] = jsontext.dumps(event)  # strict JSON: null, never Infinity
+        puts[f"job:{rec['id']}"] = jsontext.dumps(rec)
         message = []
         if enqueue:
             puts[f"enq:{rec['id']}:{rec['attempt']}"] = json.dumps(now).encode()

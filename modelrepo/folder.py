@@ -161,8 +161,10 @@ def _write_spec_files(folder: Path, spec: ModelSpec) -> None:
 
 
 def _json_text(obj) -> str:
-    """metadata.json as people read it: indented, with the provenance's own characters (×, é) kept."""
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    """metadata.json as people read it: indented, with the provenance's own characters (×, é) kept. Strict JSON:
+    a float that is not finite is refused (ValueError, nothing written) instead of written as `Infinity` or `NaN`,
+    which no JSON parser but Python's reads (a PSNR is finite: training.metrics.psnr_from_mse)."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _write_json(path: Path, obj) -> None:

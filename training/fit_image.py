@@ -157,7 +157,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
         if step % every == 0 or step == cfg.steps - 1:
             loss_v = loss.item()
             best.check(step)
-            bar.set_postfix(loss=f"{loss_v:.2e}", psnr=f"{psnr_from_mse(loss_v):.2f}")
+            bar.set_postfix(loss=f"{loss_v:.2e}", psnr=psnr_from_mse(loss_v, 2))
             if on_step is not None and on_step(step, loss_v, model):
                 break
     seconds = time.perf_counter() - t0
@@ -171,7 +171,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
         "train_seconds": round(seconds, 3),
         "init_seconds": init_seconds,
         "device": str(device),
-        "final_loss": loss_v,
+        "final_loss": loss_v if math.isfinite(loss_v) else None,  # JSON: a last step may diverge
         "best_step": best.step,
         "best_probe_loss": best.loss,
     }
@@ -186,12 +186,12 @@ def evaluate(model: torch.nn.Module, img: np.ndarray, protocol: str) -> tuple[di
         n_train, e_train = n_all, e_all
     else:
         n_train, e_train = full[::2, ::2].size, sse(full[::2, ::2], img[::2, ::2])
-    metrics = {"train_psnr": round(psnr_from_mse(e_train / n_train), 3)}
+    metrics = {"train_psnr": psnr_from_mse(e_train / n_train, 3)}
     if n_all > n_train:
-        metrics["test_psnr"] = round(psnr_from_mse((e_all - e_train) / (n_all - n_train)), 3)
+        metrics["test_psnr"] = psnr_from_mse((e_all - e_train) / (n_all - n_train), 3)
     s = ssim(full, img)
     metrics["ssim"] = None if s is None else round(s, 4)  # None: a side under 7 pixels
-    metrics["full_psnr"] = round(psnr_from_mse(e_all / n_all), 3)
+    metrics["full_psnr"] = psnr_from_mse(e_all / n_all, 3)
     return metrics, full
 
 

@@ -5,7 +5,7 @@
 // The panel's state is mirrored on its root as data-state for the tests: idle, submitting, queued,
 // running, succeeded, loading-model, ready, failed, cancelled, error.
 import { fitRecord, modelWhenReady, relative, startFit } from "./api.js";
-import { PsnrPlot } from "./fitplot.js";
+import { PsnrPlot, psnrText as db } from "./fitplot.js";
 
 const FINAL = ["succeeded", "failed", "cancelled"];
 const TYPES = ["queued", "started", "progress", "retrying", ...FINAL];
@@ -26,8 +26,6 @@ function etaText(s) {
   const t = Math.ceil(s);
   return t < 60 ? `about ${t} s left` : `about ${Math.floor(t / 60)} min ${t % 60} s left`;
 }
-
-const db = (v) => (typeof v === "number" ? `${v.toFixed(2)} dB` : "–");
 
 export class FitPanel {
   // onModel(name): open the (now served) model in the viewer; may return a promise.

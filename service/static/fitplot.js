@@ -3,6 +3,11 @@
 // training loss's (on the pixels the fit trains on), so the plot says "train PSNR". The points are mirrored on the
 // SVG as data-points (how many) for the tests, and summarised in its aria-label.
 const NS = "http://www.w3.org/2000/svg";
+// PSNR as the service writes it (docs/training.md): a finite number of dB up to PSNR_CAP_DB, the cap an exact fit
+// (a tiny image) reads, or null when a step had none.
+export const PSNR_CAP_DB = 100;
+export const psnrText = (v) => (typeof v !== "number" || !Number.isFinite(v) ? "–"
+  : v >= PSNR_CAP_DB ? `≥ ${PSNR_CAP_DB} dB (exact)` : `${v.toFixed(2)} dB`);
 const W = 300, H = 110;                       // viewBox units
 const L = 30, R = 8, T = 10, B = 20;           // margins: axis labels left and below
 

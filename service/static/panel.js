@@ -1,5 +1,6 @@
 // The model panel: what the image model is and how well it fits, from GET /v1/models.
 import { previewOf } from "./api.js";
+import { psnrText as db } from "./fitplot.js";
 
 const fmt = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : "–");
 
@@ -21,8 +22,6 @@ function architectureText(a) {
   if (a.parameters) parts.push(`${a.parameters.toLocaleString("en")} parameters`);
   return parts.join(", ");
 }
-
-const db = (v) => (v == null ? "–" : `${fmt(v, 2)} dB`);
 
 export function modelRows(model) {
   const m = { ...(model.metadata || {}), metrics: model.metrics };

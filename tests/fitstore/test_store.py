@@ -3,6 +3,8 @@ limits, cancel, one claim per attempt under a race, fit slots, and dead workers 
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 
@@ -97,6 +99,26 @@ def test_progress_events_keep_order_and_previews(url):
     assert store.preview(rec["id"], 4) == b"png20" and store.preview(rec["id"], 3) is None
     assert [e["seq"] for e in store.events(rec["id"], after=3)] == [4, 5]  # resume after an event id
     assert store.get(rec["id"])["step"] == 30
+
+
+def test_records_and_events_are_strict_json_and_an_infinity_written_before_reads_as_null(url):
+    """Issue 38: an exact fit's infinite PSNR made GET /v1/fits/ID a 500. The store writes standard JSON (a float
+    that is not finite as null), and a record an earlier version wrote with `Infinity` reads as null."""
+    store = FitStore(url)
+    rec = store.claim(submit(store)["id"], 1, "w1")
+    rec = store.progress(rec, {"step": 10, "steps": 60, "loss": math.nan, "psnr": math.inf, "eta_s": 1.0})
+    raw = store.kv.peek_many([f"job:{rec['id']}", f"ev:{rec['id']}:{rec['seq']}"])
+    assert len(raw) == 2 and all(b"Infinity" not in bytes(v) and b"NaN" not in bytes(v) for v in raw.values())
+    assert store.get(rec["id"])["psnr"] is None and store.events(rec["id"])[-1]["loss"] is None
+    old = bytes(store.kv.peek_data(f"job:{rec['id']}")).replace(b'"psnr": null', b'"psnr": Infinity')
+    store.kv.put_data(f"job:{rec['id']}", old)  # as the code before the fix wrote an exact fit's PSNR
+    assert store.get(rec["id"])["psnr"] is None and store.list()[0]["psnr"] is None
+    done = store.finish(store.get(rec["id"]), "succeeded", version=1, metrics={"full_psnr": 100.0})
+    assert json.loads(bytes(store.kv.peek_data(f"job:{rec['id']}")), parse_constant=refuse) == done
+
+
+def refuse(constant: str):
+    raise ValueError(f"{constant} is not JSON")
 
 
 def test_a_dead_workers_job_is_retried_once_then_failed_and_reaped_once(url):

@@ -4,6 +4,7 @@ versions and version policies."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -87,6 +88,15 @@ def test_writing_into_an_existing_model_adds_the_next_version(tmp_path):
     assert read_version(tmp_path / "m", 2).metadata["metrics"] == {"psnr": 25}
     assert read_version(tmp_path / "m", 1).onnx_sha256 != read_version(tmp_path / "m", 2).onnx_sha256
     assert (tmp_path / "m" / "1" / "preview.png").exists()
+    assert not [p for p in tmp_path.rglob(".*")], "no temporary folder is left behind"
+
+
+def test_metadata_that_is_not_strict_json_is_refused_and_nothing_is_written(tmp_path):
+    """metadata.json is standard JSON: an infinite PSNR (issue 38) would be written as `Infinity`."""
+    write_version(tmp_path / "m", ModelSpec.for_task("m", "image"), b"one", {"metrics": {"psnr": 100.0}})
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        write_version(tmp_path / "m", ModelSpec.for_task("m", "image"), b"two", {"metrics": {"psnr": math.inf}})
+    assert version_numbers(tmp_path / "m") == [1]
     assert not [p for p in tmp_path.rglob(".*")], "no temporary folder is left behind"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -212,14 +213,14 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             if emitted["events"] % PREVIEW_EVERY == 1 or last
             else None
         )
-        elapsed = now - t0
+        elapsed, psnr = now - t0, psnr_from_mse(loss, 3)  # finite or None: the event is JSON (docs/training.md)
         written = store.progress(
             rec,
             {
                 "step": done,
                 "steps": cfg.steps,
-                "loss": loss,
-                "psnr": round(psnr_from_mse(loss), 3),
+                "loss": loss if math.isfinite(loss) else None,
+                "psnr": psnr,
                 "elapsed_s": round(elapsed, 3),
                 "eta_s": round(elapsed / done * (cfg.steps - done), 2),
             },
@@ -229,9 +230,8 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             raise Stop(None, "another process declared this worker dead; dropping the fit")
         rec = written
         if tracing.ON:  # coarse progress (about PROGRESS_EVENTS per fit) as events of the `inr.fit` span
-            trace.get_current_span().add_event(
-                "progress", {"step": done, "loss": float(loss), "psnr": round(psnr_from_mse(loss), 3)}
-            )
+            attrs = {"step": done, "loss": float(loss), "psnr": psnr}
+            trace.get_current_span().add_event("progress", {k: v for k, v in attrs.items() if v is not None})
         return False
 
     if rec.get("piece"):  # a block or the overview of a larger image

@@ -15,6 +15,7 @@ the presentation validator's schema), never by hand. CORS as on info.json (servi
 from __future__ import annotations
 
 import json
+import math
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -47,7 +48,8 @@ LABEL = "INR image models"
 
 
 def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def training_metadata(meta: dict) -> list[KeyValueString]:
