@@ -2,7 +2,7 @@
 #
 # Targets (docker build --target NAME .):
 #   runtime  CPU serving image, the default: the service, the packages it shares with training (modelrepo,
-#            fitstore, telemetry, commandline), onnxruntime and the bundled models;
+#            fitstore, telemetry, commandline, bigimage), onnxruntime and the bundled models;
 #            no torch, no compilers, non-root, settings from INR_* environment variables.
 #   gpu      the same service on CUDA 13 + cuDNN 9 with onnxruntime-gpu. It starts with
 #            INR_DEVICE=cuda, so with no usable GPU the service exits instead of falling
@@ -22,6 +22,7 @@ COPY modelrepo ./modelrepo
 COPY fitstore ./fitstore
 COPY telemetry ./telemetry
 COPY commandline ./commandline
+COPY bigimage ./bigimage
 
 FROM shared-src AS serve-src
 COPY service ./service

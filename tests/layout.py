@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("modelrepo", "fitstore", "telemetry", "commandline", "service", "training", "inr_client")
+PACKAGES = ("modelrepo", "fitstore", "telemetry", "commandline", "bigimage", "service", "training", "inr_client")
 
 
 def module_name(path: Path) -> str:
