@@ -103,13 +103,12 @@ class Pieces:
     def claim_publish(self, parent_id: str, wid: str) -> bool:
         return self.kv.put_if_empty(f"publish:{parent_id}", wid.encode())
 
-    def pieces(self, parent: dict) -> list[tuple[dict, bytes]]:
-        """(record, ONNX bytes) of every piece, read one at a time."""
+    def pieces(self, parent: dict) -> list[tuple[dict, object]]:
+        """(record, a call that reads its ONNX file) of every piece: the files are read one at a time, when written."""
         out = []
         for child in self.children(parent):
-            meta = self._get(f"piecemeta:{parent['id']}:{child['piece']}")
-            onnx = self.kv.peek_data(f"piece:{parent['id']}:{child['piece']}")
-            out.append((meta, bytes(onnx)))
+            key = f"{parent['id']}:{child['piece']}"
+            out.append((self._get(f"piecemeta:{key}"), lambda key=key: bytes(self.kv.peek_data(f"piece:{key}"))))
         return out
 
     def finish_parent(self, parent_id: str, state: str, reason: str | None = None, **fields) -> dict | None:

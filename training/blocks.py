@@ -14,9 +14,11 @@ is at least the blended render's squared error, so the PSNR written is a lower b
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -27,7 +29,7 @@ from .fit_image import IMAGE_INPUTS, IMAGE_OUTPUTS, FitConfig, evaluate, finish,
 from .image_models import count_parameters
 from .images import save_png
 from .metrics import psnr_from_mse
-from .regions import read_region, read_scaled
+from .regions import read_region, read_scaled, tiled
 from .repository import write_model_dir
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ class Piece:
     """A fitted block (or the overview): its ONNX file and what the version records of it."""
 
     key: str  # a block's file name (blocks/rRcC.onnx), or OVERVIEW
-    onnx: bytes
+    onnx: bytes | Callable[[], bytes]  # the file, or how to read it when it is written (the publisher's, one at a time)
     metrics: dict
     export: dict
     history: dict
@@ -49,6 +51,14 @@ class Piece:
     weight: float = 0.0  # sum of blend weight × 3 channels over its crop
     seconds: float = 0.0
     preview: np.ndarray | None = field(default=None, repr=False)  # the overview's render (the version's preview)
+    sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.sha256:
+            self.sha256 = sha256_bytes(self.data())
+
+    def data(self) -> bytes:
+        return self.onnx() if callable(self.onnx) else self.onnx
 
     def to_json(self) -> dict:
         return {
@@ -61,10 +71,11 @@ class Piece:
             "weighted_se": self.weighted_se,
             "weight": self.weight,
             "seconds": self.seconds,
+            "sha256": self.sha256,
         }
 
     @classmethod
-    def from_json(cls, d: dict, onnx: bytes) -> "Piece":
+    def from_json(cls, d: dict, onnx: bytes | Callable[[], bytes]) -> "Piece":
         return cls(onnx=onnx, **d)
 
 
@@ -123,7 +134,7 @@ def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: 
     if missing:
         raise ValueError(f"cannot publish {out.name}: {len(missing)} piece(s) not fitted ({', '.join(missing[:4])})")
     overview = by_key[OVERVIEW]
-    digests = {b.file: sha256_bytes(by_key[b.file].onnx) for b in layout.blocks}
+    digests = {b.file: by_key[b.file].sha256 for b in layout.blocks}
     size = [layout.width, layout.height]
     metrics = whole_metrics(pieces)
     meta = image_metadata_for(cfg, size, source, metrics, overview)
@@ -135,14 +146,14 @@ def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: 
     def extras(d: Path) -> None:
         (d / "blocks").mkdir()
         for b in layout.blocks:
-            (d / b.file).write_bytes(by_key[b.file].onnx)
+            (d / b.file).write_bytes(by_key[b.file].data())  # one block's file in memory at a time
         if overview.preview is not None:
             save_png(overview.preview, d / "preview.png", max_side=1024)
 
     return write_model_dir(
         out,
         task="image",
-        onnx_bytes=overview.onnx,
+        onnx_bytes=overview.data(),
         inputs=IMAGE_INPUTS,
         outputs=IMAGE_OUTPUTS,
         metadata=meta,
@@ -167,9 +178,11 @@ def fit_blocked(cfg: FitConfig, image: str, block: int, overlap: int, out: Path,
     width, height = source["size"]
     layout = BlockLayout.plan(width, height, block, overlap)
     pieces = []
-    for key in [b.file for b in layout.blocks] + [OVERVIEW]:
-        piece = fit_piece(cfg, layout, key, piece_pixels(layout, key, image))
-        log.info("%s: %s, %.1f dB in %.1f s", out.name, key, piece.metrics["full_psnr"], piece.seconds)
-        pieces.append(piece)
+    with tempfile.TemporaryDirectory(prefix="inr-blocks-") as tmp:
+        tiff = tiled(image, Path(tmp) / "image.tif")  # a block then costs its tiles, not a decode from the top
+        for key in [b.file for b in layout.blocks] + [OVERVIEW]:
+            piece = fit_piece(cfg, layout, key, piece_pixels(layout, key, str(tiff)))
+            log.info("%s: %s, %.1f dB in %.1f s", out.name, key, piece.metrics["full_psnr"], piece.seconds)
+            pieces.append(piece)
     written = write_blocked_model(out, cfg, layout, pieces, source)
     return {**written, "metrics": whole_metrics(pieces), "blocks": len(layout.blocks)}

@@ -1,72 +1,73 @@
-"""A large image's pixels, a region or a reduced whole at a time, as the [h, w, 3] float32 in [0,1] a fit takes.
+"""A large image's pixels, a region or a reduced whole at a time (bigimage, through libvips), as the [h, w, 3]
+float32 in [0,1] a fit takes, or as the 8-bit PNG a piece of a fit job carries.
 
-Only the pixels asked for become floating point: a block fit holds its crop, not the image."""
+Only the pixels asked for become floating point: a block fit holds its crop, not the image. A JPEG or PNG is
+decoded from the top for every region read from it, so `tiled` converts it once to a tiled pyramidal TIFF that a
+region of costs only its tiles (docs/benchmarks.md, bigimage)."""
 
 from __future__ import annotations
+
+import io
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+import bigimage
+
 from .errors import UsageError
-from .images import fit_dims
+
+MAX_PIXELS = 4_000_000_000  # what a blocked fit reads at most: four gigapixels
 
 
-def _rgb(im: Image.Image) -> Image.Image:
-    if im.mode in ("RGBA", "LA") or (im.mode == "P" and "transparency" in im.info):
-        im = im.convert("RGBA")
-        white = Image.new("RGBA", im.size, (255, 255, 255, 255))
-        return Image.alpha_composite(white, im).convert("RGB")
-    return im.convert("RGB")
-
-
-def _open(path: str) -> Image.Image:
+def _read(call, path, *args, **kwargs):
     try:
-        return Image.open(path)
-    except (FileNotFoundError, IsADirectoryError):
-        raise UsageError(f"cannot read image '{path}': not a file") from None
-    except (OSError, Image.DecompressionBombError) as e:
-        raise UsageError(f"cannot read image '{path}': {e.__class__.__name__}: {e}") from None
+        return call(str(path), *args, max_pixels=MAX_PIXELS, **kwargs)
+    except bigimage.BigImageError as e:
+        raise UsageError(str(e)) from None
 
 
-def image_size(path: str) -> tuple[int, int]:
+def image_size(path: str | Path) -> tuple[int, int]:
     """(W, H) from the file's header."""
-    with _open(path) as im:
-        return im.size
+    header = _read(bigimage.probe, path)
+    return header.width, header.height
 
 
-def read_region(path: str, x: int, y: int, w: int, h: int) -> np.ndarray:
+SMALL = 16_000_000  # pixels under which a block is cut straight from the file: decoding it from the top is cheap
+
+
+def tiled(path: str | Path, into: Path) -> Path:
+    """`path` itself when it is a TIFF or small, else a tiled pyramidal TIFF of it written to `into` (one decode;
+    tiles of 512, or of the short side rounded down to 16 for a thin image: libtiff refuses tiles over the image)."""
+    header = _read(bigimage.probe, path)
+    if header.format == "tiff" or header.pixels < SMALL:
+        return Path(path)
+    tile = max(16, min(512, min(header.width, header.height) // 16 * 16))
+    _read(bigimage.to_tiled, path, str(into), tile=tile)
+    return into
+
+
+def read_region(path: str | Path, x: int, y: int, w: int, h: int) -> np.ndarray:
     """Pixels [y, y+h) × [x, x+w) of the image at `path`."""
-    with _open(path) as im:
-        if not (0 <= x and 0 <= y and w > 0 and h > 0 and x + w <= im.width and y + h <= im.height):
-            raise UsageError(f"region {w}×{h} at ({x}, {y}) is outside the {im.width}×{im.height} image '{path}'")
-        crop = _rgb(im.crop((x, y, x + w, y + h)))
-        return np.asarray(crop, dtype=np.float32) / 255.0
+    return _read(bigimage.read_region, path, x, y, w, h).astype(np.float32) / 255.0
 
 
-def read_scaled(path: str, max_side: int) -> np.ndarray:
-    """The whole image reduced (box filter, in its aspect) to at most `max_side` pixels on its longer side."""
-    with _open(path) as im:
-        dims = fit_dims(im.width, im.height, max_side, False, max_side * max_side)
-        if im.format == "JPEG":
-            im.draft("RGB", dims)  # decode at 1/2, 1/4 or 1/8 where that still covers dims
-        small = _rgb(im).resize(dims, Image.BOX) if im.size != dims else _rgb(im)
-        return np.asarray(small, dtype=np.float32) / 255.0
+def read_scaled(path: str | Path, max_side: int) -> np.ndarray:
+    """The whole image reduced in its aspect to at most `max_side` pixels on its longer side (never enlarged)."""
+    return _read(bigimage.read_scaled, path, max_side).astype(np.float32) / 255.0
 
 
-def _png(im: Image.Image) -> bytes:
-    import io
-
+def _png(pixels: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    im.save(buf, "PNG", compress_level=1)
+    Image.fromarray(pixels).save(buf, "PNG", compress_level=1)
     return buf.getvalue()
 
 
-def region_png(path: str, x: int, y: int, w: int, h: int) -> bytes:
+def region_png(path: str | Path, x: int, y: int, w: int, h: int) -> bytes:
     """Pixels [y, y+h) × [x, x+w) as an 8-bit RGB PNG (a block's pixels for the worker that fits it)."""
-    with _open(path) as im:
-        return _png(_rgb(im.crop((x, y, x + w, y + h))))
+    return _png(_read(bigimage.read_region, path, x, y, w, h))
 
 
-def scaled_png(path: str, max_side: int) -> bytes:
+def scaled_png(path: str | Path, max_side: int) -> bytes:
     """`read_scaled`'s pixels as an 8-bit RGB PNG."""
-    return _png(Image.fromarray(np.rint(read_scaled(path, max_side) * 255.0).astype(np.uint8)))
+    return _png(_read(bigimage.read_scaled, path, max_side))

@@ -9,7 +9,7 @@ from pathlib import Path
 from modelrepo.blocks import BlockLayout
 
 from ..blocks import OVERVIEW, Piece, whole_metrics, write_blocked_model
-from ..regions import image_size, region_png, scaled_png
+from ..regions import image_size, region_png, scaled_png, tiled
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,9 @@ def layout_args(layout: BlockLayout) -> dict:
 def split(store, rec: dict, layout: BlockLayout, path: Path) -> dict | None:
     """Queue the blocks and the overview as jobs of their own; the parent waits on them. Each piece's pixels are cut
     out of the upload one at a time."""
-    pieces = [(b.file, region_png(str(path), b.x, b.y, b.w, b.h)) for b in layout.blocks]
-    pieces.append((OVERVIEW, scaled_png(str(path), layout.block)))
+    source = tiled(path, path.with_suffix(".tiled.tif"))  # a region then costs its tiles, not a decode from the top
+    pieces = [(b.file, region_png(source, b.x, b.y, b.w, b.h)) for b in layout.blocks]
+    pieces.append((OVERVIEW, scaled_png(source, layout.block)))
     done = store.split(rec, layout_args(layout), pieces)
     if done is not None:
         log.info("fit %s: split into %d blocks and an overview", rec["id"], len(layout.blocks))

@@ -1,0 +1,122 @@
+"""Giant images (issue 38): a mosaic of real photos of 100+ MP fitted in blocks by `fit-image --block-size`, against
+a 4 MP fit of the same mosaic on the same machine, then served under a memory budget.
+
+    python -m bench.giant make  --photos DIR --out /tmp/giant            # mosaic.jpg, 12,000 × 9,000
+    python -m bench.giant fit   --work /tmp/giant [--block 4096]         # the 4 MP fit, then the blocked fit
+    python -m bench.giant serve --work /tmp/giant [--budget 2GiB]        # PSNR, seams, tiles, RSS
+
+Each fit runs in a subprocess (`python -m training fit-image`, the `grid` preset's options, every pixel), timed,
+its peak RSS from the kernel (`ru_maxrss` of the child). Results: bench/results/giant.json (one key per step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from bench.common import RESULTS, ROOT, machine
+from fitstore import PRESETS
+
+OUT = RESULTS / "giant.json"
+TILE = (2400, 1500)  # each photo's crop in the mosaic
+GRID = (5, 6)  # 12,000 × 9,000
+
+
+def save(key: str, value: dict) -> None:
+    data = json.loads(OUT.read_text()) if OUT.exists() else {}
+    data[key] = {**value, "machine": machine()}
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def make(photos: Path, out: Path) -> None:
+    """A mosaic of native-resolution crops of the largest photos (no resampling), flipped and shifted for variety."""
+    big = [p for p in sorted(photos.glob("*.jpg")) if min(Image.open(p).size) >= 1600]
+    w, h = TILE
+    mosaic = Image.new("RGB", (w * GRID[0], h * GRID[1]))
+    for k in range(GRID[0] * GRID[1]):
+        src = Image.open(big[k % len(big)]).convert("RGB")
+        variant = k // len(big)
+        x0 = (src.width - w) * (variant % 2)
+        y0 = (src.height - h) * ((variant // 2) % 2)
+        crop = src.crop((x0, y0, x0 + w, y0 + h))
+        if variant % 3 == 1:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        mosaic.paste(crop, ((k % GRID[0]) * w, (k // GRID[0]) * h))
+    out.mkdir(parents=True, exist_ok=True)
+    mosaic.save(out / "mosaic.png", compress_level=1)
+    mosaic.crop((4800, 3636, 4800 + 2400, 3636 + 1728)).save(out / "ref4mp.png")  # 4.1 MP across a photo border
+    save("make", {"photos": [p.name for p in big], "size": list(mosaic.size), "tile": list(TILE)})
+
+
+def fit_once(image: Path, out: Path, extra: list[str]) -> dict:
+    argv = [sys.executable, "-m", "training", "fit-image", "--image", str(image), "--out", str(out)]
+    argv += [*PRESETS["grid"]["argv"], "--steps", str(PRESETS["grid"]["steps"]), "--protocol", "full"]
+    argv += ["--no-progress", *extra]
+    # a fresh parent per fit, so that its children's peak RSS is this fit's alone
+    runner = "import resource,subprocess,sys; r=subprocess.run(sys.argv[1:]); " + (
+        "print('PEAK', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+    )
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", runner, *argv], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if done.returncode:
+        raise SystemExit(f"fit failed: {done.stderr[-2000:]}")
+    lines = done.stdout.strip().splitlines()
+    peak = int(lines[-1].split()[1])
+    metrics = json.loads(lines[-2].split(" -> ")[0])
+    w, h = Image.open(image).size
+    return {
+        "pixels": w * h,
+        "seconds": round(seconds, 1),
+        "s_per_mp": round(seconds / (w * h / 1e6), 2),
+        "peak_rss_mib": round(peak / 1024),
+        "metrics": metrics,
+        "command": " ".join(argv[1:]),
+    }
+
+
+def fit(work: Path, block: int, ref: bool) -> None:
+    """The 4 MP fit (unless `ref` is False: the last one recorded stands), then the blocked fit."""
+    if ref:
+        save("fit_ref_4mp", fit_once(work / "ref4mp.png", work / "models" / "ref4mp", []))
+    reference = json.loads(OUT.read_text())["fit_ref_4mp"]
+    giant = fit_once(work / "mosaic.png", work / "models" / f"giant{block}", ["--block-size", str(block)])
+    print(json.dumps({"giant": giant}), flush=True)
+    save(f"fit_block_{block}", {**giant, "ratio_s_per_mp_to_4mp": round(giant["s_per_mp"] / reference["s_per_mp"], 3)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="bench.giant")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("--photos", type=Path, required=True)
+    m.add_argument("--out", type=Path, default=Path("/tmp/giant"))
+    f = sub.add_parser("fit")
+    f.add_argument("--work", type=Path, default=Path("/tmp/giant"))
+    f.add_argument("--block", type=int, default=4096)
+    f.add_argument("--no-ref", dest="ref", action="store_false", help="keep the 4 MP fit already recorded")
+    s = sub.add_parser("serve")
+    s.add_argument("--work", type=Path, default=Path("/tmp/giant"))
+    s.add_argument("--budget", default="2GiB")
+    s.add_argument("--model", default="giant4096", help="the blocked model under WORK/models")
+    a = p.parse_args(argv)
+    if a.cmd == "make":
+        make(a.photos, a.out)
+    elif a.cmd == "fit":
+        fit(a.work, a.block, a.ref)
+    else:
+        from bench.giant_serve import serve
+
+        save(f"serve_{a.model}_{a.budget}", serve(a.work, a.budget, a.model))
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
