@@ -47,6 +47,7 @@ class Piece:
     history: dict
     size: list[int]  # the pixels it was fitted on [w, h]
     parameters: int = 0
+    architecture: dict = field(default_factory=dict)  # the fit's model config (a grid's levels follow its pixels)
     weighted_se: float = 0.0  # sum of blend weight × squared error over its crop (blocks only)
     weight: float = 0.0  # sum of blend weight × 3 channels over its crop
     seconds: float = 0.0
@@ -68,6 +69,7 @@ class Piece:
             "history": self.history,
             "size": self.size,
             "parameters": self.parameters,
+            "architecture": self.architecture,
             "weighted_se": self.weighted_se,
             "weight": self.weight,
             "seconds": self.seconds,
@@ -98,7 +100,16 @@ def fit_piece(cfg: FitConfig, layout: BlockLayout, key: str, img: np.ndarray, on
     if key == OVERVIEW:  # its ONNX file records the whole image's grid: it answers the same coordinates
         onnx, export, _ = image_onnx(model, cfg, [layout.width, layout.height])
         return Piece(
-            key, onnx, metrics, export, history, [w, h], parameters, seconds=time.monotonic() - t0, preview=full
+            key,
+            onnx,
+            metrics,
+            export,
+            history,
+            [w, h],
+            parameters,
+            architecture=cfg.model.to_dict(),
+            seconds=time.monotonic() - t0,
+            preview=full,
         )
     b = next(b for b in layout.blocks if b.file == key)
     onnx, export, _ = image_onnx(model, cfg, [w, h])
@@ -107,7 +118,17 @@ def fit_piece(cfg: FitConfig, layout: BlockLayout, key: str, img: np.ndarray, on
     weights = wy[:, None] * wx[None, :]
     se = float((weights * ((full - img) ** 2).sum(axis=2)).sum())
     return Piece(
-        key, onnx, metrics, export, history, [w, h], parameters, se, float(weights.sum() * 3), time.monotonic() - t0
+        key,
+        onnx,
+        metrics,
+        export,
+        history,
+        [w, h],
+        parameters,
+        architecture=cfg.model.to_dict(),
+        weighted_se=se,
+        weight=float(weights.sum() * 3),
+        seconds=time.monotonic() - t0,
     )
 
 
@@ -163,6 +184,9 @@ def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: 
 
 def image_metadata_for(cfg: FitConfig, size: list[int], source: dict, metrics: dict, overview: Piece) -> dict:
     meta = image_metadata(cfg, size, source, metrics, overview.history, overview.parameters)
+    if overview.architecture:  # model.onnx is the overview: its own architecture, whichever piece ended last
+        meta["architecture"] = {**meta["architecture"], **overview.architecture}
+        meta["encoding"] = overview.architecture.get("encoding", meta["encoding"])
     meta["export"] = overview.export
     meta["description"] = (
         f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' at {size[0]}×{size[1]} "
@@ -173,15 +197,21 @@ def image_metadata_for(cfg: FitConfig, size: list[int], source: dict, metrics: d
     return meta
 
 
-def fit_blocked(cfg: FitConfig, image: str, block: int, overlap: int, out: Path, source: dict) -> dict:
-    """The command line's blocked fit, in this process: every block, then the overview, then the version."""
+def fit_blocked(
+    cfg_for: Callable[[tuple[int, int]], FitConfig], image: str, block: int, overlap: int, out: Path, source: dict
+) -> dict:
+    """The command line's blocked fit, in this process: every block, then the overview, then the version. Each
+    piece's fit is configured for its own pixels (`cfg_for((w, h))`: a grid's levels follow the pixels it fits), as
+    a fit job's pieces are."""
     width, height = source["size"]
     layout = BlockLayout.plan(width, height, block, overlap)
     pieces = []
     with tempfile.TemporaryDirectory(prefix="inr-blocks-") as tmp:
         tiff = tiled(image, Path(tmp) / "image.tif")  # a block then costs its tiles, not a decode from the top
         for key in [b.file for b in layout.blocks] + [OVERVIEW]:
-            piece = fit_piece(cfg, layout, key, piece_pixels(layout, key, str(tiff)))
+            pixels = piece_pixels(layout, key, str(tiff))
+            cfg = cfg_for((pixels.shape[1], pixels.shape[0]))
+            piece = fit_piece(cfg, layout, key, pixels)
             log.info("%s: %s, %.1f dB in %.1f s", out.name, key, piece.metrics["full_psnr"], piece.seconds)
             pieces.append(piece)
     written = write_blocked_model(out, cfg, layout, pieces, source)

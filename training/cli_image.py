@@ -152,14 +152,14 @@ def resolve_defaults(args: argparse.Namespace) -> None:
             setattr(args, key, image_defaults(args.image).get(key, MODEL_DEFAULTS.get(args.model, {}).get(key, base)))
 
 
-def fit_config(args: argparse.Namespace, scale: float | None = None) -> FitConfig:
+def fit_config(args: argparse.Namespace, scale: float | None = None, dims: tuple[int, int] | None = None) -> FitConfig:
     """The fit the options ask for; the image's header gives the fitted size (an encoding may derive its options
     from it: see its `from_args`). `scale` replaces --scale (sweep-scale's σ). Every encoding's options are checked
     against their ranges, the chosen encoding's or not, as argparse checks every option's type."""
     resolve_defaults(args)
     if scale is not None:
         args = argparse.Namespace(**{**vars(args), "scale": scale})
-    w, h = image_dims(args.image, args.size, args.crop, args.max_pixels)
+    w, h = dims or image_dims(args.image, args.size, args.crop, args.max_pixels)  # dims: a block's own pixels
     for encoding in option_owners():
         encoding.check_options(encoding.from_args(args, (w, h)))
     enc = ENCODINGS[args.encoding].from_args(args, (w, h))
@@ -231,7 +231,9 @@ def fit_in_blocks(args: argparse.Namespace, cfg, out) -> dict:
     width, height = image_size(cfg.image)
     source = {"file": portable(cfg.image), "size": [width, height]}
     try:
-        return fit_blocked(cfg, cfg.image, args.block_size, args.block_overlap, out, source)
+        return fit_blocked(
+            lambda dims: fit_config(args, dims=dims), cfg.image, args.block_size, args.block_overlap, out, source
+        )
     except ContractError as e:
         raise UsageError(f"--block-size/--block-overlap: {e}") from None
 
