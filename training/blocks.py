@@ -201,8 +201,7 @@ def fit_blocked(
     cfg_for: Callable[[tuple[int, int]], FitConfig], image: str, block: int, overlap: int, out: Path, source: dict
 ) -> dict:
     """The command line's blocked fit, in this process: every block, then the overview, then the version. Each
-    piece's fit is configured for its own pixels (`cfg_for((w, h))`: a grid's levels follow the pixels it fits), as
-    a fit job's pieces are."""
+    piece's fit is `cfg_for((w, h))` of its pixels."""
     width, height = source["size"]
     layout = BlockLayout.plan(width, height, block, overlap)
     pieces = []
