@@ -58,9 +58,25 @@ def check_format(value: str, name: str = "INR_LOG_FORMAT") -> str:
     return value
 
 
+class StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record is emitted (logging's last-resort handler does the
+    same), so a stream swapped out and closed since (a test's capture, a redirect) is never written to."""
+
+    def __init__(self):
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def configure(level: int | str, fmt: str = "text") -> None:
     """The root logger on stderr, in `fmt`, with trace ids (logging.basicConfig's place)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.addFilter(TraceIds())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
     root = logging.getLogger()

@@ -7,11 +7,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 
 from bench.serving import free_port
 from telemetry import tracing
 from telemetry.config import read_config
-from telemetry.logs import TEXT, JsonFormatter, TraceIds
+from telemetry.logs import TEXT, JsonFormatter, TraceIds, configure
 
 
 def logger_to(stream: io.StringIO, formatter: logging.Formatter) -> logging.Logger:
@@ -25,7 +26,8 @@ def logger_to(stream: io.StringIO, formatter: logging.Formatter) -> logging.Logg
     return log
 
 
-def test_lines_carry_the_ids_of_the_current_span_only():
+def test_lines_carry_the_ids_of_the_current_span_only(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # read by the SDK's exporter itself: retries end in 1 s
     text, lines = io.StringIO(), io.StringIO()
     plain, structured = logger_to(text, logging.Formatter(TEXT)), logger_to(lines, JsonFormatter())
     plain.info("before")
@@ -46,8 +48,10 @@ def test_lines_carry_the_ids_of_the_current_span_only():
             c = span.get_span_context()
         structured.info("outside")
     finally:
-        tracing.shutdown(timeout_s=0.5)
+        # long enough for the exporter's one-second retries to give up: no export thread outlives the test
+        tracing.shutdown(timeout_s=5)
     assert not tracing.ON
+    assert not [t.name for t in threading.enumerate() if t.name == "otel-shutdown"]
     trace_id, span_id = f"{c.trace_id:032x}", f"{c.span_id:016x}"
     assert text.getvalue().splitlines() == [
         "INFO test-logs-%d: before" % id(text),
@@ -62,3 +66,22 @@ def test_lines_carry_the_ids_of_the_current_span_only():
         "INFO",
     )
     assert "trace_id" not in outside and outside["time"].endswith("Z")
+
+
+def test_root_handler_writes_to_the_stderr_of_the_moment(monkeypatch):
+    """configure() once, then stderr swapped and the first one closed (as pytest's capture does between tests):
+    lines go to the new stream, never "--- Logging error ---" for the closed one."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr("sys.stderr", first)
+        configure(logging.INFO)
+        logging.getLogger("test-stderr").info("one")
+        first.close()
+        monkeypatch.setattr("sys.stderr", second)
+        logging.getLogger("test-stderr").warning("two")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    assert second.getvalue() == "WARNING test-stderr: two\n"
