@@ -6,10 +6,12 @@ workers (which claim, report progress and finish) share, on SQLite, Redis or Pos
     store.py     FitStore: jobs, events, previews; the API's calls (submit, read, cancel)
     worker_calls.py  the worker's calls: claim, progress, finish, hand back
     recovery.py  heartbeats; dead workers' jobs retried, lost messages sent again
+    pieces.py    a job split into blocks: its pieces on the queue, their progress, the publish
     dedupe.py    jobs by the sha256 of their upload: the index written with each job, and the lookup
     jsontext.py  records and events as strict JSON: a float that is not finite is null
     metrics.py   fit metrics counted in the store, in the transaction of what they count
     presets.py   the sets of fit options a job names
+    uploads.py   uploads too large for the store, kept as files in INR_FIT_UPLOADS: names, release, sweep
 
 Torch-free and service-free: the API and the workers both import it; it imports neither.
 """
@@ -17,7 +19,7 @@ Torch-free and service-free: the API and the workers both import it; it imports 
 from .dedupe import Duplicate
 from .presets import DEFAULT_PRESET, PRESETS
 from .recovery import MAX_FAILURES
-from .store import FINISHED, STATES, FitStore, JobFinished, NameTaken, QueueFull, worker_id
+from .store import FINISHED, STATES, FitStore, JobFinished, NameTaken, QueueFull, new_id, worker_id
 from .urls import DEFAULT, StoreError, StoreUrl, check_url
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "FitStore",
     "JobFinished",
     "NameTaken",
+    "new_id",
     "QueueFull",
     "StoreError",
     "StoreUrl",

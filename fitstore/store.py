@@ -56,6 +56,11 @@ def _runs_in_a_worker(job_id: str, attempt: int) -> None:
     raise RuntimeError("fits run in a worker (python -m training worker), not in this process")
 
 
+def new_id() -> str:
+    """A job's id: 12 lowercase hex digits."""
+    return uuid.uuid4().hex[:12]
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
 
@@ -200,6 +205,7 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
         derived: bool = False,
         traceparent: str | None = None,
         reuse: bool = False,
+        job_id: str | None = None,
     ) -> dict:
         """Queue a job. The queue limit and, for a `derived` name, that no queued, running or succeeded job
         among the newest has it, are checked in the transaction that inserts the job: it is done only if
@@ -207,11 +213,12 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
         W3C trace context of the API's enqueue span, kept in the record for the worker's spans (a record
         written before it existed has none, and its fit starts a trace of its own). `source["sha256"]`, the upload's
         hash, is indexed in the same transaction (fitstore.dedupe); with `reuse`, a job with the same bytes that is
-        queued, running or succeeded is raised as Duplicate(record) instead, before the queue limit is checked."""
+        queued, running or succeeded is raised as Duplicate(record) instead, before the queue limit is checked.
+        `job_id`: one `new_id()` gave the caller before (an upload file named after its job, fitstore.uploads)."""
         self._put("config", {"max_running": min(max_running, SLOTS), "stale_s": self.stale_s})
         self.reap()
         limit = max_running + queue_limit
-        job_id = uuid.uuid4().hex[:12]
+        job_id = job_id or new_id()
         sha256 = source.get("sha256")
         while True:
             n, raw = self._seq()
@@ -253,7 +260,7 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
             puts = {
                 "jobseq": str(n + 1).encode(),
                 f"jobno:{n + 1}": json.dumps(job_id).encode(),
-                f"img:{job_id}": image_png,
+                **({f"img:{job_id}": image_png} if image_png else {}),  # none: kept as a file (fitstore.uploads)
                 **self._sha_puts(sha256, job_id),
             }
             done = self._write(rec, "queued", {"name": name}, expect={"jobseq": raw}, puts=puts, enqueue=True, now=now)

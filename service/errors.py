@@ -127,6 +127,12 @@ class TooLarge(ServiceError):
     status = 413
 
 
+class StorageFull(ServiceError):
+    """The disk an upload is written to is full (507 Insufficient Storage); nothing of the upload is kept."""
+
+    status = 507
+
+
 class Forbidden(ServiceError):
     """A restricted API group (--http-restricted-api) called without its header; never names the value."""
 

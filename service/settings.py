@@ -11,11 +11,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import check_url
+from fitstore.uploads import DEFAULT as DEFAULT_UPLOADS
 
 from .access import RestrictedGroup, check_groups
 from .memory import default_budget, parse_bytes
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 def cache_size(spec: str) -> int:
@@ -205,10 +207,21 @@ class Settings(BaseSettings):
         "postgresql://USER:PASS@HOST/DB",
     )
     fit_max_upload_bytes: int = Field(
-        20 * MiB,
+        3 * GiB,  # an uncompressed 8-bit RGB TIFF of INR_FIT_MAX_UPLOAD_PIXELS, and its header
         ge=1,
-        description="bytes of one uploaded image for POST /v1/fits "
+        description="bytes of one uploaded image for POST /v1/fits, streamed to INR_FIT_UPLOADS as it arrives "
         "(its request body may be this plus 64 KiB of multipart envelope)",
+    )
+    fit_max_upload_pixels: int = Field(
+        1_000_000_000,
+        ge=1,
+        description="pixels of one JPEG, PNG or TIFF uploaded to fit, read from its header; one over "
+        "INR_MAX_UPLOAD_PIXELS is kept as a file and read by region, never decoded whole (docs/fits.md)",
+    )
+    fit_uploads: Path = Field(
+        Path(DEFAULT_UPLOADS),
+        description="folder the uploads to fit are streamed into, shared with the workers (worker --uploads): "
+        "a large image stays there, read by region, until its job is split into blocks or ends",
     )
     fit_max_size: int = Field(
         32768,

@@ -18,7 +18,7 @@ import time
 
 import anyio
 
-from fitstore import FINISHED, PRESETS, Duplicate, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl
+from fitstore import FINISHED, PRESETS, Duplicate, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl, uploads
 from telemetry import tracing
 
 from ..errors import Conflict, NotFound, TooManyRequests
@@ -65,18 +65,21 @@ class Fits:
             await self.call("reap")
 
     # -- what routes need ----------------------------------------------------------------------------
-    async def submit(self, upload: Upload, options: dict, name: str | None, reuse: bool = False) -> tuple[int, dict]:
+    async def submit(
+        self, upload: Upload, options: dict, name: str | None, reuse: bool = False, job_id: str | None = None
+    ) -> tuple[int, dict]:
         """Queue a normalised upload: (202, the new record). Without a name, one derived from the file name and
         made unique against the repository's folders and the targets of queued, running and succeeded jobs: the
         store checks it again in the transaction that inserts the job, and a name another process took first
         is passed over for the next. 429 when full. With `reuse` (`skip_existing`), a job queued, running or
-        succeeded with the same bytes is answered instead, (200, its record), checked in that transaction too."""
+        succeeded with the same bytes is answered instead, (200, its record), checked in that transaction too.
+        `job_id`: the id the job gets (an upload kept as a file is named after it, fitstore.uploads)."""
         with tracing.span(
             "inr.fit.enqueue",
             attributes={"inr.fit.preset": options.get("preset", ""), "inr.fit.steps": options.get("steps", 0)},
         ):
             try:
-                return 202, await self._submit(upload, options, name, reuse)
+                return 202, await self._submit(upload, options, name, reuse, job_id)
             except Duplicate as e:
                 tracing.annotate({"inr.fit.job": e.record["id"], "inr.fit.reused": True})
                 return 200, await self.present(e.record)
@@ -86,7 +89,7 @@ class Fits:
         record = await self.call("fitted", sha256)
         return None if record is None else await self.present(record)
 
-    async def _submit(self, upload: Upload, options: dict, name: str | None, reuse: bool) -> dict:
+    async def _submit(self, upload: Upload, options: dict, name: str | None, reuse: bool, job_id: str | None) -> dict:
         """submit, in the `inr.fit.enqueue` span whose context the record keeps (the worker's spans continue it)."""
         s = self.settings
         trace = tracing.current_traceparent()
@@ -115,6 +118,7 @@ class Fits:
                         derived=derived,
                         traceparent=trace,
                         reuse=reuse,
+                        job_id=job_id,
                     )
                     break
                 except NameTaken:
@@ -170,6 +174,7 @@ class Fits:
         if record.get("state") in FINISHED and record.get("state") != "cancelled":
             raise Conflict(f"fit job '{job_id}' {record['state']} before the cancel reached its worker")
         if record.get("state") == "cancelled":
+            await anyio.to_thread.run_sync(uploads.release, self.settings.fit_uploads, record.get("source") or {})
             return 200, await self.present(record)
         return 202, await self.present({**record, "cancel_requested": True})  # the store keeps it apart
 

@@ -43,8 +43,9 @@ NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 @dataclass(frozen=True)
 class Upload:
-    png: bytes  # the normalised image: 8-bit RGB PNG
+    png: bytes  # the normalised image: 8-bit RGB PNG; b"" for an upload kept as a file (service/fits/files.py)
     source: dict  # filename, width, height (upright), mode, format, frames, sha256 (of the bytes as sent)
+    path: Path | None = None  # the upload kept as a file: read by region by the worker, not carried in the store
 
 
 def digest(data: bytes) -> str:

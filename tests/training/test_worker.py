@@ -180,3 +180,14 @@ def test_bad_worker_options_are_one_line_and_exit_2(args, message):
         [sys.executable, "-m", "training", "worker", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_kept_upload_missing_from_the_uploads_folder_fails_naming_the_setting(tmp_path):
+    """A worker whose --uploads is not the API's INR_FIT_UPLOADS: the job fails saying so, not with a traceback."""
+    from training.errors import UsageError
+    from training.worker.job import JobContext, upload_file
+
+    ctx = JobContext(store=None, models=tmp_path, worker="w", uploads=tmp_path / "elsewhere")
+    rec = {"id": "0123456789ab", "source": {"upload": "0123456789ab.tif"}}
+    with pytest.raises(UsageError, match=r"not in the uploads folder .*elsewhere.*INR_FIT_UPLOADS.*must share"):
+        upload_file(ctx, rec, tmp_path)

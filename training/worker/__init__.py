@@ -19,7 +19,7 @@ from pathlib import Path
 
 from commandline import positive_float, positive_int
 from fitstore import DEFAULT as DEFAULT_STORE
-from fitstore import FitStore, StoreError, worker_id
+from fitstore import FitStore, StoreError, uploads, worker_id
 from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
 
@@ -77,7 +77,14 @@ def serve_jobs(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     wid = worker_id()
     info = {"host": socket.gethostname(), "pid": os.getpid(), "job": None}
-    ctx = JobContext(store=None, models=Path(args.models), worker=wid, device=args.device, stopping=stopping)
+    ctx = JobContext(
+        store=None,
+        models=Path(args.models),
+        worker=wid,
+        device=args.device,
+        stopping=stopping,
+        uploads=Path(args.uploads),
+    )
 
     def run(job_id: str, attempt: int):
         info["job"] = job_id
@@ -85,6 +92,7 @@ def serve_jobs(args: argparse.Namespace) -> int:
             return run_job(ctx, job_id, attempt)
         finally:
             info["job"] = None
+            uploads.sweep(ctx.store, ctx.uploads)  # files whose job ended elsewhere (reaped, cancelled)
 
     try:
         store = FitStore(args.store, stale_s=args.stale_s, run=run)
@@ -97,7 +105,7 @@ def serve_jobs(args: argparse.Namespace) -> int:
     seat = store.register_worker(wid, info)
     beat = Heartbeat(store, seat, wid, args.heartbeat_s, info)
     beat.start()
-    log.warning("worker %s: store %s, models %s", wid, args.store, args.models)
+    log.warning("worker %s: store %s, models %s, uploads %s", wid, args.store, args.models, args.uploads)
     done, idle = 0, 0.05
     try:
         while not stopping.is_set():
@@ -128,6 +136,12 @@ def register(sub) -> None:
         default=os.environ.get("INR_FIT_STORE", DEFAULT_STORE),
         help="job store: sqlite:///PATH, redis://HOST:PORT/DB or postgresql://… "
         "(default: $INR_FIT_STORE, else %(default)s)",
+    )
+    p.add_argument(
+        "--uploads",
+        default=os.environ.get("INR_FIT_UPLOADS", uploads.DEFAULT),
+        help="the API's uploads folder (INR_FIT_UPLOADS), shared: an image too large for the store is read from "
+        "there by region (default: $INR_FIT_UPLOADS, else %(default)s)",
     )
     p.add_argument(
         "--models",

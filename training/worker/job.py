@@ -17,16 +17,17 @@ from opentelemetry import trace
 from PIL import Image
 
 from commandline import OneLineParser
-from fitstore import PRESETS, FitStore
+from fitstore import FINISHED, PRESETS, FitStore, uploads
 from modelrepo import SpecError
 from modelrepo.blocks import BlockLayout
 from telemetry import tracing
 
+from .. import regions
 from ..blocks import fit_piece
 from ..cli_image import add_image_options, fit_config
 from ..errors import UsageError
 from ..fit_image import evaluate, export_image_model, finish, predict, train
-from ..images import load_image, pixel_centres
+from ..images import fit_dims, load_image, pixel_centres
 from ..metrics import psnr_from_mse
 from . import pieces
 
@@ -53,6 +54,7 @@ class JobContext:
     worker: str
     device: str = "auto"
     stopping: object = None  # a threading.Event set on SIGTERM
+    uploads: Path = Path(uploads.DEFAULT)  # INR_FIT_UPLOADS: the uploads kept as files (fitstore.uploads)
 
 
 def fit_args(options: dict, image_path: Path, device: str):
@@ -104,6 +106,41 @@ def check_target(out: Path) -> None:
             raise UsageError(f"model '{out.name}' is a {task} model; a fit writes image models only")
 
 
+def upload_file(ctx: JobContext, rec: dict, tmp: Path) -> tuple[Path, bool]:
+    """The job's image as a file, and whether it is the upload kept in the uploads folder (fitstore.uploads): a
+    piece's pixels, or an upload small enough for the store, are written to `tmp`."""
+    kept = None if rec.get("piece") else uploads.path_of(ctx.uploads, rec["source"])
+    if kept is None:
+        path = tmp / "upload.png"
+        path.write_bytes(ctx.store.image(rec["id"]) or b"")
+        return path, False
+    if not kept.is_file():
+        raise UsageError(
+            f"the upload {kept.name} is not in the uploads folder {ctx.uploads} (worker --uploads, INR_FIT_UPLOADS): "
+            "the API and the workers must share that folder"
+        )
+    return kept, True
+
+
+def read_kept(path: Path, args) -> tuple[np.ndarray, dict]:
+    """A kept upload reduced to the size its fit asks for (`size`, the grid's pixel limit), as load_image's pair."""
+    width, height = regions.image_size(path)
+    dims = fit_dims(width, height, args.size, False, args.max_pixels)
+    img = regions.read_scaled(path, max(dims))
+    return img, {
+        "kind": "file",
+        "path": path.name,
+        "original_size": [width, height],
+        "size": [img.shape[1], img.shape[0]],
+    }
+
+
+def release(ctx: JobContext, done: dict | None) -> None:
+    """A job that ended needs its kept upload no more; a piece never owns one."""
+    if done is not None and not done.get("piece") and done["state"] in FINISHED:
+        uploads.release(ctx.uploads, done.get("source") or {})
+
+
 def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
     """Claim the job's attempt and fit it; the record as it ends (None: not ours to run). Traced, in the trace
     of the API's enqueue span that the record keeps: `inr.fit.claim`, then `inr.fit` (progress as events) with
@@ -113,7 +150,9 @@ def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
     if not rec:
         return None
     if not tracing.ON:
-        return run_claimed(ctx, rec)
+        done = run_claimed(ctx, rec)
+        release(ctx, done)
+        return done
     parent = tracing.parent_from(rec.get("traceparent"))
     attrs = {"inr.fit.job": job_id, "inr.fit.attempt": attempt, "inr.fit.worker": ctx.worker}
     tracing.tracer.start_span("inr.fit.claim", context=parent, attributes=attrs, start_time=claimed).end()
@@ -121,6 +160,7 @@ def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
         "inr.fit", context=parent, attributes={**attrs, "inr.fit.name": rec["name"], "inr.fit.steps": rec["steps"]}
     ):
         done = run_claimed(ctx, rec)
+        release(ctx, done)
         tracing.annotate({"inr.fit.state": (done or {}).get("state") or "dropped"})
         return done
 
@@ -173,15 +213,23 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     check_target(out)
     deadline = rec["started"] + rec["deadline_s"]
     with tempfile.TemporaryDirectory(prefix="inr-fit-") as tmp:
-        path = Path(tmp) / "upload.png"
-        path.write_bytes(store.image(rec["id"]) or b"")
+        path, kept = upload_file(ctx, rec, Path(tmp))
         args = fit_args(opts, path, ctx.device)
-        cfg = fit_config(args)
-        cfg.validate()
+        if not kept:
+            cfg = fit_config(args)
+            cfg.validate()
         layout = pieces.plan(opts, path) if not rec.get("piece") else None
         if layout is not None:  # larger than a block: its blocks go on the queue (training/worker/pieces.py)
-            return pieces.split(store, rec, layout, path)
-        img, loaded = load_image(str(path), cfg.size, cfg.crop, cfg.max_pixels)
+            done = pieces.split(store, rec, layout, path)
+            if done is not None and kept:
+                path.unlink(missing_ok=True)  # each block's pixels are in the store now
+            return done
+        if kept:  # a large upload fitted whole: read reduced, never decoded whole (training/regions.py)
+            img, loaded = read_kept(path, args)
+            cfg = fit_config(args, dims=(img.shape[1], img.shape[0]))
+            cfg.validate()
+        else:
+            img, loaded = load_image(str(path), cfg.size, cfg.crop, cfg.max_pixels)
     cfg.image = rec["source"].get("filename") or rec["name"]
     check_every = max(1, min(CHECK_EVERY, cfg.steps // PROGRESS_EVENTS))
     t0, emitted = time.monotonic(), {"events": 0, "step": 0, "time": time.monotonic()}

@@ -12,13 +12,15 @@ from typing import Annotated, AsyncIterator
 import anyio
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.datastructures import UploadFile
 
-from fitstore import DEFAULT_PRESET
+from fitstore import DEFAULT_PRESET, new_id
+from fitstore.uploads import file_name
 
 from ...errors import BadInput, InvalidOption, UnsupportedMedia
+from ...fits.files import received
 from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
-from ...fits.upload import FIELDS, as_bool, check_name, decode, digest, options
+from ...fits.stream import Reader, StreamedFile
+from ...fits.upload import FIELDS, as_bool, check_name, options
 from ..deps import SettingsDep
 from ..schemas import ErrorBody
 
@@ -90,18 +92,20 @@ async def submit(request: Request, settings: SettingsDep):
         raise UnsupportedMedia(
             f"content type '{kind or 'none'}' is not accepted; send multipart/form-data with the image as 'file'"
         )
-    form = await request.form(max_files=1, max_fields=len(FIELDS), max_part_size=64 * 1024)
+    reader = Reader(settings.fit_uploads, len(FIELDS))
+    items = await reader.read(request)  # the image streamed into INR_FIT_UPLOADS, hashed on the way
+    kept = None  # the upload, once kept as the job's file
     try:
         fields: dict[str, str] = {}
-        upload: UploadFile | None = None
-        for key, value in form.multi_items():
+        upload: StreamedFile | None = None
+        for key, value in items:
             if key not in FIELDS:
                 raise InvalidOption(f"unexpected form field '{key[:40]}'; fields: {', '.join(FIELDS)}")
             if key == "file":
-                if not isinstance(value, UploadFile):
+                if not isinstance(value, StreamedFile):
                     raise BadInput("'file' must be an uploaded file, not a text field")
                 upload = value
-            elif isinstance(value, UploadFile):
+            elif not isinstance(value, str):
                 raise InvalidOption(f"'{key}' must be a text field, not a file")
             else:
                 fields[key] = value
@@ -117,18 +121,25 @@ async def submit(request: Request, settings: SettingsDep):
         )
         name = check_name(fields["name"]) if fields.get("name") else None
         reuse = as_bool(fields, "skip_existing")
-        data = await upload.read()  # at most the body limit: INR_FIT_MAX_UPLOAD_BYTES + the envelope
-        filename = upload.filename or "upload"
+        same = await fits(request).fitted(upload.sha256) if reuse else None  # these bytes were seen: no decode
+        if same is not None:
+            return JSONResponse(same, status_code=200, headers={"location": same["links"]["self"]})
+        image = await anyio.to_thread.run_sync(
+            received, upload, settings.fit_max_upload_bytes, settings.max_upload_pixels, settings.fit_max_upload_pixels
+        )
+        job_id = None
+        if image.path is not None:  # kept as a file, named after its job: the worker reads it by region
+            job_id = new_id()
+            kept = settings.fit_uploads / file_name(job_id, image.source["format"].lower())
+            await anyio.to_thread.run_sync(image.path.rename, kept)
+            image.source["upload"] = kept.name
+        status, record = await fits(request).submit(image, opts, name, reuse, job_id)  # reuse: checked again
+        if status == 202:
+            kept = None  # the job's now: its worker deletes it (fitstore.uploads)
     finally:
-        await form.close()
-    sha256 = await anyio.to_thread.run_sync(digest, data)
-    same = await fits(request).fitted(sha256) if reuse else None  # these bytes were decoded before: no decode
-    if same is not None:
-        return JSONResponse(same, status_code=200, headers={"location": same["links"]["self"]})
-    image = await anyio.to_thread.run_sync(
-        decode, data, filename, settings.fit_max_upload_bytes, settings.max_upload_pixels, sha256
-    )
-    status, record = await fits(request).submit(image, opts, name, reuse)  # reuse: checked again as it queues
+        reader.discard()
+        if kept is not None:
+            kept.unlink(missing_ok=True)
     return JSONResponse(record, status_code=status, headers={"location": record["links"]["self"]})
 
 

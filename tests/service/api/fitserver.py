@@ -15,6 +15,7 @@ from tests.servers import ROOT, Server
 
 KEY = {"fit-key": "fit-s3cret"}
 MAX_BYTES, MAX_PIXELS, MAX_BODY = 300_000, 1_000_000, 100_000  # an upload may be larger than other bodies
+MAX_FILE_PIXELS = 4_000_000  # a JPEG, PNG or TIFF over MAX_PIXELS is kept as a file, up to this
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +24,7 @@ def fit_server(tmp_path_factory):
     for name in ("astronaut", "digits"):
         shutil.copytree(ROOT / "models" / name, repo / name)
     url = f"sqlite:///{tmp_path_factory.mktemp('fit-store') / 'fits.sqlite'}"
+    uploads = tmp_path_factory.mktemp("fit-uploads")
     srv = Server(
         repo,
         "--http-restricted-api",
@@ -31,13 +33,15 @@ def fit_server(tmp_path_factory):
             "INR_FIT_STORE": url,
             "INR_FIT_MAX_UPLOAD_BYTES": str(MAX_BYTES),
             "INR_MAX_UPLOAD_PIXELS": str(MAX_PIXELS),
+            "INR_FIT_MAX_UPLOAD_PIXELS": str(MAX_FILE_PIXELS),
+            "INR_FIT_UPLOADS": str(uploads),
             "INR_FIT_MAX_RUNNING": "1",
             "INR_FIT_QUEUE_LIMIT": "3",
             "INR_FIT_MAX_SIZE": "512",
             "INR_MAX_BODY_BYTES": str(MAX_BODY),
         },
     ).wait_ready()
-    srv.repo, srv.store_url = repo, url
+    srv.repo, srv.store_url, srv.uploads = repo, url, uploads
     yield srv
     srv.stop()
 

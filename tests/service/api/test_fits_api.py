@@ -4,6 +4,8 @@ The conversions of the upload are checked on the PNG the store holds."""
 
 from __future__ import annotations
 
+import io
+import struct
 import threading
 
 import httpx
@@ -13,7 +15,7 @@ from PIL import Image
 
 from fitstore import PRESETS
 from tests.servers import png_bytes
-from tests.service.api.fitserver import MAX_BODY, MAX_BYTES, api, fit_server, store, stored, upload  # noqa: F401
+from tests.service.api.fitserver import MAX_BODY, MAX_BYTES, MAX_FILE_PIXELS, api, fit_server, store, stored, upload  # noqa: F401
 
 
 def noise_png(side: int) -> bytes:
@@ -90,12 +92,28 @@ def bomb() -> bytes:
     return png_bytes(Image.new("1", (15000, 15000)))
 
 
+def tiff_bomb() -> bytes:
+    """A TIFF of 40 bytes whose header declares 100000×100000 RGB pixels in one (missing) strip."""
+    entries = [(256, 4, 100000), (257, 4, 100000), (258, 3, 8), (259, 3, 1), (262, 3, 2), (273, 4, 8), (277, 3, 3)]
+    entries += [(278, 4, 100000), (279, 4, 30_000_000_000 % 2**32)]
+    ifd = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", t, k, 1, v) for t, k, v in entries)
+    return b"II*\x00" + struct.pack("<I", 8) + ifd + b"\x00" * 4
+
+
+def gif_bytes(width: int, height: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("P", (width, height)).save(buf, "GIF")
+    return buf.getvalue()
+
+
 BAD = [  # (file, fields, status, words in the error)
     (lambda: b"this is not an image", {}, 400, ["not an image"]),
     (truncated_png, {}, 400, ["truncated"]),
     (lambda: b"", {}, 400, ["empty"]),
-    (bomb, {}, 413, ["225000000 pixels", "INR_MAX_UPLOAD_PIXELS"]),
-    (lambda: png_bytes(Image.new("RGB", (1100, 1000))), {}, 413, ["INR_MAX_UPLOAD_PIXELS"]),
+    (bomb, {}, 413, ["15000×15000 pixels", f"limit of {MAX_FILE_PIXELS} (INR_FIT_MAX_UPLOAD_PIXELS)"]),
+    (lambda: tiff_bomb(), {}, 413, ["100000×100000 pixels", "INR_FIT_MAX_UPLOAD_PIXELS"]),
+    # a GIF is decoded whole: INR_MAX_UPLOAD_PIXELS holds for it (a JPEG, PNG or TIFF this size is kept as a file)
+    (lambda: gif_bytes(1100, 1000), {}, 413, ["INR_MAX_UPLOAD_PIXELS", "only a JPEG, PNG or TIFF may have more"]),
     (lambda: noise_png(330), {}, 413, [f"limit of {MAX_BYTES}", "INR_FIT_MAX_UPLOAD_BYTES"]),  # the route
     (lambda: noise_png(450), {}, 413, [f"INR_FIT_MAX_UPLOAD_BYTES={MAX_BYTES} plus"]),  # the body limit
     (None, {"steps": 0}, 422, ["steps", "1 … 20000", "INR_FIT_MAX_STEPS"]),
@@ -124,7 +142,8 @@ BAD = [  # (file, fields, status, words in the error)
         "truncated",
         "zero-bytes",
         "bomb",
-        "over-pixels",
+        "tiff-bomb",
+        "gif-over-pixels",
         "over-bytes",
         "over-body",
         "steps-0",
@@ -155,6 +174,7 @@ def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(
         assert word in r.json()["error"]
     assert len(store.list()) == before
     assert sorted(p.name for p in fit_server.repo.iterdir()) == folders
+    assert not list(fit_server.uploads.iterdir()), "a refused upload leaves no file behind"
     assert api.get("/health/ready").status_code == 200
 
 

@@ -64,11 +64,11 @@ def wait_done(client: httpx.Client, job: str, timeout: float = 300) -> dict:
     raise AssertionError(f"fit {job} did not end in {timeout} s: {rec}")
 
 
-def served(client: httpx.Client, name: str, timeout: float = 30) -> np.ndarray:
+def served(client: httpx.Client, name: str, timeout: float = 30, width: int = W, height: int = H) -> np.ndarray:
     """The model's render at the image's native size, once the poll has loaded it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = client.get(f"/v1/models/{name}/render", params={"width": W, "height": H})
+        r = client.get(f"/v1/models/{name}/render", params={"width": width, "height": height})
         if r.status_code == 200:
             return np.asarray(Image.open(io.BytesIO(r.content)).convert("RGB"), np.float64) / 255
         time.sleep(0.3)
