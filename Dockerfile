@@ -46,7 +46,7 @@ FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     INR_HOST=0.0.0.0 INR_PORT=8000 INR_GRPC_PORT=8001 INR_MODELS=/app/models INR_DEVICE=cpu \
     INR_THREADS=2 OMP_NUM_THREADS=2 INR_TIMEOUT_KEEP_ALIVE=90 INR_GRACEFUL_SHUTDOWN_S=20 \
-    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads
 # The user, and the fit job store's folder (docs/fits.md): a plain `docker run` keeps its jobs here; compose
 # mounts the named volume `fits` here, shared with the trainer. A fresh named volume takes this folder's
 # owner and mode, so uid 10001 (the api) and group 10001 (the trainer runs with it as a supplementary group)
@@ -54,8 +54,8 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
 # SQLite creates its database 0644 and gives its -wal and -shm files the database's mode: created by either
 # process, it would lock the other out. The gpu and train images do the same.
 RUN groupadd --system --gid 10001 inr && useradd --system --uid 10001 --gid inr --no-create-home \
-    --home-dir /nonexistent --shell /usr/sbin/nologin inr && mkdir -p /app/fits && touch /app/fits/jobs.sqlite \
- && chown -R 10001:10001 /app/fits && chmod 2775 /app/fits && chmod 664 /app/fits/jobs.sqlite
+    --home-dir /nonexistent --shell /usr/sbin/nologin inr && mkdir -p /app/fits/uploads && touch /app/fits/jobs.sqlite \
+ && chown -R 10001:10001 /app/fits && chmod 2775 /app/fits /app/fits/uploads && chmod 664 /app/fits/jobs.sqlite
 COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 COPY deploy/healthcheck.py ./healthcheck.py
@@ -89,12 +89,12 @@ FROM ${CUDA_IMAGE} AS gpu
 ENV DEBIAN_FRONTEND=noninteractive PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     INR_HOST=0.0.0.0 INR_PORT=8000 INR_GRPC_PORT=8001 INR_MODELS=/app/models INR_DEVICE=cuda \
     INR_THREADS=2 OMP_NUM_THREADS=2 INR_TIMEOUT_KEEP_ALIVE=90 INR_GRACEFUL_SHUTDOWN_S=20 \
-    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads
 # DL3008: see gpu-builder. The user and the fit store's folder: as in the runtime image.
 # hadolint ignore=DL3008
 RUN groupadd --system --gid 10001 inr && useradd --system --uid 10001 --gid inr --no-create-home \
-    --home-dir /nonexistent --shell /usr/sbin/nologin inr && mkdir -p /app/fits && touch /app/fits/jobs.sqlite \
- && chown -R 10001:10001 /app/fits && chmod 2775 /app/fits && chmod 664 /app/fits/jobs.sqlite \
+    --home-dir /nonexistent --shell /usr/sbin/nologin inr && mkdir -p /app/fits/uploads && touch /app/fits/jobs.sqlite \
+ && chown -R 10001:10001 /app/fits && chmod 2775 /app/fits /app/fits/uploads && chmod 664 /app/fits/jobs.sqlite \
  && apt-get update \
  && apt-get install -y --no-install-recommends python3 \
  && rm -rf /var/lib/apt/lists/*
@@ -118,7 +118,7 @@ ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 # serving image's
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp MPLCONFIGDIR=/tmp/matplotlib \
-    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_MODELS=/app/models
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads INR_MODELS=/app/models
 COPY --from=shared-src /src /src
 COPY training /src/training
 WORKDIR /src
@@ -127,8 +127,8 @@ RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir '.[train]'
 # the user and the fit store's folder, as in the runtime image (whichever image first mounts the volume seeds it)
 RUN groupadd --system --gid 10001 inr && useradd --system --uid 10001 --gid inr --no-create-home \
-    --home-dir /nonexistent --shell /usr/sbin/nologin inr && mkdir -p /app/fits && touch /app/fits/jobs.sqlite \
- && chown -R 10001:10001 /app/fits && chmod 2775 /app/fits && chmod 664 /app/fits/jobs.sqlite
+    --home-dir /nonexistent --shell /usr/sbin/nologin inr && mkdir -p /app/fits/uploads && touch /app/fits/jobs.sqlite \
+ && chown -R 10001:10001 /app/fits && chmod 2775 /app/fits /app/fits/uploads && chmod 664 /app/fits/jobs.sqlite
 WORKDIR /app
 USER 10001:10001
 ENTRYPOINT ["python", "-m", "training"]

@@ -100,7 +100,7 @@ def test_the_api_fit_settings_are_settings(services):
         settings = Settings(
             **{k.removeprefix("INR_").lower(): compose_default(v) for k, v in env.items() if k.startswith("INR_")}
         )
-        assert settings.fit_store == "sqlite:////app/fits/jobs.sqlite" and settings.fit_max_upload_bytes == 20 << 20
+        assert settings.fit_store == "sqlite:////app/fits/jobs.sqlite" and settings.fit_max_upload_bytes == 3 << 30
         assert {k.removeprefix("INR_").lower() for k in fits} <= known.keys()
 
 
@@ -166,8 +166,9 @@ def seconds(text: str) -> float:
 
 def test_nginx_lets_a_full_size_upload_through_to_the_service(services):
     body = pick("/v1/fits")
-    limit = int(services["api"]["environment"]["INR_FIT_MAX_UPLOAD_BYTES"])
-    assert limit == 20 * MiB
+    limit = int(compose_default(services["api"]["environment"]["INR_FIT_MAX_UPLOAD_BYTES"]))
+    assert limit == 3 * 1024 * MiB  # a gigapixel's uncompressed TIFF
+    assert directive(body, "proxy_request_buffering") == "off", "streamed to the replica, not spooled by nginx"
     # the service's own limit on the request is the upload plus 64 KiB of multipart envelope
     assert size(directive(body, "client_max_body_size")) >= limit + 64 * 1024
     root = (ROOT / "deploy" / "nginx" / "nginx.conf.template").read_text()

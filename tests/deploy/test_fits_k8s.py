@@ -73,8 +73,28 @@ def volume_of(deployment: dict, mount: dict) -> dict:
 
 def models_mount(deployment: dict, c: dict | None = None) -> dict:
     c = c or container(deployment)
-    (m,) = [m for m in c["volumeMounts"] if volume_of(deployment, m).get("persistentVolumeClaim")]
+    (m,) = [
+        m
+        for m in c["volumeMounts"]
+        if volume_of(deployment, m).get("persistentVolumeClaim") and m["mountPath"] == "/app/models"
+    ]
     return m
+
+
+def test_api_and_worker_share_the_uploads_volume_at_the_images_uploads_folder(objects, api, worker):
+    """A large upload is streamed by an api pod into INR_FIT_UPLOADS and read by region by any worker: one
+    ReadWriteMany claim, mounted read-write by both where the images' INR_FIT_UPLOADS points."""
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    assert dockerfile.count("INR_FIT_UPLOADS=/app/fits/uploads") == 3  # runtime, gpu and train images
+    claims = []
+    for deployment in (api, worker):
+        c = container(deployment)
+        assert "INR_FIT_UPLOADS" not in env(c) and "INR_FIT_UPLOADS" not in config_env(objects, c)
+        (m,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/app/fits/uploads"]
+        assert not m.get("readOnly")
+        claims.append(volume_of(deployment, m)["persistentVolumeClaim"]["claimName"])
+    assert claims[0] == claims[1]
+    assert objects["PersistentVolumeClaim", claims[0]]["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_worker_writes_the_models_volume_the_api_reads_read_only(objects, api, worker):
@@ -131,7 +151,7 @@ def test_the_api_sets_the_fit_limits_as_valid_settings(objects, api, worker):
     e = {**config_env(objects, c), **env(c)}
     settings = Settings(**{k.removeprefix("INR_").lower(): v for k, v in e.items() if k.startswith("INR_")})
     assert settings.fit_store.startswith("redis://") and settings.model_control_mode == "poll"
-    assert settings.fit_max_upload_bytes == 20 << 20 and settings.fit_deadline_s > 0
+    assert settings.fit_max_upload_bytes == 3 << 30 and settings.fit_deadline_s > 0
     assert settings.fit_max_running == worker["spec"]["replicas"], "a slot per worker, a worker per slot"
 
 

@@ -78,8 +78,8 @@ def test_events_reach_the_client_as_they_are_sent(nginx):
     assert Backend.second_after_first == [True], "the first event was held back until the second"
 
 
-def test_a_20_mib_upload_passes_to_v1_fits_and_not_elsewhere(nginx):
-    body = b"x" * (20 * (1 << 20) + 50_000)  # the largest upload plus some multipart envelope
+def test_a_64_mib_upload_passes_to_v1_fits_and_not_elsewhere(nginx):
+    body = b"x" * (64 * (1 << 20) + 50_000)  # an upload of a 20 MP uncompressed TIFF plus some envelope
     Backend.bodies.clear()
     r = httpx.post(
         nginx + "/v1/fits", content=body, headers={"Content-Type": "multipart/form-data; boundary=b"}, timeout=60
