@@ -74,9 +74,26 @@ export function previewOf(model) {
 }
 
 // POST /v1/fits with the panel's form (file, preset, size, steps, name) → the job record (202).
-export async function startFit(form, signal) {
-  const r = await checked(await fetch("v1/fits", { method: "POST", body: form, signal }));
-  return r.json();
+// `onUpload(loaded, total)` follows the upload's bytes: XMLHttpRequest, because fetch reports no upload
+// progress, and an upload may be gigabytes. Errors as `checked` gives them.
+export function startFit(form, signal, onUpload = () => {}) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "v1/fits");
+    xhr.responseType = "json";
+    xhr.upload.addEventListener("progress", (e) => { if (e.lengthComputable) onUpload(e.loaded, e.total); });
+    xhr.upload.addEventListener("load", (e) => { if (e.lengthComputable) onUpload(e.total, e.total); });
+    xhr.addEventListener("load", () => {
+      if (xhr.status >= 200 && xhr.status < 300) { resolve(xhr.response); return; }
+      const message = xhr.response?.error || `${xhr.status} ${xhr.statusText}`;
+      const retry = Number.parseFloat(xhr.getResponseHeader("Retry-After"));
+      reject(new ApiError(xhr.status, message, Number.isFinite(retry) ? retry : null));
+    });
+    xhr.addEventListener("error", () => reject(new ApiError(0, "the upload failed: the connection to the service was lost")));
+    xhr.addEventListener("abort", () => reject(new DOMException("the upload was aborted", "AbortError")));
+    signal?.addEventListener("abort", () => xhr.abort());
+    xhr.send(form);
+  });
 }
 
 // GET (or DELETE, to cancel) one of a job's links → the job record.

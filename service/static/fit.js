@@ -3,12 +3,14 @@
 // and when the fit succeeds wait until the service serves the new model and open it in the viewer.
 //
 // The panel's state is mirrored on its root as data-state for the tests: idle, submitting, queued,
-// running, succeeded, loading-model, ready, failed, cancelled, error.
+// running, succeeded, loading-model, ready, failed, cancelled, error; while submitting, data-uploaded is the
+// percentage of the file sent; a job fitted in blocks shows its pieces (data-pieces: done/total).
 import { fitRecord, modelWhenReady, relative, startFit } from "./api.js";
 import { PsnrPlot, psnrText as db } from "./fitplot.js";
 
 const FINAL = ["succeeded", "failed", "cancelled"];
-const TYPES = ["queued", "started", "progress", "retrying", ...FINAL];
+const TYPES = ["queued", "started", "progress", "retrying", "split", ...FINAL];
+const PIECES_EVERY_MS = 1000;   // a job in blocks: its record (the pieces' progress summed) is read this often
 const enc = encodeURIComponent;
 const KEY = "inr-fit-job";   // sessionStorage: the running job's URL, so a reload follows it again
 
@@ -19,6 +21,11 @@ function errorText(err) {
   }
   if (err.status === 403) text += " — this service keeps fits to clients with its key, which this page does not have";
   return text;
+}
+
+function bytesText(n) {
+  if (n < 1 << 20) return `${Math.max(1, Math.round(n / 1024))} KB`;
+  return n < 1 << 30 ? `${(n / (1 << 20)).toFixed(1)} MB` : `${(n / (1 << 30)).toFixed(2)} GB`;
 }
 
 function etaText(s) {
@@ -125,16 +132,57 @@ export class FitPanel {
     this.refollows = 0;
     this.setBusy(true);
     this.cancelButton.hidden = true;   // nothing to cancel until the job exists
+    delete this.root.dataset.uploaded;
+    delete this.root.dataset.pieces;
     this.zoomLink.hidden = true;
     this.setState("submitting");
     this.say(`uploading ${file.name}…`);
+    const jobShown = !this.job.hidden;   // the upload's bar shows the job's part of the panel; a refusal hides it again
     try {
-      this.follow(await startFit(form));
+      this.follow(await startFit(form, undefined, (loaded, total) => this.uploaded(loaded, total)));
     } catch (err) {
+      this.job.hidden = !jobShown;
       this.setBusy(false);
       this.setState("error");
       this.say(errorText(err), true);
     }
+  }
+
+  // The upload's progress, on the bar, before the job exists.
+  uploaded(loaded, total) {
+    const percent = total ? Math.floor((100 * loaded) / total) : 100;
+    this.job.hidden = false;
+    this.bar.max = total || 1;
+    this.bar.value = loaded;
+    this.bar.setAttribute("aria-valuetext", `uploaded ${percent}%`);
+    this.stepText.textContent = `uploaded ${percent}%`;
+    this.eta.textContent = `${bytesText(loaded)} of ${bytesText(total)}`;
+    this.root.dataset.uploaded = String(percent);
+  }
+
+  // A job fitted in blocks: its pieces' progress, from its record, until it ends.
+  followPieces() {
+    if (this.piecesTimer) return;
+    const job = this.record;
+    this.piecesTimer = setInterval(async () => {
+      try {
+        const record = await fitRecord(job.links.self);
+        if (this.record?.id !== record.id || FINAL.includes(record.state)) return;
+        this.record = record;
+        this.progress(record);
+        this.showPieces(record.pieces);
+      } catch (_) { /* the next read, or the final event, says more */ }
+    }, PIECES_EVERY_MS);
+  }
+
+  showPieces(p) {
+    if (!p) return;
+    const done = p.succeeded || 0;
+    this.root.dataset.pieces = `${done}/${p.total}`;
+    const parts = [`${done} of ${p.total} pieces done`];
+    if (p.running) parts.push(`${p.running} fitting`);
+    if (p.failed) parts.push(`${p.failed} failed`);
+    this.say(`fitting in blocks: ${parts.join(" · ")}`);
   }
 
   // Show a job and subscribe to its events; EventSource reconnects by itself after a dropped
@@ -171,6 +219,8 @@ export class FitPanel {
   stop() {
     this.source?.close();
     this.source = null;
+    clearInterval(this.piecesTimer);
+    this.piecesTimer = null;
   }
 
   progress(d) {
@@ -203,6 +253,12 @@ export class FitPanel {
         this.previewCaption.textContent = `preview, step ${data.step}`;
       }
       if (this.message.textContent !== "fitting…") this.say("fitting…");
+    } else if (type === "split") {   // larger than a block: its pieces are jobs of their own (docs/fits.md)
+      this.setState("running");
+      const blocks = (data.pieces || 1) - 1;
+      this.showPieces({ total: data.pieces, succeeded: 0 });
+      this.say(`fitting in blocks: ${blocks} blocks and an overview, on every free worker`);
+      this.followPieces();
     } else if (type === "retrying") {   // the fit starts again from step 0
       this.setState("queued");
       this.plot.clear(this.plot.steps);
