@@ -232,7 +232,7 @@ class Settings(BaseSettings):
     )
     fit_max_steps: int = Field(20_000, ge=1, description="most optimisation steps of one fit")
     fit_block_size: int = Field(
-        3072,  # a worker's peak RSS within 2 GiB (docs/benchmarks.md, giant: 2,046 MiB; 4096: 2,094)
+        2048,  # a block's grid stays in the packed dense graph: exact export, fast load (docs/benchmarks.md, giant)
         ge=16,
         le=65536,
         description="an upload longer than this on a side, fitted at its native size, is fitted as overlapping "

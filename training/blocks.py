@@ -160,8 +160,14 @@ def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: 
     metrics = whole_metrics(pieces)
     meta = image_metadata_for(cfg, size, source, metrics, overview)
     meta["blocks"] = layout.with_digests(digests).to_metadata()
-    meta["block_fits"] = {
-        p.key: {"psnr": p.metrics["full_psnr"], "seconds": round(p.seconds, 2), "size": p.size} for p in pieces
+    meta["block_fits"] = {  # each piece's fit: its PSNR, time, pixels and the pixel grid its encoding was sized for
+        p.key: {
+            "psnr": p.metrics["full_psnr"],
+            "seconds": round(p.seconds, 2),
+            "size": p.size,
+            "encoding_size": (p.architecture or {}).get("encoding", {}).get("image_size"),
+        }
+        for p in pieces
     }
 
     def extras(d: Path) -> None:

@@ -231,10 +231,11 @@ def fit_in_blocks(args: argparse.Namespace, cfg, out) -> dict:
     width, height = image_size(cfg.image)
     source = {"file": portable(cfg.image), "size": [width, height]}
     try:
-        # every piece with the whole image's config (its grid sized for the image, up to --max-pixels): sized for
-        # each block's own pixels, one 3136×2368 block of the 108 MP benchmark failed the export's parity gate
-        # (2.8e-5 > 1e-5) after ten minutes; docs/benchmarks.md, giant
-        return fit_blocked(lambda dims: cfg, cfg.image, args.block_size, args.block_overlap, out, source)
+        # each piece configured for its own pixels, as a fit job's pieces are: a block of 2048 (and its overlap) keeps
+        # its grid in the packed dense graph, whose export is exact (docs/benchmarks.md, giant)
+        return fit_blocked(
+            lambda dims: fit_config(args, dims=dims), cfg.image, args.block_size, args.block_overlap, out, source
+        )
     except ContractError as e:
         raise UsageError(f"--block-size/--block-overlap: {e}") from None
 

@@ -146,7 +146,7 @@ def preset_size(preset: dict, max_size: int) -> int | None:
     return None if size is None else min(int(size), max_size)
 
 
-def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int = 3072, overlap: int = 32) -> dict:
+def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int = 2048, overlap: int = 32) -> dict:
     """The fit options from the form's text fields, each checked against its range. `block`: the block size
     (INR_FIT_BLOCK_SIZE), which a job's `block_size` may lower; `overlap` (INR_FIT_BLOCK_OVERLAP)."""
     preset = form.get("preset") or DEFAULT_PRESET

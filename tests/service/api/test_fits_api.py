@@ -35,7 +35,7 @@ def test_an_upload_is_queued_with_its_record_links_and_a_note_without_workers(ap
         "steps": 7,
         "protocol": "full",
         "seed": 0,
-        "block": 3072,
+        "block": 2048,
         "overlap": 32,
     }
     assert rec["source"]["width"] == 40 and rec["source"]["height"] == 30 and rec["source"]["frames"] == 1

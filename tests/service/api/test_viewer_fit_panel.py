@@ -159,7 +159,7 @@ def test_a_dropped_file_is_queued_with_its_options_and_the_no_worker_note(browse
             "steps": int(PRESETS["sinekan"]["steps"]),
             "protocol": "full",
             "seed": 0,
-            "block": 3072,  # INR_FIT_BLOCK_SIZE: a larger upload is fitted in blocks
+            "block": 2048,  # INR_FIT_BLOCK_SIZE: a larger upload is fitted in blocks
             "overlap": 32,
         }
         assert record["source"]["filename"] == "dropped.png"
