@@ -7,7 +7,8 @@ blocks of its image (and its overview) are jobs of their own on the queue, which
   against the queue limit; each takes a fit slot when it runs, so `INR_FIT_MAX_RUNNING` bounds them as it does fits.
 * **Pieces.** A child is claimed, retried when its worker dies and failed like any job. It ends by writing its ONNX
   file and its record (`piece:PARENT:KEY`, `piecemeta:PARENT:KEY`) in the transaction that finishes it. The pieces of
-  a failed or cancelled job stay in the store until the job is deleted, so what was fitted is not lost.
+  a failed or cancelled job stay in the store until the job is deleted, so what was fitted is not lost: a later job of
+  the same bytes, options and layout takes them at its split (`kept_pieces`) and fits only the rest.
 * **Publish.** The worker that finishes a piece and finds every piece written takes `publish:PARENT` (one process
   wins) and writes the version at once, then finishes the parent with the whole image's metrics.
 * **Failure.** A child that fails (its fit failed, or its worker died twice) fails the parent with the child's reason;
@@ -33,8 +34,13 @@ class Pieces:
         if the parent is still this attempt's. The parent's record, or None."""
         now = self.now()
         children, puts, messages = [], {}, []
+        kept = self.kept_pieces(rec, layout, [key for key, _ in pieces])
         for k, (key, png) in enumerate(pieces):
             cid = child_id(rec["id"], k)
+            if key in kept:  # fitted for an earlier job of the same bytes, options and layout: copied, not refitted
+                children.append(cid)
+                puts.update(self._reused(rec, cid, k, key, kept[key], now))
+                continue
             child = {
                 **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "steps", "traceparent")},
                 "id": cid,
@@ -73,6 +79,51 @@ class Pieces:
             return None
         self._release_slots(rec["id"])
         return parent
+
+    def kept_pieces(self, rec: dict, layout: dict, keys: list[str]) -> dict[str, str]:
+        """{piece key: the earlier job whose written piece this job may take}: a job (any state, of the newest by the
+        upload's sha256) with the same options and layout. At least one piece is always left to fit: the worker
+        that finishes the last one publishes the version."""
+        sha256, found = (rec.get("source") or {}).get("sha256"), {}
+        if not sha256:
+            return found
+        for old in self.with_sha256(sha256):
+            if old["id"] == rec["id"] or old.get("layout") != layout or old.get("options") != rec.get("options"):
+                continue
+            written = self.kv.peek_many([f"piecemeta:{old['id']}:{key}" for key in keys])
+            for key in keys:
+                if key not in found and f"piecemeta:{old['id']}:{key}" in written:
+                    found[key] = old["id"]
+        if found and len(found) == len(keys):
+            found.pop(keys[-1])  # the overview: fitted again, and its worker publishes
+        return found
+
+    def _reused(self, rec: dict, cid: str, k: int, key: str, source: str, now: float) -> dict:
+        """The puts of a child that takes the piece `source` fitted: succeeded at once, its files copied."""
+        child = {
+            **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "steps", "traceparent")},
+            "id": cid,
+            "parent": rec["id"],
+            "piece": key,
+            "state": "succeeded",
+            "reused_from": source,
+            "created": now,
+            "started": now,
+            "finished": now,
+            "attempt": 1,
+            "failures": 0,
+            "worker": None,
+            "step": rec["steps"],
+            "seq": 1,
+            "preview_seq": None,
+        }
+        event = {"seq": 1, "type": "succeeded", "time": now, "piece": key, "reused_from": source}
+        return {
+            f"job:{cid}": json.dumps(child).encode(),
+            f"ev:{cid}:1": json.dumps(event).encode(),
+            f"piece:{rec['id']}:{key}": bytes(self.kv.peek_data(f"piece:{source}:{key}")),
+            f"piecemeta:{rec['id']}:{key}": bytes(self.kv.peek_data(f"piecemeta:{source}:{key}")),
+        }
 
     def children(self, parent: dict) -> list[dict]:
         found = self._many([f"job:{c}" for c in parent.get("children") or ()])

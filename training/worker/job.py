@@ -220,7 +220,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             cfg.validate()
         layout = pieces.plan(opts, path) if not rec.get("piece") else None
         if layout is not None:  # larger than a block: its blocks go on the queue (training/worker/pieces.py)
-            done = pieces.split(store, rec, layout, path)
+            done = pieces.split(store, rec, layout, path, Path(tmp))
             if done is not None and kept:
                 path.unlink(missing_ok=True)  # each block's pixels are in the store now
             return done

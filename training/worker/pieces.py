@@ -30,15 +30,22 @@ def layout_args(layout: BlockLayout) -> dict:
     return {"width": layout.width, "height": layout.height, "block": layout.block, "overlap": layout.overlap}
 
 
-def split(store, rec: dict, layout: BlockLayout, path: Path) -> dict | None:
+def split(store, rec: dict, layout: BlockLayout, path: Path, scratch: Path) -> dict | None:
     """Queue the blocks and the overview as jobs of their own; the parent waits on them. Each piece's pixels are cut
-    out of the upload one at a time."""
-    source = tiled(path, path.with_suffix(".tiled.tif"))  # a region then costs its tiles, not a decode from the top
+    out of the upload one at a time, through a tiled copy in `scratch` (the worker's temp folder, never the uploads
+    folder: the copy goes with the fit)."""
+    source = tiled(path, scratch / "upload.tiled.tif")  # a region then costs its tiles, not a decode from the top
     pieces = [(b.file, region_png(source, b.x, b.y, b.w, b.h)) for b in layout.blocks]
     pieces.append((OVERVIEW, scaled_png(source, layout.block)))
     done = store.split(rec, layout_args(layout), pieces)
     if done is not None:
-        log.info("fit %s: split into %d blocks and an overview", rec["id"], len(layout.blocks))
+        reused = [c for c in store.children(done) if c.get("reused_from")]
+        log.info(
+            "fit %s: split into %d blocks and an overview, %d of them taken from an earlier fit of the same bytes",
+            rec["id"],
+            len(layout.blocks),
+            len(reused),
+        )
     return done
 
 

@@ -159,3 +159,33 @@ def test_a_worker_killed_mid_block_loses_only_that_block_which_is_retried(stack)
 def wid_pids(store: FitStore, wid: str) -> set[str]:
     """The pid the heartbeat of worker `wid` reports."""
     return {str(hb.get("pid")) for hb in store.workers() if hb["worker"] == wid}
+
+
+def test_the_pieces_of_a_cancelled_fit_are_taken_by_the_next_fit_of_the_same_bytes(stack):
+    """What was fitted is not lost: a job cancelled with some blocks written, sent again (same bytes, same options),
+    copies those blocks and fits only the rest; the version is the same blend."""
+    client, store, _, _ = stack
+    img = photo(W, H, seed=6)
+    first = upload(client, "again", img, steps="400")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        rec = store.get(first)
+        if rec.get("children") and sum(c["state"] == "succeeded" for c in store.children(rec)) >= 2:
+            break
+        time.sleep(0.1)
+    assert client.delete(f"/v1/fits/{first}").status_code in (200, 202)
+    assert wait_done(client, first)["state"] == "cancelled"
+    written = {c["piece"] for c in store.children(store.get(first)) if c["state"] == "succeeded"}
+    assert len(written) >= 2
+    second = upload(client, "again", img, steps="400")
+    rec = wait_done(client, second)
+    assert rec["state"] == "succeeded", rec
+    kids = store.children(store.get(second))
+    reused = {c["piece"] for c in kids if c.get("reused_from") == first}
+    assert reused == written - {"overview"}, (reused, written)
+    assert all(c["state"] == "succeeded" for c in kids)
+    truth = np.asarray(img, np.float64) / 255
+    assert psnr(served(client, "again"), truth) >= rec["metrics"]["full_psnr"] - 0.5
+    other = upload(client, "again-other", img, steps="399")  # other options: nothing is taken
+    assert wait_done(client, other)["state"] == "succeeded"
+    assert not [c for c in store.children(store.get(other)) if c.get("reused_from")]
