@@ -145,3 +145,23 @@ def test_an_upload_that_stops_midway_leaves_nothing_and_the_server_goes_on(stack
         time.sleep(0.1)
     assert not list(uploads.iterdir()), "the part file of an upload that stopped is deleted"
     assert client.get("/health/ready").status_code == 200
+
+
+def test_a_kept_png_over_16_mp_is_split_through_a_tiled_copy_that_never_lands_in_the_uploads_folder(stack):
+    """Over regions.SMALL (16 MP) a PNG is cut into blocks through a tiled TIFF copy, written in the worker's temp
+    folder: once the job is split, the uploads folder holds nothing of it."""
+    client, store, uploads, _ = stack
+    side = np.linspace(0, 255, 4100, dtype=np.uint8)
+    big = Image.fromarray(np.stack(np.broadcast_arrays(side[None, :], side[:, None], 128), -1)[:4000].astype(np.uint8))
+    buf = io.BytesIO()
+    big.save(buf, "PNG")
+    r = client.post("/v1/fits", files={"file": ("big.png", buf.getvalue(), "image/png")}, data={"name": "big"})
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    deadline = time.monotonic() + 120
+    while not store.get(job).get("children") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(store.get(job)["children"]) == 7  # 2 × 3 blocks of 2048 and the overview
+    assert client.delete(f"/v1/fits/{job}").status_code in (200, 202)
+    assert wait_done(client, job)["state"] == "cancelled"
+    assert not list(uploads.iterdir())
