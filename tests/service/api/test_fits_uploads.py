@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import subprocess
 import time
 
 import httpx
@@ -165,3 +166,36 @@ def test_a_kept_png_over_16_mp_is_split_through_a_tiled_copy_that_never_lands_in
     assert client.delete(f"/v1/fits/{job}").status_code in (200, 202)
     assert wait_done(client, job)["state"] == "cancelled"
     assert not list(uploads.iterdir())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs: a disk that fills during an upload (needs the right to mount; skipped without it)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()[:200]}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_an_upload_that_fills_the_disk_is_a_507_naming_the_folder_and_leaves_nothing(small_disk, tmp_path):
+    env = {"INR_FIT_STORE": f"sqlite:///{tmp_path / 'fits.sqlite'}", "INR_FIT_UPLOADS": str(small_disk)}
+    (tmp_path / "models").mkdir()
+    srv = Server(tmp_path / "models", env=env).wait_ready()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            noise = np.random.default_rng(0).integers(0, 256, (700, 700, 3), np.uint8)  # ~1.5 MB as a PNG
+            buf = io.BytesIO()
+            Image.fromarray(noise).save(buf, "PNG", compress_level=0)
+            r = post(client, "huge.png", buf.getvalue())
+            assert r.status_code == 507, r.text
+            assert "INR_FIT_UPLOADS" in r.json()["error"] and str(small_disk) in r.json()["error"]
+            assert not list(small_disk.iterdir()), "the part written before the disk filled is deleted"
+            r = post(client, "small.png", pyramid_tiff(photo(40, 30)), size="32")  # the space is back
+            assert r.status_code == 202, r.text
+    finally:
+        srv.stop()
