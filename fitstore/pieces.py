@@ -130,15 +130,19 @@ class Pieces:
         return [found[f"job:{c}"] for c in parent.get("children") or () if f"job:{c}" in found]
 
     def pieces_progress(self, parent: dict) -> dict:
-        """A waiting parent's progress, from its pieces: steps done of all, the longest ETA, the pieces by state."""
+        """A waiting parent's progress, from its pieces: steps done of all, the longest ETA, the pieces by state, and
+        the overview's latest preview (`preview_of`: its job and event) as the whole image's."""
         kids = self.children(parent)
         states = {s: sum(c["state"] == s for c in kids) for s in ("queued", "running", "succeeded", "failed")}
         etas = [c["eta_s"] for c in kids if c["state"] == "running" and c.get("eta_s") is not None]
+        # the whole image's preview: the overview's latest (the overview is the whole image at the block's size)
+        overview = kids[-1] if kids and kids[-1].get("preview_seq") else None
         return {
             "step": sum(c["steps"] if c["state"] == "succeeded" else c.get("step") or 0 for c in kids),
             "eta_s": max(etas) if etas else None,
             "pieces": {"total": len(kids), **states},
             "workers_on_pieces": len({c["worker"] for c in kids if c["state"] == "running"}),
+            "preview_of": {"job": overview["id"], "seq": overview["preview_seq"]} if overview else None,
         }
 
     def finish_piece(self, rec: dict, onnx: bytes, piece: dict) -> dict | None:

@@ -198,6 +198,8 @@ def present(record: dict, workers: int) -> dict:
     seq = record.get("preview_seq")  # the event seq of the latest preview (fitstore)
     if seq is not None:
         links["preview"] = f"{base}/previews/{seq}.png"
+    elif record.get("preview_of"):  # a job in pieces: the overview's, the whole image (fitstore/pieces.py)
+        links["preview"] = f"/v1/fits/{record['preview_of']['job']}/previews/{record['preview_of']['seq']}.png"
     name, version = out.get("name"), out.get("version")
     if out.get("state") == "succeeded" and name and version:
         links.update(

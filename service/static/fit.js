@@ -171,6 +171,11 @@ export class FitPanel {
         this.record = record;
         this.progress(record);
         this.showPieces(record.pieces);
+        if (record.links.preview && !this.preview.src.endsWith(record.links.preview)) {
+          this.preview.hidden = false;
+          this.preview.src = relative(record.links.preview);
+          this.previewCaption.textContent = "preview of the whole image (the overview)";
+        }
       } catch (_) { /* the next read, or the final event, says more */ }
     }, PIECES_EVERY_MS);
   }

@@ -85,3 +85,37 @@ def test_the_trainers_ran_on_the_redis_store_not_the_sqlite_one(stack):
         logs = stack.engine("logs", trainer, check=False).stderr
         assert "store redis://redis:6379/0" in logs and "sqlite" not in logs.split("store ", 1)[1].split("\n")[0]
     assert httpx.get(stack.url + "/health/ready", timeout=30).status_code == 200
+
+
+def test_a_giant_in_blocks_is_fitted_by_both_trainers_and_served_through_nginx(stack, http, report):
+    """An upload over its block size (docs/fits.md, Giant images) is one job whose blocks are jobs on the Redis queue,
+    which either trainer takes; the one that writes the last publishes the block model, and nginx's replicas serve it
+    whole."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from tests.fits import photo as smooth_photo
+
+    worker_hosts(stack)
+    buf = io.BytesIO()
+    smooth_photo(120, 72, seed=5).save(buf, "PNG")
+    fields = {"preset": "grid", "steps": "40", "block_size": "48", "name": "giant-blocks"}
+    r = http.post("/v1/fits", files={"file": ("giant.png", buf.getvalue(), "image/png")}, data=fields)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    events = follow(stack, job["links"]["events"])
+    assert events[-1][2] == "succeeded", stack.diagnose(job["links"]["self"])
+    split = [e[3] for e in events if e[2] == "split"]
+    assert split and split[0]["pieces"] == 7, split  # 3 × 2 blocks and the overview
+    version = stack.models / "giant-blocks" / str(http.get(job["links"]["self"]).json()["version"])
+    assert len(list((version / "blocks").glob("r*c*.onnx"))) == 6
+    deadline = time.monotonic() + 60
+    while (r := http.get("/v1/models/giant-blocks/render", params={"width": 120, "height": 72})).status_code != 200:
+        assert time.monotonic() < deadline, r.text
+        time.sleep(1)
+    served = np.asarray(Image.open(io.BytesIO(r.content)).convert("RGB"), np.float64) / 255
+    truth = np.asarray(smooth_photo(120, 72, seed=5), np.float64) / 255
+    report["trainers_giant_psnr"] = round(float(10 * np.log10(1 / ((served - truth) ** 2).mean())), 2)
+    assert report["trainers_giant_psnr"] > 24

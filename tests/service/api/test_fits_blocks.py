@@ -91,6 +91,10 @@ def test_an_image_over_the_block_size_is_fitted_by_two_workers_and_served_whole_
     assert {c["state"] for c in children} == {"succeeded"}
     assert len({c["worker"] for c in children}) == 2, "every piece went to one worker"
     assert [f["id"] for f in client.get("/v1/fits").json()["fits"]] == [job]  # the pieces are not jobs of the list
+    preview = store.pieces_progress(store.get(job))["preview_of"]  # the whole image's: the overview's latest
+    assert preview["job"] == children[-1]["id"] and children[-1]["piece"] == "overview"
+    r = client.get(f"/v1/fits/{preview['job']}/previews/{preview['seq']}.png")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
 
     truth = np.asarray(img, np.float64) / 255
     out = served(client, "giant")
