@@ -97,26 +97,17 @@ def fit_piece(cfg: FitConfig, layout: BlockLayout, key: str, img: np.ndarray, on
     metrics, full = evaluate(model, img, cfg.protocol)
     h, w = img.shape[:2]
     parameters = count_parameters(model)
+    extra = {"preview": full}
     if key == OVERVIEW:  # its ONNX file records the whole image's grid: it answers the same coordinates
         onnx, export, _ = image_onnx(model, cfg, [layout.width, layout.height])
-        return Piece(
-            key,
-            onnx,
-            metrics,
-            export,
-            history,
-            [w, h],
-            parameters,
-            architecture=cfg.model.to_dict(),
-            seconds=time.monotonic() - t0,
-            preview=full,
-        )
-    b = next(b for b in layout.blocks if b.file == key)
-    onnx, export, _ = image_onnx(model, cfg, [w, h])
-    wx = axis_weights(layout.x_edges, layout.overlap, b.col, b.x + np.arange(w) + 0.5)
-    wy = axis_weights(layout.y_edges, layout.overlap, b.row, b.y + np.arange(h) + 0.5)
-    weights = wy[:, None] * wx[None, :]
-    se = float((weights * ((full - img) ** 2).sum(axis=2)).sum())
+    else:
+        b = next(b for b in layout.blocks if b.file == key)
+        onnx, export, _ = image_onnx(model, cfg, [w, h])
+        wx = axis_weights(layout.x_edges, layout.overlap, b.col, b.x + np.arange(w) + 0.5)
+        wy = axis_weights(layout.y_edges, layout.overlap, b.row, b.y + np.arange(h) + 0.5)
+        weights = wy[:, None] * wx[None, :]
+        se = float((weights * ((full - img) ** 2).sum(axis=2)).sum())
+        extra = {"weighted_se": se, "weight": float(weights.sum() * 3)}
     return Piece(
         key,
         onnx,
@@ -126,9 +117,8 @@ def fit_piece(cfg: FitConfig, layout: BlockLayout, key: str, img: np.ndarray, on
         [w, h],
         parameters,
         architecture=cfg.model.to_dict(),
-        weighted_se=se,
-        weight=float(weights.sum() * 3),
         seconds=time.monotonic() - t0,
+        **extra,
     )
 
 
