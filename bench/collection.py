@@ -11,7 +11,8 @@ the issue: 512² IIIF tiles as OpenSeadragon asks for them (a random level of th
 tile of it), the model drawn with Zipf(1.1) popularity over the models, from CLIENTS clients, the render cache
 off so that every tile is the model's; it samples the service's resident set all along and reports, per budget,
 the share of requests whose model was resident (hit rate), loads per second, tile p50/p99 and the largest RSS.
-`cold` asks the first 512² tile of models that are not resident, one at a time (load, warmup, render). `startup`
+`cold` asks the first 512² tile of models that are not resident, one at a time (load, warmup, render), with the
+session cache off, filled, and empty, side by side. `startup`
 times a start to /health/ready, the idle RSS, and the CPU of one repository rescan, in-process, with no model read
 and with every model read.
 """
@@ -26,6 +27,7 @@ import random
 import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -188,15 +190,35 @@ def run_tiles(srv: Server, names: list[str], budget: str, args) -> dict:
 
 
 def cold(args) -> dict:
+    """The first tile of cold models, per variant of the session cache, side by side in one round: `off`; `cached`,
+    its folder filled beforehand (a model back after an eviction, or loaded before on this machine); `first`, a
+    fresh folder and one copy of each photo (the first load ever: the graph optimised and written)."""
     names = sorted(p.name for p in args.models.iterdir() if (p / "config.pbtxt").is_file())
-    srv = Server(args.models, "collection", env={"INR_RENDER_CACHE_BYTES": "0"}, args=("--memory-budget", args.budget))
+    pool = [n for n in names if not args.photos or n.rsplit("-", 1)[0] in args.photos]
+    sample = random.Random(args.seed).sample(pool, args.samples)
+    firsts = list({n.rsplit("-", 1)[0]: n for n in sample}.values())
+    work = Path(tempfile.mkdtemp(prefix="bench-sessions-"))
+    try:
+        out = {}
+        for variant in args.variants:
+            folder = {"off": "off", "cached": str(work / "cached"), "first": str(work / f"first-{len(out)}")}[variant]
+            if variant == "cached":  # filled by a server that loads one copy of each photo
+                cold_tiles(args, names, firsts, folder)
+            out[variant] = cold_tiles(args, names, firsts if variant == "first" else sample, folder)
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cold_tiles(args, names: list[str], sample: list[str], session_cache: str) -> dict:
+    env = {"INR_RENDER_CACHE_BYTES": "0", "INR_SESSION_CACHE": session_cache}
+    srv = Server(args.models, "collection", env=env, args=("--memory-budget", args.budget))
     try:
         srv.wait(300)
         shape = sizes(srv.url, names)
         times, per_pixel = [], []
         with httpx.Client(base_url=srv.url, timeout=120) as c:
-            pool = [n for n in names if not args.photos or n.rsplit("-", 1)[0] in args.photos]
-            for name in random.Random(args.seed).sample(pool, args.samples):
+            for name in sample:
                 w, h = shape[name.rsplit("-", 1)[0]]
                 start = time.perf_counter()
                 r = c.get(f"/iiif/3/{name}/0,0,{min(w, 512)},{min(h, 512)}/{min(w, 512)},/0/default.jpg")
@@ -271,9 +293,12 @@ def medians(rounds: list) -> dict:
     """Each number's median over the rounds (a list of rows: row by row), and every round."""
 
     def median_of(rows: list[dict]) -> dict:
-        return {
-            k: statistics.median(r[k] for r in rows) if isinstance(v, (int, float)) else v for k, v in rows[0].items()
-        }
+        def one(k, v):
+            if isinstance(v, dict):  # a variant's row
+                return median_of([r[k] for r in rows])
+            return statistics.median(r[k] for r in rows) if isinstance(v, (int, float)) else v
+
+        return {k: one(k, v) for k, v in rows[0].items()}
 
     first = rounds[0]
     median = [median_of(list(rows)) for rows in zip(*rounds)] if isinstance(first, list) else median_of(rounds)
@@ -303,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--samples", type=int, default=40)
     c.add_argument("--photos", type=lambda s: s.split(","), default=[], help="only copies of these (e.g. dune,storm)")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--variants", type=lambda s: s.split(","), default=["off", "cached", "first"], help="of the session cache"
+    )
     s = sub.add_parser("startup")
     s.add_argument("--models", type=Path, required=True)
     for q in (t, c, s):

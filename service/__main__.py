@@ -49,6 +49,8 @@ OPTIONS = (
     "memory_budget",
     "pin_model",
     "max_concurrent_loads",
+    "session_cache",
+    "session_cache_bytes",
     "http_restricted_api",
 )
 SECRET = {"http_restricted_api"}  # never echoed in an error
@@ -127,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument(
         "--max-concurrent-loads", help="models loading at once; more wait, then 503 (INR_MAX_CONCURRENT_LOADS)"
+    )
+    memory.add_argument(
+        "--session-cache",
+        metavar="DIR",
+        help="folder of optimised sessions that later loads of a model read instead of optimising it again; "
+        "'off': none (INR_SESSION_CACHE, default: TMPDIR/inr-serve-sessions)",
+    )
+    memory.add_argument(
+        "--session-cache-bytes", metavar="BYTES", help="its size on disk (INR_SESSION_CACHE_BYTES, default: 2GiB)"
     )
     control.add_argument(
         "--http-restricted-api",

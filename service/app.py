@@ -40,10 +40,11 @@ from .engine.dataplane import DataPlane
 from .engine.registry import Registry
 from .engine.residency import Residency, ResidencyOptions
 from .engine.runtime import RuntimeOptions
+from .engine.session_cache import SessionCache
 from .errors import install_error_handlers
 from .fits.jobs import Fits
 from .fits.metrics import FitCollector
-from .memory import format_bytes
+from .memory import format_bytes, parse_bytes
 from .metrics import Metrics
 from .render.service import RenderService
 from .server.drain import Drain, DrainGuard
@@ -111,6 +112,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         render_threads=settings.render_threads,
         spin=settings.spin,
         metrics=metrics,
+        session_cache=None
+        if settings.session_cache.lower() in ("", "off")
+        else SessionCache(Path(settings.session_cache), parse_bytes(settings.session_cache_bytes)),
     )
     budget, budget_from = settings.budget
     residency = Residency(
@@ -136,6 +140,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device, threads)
         log.info("memory budget: %s, %s", format_bytes(budget), budget_from)
+        if options.session_cache is not None:
+            cache = options.session_cache
+            log.info("session cache: %s, at most %s on disk", cache.folder, format_bytes(cache.max_bytes))
         loop = asyncio.get_running_loop()
         heap = Heap(loop)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -270,6 +271,12 @@ class Settings(BaseSettings):
         description="bytes of resident models, e.g. 2GiB or 512MiB; least recently used ones are unloaded past "
         "it; empty: half the container's memory limit, else half the machine's memory",
     )
+    session_cache: str = Field(
+        str(Path(tempfile.gettempdir()) / "inr-serve-sessions"),
+        description="folder of optimised sessions, so that a model's later loads skip onnxruntime's optimisation "
+        "(service/engine/session_cache.py); 'off': none",
+    )
+    session_cache_bytes: str = Field("2GiB", description="disk bytes of the session cache; least recently used past it")
     pin_model: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="models loaded at start and never unloaded; comma-separated"
     )
@@ -296,11 +303,11 @@ class Settings(BaseSettings):
             return [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value]
 
-    @field_validator("memory_budget")
+    @field_validator("memory_budget", "session_cache_bytes")
     @classmethod
     def _memory_budget(cls, value: str) -> str:
         if value.strip() and parse_bytes(value) <= 0:
-            raise ValueError("the memory budget must be more than 0 bytes")
+            raise ValueError("must be more than 0 bytes")
         return value.strip()
 
     @property

@@ -34,6 +34,7 @@ from ..errors import ModelLoadError
 from ..metrics import Metrics
 from .runs import RUNS
 from .separable import SeparableBody, load_separable
+from .session_cache import SessionCache
 from .sessions import device_session
 from .warmup import run_warmups
 
@@ -46,6 +47,7 @@ class RuntimeOptions:
     threads: int = 1  # intra-op threads per session
     render_threads: int = 0  # intra-op threads of the sessions render tiles run on; 0 = `threads`
     spin: bool = False  # let idle intra-op threads busy-wait (faster on dedicated cores only)
+    session_cache: SessionCache | None = field(default=None, compare=False)  # optimised graphs on disk
     metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
 
 
@@ -192,7 +194,8 @@ class ModelRuntime:
             onnx_path = check_version(self.path, self.record)
         except OSError as e:  # no permission, an I/O error on a bad disk or mount
             raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
-        self.session = self._session(onnx_path, self.session_threads)
+        cached = None if self.options.session_cache is None else (self.options.session_cache, self.record.onnx_sha256)
+        self.session = self._session(onnx_path, self.session_threads, cached)
         self._check_signature()
         if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
             try:
@@ -227,9 +230,9 @@ class ModelRuntime:
         )
         self.render_session = self.session
 
-    def _session(self, onnx_path: Path, threads: int | None = None) -> ort.InferenceSession:
+    def _session(self, onnx_path: Path, threads: int | None = None, cached=None) -> ort.InferenceSession:
         return device_session(
-            onnx_path, self.options.device, threads or self.options.threads, self.options.spin, self.name
+            onnx_path, self.options.device, threads or self.options.threads, self.options.spin, self.name, cached
         )
 
     def _check_signature(self) -> None:

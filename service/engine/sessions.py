@@ -10,9 +10,11 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..errors import DeviceError, ModelLoadError
+from .session_cache import SessionCache
 
 log = logging.getLogger(__name__)
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+Cached = tuple[SessionCache, str]  # the cache and the ONNX file's sha256
 
 
 def check_device_available(device: str) -> None:
@@ -36,10 +38,15 @@ def session_options(threads: int, spin: bool) -> ort.SessionOptions:
     return opts
 
 
-def make_session(onnx_path: Path, providers: list[str], threads: int, spin: bool) -> ort.InferenceSession:
+def make_session(
+    onnx_path: Path, providers: list[str], threads: int, spin: bool, cached: Cached | None = None
+) -> ort.InferenceSession:
     try:
         with warnings.catch_warnings():  # a missing provider is reported by device_session, not as a warning
             warnings.simplefilter("ignore", UserWarning)
+            if cached is not None and providers == [CPU]:  # the CPU graph only: CUDA's may not be saved whole
+                cache, digest = cached
+                return cache.session(onnx_path, digest, providers, lambda: session_options(threads, spin))
             return ort.InferenceSession(
                 str(onnx_path), sess_options=session_options(threads, spin), providers=providers
             )
@@ -48,10 +55,13 @@ def make_session(onnx_path: Path, providers: list[str], threads: int, spin: bool
         raise ModelLoadError(f"unreadable ONNX file: {first[:300]}") from None
 
 
-def device_session(onnx_path: Path, device: str, threads: int, spin: bool, name: str) -> ort.InferenceSession:
-    """A session on `device`: cpu; cuda (DeviceError unless CUDA really takes it); auto (CUDA when it does)."""
+def device_session(
+    onnx_path: Path, device: str, threads: int, spin: bool, name: str, cached: Cached | None = None
+) -> ort.InferenceSession:
+    """A session on `device`: cpu; cuda (DeviceError unless CUDA really takes it); auto (CUDA when it does).
+    `cached`: the session cache and the file's verified sha256, for a CPU session (service/engine/session_cache.py)."""
     if device == "cpu" or (device == "auto" and CUDA not in ort.get_available_providers()):
-        return make_session(onnx_path, [CPU], threads, spin)
+        return make_session(onnx_path, [CPU], threads, spin, cached)
     session = make_session(onnx_path, [CUDA, CPU], threads, spin)
     if CUDA in session.get_providers():
         return session
@@ -61,4 +71,4 @@ def device_session(onnx_path: Path, device: str, threads: int, spin: bool, name:
             f"{', '.join(session.get_providers())})"
         )
     log.info("model %s: CUDA did not take the session; using %s", name, CPU)
-    return make_session(onnx_path, [CPU], threads, spin)
+    return make_session(onnx_path, [CPU], threads, spin, cached)
