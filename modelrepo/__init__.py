@@ -4,12 +4,14 @@ serves them). Torch-free and service-free: numpy-free even, protobuf for config.
 See docs/model-repository.md for the layout and the rules.
 """
 
+from .access import Access, AccessError
 from .folder import (
     MODEL_FILE,
     Written,
     check_version,
     portable,
     portable_command,
+    read_access,
     read_spec,
     read_version,
     sha256_bytes,
@@ -34,6 +36,9 @@ from .spec import (
 from .triton import config_json, config_text, parse_config
 
 __all__ = [
+    "Access",
+    "AccessError",
+    "read_access",
     "MODEL_FILE",
     "Written",
     "check_version",

@@ -24,6 +24,7 @@ from typing import Callable
 
 from google.protobuf import text_format
 
+from .access import Access, AccessError
 from .spec import TASKS, ModelSpec, SpecError, Tensor, VersionRecord
 from .triton import apply_config, config_text, parse_config
 
@@ -99,6 +100,27 @@ def read_spec(folder: Path) -> ModelSpec:
         spec = apply_config(spec, cfg)
     spec.validate()
     return spec
+
+
+def read_access(folder: Path) -> Access:
+    """A model folder's access policy alone (modelrepo/access.py): config.pbtxt parsed only when its text names an
+    access parameter, so that a listing of thousands of models reads one small file each. SpecError when it does
+    not parse."""
+    try:
+        text = (Path(folder) / "config.pbtxt").read_text()
+    except FileNotFoundError:
+        return Access()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"config.pbtxt is unreadable: {e}") from None
+    if "access" not in text:
+        return Access()
+    try:
+        params = parse_config(text).parameters
+        return Access.from_parameters({k: v.string_value for k, v in params.items()})
+    except text_format.ParseError as e:
+        raise SpecError(f"config.pbtxt does not parse as Triton's ModelConfig: {e}") from None
+    except AccessError as e:
+        raise SpecError(str(e)) from None
 
 
 def version_numbers(folder: Path) -> list[int]:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
+from .access import Access
 from .warmup import TASK_WARMUPS
 
 NAME_MAX = 64  # characters of a model name
@@ -149,6 +150,7 @@ class ModelSpec:
     version_policy: VersionPolicy = VersionPolicy()
     warmups: tuple = ()  # modelrepo.warmup.Warmup entries (config.pbtxt model_warmup)
     response_cache: bool = False  # config.pbtxt response_cache { enable: true }
+    access: Access = Access()  # config.pbtxt parameters access, access_scopes, access_substitute
     metadata: dict = field(default_factory=dict, compare=False)  # free-form: description, ...
 
     @classmethod

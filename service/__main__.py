@@ -17,11 +17,12 @@ import copy
 import errno
 import logging
 import os
+import secrets
 import socket
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from commandline import OneLineParser
 from telemetry.config import read_config, trace_config_env
@@ -51,9 +52,10 @@ OPTIONS = (
     "max_concurrent_loads",
     "session_cache",
     "session_cache_bytes",
+    "access_default",
     "http_restricted_api",
 )
-SECRET = {"http_restricted_api"}  # never echoed in an error
+SECRET = {"http_restricted_api", "access_secret"}  # never echoed in an error
 BAD_SETTING, NO_PORT = 2, 3  # exit codes
 
 
@@ -138,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument(
         "--session-cache-bytes", metavar="BYTES", help="its size on disk (INR_SESSION_CACHE_BYTES, default: 2GiB)"
+    )
+    p.add_argument(
+        "--access-default",
+        choices=("public", "restricted"),
+        help="the access of a model whose config.pbtxt names none (INR_ACCESS_DEFAULT, default: public; "
+        "docs/access.md); the signing key is INR_ACCESS_SECRET",
     )
     control.add_argument(
         "--http-restricted-api",
@@ -257,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         return NO_PORT if isinstance(e, PortUnavailable) else BAD_SETTING
     import uvicorn
 
+    if not settings.access_secret.get_secret_value():  # one random key for all the workers of this start
+        settings = settings.model_copy(update={"access_secret": SecretStr(secrets.token_urlsafe(48))})
     one_malloc_arena()  # before the threads that would each take an arena (service/memory.py)
     # Worker processes build their own app from the environment, so pass the settings that way.
     os.environ.update(env)

@@ -33,6 +33,7 @@ from .api.grpc import GrpcServer
 from .api.jsonbody import add_body_schemas
 from .api.v1 import classify, fits, health, models, query, render
 from .api.v2 import repository as v2_repository
+from .auth.tokens import Signer
 from .engine.cache import CacheStore
 from .engine.control import ModelControl
 from .engine.cpus import default_threads
@@ -51,6 +52,7 @@ from .server.drain import Drain, DrainGuard
 from .server.guards import BodyLimit, BodyTimeout
 from .server.heap import Heap, settle
 from .server.hotpath import HotRoutes
+from .server.model_access import ModelAccess
 from .server.request_metrics import MetricsMiddleware
 from .server.restricted import RestrictedApi
 from .server.spans import TraceRequests
@@ -124,6 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics,
     )
     registry = Registry(settings.models, options, residency)
+    registry.access_default = settings.access_default
+    secret = settings.access_secret.get_secret_value()
+    signer = Signer(secret.encode() if secret else None)
     metrics.watch_models(registry)
     control = ModelControl(
         registry,
@@ -197,6 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.version = app.version
     app.state.registry = registry
+    app.state.signer = signer
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.control = control
@@ -223,6 +229,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         },
     )
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
+    # the caller, and each model's access policy on the routes that name one; a refused body is never read
+    app.add_middleware(ModelAccess, signer=signer, access_of=registry.access_of, default=settings.access_default)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)

@@ -133,6 +133,15 @@ class StorageFull(ServiceError):
     status = 507
 
 
+class AccessDenied(ServiceError):
+    """A model its caller may not read (service/auth/policy.py): 401 without credentials or with bad ones, 403 with
+    credentials that lack the scope. The message never quotes a token."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(message)
+
+
 class Forbidden(ServiceError):
     """A restricted API group (--http-restricted-api) called without its header; never names the value."""
 
@@ -203,6 +212,7 @@ class BodyTooLarge(StarletteHTTPException):
 # The gRPC status of each HTTP status, as Triton maps its errors (grpc.StatusCode names; service/api/grpc).
 GRPC_CODES = {
     400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
     415: "INVALID_ARGUMENT",
     422: "INVALID_ARGUMENT",
     403: "PERMISSION_DENIED",

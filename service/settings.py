@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fitstore import DEFAULT as DEFAULT_STORE
@@ -283,6 +283,16 @@ class Settings(BaseSettings):
     max_concurrent_loads: int = Field(
         2, ge=1, le=64, description="models loading at once; more wait for a slot within queue_timeout_s, then get 503"
     )
+    # Model access (service/auth/, docs/access.md).
+    access_default: Literal["public", "restricted"] = Field(
+        "public", description="the policy of a model whose config.pbtxt has no access parameter"
+    )
+    access_secret: SecretStr = Field(
+        SecretStr(""),
+        description="the key that signs access tokens, at least 32 characters, the same on every replica; "
+        "empty: random at start (tokens end with the process)",
+    )
+    access_token_ttl_s: int = Field(300, ge=10, le=86_400, description="seconds an access token lives")
     http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
         default_factory=list,
         description="API[,API...]:HEADER=VALUE groups that need that header; "
@@ -302,6 +312,13 @@ class Settings(BaseSettings):
         if info.field_name == "http_restricted_api":
             return [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value]
+
+    @field_validator("access_secret")
+    @classmethod
+    def _access_secret(cls, value: SecretStr) -> SecretStr:
+        if value.get_secret_value() and len(value.get_secret_value().encode()) < 32:
+            raise ValueError("must be at least 32 bytes (it signs the access tokens)")
+        return value
 
     @field_validator("memory_budget", "session_cache_bytes")
     @classmethod
@@ -358,6 +375,8 @@ class Settings(BaseSettings):
                 continue
             if key == "http_restricted_api":
                 value = json.dumps([g.spec() for g in self.http_restricted_api])
+            elif isinstance(value, SecretStr):
+                value = value.get_secret_value()
             elif isinstance(value, list):
                 value = json.dumps(value)
             env[f"INR_{key.upper()}"] = str(value)

@@ -13,6 +13,7 @@ from fastapi import Depends, Path, Request
 
 from modelrepo import NAME_MAX
 
+from ..auth.policy import ANONYMOUS, Caller
 from ..engine.dataplane import DataPlane
 from ..engine.registry import Registry
 from ..engine.tasks import DigitsRuntime, ImageRuntime
@@ -33,6 +34,14 @@ async def get_dataplane(request: Request) -> DataPlane:
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
+
+
+def get_caller(request: Request) -> Caller:
+    """Who sent the request (service/server/model_access.py puts it in the request's state)."""
+    return request.scope.get("state", {}).get("caller", ANONYMOUS)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
 DataPlaneDep = Annotated[DataPlane, Depends(get_dataplane)]
 ModelName = Annotated[str, Path(description="model folder name", examples=["astronaut"], max_length=NAME_MAX)]
 

@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from telemetry import tracing
 
+from ..auth.policy import ANONYMOUS, Caller
 from ..errors import BadInput, ModelNotFound
 from .registry import ModelState, Registry
 from .state import folder_stamp, folder_unchanged
@@ -251,15 +252,17 @@ class ModelControl:
         self._explicit_only("unload")
         await run_in_threadpool(self._unload, name)
 
-    def index(self, ready_only: bool = False, limit: int | None = None, after: str = "") -> list[dict]:
+    def index(
+        self, ready_only: bool = False, limit: int | None = None, after: str = "", caller: Caller = ANONYMOUS
+    ) -> list[dict]:
         """Triton's repository index: every model in the repository or loaded, with its state, by name; with
         `limit`, the first `limit` models after `after` (a page). Blocking (it lists the repository, and reads
         the models on the page not yet read): call it from a worker thread."""
         listed = self.registry.listing is not None
         names = sorted(set(self.registry.scan()) | set(self.registry.models) | self.loading)
-        names = [n for n in names if n > after]
+        names = self.registry.names_for(caller, (n for n in names if n > after), limit)
         rows = []
-        for n in names[:limit] if limit else names:
+        for n in names:
             state = self.registry.models.get(n)
             if state is None and listed and n not in self.loading:
                 try:

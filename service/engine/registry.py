@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from modelrepo import NAME_RE, ModelSpec, SpecError, read_spec, version_numbers
+from modelrepo import NAME_RE, ModelSpec, SpecError, read_access, read_spec, version_numbers
+from modelrepo.access import PUBLIC, RESTRICTED, Access
 
+from ..auth.policy import ANONYMOUS, Caller
 from ..errors import ModelNotFound, ModelNotReady, NotLoaded, WrongTask
 from .runtime import ModelRuntime, RuntimeOptions
 from .state import ModelState, folder_stamp
@@ -46,6 +48,8 @@ class Registry:
         self.root = Path(root)
         self.options = options
         self.residency = residency
+        self.access_default = PUBLIC  # INR_ACCESS_DEFAULT: the policy of a model whose config.pbtxt names none
+        self._access: dict[str, tuple[int | None, Access]] = {}  # listed models' policies (`access_of`)
         self.listing: dict[str, Path] | None = None  # on-demand: the folders listed, described when asked for
         self.stamps: dict[str, tuple] = {}  # each model's folder_stamp when it was last read (control.py's rescan)
         self._models: Mapping[str, ModelState] = {}
@@ -82,6 +86,47 @@ class Registry:
         """Every model served or listed, sorted."""
         return sorted(set(self.listing or ()) | set(self._models))
 
+    def names_for(self, caller: Caller, names: Iterable[str] | None = None, limit: int | None = None) -> list[str]:
+        """The names `caller` may see, sorted, at most `limit`: a restricted model is not listed to someone who may
+        not read it."""
+        default, out = self.access_default, []
+        for n in self.names() if names is None else sorted(names):
+            if limit is not None and len(out) >= limit:
+                break
+            if caller.may_read(n, self.access_of(n) or Access(RESTRICTED), default):
+                out.append(n)
+        return out
+
+    def public(self, names: Iterable[str]) -> list[str]:
+        """The names anyone may see (what an error that lists models shows)."""
+        return self.names_for(ANONYMOUS, names)
+
+    def access_of(self, name: str) -> Access | None:
+        """The model's access policy (modelrepo/access.py); None for a name that is no model. A model not read yet
+        reads its config.pbtxt alone (`read_access`), remembered while the file is unchanged.
+        A config.pbtxt that does not parse counts as restricted: the model fails at its load anyway."""
+        state = self._models.get(name)
+        if state is not None and state.spec is not None:
+            return state.spec.access
+        if not NAME_RE.match(name):
+            return None  # no model has this name; never a path out of the repository
+        path = self.root / name
+        try:
+            stamp = os.stat(path / "config.pbtxt").st_mtime_ns
+        except OSError:
+            stamp = None
+            if state is None and (self.listing is None or name not in self.listing):
+                return None  # no such model (or not one this server could read)
+        known = self._access.get(name)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        try:
+            access = read_access(path)
+        except SpecError:
+            access = Access(RESTRICTED)
+        self._access[name] = (stamp, access)
+        return access
+
     def resident_names(self) -> set[str]:
         """The models with a version in memory now (the residency's table; every loaded one when there is none)."""
         if self.residency is not None:
@@ -96,7 +141,7 @@ class Registry:
         if state is None and self.listing is not None and name in self.listing:
             state = self.describe(name)
         if state is None:
-            raise ModelNotFound(name, self.names())
+            raise ModelNotFound(name, self.public(self.names()))
         return state
 
     # -- requests (on the event loop) -------------------------------------------------------------
@@ -150,7 +195,7 @@ class Registry:
             if state is None:
                 path = self.root / name
                 if not path.is_dir():
-                    raise ModelNotFound(name, self.names())
+                    raise ModelNotFound(name, self.public(self.names()))
                 stamp = folder_stamp(path)
                 state = self._build(name, path, None, load=False)
                 self._set(name, state, None, stamp)
@@ -177,12 +222,12 @@ class Registry:
         name run one after the other. `load=False` (on-demand): new versions are described, not loaded.
         """
         if not NAME_RE.match(name):
-            raise ModelNotFound(name, list(self.scan()))
+            raise ModelNotFound(name, self.public(self.scan()))
         with self._lock(name):
             path = self.root / name
             old = self._models.get(name)
             if not path.is_dir():
-                raise ModelNotFound(name, list(self.scan()))
+                raise ModelNotFound(name, self.public(self.scan()))
             stamp = folder_stamp(path)
             state = self._build(name, path, old, load)
             self._set(name, state, old, stamp)
@@ -194,7 +239,7 @@ class Registry:
         with self._lock(name):
             old = self._models.get(name)
             if old is None:
-                raise ModelNotFound(name, list(self._models))
+                raise ModelNotFound(name, self.public(self._models))
             self._set(name, None, old)
 
     # -- internals --------------------------------------------------------------------------------

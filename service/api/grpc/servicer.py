@@ -20,7 +20,18 @@ from tritonclient.grpc import service_pb2 as pb
 from telemetry import tracing
 
 from ...access import carries_key
-from ...errors import BadInput, DeadlineExceeded, Forbidden, NotLoaded, QueueTimeout, ServiceError, grpc_code
+from ...auth.caller import NotAuthenticated, from_values
+from ...auth.policy import Caller, decide
+from ...errors import (
+    AccessDenied,
+    BadInput,
+    DeadlineExceeded,
+    Forbidden,
+    NotLoaded,
+    QueueTimeout,
+    ServiceError,
+    grpc_code,
+)
 from ..v2.infer import config_of, metadata_of, model_version, resolve, run
 from ..v2.routes import EXTENSIONS
 from .convert import from_json, infer_request, infer_response, model_config, parameter
@@ -60,6 +71,7 @@ def rpc(group: str, infer: bool = False):
                 self.admit(fn.__name__, group, context)
                 if isinstance(request, Malformed):
                     raise BadInput(request.text)
+                self.check_model(getattr(request, "name", "") or getattr(request, "model_name", ""), context)
                 return await fn(self, request, context)
             except ServiceError as e:
                 status = e.status
@@ -87,6 +99,7 @@ class InferenceService:
         self.registry, self.dataplane, self.control = state.registry, state.dataplane, state.control
         self.metrics, self.drain, self.version = state.metrics, state.drain, state.version
         self.by_api = {api: g for g in state.settings.http_restricted_api for api in g.apis}
+        self.signer = state.signer
 
     def count(self, request, method: str, status: int, start: float, version: str = "") -> None:
         """An inference call in the request metrics, labelled as the HTTP ones are: the model (when it is one of
@@ -94,6 +107,23 @@ class InferenceService:
         name = getattr(request, "model_name", "")
         model = name if name in self.registry.models else ""
         self.metrics.request(model, f"/{SERVICE}/{method}", "GRPC", status, time.perf_counter() - start, version)
+
+    def caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        """From the `authorization` metadata, as over HTTP (service/auth/caller.py); no cookies over gRPC."""
+        sent = [v for k, v in context.invocation_metadata() or () if k.lower() == "authorization"]
+        try:
+            value = sent[0] if sent else None
+            return from_values(self.signer, value.decode() if isinstance(value, bytes) else value, None)
+        except NotAuthenticated as e:
+            raise AccessDenied(401, str(e)) from None
+
+    def check_model(self, name: str, context: grpc.aio.ServicerContext) -> None:
+        """The model's access policy against the caller (no substitute over gRPC: no renders here)."""
+        access = self.registry.access_of(name) if name else None
+        if access is not None:
+            decision = decide(self.caller(context), name, access, self.registry.access_default)
+            if not decision.allowed:
+                raise AccessDenied(decision.status, decision.reason)
 
     def admit(self, method: str, group: str, context: grpc.aio.ServicerContext) -> None:
         if self.drain.draining and method != "ServerLive":
@@ -148,10 +178,11 @@ class InferenceService:
             model = resolve(self.registry, request.name, request.version, ready=True)
             stats = [self.metrics.stats_json(model.name, model_version(model))]
         else:
+            shown = set(self.registry.names_for(self.caller(context), self.registry.models))
             stats = [
                 self.metrics.stats_json(m.name, model_version(m.serving))
                 for m in self.registry.models.values()
-                if m.ready
+                if m.ready and m.name in shown
             ]
         return from_json({"model_stats": stats}, pb.ModelStatisticsResponse())
 
@@ -186,6 +217,7 @@ class InferenceService:
             try:
                 if isinstance(request, Malformed):
                     raise BadInput(request.text)
+                self.check_model(request.model_name, context)
                 yield pb.ModelStreamInferResponse(infer_response=await self._infer(request, context.time_remaining()))
             except ServiceError as e:
                 status = e.status
@@ -202,7 +234,7 @@ class InferenceService:
     # -- model repository ------------------------------------------------------------------------
     @rpc("model-repository")
     async def RepositoryIndex(self, request, context):
-        rows = await run_in_threadpool(self.control.index, request.ready)
+        rows = await run_in_threadpool(self.control.index, request.ready, None, "", self.caller(context))
         return from_json({"models": rows}, pb.RepositoryIndexResponse())
 
     @rpc("model-repository")

@@ -38,7 +38,7 @@ from modelrepo.serving import ImageSource
 
 from ...engine.runtime import ModelRuntime
 from ...errors import NotFound, ServiceError
-from ..deps import RegistryDep, SettingsDep
+from ..deps import CallerDep, RegistryDep, SettingsDep
 from .info import Identifier, base_url, image_id, image_size, resolve
 
 config.configs["helpers.auto_fields.AutoLang"].auto_lang = "en"  # plain strings become {"en": [...]}
@@ -170,10 +170,10 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
         response_class=Response,
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Collection"}},
     )
-    async def collection(request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
+    async def collection(request: Request, registry: RegistryDep, settings: SettingsDep, caller: CallerDep) -> Response:
         """A IIIF Presentation 3.0 Collection of every ready image model's Manifest; past INR_IIIF_COLLECTION_PAGE
         models (1,000), a Collection of Collections, one per page of models by name (collection/N.json)."""
-        names, size = registry.names(), settings.iiif_collection_page
+        names, size = await run_in_threadpool(registry.names_for, caller), settings.iiif_collection_page
         base = base_url(request, settings)
         if len(names) <= size:
             refs = await run_in_threadpool(manifest_refs, request, settings, registry, names)
@@ -193,9 +193,11 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
         response_class=Response,
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "a page of the Collection"}},
     )
-    async def collection_page(request: Request, page: int, registry: RegistryDep, settings: SettingsDep) -> Response:
+    async def collection_page(
+        request: Request, page: int, registry: RegistryDep, settings: SettingsDep, caller: CallerDep
+    ) -> Response:
         """Page `page` (from 1) of the Collection: the ready image models among that page's models by name."""
-        names, size = registry.names(), settings.iiif_collection_page
+        names, size = await run_in_threadpool(registry.names_for, caller), settings.iiif_collection_page
         count = max(1, -(-len(names) // size))
         if not 1 <= page <= count:
             raise NotFound(f"no page {page} of the collection; pages: 1 to {count}")

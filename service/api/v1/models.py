@@ -14,7 +14,7 @@ from modelrepo import NAME_MAX, ImageSource
 
 from ...engine.registry import ModelState
 from ...errors import ModelNotFound, NoPreview
-from ..deps import ModelName, RegistryDep
+from ..deps import CallerDep, ModelName, RegistryDep
 from ..schemas import ErrorBody, ModelInfo, ModelList, ModelSummary, TensorInfo, VersionInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -111,13 +111,14 @@ def model_info(m: ModelState) -> ModelInfo:
 @router.get("", response_model=ModelList, response_model_exclude_unset=True)
 def list_models(
     registry: RegistryDep,
+    caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=PAGE, description="models per page")] = PAGE,
     after: Annotated[str, Query(max_length=NAME_MAX, description="the last name of the page before")] = "",
     q: Annotated[str, Query(max_length=NAME_MAX, description="only names that contain this, any case")] = "",
 ) -> ModelList:
     """One small summary per model, by name, a page at a time (`next`); GET /v1/models/NAME has the detail."""
     wanted = q.lower()
-    names = [n for n in registry.names() if n > after and wanted in n.lower()]
+    names = registry.names_for(caller, (n for n in registry.names() if n > after and wanted in n.lower()), limit + 1)
     models = []
     for name in names[:limit]:
         try:

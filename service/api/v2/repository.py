@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...engine.control import ModelControl
 from ...errors import BadInput
-from ..deps import ModelName
+from ..deps import CallerDep, ModelName
 from ..jsonbody import JSONError, loads
 from ..schemas import ErrorBody
 
@@ -61,7 +61,7 @@ def parameters(body: dict, allowed: set[str]) -> dict:
 
 
 @router.post("/index", responses=ERRORS, openapi_extra=BODY)
-async def repository_index(control: ControlDep, body: Body) -> list[dict]:
+async def repository_index(control: ControlDep, body: Body, caller: CallerDep) -> list[dict]:
     """Every model in the repository (loaded or not) with its versions, states and reasons; a READY version that
     is not in memory says so in its reason (it loads on first use). `{"limit": N, "after": NAME}` (an extension)
     pages through a large repository by name."""
@@ -73,7 +73,7 @@ async def repository_index(control: ControlDep, body: Body) -> list[dict]:
         raise BadInput(f"limit: expected a whole number of models of at least 1, got {limit!r}")
     if not isinstance(after, str):
         raise BadInput(f"after: expected the last model name of the page before, got {after!r}")
-    return await run_in_threadpool(control.index, ready, limit, after)
+    return await run_in_threadpool(control.index, ready, limit, after, caller)
 
 
 @router.post("/models/{name}/load", responses=ERRORS, openapi_extra=BODY)

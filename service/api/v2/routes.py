@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from ...errors import BadInput, NotLoaded
 from ...hotroutes import hot
-from ..deps import ModelName, RegistryDep
+from ..deps import CallerDep, ModelName, RegistryDep
 from ..schemas import ErrorBody
 from .infer import config_of, infer, metadata_of, model_version, resolve
 from .tensors import HEADER, decompress, parse_request
@@ -113,15 +113,16 @@ async def ready(registry: RegistryDep) -> dict:
 
 
 @router.get("/models/stats", responses=ERRORS)
-async def all_stats(request: Request, registry: RegistryDep) -> dict:
+async def all_stats(request: Request, registry: RegistryDep, caller: CallerDep) -> dict:
     """Statistics of every ready model (Triton's statistics extension)."""
     if not registry.loaded:
         raise NotLoaded("models are still loading")
+    shown = set(registry.names_for(caller, registry.models))
     return {
         "model_stats": [
             request.app.state.metrics.stats_json(m.name, model_version(m.serving))
             for m in registry.models.values()
-            if m.ready
+            if m.ready and m.name in shown
         ]
     }
 
