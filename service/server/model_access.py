@@ -1,0 +1,89 @@
+"""Model access over HTTP (docs/access.md): every route whose path names a model (`{name}` in its template: v1,
+V2, the repository, IIIF) is checked against that model's policy before the route runs or its body is read.
+
+The routes are read from the app's routing table, so a new route that names a model is checked without being
+listed here (tests/service/server/test_model_access.py asks every one of them). The caller (service/auth/caller.py)
+is put in the request's state for the routes that list models, which show a caller only what it may read.
+Credentials that were sent but are not valid are a 401 on every route, whichever model it names.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from fastapi.routing import iter_route_contexts
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from modelrepo.access import Access
+
+from ..auth.caller import NotAuthenticated, from_scope
+from ..auth.policy import decide
+from ..auth.tokens import Signer
+from ..errors import error_response
+
+Route = tuple[re.Pattern, bool]
+
+
+def renders(template: str) -> bool:
+    """A route whose answer a substitute may give: an IIIF image request or info.json, a v1 render."""
+    return (
+        template.startswith("/iiif/3/{name}/")
+        and not template.endswith("manifest.json")
+        or template.endswith("/render")
+    )
+
+
+def model_routes(routes) -> list[Route]:
+    """(path regex, renders) of every route whose template names a model, included routers flattened."""
+    table = []
+    for ctx in iter_route_contexts(routes):
+        regex, template = getattr(ctx, "path_regex", None), ctx.path_format or ""
+        if regex is not None and "{name}" in template:
+            table.append((regex, renders(template)))
+    return table
+
+
+def challenge(status: int, message: str, error: str = "") -> Callable:
+    headers = {"WWW-Authenticate": f'Bearer realm="inr-serve"{f", error={chr(34)}{error}{chr(34)}" if error else ""}'}
+    return error_response(status, message, headers if status == 401 else None)
+
+
+class ModelAccess:
+    """ASGI middleware: the caller in `scope["state"]["caller"]`; 401/403 for a model it may not read."""
+
+    def __init__(self, app: ASGIApp, signer: Signer, access_of: Callable[[str], Access | None], default: str):
+        self.app, self.signer, self.access_of, self.default = app, signer, access_of, default
+        self.table: list[Route] | None = None
+
+    def model(self, scope: Scope) -> tuple[str | None, bool]:
+        """The model the request's route names, from the first route whose path matches, and whether it renders."""
+        if self.table is None:
+            self.table = model_routes(scope["app"].routes)
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        for regex, render in self.table:
+            m = regex.match(path)
+            if m is not None:
+                return m.group("name"), render
+        return None, False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            caller = from_scope(self.signer, scope)
+        except NotAuthenticated as e:
+            return await challenge(401, str(e), "invalid_token")(scope, receive, send)
+        scope.setdefault("state", {})["caller"] = caller
+        name, render = self.model(scope)
+        access = self.access_of(name) if name is not None else None
+        if access is not None:
+            decision = decide(caller, name, access, self.default)
+            if not decision.allowed:
+                if decision.substitute and render:
+                    scope["state"]["substitute"] = decision  # the route checks its output's size against it
+                else:
+                    return await challenge(decision.status, decision.reason)(scope, receive, send)
+        await self.app(scope, receive, send)

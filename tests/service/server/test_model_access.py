@@ -1,0 +1,183 @@
+"""Model access on the real server (docs/access.md): a restricted model is refused on every route that names a model
+(the routes are read from the app's routing table, so a new route cannot miss the check), hidden from every list,
+and served to a token with its scope; bad tokens are 401s that never quote the token."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+
+import httpx
+import pytest
+from fastapi.routing import iter_route_contexts
+
+from service.app import create_app
+from service.auth.tokens import Signer
+from service.settings import Settings
+from tests.servers import Server
+from tests.service.engine.test_residency import copy_model
+
+SECRET = "s" * 40
+RESTRICTED = 'parameters { key: "access" value { string_value: "restricted" } }\n'
+SCOPES = 'parameters { key: "access_scopes" value { string_value: "staff" } }\n'
+# a value for each path parameter of a route, so that a request would reach its model
+VALUES = {"version": "1", "region": "full", "size": "max", "rotation": "0", "quality_format": "default.png"}
+
+
+def restrict(folder, extra: str = "") -> None:
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text() + RESTRICTED + extra)
+
+
+@pytest.fixture(scope="module")
+def repo(model_repo, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("access")
+    copy_model(model_repo / "astronaut", repo / "open")
+    copy_model(model_repo / "astronaut", repo / "secret")
+    restrict(repo / "secret", SCOPES)
+    shutil.copytree(model_repo / "digits", repo / "digits")
+    restrict(repo / "digits")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def srv(repo):
+    s = Server(repo, env={"INR_ACCESS_SECRET": SECRET, "INR_MODEL_CONTROL_MODE": "explicit", "INR_LOAD_MODEL": "*"})
+    with s.running():
+        yield s
+
+
+def token(scopes=("staff",), key: str = SECRET, ttl: int = 60, kind: str = "access", models=None) -> str:
+    return Signer(key.encode()).issue("tester", scopes, ttl, kind, models)[0]
+
+
+def model_routes() -> list[tuple[str, str]]:
+    """(method, path template) of every route of the app whose path names a model."""
+    app = create_app(Settings(models="models"))
+    out = []
+    for ctx in iter_route_contexts(app.routes):
+        template = getattr(ctx, "path_format", "") or ""
+        if "{name}" in template:
+            out += [(m, template) for m in sorted(ctx.methods or ()) if m != "HEAD"]
+    assert len(out) >= 24  # v1, V2, the repository and IIIF
+    return out
+
+
+ROUTES = model_routes()
+
+
+def path_of(template: str, name: str) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: name if m.group(1) == "name" else VALUES[m.group(1)], template)
+
+
+def call(srv, method: str, path: str, headers=None) -> httpx.Response:
+    return httpx.request(method, srv.url + path, headers=headers or {}, json={}, timeout=60)
+
+
+@pytest.mark.parametrize("method,template", ROUTES, ids=[f"{m} {t}" for m, t in ROUTES])
+def test_every_route_that_names_a_model_refuses_a_restricted_one(srv, method, template):
+    r = call(srv, method, path_of(template, "secret"))
+    assert r.status_code == 401, (r.status_code, r.text)
+    assert "restricted" in r.json()["error"] and r.headers["www-authenticate"].startswith("Bearer")
+    r = call(srv, method, path_of(template, "secret"), {"Authorization": f"Bearer {token(('other',))}"})
+    assert r.status_code == 403 and "staff" in r.json()["error"], r.text
+    # with the scope, the route answers as it would for a public model (whatever that is for an empty body)
+    allowed = call(srv, method, path_of(template, "secret"), {"Authorization": f"Bearer {token()}"})
+    public = call(srv, method, path_of(template, "open"))
+    assert allowed.status_code == public.status_code, (allowed.text, public.text)
+    if template.endswith("/unload"):  # both were unloaded: load them again for the routes after this one
+        for name in ("open", "secret"):
+            assert call(srv, "POST", f"/v2/repository/models/{name}/load", {"Authorization": f"Bearer {token()}"})
+
+
+LISTS = [
+    ("GET", "/v1/models"),
+    ("POST", "/v2/repository/index"),
+    ("GET", "/v2/models/stats"),
+    ("GET", "/iiif/3/collection.json"),
+]
+
+
+@pytest.mark.parametrize("method,path", LISTS)
+def test_lists_show_a_restricted_model_only_to_who_may_read_it(srv, method, path):
+    anonymous = call(srv, method, path).text
+    assert "open" in anonymous and "secret" not in anonymous and "digits" not in anonymous
+    staff = call(srv, method, path, {"Authorization": f"Bearer {token()}"}).text
+    assert "secret" in staff and "digits" not in staff  # digits needs the scope read
+    reader = call(srv, method, path, {"Authorization": f"Bearer {token(('read',))}"}).text
+    assert ("digits" in reader or "iiif" in path) and "secret" not in reader  # the collection: image models only
+
+
+def test_an_unknown_model_lists_the_public_ones_only(srv):
+    for headers in ({}, {"Authorization": f"Bearer {token()}"}):
+        r = httpx.get(f"{srv.url}/v1/models/nothing-here", headers=headers)
+        assert r.status_code == 404 and r.json()["error"] == "unknown model 'nothing-here'; models: open"
+
+
+def test_scoped_tokens_read_what_they_name(srv):
+    r = httpx.post(
+        f"{srv.url}/v1/models/secret/query",
+        json={"coords": [[0.5, 0.5]]},
+        headers={"Authorization": f"Bearer {token()}"},
+    )
+    assert r.status_code == 200, r.text
+    only_open = token(("staff",), models=["open"])
+    r = httpx.post(
+        f"{srv.url}/v1/models/secret/query", json={"coords": [[0.5, 0.5]]}, headers={"Authorization": f"Bearer {only_open}"}
+    )
+    assert r.status_code == 403, r.text
+    admin = token(("admin",))
+    r = httpx.get(f"{srv.url}/v1/models/digits", headers={"Authorization": f"Bearer {admin}"})
+    assert r.status_code == 200, r.text
+
+
+BAD = {
+    "expired": lambda: token(ttl=-5),
+    "signed with another key": lambda: token(key="k" * 40),
+    "a session token": lambda: token(kind="session"),
+    "not a token": lambda: "abc.def.ghi",
+    "tampered": lambda: token()[:-3] + "AAA",
+}
+
+
+@pytest.mark.parametrize("why", BAD)
+def test_a_bad_token_is_a_401_that_does_not_quote_it(srv, why):
+    bad = BAD[why]()
+    r = httpx.get(f"{srv.url}/v1/models/open", headers={"Authorization": f"Bearer {bad}"})
+    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer"), r.text
+    assert bad not in r.text and bad[:20] not in r.text and r.json()["error"]
+
+
+def test_a_token_in_the_query_string_is_refused(srv):
+    good = token()
+    for key in ("access_token", "token"):
+        r = httpx.get(f"{srv.url}/v1/models/secret", params={key: good})
+        assert r.status_code == 401 and "Authorization header" in r.json()["error"] and good not in r.text
+
+
+def test_other_schemes_and_path_tricks(srv):
+    r = httpx.get(f"{srv.url}/v1/models/secret", headers={"Authorization": "Basic dXNlcjpwYXNz"})
+    assert r.status_code == 401 and "Bearer" in r.json()["error"]
+    for path in ("/v1/models/%2e%2e", "/v1/models/..%2fsecret", "/v1/models/SECRET", "/iiif/3/secret%2Finfo.json"):
+        r = httpx.get(srv.url + path)
+        assert r.status_code in (401, 404) and list(r.json()) == ["error"], (path, r.text)  # nothing of the model
+
+
+def test_the_default_restricts_models_that_say_nothing(model_repo, tmp_path):
+    copy_model(model_repo / "astronaut", tmp_path / "plain")
+    s = Server(tmp_path, "--access-default", "restricted", "--grpc-port", "0", env={"INR_ACCESS_SECRET": SECRET})
+    with s.running():
+        assert httpx.get(f"{s.url}/v1/models/plain").status_code == 401
+        assert "plain" not in httpx.get(f"{s.url}/v1/models").text
+        r = httpx.get(f"{s.url}/v1/models/plain", headers={"Authorization": f"Bearer {token(('read',))}"})
+        assert r.status_code == 200
+
+
+def test_a_token_expires_while_in_use(srv):
+    short = Signer(SECRET.encode()).issue("tester", ("staff",), 1)[0]
+    headers = {"Authorization": f"Bearer {short}"}
+    assert httpx.get(f"{srv.url}/v1/models/secret", headers=headers).status_code == 200
+    time.sleep(2.1)
+    r = httpx.get(f"{srv.url}/v1/models/secret", headers=headers)
+    assert r.status_code == 401 and "expired" in r.json()["error"]
