@@ -53,6 +53,7 @@ OPTIONS = (
     "session_cache",
     "session_cache_bytes",
     "access_default",
+    "access_keys",
     "http_restricted_api",
 )
 SECRET = {"http_restricted_api", "access_secret"}  # never echoed in an error
@@ -146,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("public", "restricted"),
         help="the access of a model whose config.pbtxt names none (INR_ACCESS_DEFAULT, default: public; "
         "docs/access.md); the signing key is INR_ACCESS_SECRET",
+    )
+    p.add_argument(
+        "--access-keys", metavar="FILE", help="the API keys' file (INR_ACCESS_KEYS; python -m service.admin)"
     )
     control.add_argument(
         "--http-restricted-api",

@@ -33,6 +33,8 @@ from .api.grpc import GrpcServer
 from .api.jsonbody import add_body_schemas
 from .api.v1 import classify, fits, health, models, query, render
 from .api.v2 import repository as v2_repository
+from .auth.caller import Authority
+from .auth.keys import KeyStore
 from .auth.tokens import Signer
 from .engine.cache import CacheStore
 from .engine.control import ModelControl
@@ -128,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = Registry(settings.models, options, residency)
     registry.access_default = settings.access_default
     secret = settings.access_secret.get_secret_value()
-    signer = Signer(secret.encode() if secret else None)
+    authority = Authority(Signer(secret.encode() if secret else None), KeyStore(settings.access_keys))
     metrics.watch_models(registry)
     control = ModelControl(
         registry,
@@ -202,7 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.version = app.version
     app.state.registry = registry
-    app.state.signer = signer
+    app.state.authority = authority
     app.state.metrics = metrics
     app.state.drain = drain
     app.state.control = control
@@ -230,7 +232,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     # the caller, and each model's access policy on the routes that name one; a refused body is never read
-    app.add_middleware(ModelAccess, signer=signer, access_of=registry.access_of, default=settings.access_default)
+    app.add_middleware(ModelAccess, authority=authority, access_of=registry.access_of, default=settings.access_default)
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
@@ -239,6 +241,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(TraceRequests)
     for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_api, iiif):
         app.include_router(r.router)
+    app.include_router(iiif.auth_router)  # IIIF Authorization Flow 2.0 (service/api/iiif/auth.py)
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or document_common_codes(add_body_schemas(openapi()))
     if STATIC.is_dir():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
@@ -292,6 +293,14 @@ class Settings(BaseSettings):
         description="the key that signs access tokens, at least 32 characters, the same on every replica; "
         "empty: random at start (tokens end with the process)",
     )
+    access_keys: Path | None = Field(
+        None, description="the API keys' file (hashed; python -m service.admin keys); none: no keys"
+    )
+    access_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="origins (scheme://host[:port]) besides this service's own whose pages may log in and get access "
+        "tokens (IIIF Auth 2.0's token service); comma-separated",
+    )
     access_token_ttl_s: int = Field(300, ge=10, le=86_400, description="seconds an access token lives")
     http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
         default_factory=list,
@@ -299,7 +308,7 @@ class Settings(BaseSettings):
         "several groups separated by ';' (or a JSON list)",
     )
 
-    @field_validator("load_model", "pin_model", "http_restricted_api", mode="before")
+    @field_validator("load_model", "pin_model", "http_restricted_api", "access_origins", mode="before")
     @classmethod
     def _split(cls, value, info):
         """An environment string: a JSON list, or items separated by ',' (models) or ';' (groups)."""
@@ -312,6 +321,14 @@ class Settings(BaseSettings):
         if info.field_name == "http_restricted_api":
             return [RestrictedGroup.parse(v) if isinstance(v, str) else v for v in value]
         return [v.strip() for v in value]
+
+    @field_validator("access_origins")
+    @classmethod
+    def _access_origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
+                raise ValueError(f"'{origin[:80]}' is not an origin: scheme://host[:port], no path or slash at the end")
+        return value
 
     @field_validator("access_secret")
     @classmethod

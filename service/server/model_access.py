@@ -17,30 +17,34 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelrepo.access import Access
 
-from ..auth.caller import NotAuthenticated, from_scope
+from ..auth.caller import Authority, NotAuthenticated, from_scope
 from ..auth.policy import decide
-from ..auth.tokens import Signer
 from ..errors import error_response
 
-Route = tuple[re.Pattern, bool]
+Route = tuple[re.Pattern, str]
+REFUSE, RENDER, DESCRIBE = "refuse", "render", "describe"
+# Routes that answer a refused caller themselves, with the decision in the request's state: the IIIF image
+# information (a 401 whose body still names the auth services, so a client can start the flow) and the auth probe
+# (whose answer is the decision). Everything else that names a model is refused here, except the renders of a
+# model with a substitute, which check their output's size against it.
+DESCRIBES = ("/iiif/3/{name}", "/iiif/3/{name}/info.json", "/iiif/auth/probe/{name}")
 
 
-def renders(template: str) -> bool:
-    """A route whose answer a substitute may give: an IIIF image request or info.json, a v1 render."""
-    return (
-        template.startswith("/iiif/3/{name}/")
-        and not template.endswith("manifest.json")
-        or template.endswith("/render")
-    )
+def kind_of(template: str) -> str:
+    if template in DESCRIBES:
+        return DESCRIBE
+    if template.startswith("/iiif/3/{name}/{region}") or template.endswith("/render"):
+        return RENDER
+    return REFUSE
 
 
 def model_routes(routes) -> list[Route]:
-    """(path regex, renders) of every route whose template names a model, included routers flattened."""
+    """(path regex, kind) of every route whose template names a model, included routers flattened."""
     table = []
     for ctx in iter_route_contexts(routes):
         regex, template = getattr(ctx, "path_regex", None), ctx.path_format or ""
         if regex is not None and "{name}" in template:
-            table.append((regex, renders(template)))
+            table.append((regex, kind_of(template)))
     return table
 
 
@@ -52,38 +56,39 @@ def challenge(status: int, message: str, error: str = "") -> Callable:
 class ModelAccess:
     """ASGI middleware: the caller in `scope["state"]["caller"]`; 401/403 for a model it may not read."""
 
-    def __init__(self, app: ASGIApp, signer: Signer, access_of: Callable[[str], Access | None], default: str):
-        self.app, self.signer, self.access_of, self.default = app, signer, access_of, default
+    def __init__(self, app: ASGIApp, authority: Authority, access_of: Callable[[str], Access | None], default: str):
+        self.app, self.authority, self.access_of, self.default = app, authority, access_of, default
         self.table: list[Route] | None = None
 
-    def model(self, scope: Scope) -> tuple[str | None, bool]:
-        """The model the request's route names, from the first route whose path matches, and whether it renders."""
+    def model(self, scope: Scope) -> tuple[str | None, str]:
+        """The model the request's route names (an IIIF identifier's `@VERSION` left out), from the first route
+        whose path matches, and the route's kind."""
         if self.table is None:
             self.table = model_routes(scope["app"].routes)
         path, root = scope["path"], scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root) :]
-        for regex, render in self.table:
+        for regex, kind in self.table:
             m = regex.match(path)
             if m is not None:
-                return m.group("name"), render
-        return None, False
+                return m.group("name").partition("@")[0], kind
+        return None, REFUSE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         try:
-            caller = from_scope(self.signer, scope)
+            caller = from_scope(self.authority, scope)
         except NotAuthenticated as e:
             return await challenge(401, str(e), "invalid_token")(scope, receive, send)
         scope.setdefault("state", {})["caller"] = caller
-        name, render = self.model(scope)
+        name, kind = self.model(scope)
         access = self.access_of(name) if name is not None else None
         if access is not None:
             decision = decide(caller, name, access, self.default)
             if not decision.allowed:
-                if decision.substitute and render:
-                    scope["state"]["substitute"] = decision  # the route checks its output's size against it
+                if kind == DESCRIBE or (kind == RENDER and decision.substitute):
+                    scope["state"]["refused"] = decision  # the route answers, or checks its size against it
                 else:
                     return await challenge(decision.status, decision.reason)(scope, receive, send)
         await self.app(scope, receive, send)

@@ -99,7 +99,7 @@ class InferenceService:
         self.registry, self.dataplane, self.control = state.registry, state.dataplane, state.control
         self.metrics, self.drain, self.version = state.metrics, state.drain, state.version
         self.by_api = {api: g for g in state.settings.http_restricted_api for api in g.apis}
-        self.signer = state.signer
+        self.authority = state.authority
 
     def count(self, request, method: str, status: int, start: float, version: str = "") -> None:
         """An inference call in the request metrics, labelled as the HTTP ones are: the model (when it is one of
@@ -113,7 +113,7 @@ class InferenceService:
         sent = [v for k, v in context.invocation_metadata() or () if k.lower() == "authorization"]
         try:
             value = sent[0] if sent else None
-            return from_values(self.signer, value.decode() if isinstance(value, bytes) else value, None)
+            return from_values(self.authority, value.decode() if isinstance(value, bytes) else value, None)
         except NotAuthenticated as e:
             raise AccessDenied(401, str(e)) from None
 

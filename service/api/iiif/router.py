@@ -18,15 +18,16 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from modelrepo.access import RESTRICTED, Access
 from telemetry import tracing
 
-from ...errors import NotFound, ServiceError, error_response, validation_message
+from ...errors import AccessDenied, NotFound, ServiceError, error_response, validation_message
 from ...render.cache import etag_matches
 from ...render.imaging import MEDIA_TYPES
 from ...render.service import RenderJob, cache_control
 from ..deps import RegistryDep, SettingsDep
 from ..schemas import ErrorBody
-from . import manifest, post
+from . import auth, manifest, post
 from .info import (
     INFO_MEDIA_TYPE,
     PREFIX,
@@ -83,8 +84,21 @@ router = APIRouter(prefix=PREFIX, tags=["IIIF Image API 3.0"], route_class=IIIFR
 manifest.add_routes(router, GET_HEAD)  # Presentation 3: /collection.json and /{name}/manifest.json, first
 
 
-def _caching(settings, etag: str) -> dict:
-    return {"ETag": etag, "Cache-Control": f"public, max-age={settings.iiif_max_age}"}
+def limit_to(doc: dict, long_side: int) -> dict:
+    """The information of a substitute: the sizes and tile scale factors of at most `long_side` pixels."""
+    scale = long_side / max(doc["width"], doc["height"])
+    factors = [f for f in doc["tiles"][0]["scaleFactors"] if 1 / f <= scale] or doc["tiles"][0]["scaleFactors"][-1:]
+    return {
+        **doc,
+        "maxWidth": max(1, int(doc["width"] * scale)),
+        "maxHeight": max(1, int(doc["height"] * scale)),
+        "tiles": [{**doc["tiles"][0], "scaleFactors": factors}],
+        "sizes": [s for s in doc["sizes"] if max(s["width"], s["height"]) <= long_side],
+    }
+
+
+def _caching(settings, etag: str, private: bool = False) -> dict:
+    return {"ETag": etag, "Cache-Control": f"{'private' if private else 'public'}, max-age={settings.iiif_max_age}"}
 
 
 def _etag(model, key: str) -> str:
@@ -109,10 +123,20 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     width, height = image_size(model.metadata)
     service_id = image_id(request, settings, ident)
     doc = info_document(service_id, width, height, settings.max_render_pixels, settings.iiif_zoom)
+    refused = request.scope.get("state", {}).get("refused")
+    restricted = (registry.access_of(model.name) or Access()).effective(registry.access_default) == RESTRICTED
+    if restricted:
+        doc["service"] = auth.services(request, settings, str(ident))  # IIIF Auth 2.0, whoever asks
+        if refused is not None:  # the auth services still told (a client starts the flow from them), no pixels
+            if not refused.substitute:
+                return JSONResponse(doc, status_code=refused.status, headers={"Cache-Control": "no-store"})
+            doc = limit_to(doc, refused.substitute)
     accept = request.headers.get("accept", "")
     media = "application/json" if "application/json" in accept and "ld+json" not in accept else INFO_MEDIA_TYPE
-    etag = _etag(model, f"{service_id}|{width}x{height}|{settings.max_render_pixels}|{settings.iiif_zoom}")
-    headers = {**_caching(settings, etag), "Link": f'<{PROFILE_URI}>;rel="profile"'}
+    etag = _etag(
+        model, f"{service_id}|{width}x{height}|{settings.max_render_pixels}|{settings.iiif_zoom}|{doc['maxWidth']}"
+    )
+    headers = {**_caching(settings, etag, restricted), "Link": f'<{PROFILE_URI}>;rel="profile"', "Vary": "Cookie"}
     if etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
     return JSONResponse(doc, media_type=media, headers=headers)
@@ -153,15 +177,25 @@ async def image(
     ):
         req = ImageRequest.parse(region, size, rotation, quality_format)
         p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
+    refused = request.scope.get("state", {}).get("refused")
+    if refused is not None and max(width, height) * p.size[0] > refused.substitute * p.box.w * (1 + 1e-9) + p.box.w:
+        raise AccessDenied(
+            refused.status,
+            f"{refused.reason}; without it, only renders of the whole image at most {refused.substitute} pixels on "
+            "its long side (the substitute) are public",
+        )
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
     service_id = image_id(request, settings, ident)
     link = f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'
     job = RenderJob(p.render.spec(), p.render.format, JPEG_QUALITY, post.finisher(p, width, height), post.key(p))
     pinned = ident.version is not None
+    caching = cache_control(settings, pinned, settings.iiif_max_age)
+    if (registry.access_of(model.name) or Access()).effective(registry.access_default) == RESTRICTED:
+        caching = caching.replace("public", "private")  # a shared cache must not hand it to the next caller
     rendered = await request.app.state.renderer.render(
         model,
         job,
-        cache_control=cache_control(settings, pinned, settings.iiif_max_age),
+        cache_control=caching,
         if_none_match=request.headers.get("if-none-match"),
         is_disconnected=request.is_disconnected,
     )
