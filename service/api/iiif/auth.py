@@ -133,12 +133,18 @@ def substitute(request: Request, settings, name: str, access: Access) -> dict:
     }
 
 
-def page(title: str, body: str, script: str = "") -> HTMLResponse:
+def page(title: str, body: str, script: str = "", frames: list[str] | None = None) -> HTMLResponse:
+    """An HTML page of the flow. `frames`: the origins that may show it in an iframe (the token and logout pages,
+    for the allowed origins); otherwise only this service's own pages may (the login form: no clickjacking)."""
     doc = (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
         f"<body>{body}{f'<script>{script}</script>' if script else ''}</body></html>"
     )
-    return HTMLResponse(doc, headers={"Cache-Control": "no-store", "X-Frame-Options": "SAMEORIGIN"})
+    ancestors = " ".join(["'self'", *(frames or [])])
+    headers = {"Cache-Control": "no-store", "Content-Security-Policy": f"frame-ancestors {ancestors}"}
+    if frames is None:
+        headers["X-Frame-Options"] = "SAMEORIGIN"
+    return HTMLResponse(doc, headers=headers)
 
 
 def js(value) -> str:
@@ -213,7 +219,7 @@ async def token(
             access_token, _ = authority.signer.issue(c.sub, c.scopes, ttl, "access", c.models)
             answer |= {"type": "AuthAccessToken2", "accessToken": access_token, "expiresIn": ttl}
     script = f"window.parent.postMessage({js(answer)}, {js(origin)});"
-    return page("Token", "", script)
+    return page("Token", "", script, settings.access_origins)
 
 
 def error(profile: str, note: str) -> dict:
@@ -221,8 +227,8 @@ def error(profile: str, note: str) -> dict:
 
 
 @router.get("/logout", response_class=HTMLResponse)
-async def logout(request: Request) -> HTMLResponse:
+async def logout(request: Request, settings: SettingsDep) -> HTMLResponse:
     """Forget the session cookie. Access tokens already issued live until their expiry."""
-    response = page("Logged out", "<p>Logged out.</p>")
+    response = page("Logged out", "<p>Logged out.</p>", frames=settings.access_origins)
     response.delete_cookie(COOKIE, httponly=True, samesite="lax", secure=request.url.scheme == "https")
     return response

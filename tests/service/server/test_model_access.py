@@ -13,8 +13,8 @@ import pytest
 from fastapi.routing import iter_route_contexts
 
 from service.app import create_app
-from service.server.model_access import REFUSE, kind_of
 from service.auth.tokens import Signer
+from service.server.model_access import REFUSE, kind_of
 from service.settings import Settings
 from tests.servers import Server
 from tests.service.engine.test_residency import copy_model
@@ -138,7 +138,9 @@ def test_scoped_tokens_read_what_they_name(srv):
     assert r.status_code == 200, r.text
     only_open = token(("staff",), models=["open"])
     r = httpx.post(
-        f"{srv.url}/v1/models/secret/query", json={"coords": [[0.5, 0.5]]}, headers={"Authorization": f"Bearer {only_open}"}
+        f"{srv.url}/v1/models/secret/query",
+        json={"coords": [[0.5, 0.5]]},
+        headers={"Authorization": f"Bearer {only_open}"},
     )
     assert r.status_code == 403, r.text
     admin = token(("admin",))

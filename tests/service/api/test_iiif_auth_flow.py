@@ -1,0 +1,159 @@
+"""IIIF Authorization Flow 2.0 in headless Chromium (Debian's /usr/bin/chromium via Playwright), as a viewer runs it,
+from a page on another origin (tests/service/api/pages/auth_client.html, served by a small HTTP server here):
+probe (401) → open the access service and log in with an API key → a token from the token service's iframe →
+probe (200) → the tiles load → log out (the tiles are refused again; a token issued before lives until it expires).
+Then the attacks on the pages: an origin not allowed, a messageId that carries script, a login with no Origin."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import threading
+
+import httpx
+import pytest
+
+# Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
+from test_viewer import browser  # noqa: F401
+
+from bench.serving import free_port
+from tests.servers import Server
+from tests.service.server.test_model_access import SECRET, repo  # noqa: F401 (fixture)
+
+PAGES = __import__("pathlib").Path(__file__).parent / "pages"
+TILE = "/iiif/3/secret/full/16,/0/default.png"  # the test model is 32²
+
+
+@pytest.fixture(scope="module")
+def client_origin():
+    """The client page's own origin: a plain static server on another port."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(PAGES))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    handler.log_message = lambda *a: None
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def service(repo, client_origin, tmp_path_factory):  # noqa: F811
+    keys = tmp_path_factory.mktemp("keys") / "keys.json"
+    env = {"INR_ACCESS_SECRET": SECRET, "INR_ACCESS_ORIGINS": client_origin, "INR_ACCESS_KEYS": str(keys)}
+    srv = Server(repo, "--grpc-port", "0", env=env)
+    with srv.running():
+        made = __import__("subprocess").run(
+            [
+                __import__("sys").executable,
+                "-m",
+                "service.admin",
+                "keys",
+                "create",
+                "--keys",
+                str(keys),
+                "--name",
+                "curator",
+                "--scope",
+                "staff",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        srv.key = json.loads(made.stdout)["key"]
+        assert srv.key not in made.stderr  # the audit line names the id only
+        yield srv
+
+
+@pytest.fixture
+def page(browser, service, client_origin):  # noqa: F811
+    context = browser.new_context()
+    p = context.new_page()
+    p.goto(f"{client_origin}/auth_client.html?info={service.url}/iiif/3/secret/info.json")
+    yield p
+    context.close()
+
+
+def open_access(page):
+    """What the user's click on "Log in" does: the access service in a new window (the promise resolves when it
+    closes); the window."""
+    with page.context.expect_page() as popup:
+        page.evaluate("() => { window.accessClosed = flow.openAccess(); }")
+    login = popup.value
+    login.wait_for_load_state()
+    return login
+
+
+def log_in(page, key: str) -> None:
+    login = open_access(page)
+    login.fill("input[name=key]", key)
+    login.click("button[type=submit]")
+    assert page.evaluate("window.accessClosed") is True  # the page closed itself
+
+
+def test_the_whole_flow(page, service, client_origin):
+    described = page.evaluate("flow.describe()")
+    assert described["status"] == 401 and described["services"]["profile"] == "active"
+    probe = page.evaluate("flow.probe(null)")
+    assert probe["type"] == "AuthProbeResult2" and probe["status"] == 401 and probe["heading"]["en"]
+    assert page.evaluate(f"flow.tile({json.dumps(service.url + TILE)})") == {"loaded": False}
+    no_session = page.evaluate("flow.token('m0')")
+    assert no_session["data"]["type"] == "AuthAccessTokenError2" and no_session["data"]["profile"] == "missingAspect"
+
+    log_in(page, service.key)
+    got = page.evaluate("flow.token('m1')")
+    assert got["origin"] == service.url and got["data"]["type"] == "AuthAccessToken2"
+    assert got["data"]["messageId"] == "m1" and 0 < got["data"]["expiresIn"] <= 300
+    token = got["data"]["accessToken"]
+    assert page.evaluate(f"flow.probe({json.dumps(token)})")["status"] == 200
+    assert page.evaluate(f"flow.tile({json.dumps(service.url + TILE)})") == {"loaded": True, "width": 16}
+
+    page.evaluate("flow.logout()")
+    assert page.evaluate(f"flow.tile({json.dumps(service.url + TILE)})") == {"loaded": False}
+    after = page.evaluate("flow.token('m2')")
+    assert after["data"]["type"] == "AuthAccessTokenError2" and after["data"]["profile"] == "missingAspect"
+    # a token issued before the logout lives until its expiry (stateless, docs/access.md)
+    assert page.evaluate(f"flow.probe({json.dumps(token)})")["status"] == 200
+
+
+def test_a_wrong_key_does_not_log_in(page, service):
+    page.evaluate("flow.describe()")
+    login = open_access(page)
+    login.fill("input[name=key]", service.key[:-4] + "AAAA")
+    login.click("button[type=submit]")
+    login.wait_for_load_state()
+    assert "not valid" in login.content() and service.key[-20:] not in login.content()
+    login.close()
+    assert page.evaluate("flow.token('w')")["data"]["profile"] == "missingAspect"
+
+
+def test_a_message_id_that_carries_script_is_posted_back_as_text(page, service):
+    page.evaluate("flow.describe()")
+    page.evaluate("window.pwned = false")
+    evil = "</script><script>parent.pwned = true</script><!--"
+    got = page.evaluate(f"flow.token({json.dumps(evil)})")
+    assert got["data"]["messageId"] == evil and page.evaluate("window.pwned") is False
+    raw = httpx.get(f"{service.url}/iiif/auth/token", params={"messageId": evil, "origin": service.url}).text
+    assert "</script><script>parent" not in raw
+
+
+def test_an_origin_not_allowed_gets_no_token(page, service):
+    page.evaluate("flow.describe()")
+    log_in(page, service.key)
+    # the client asks for its token to be posted to another origin: the page refuses it, and the browser would
+    # not deliver a message for another origin anyway
+    got = page.evaluate("flow.token('x', 'http://evil.example')")
+    assert got.get("timeout") and not any("accessToken" in json.dumps(m["data"]) for m in got["seen"])
+    raw = httpx.get(f"{service.url}/iiif/auth/token", params={"messageId": "x", "origin": "http://evil.example"}).text
+    assert "invalidOrigin" in raw and "accessToken" not in raw
+    r = httpx.get(f"{service.url}/iiif/auth/token", params={"messageId": "x", "origin": "http://evil.example"})
+    assert "frame-ancestors 'self' http://127.0.0.1" in r.headers["content-security-policy"]
+
+
+def test_a_login_without_an_allowed_origin_is_refused(service):
+    for headers in ({}, {"Origin": "http://evil.example"}):
+        r = httpx.post(f"{service.url}/iiif/auth/login", data={"key": service.key}, headers=headers)
+        assert "Refused" in r.text and "set-cookie" not in r.headers
+    r = httpx.post(f"{service.url}/iiif/auth/login", data={"key": service.key}, headers={"Origin": service.url})
+    assert "inr_session=" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
+    assert "SameSite=lax" in r.headers["set-cookie"]
