@@ -301,6 +301,8 @@ def log_config(level: str, fmt: str = "text") -> dict:
     config = copy.deepcopy(LOGGING_CONFIG)
     for name in ("service", "modelrepo"):
         config["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    # the audit lines of fits and keys (docs/access.md), whatever the level: an operator needs them all
+    config["loggers"]["inr.audit"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
     config["filters"] = {"trace": {"()": "telemetry.logs.TraceIds"}}
     for handler in config["handlers"].values():
         handler["filters"] = ["trace"]

@@ -1,6 +1,7 @@
 """`python -m service.admin keys ...`: make, list and revoke API keys (service/auth/keys.py, docs/access.md).
 
-    python -m service.admin keys create --name "museum app" --scope read --scope fit [--models a,b]
+    python -m service.admin keys create --name "museum app" --scope read --scope fit [--models a,b] \
+        [--quota rps=5 --quota fits_per_day=20 --quota concurrent_fits=2 --quota bytes_stored=2GiB]
     python -m service.admin keys list
     python -m service.admin keys revoke ID
 
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .auth.keys import KeyError_, KeyStore
+from .auth.quotas import KINDS, parse
 
 log = logging.getLogger("inr.audit")
 
@@ -31,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--name", required=True, help="whose key it is, for people")
     create.add_argument("--scope", action="append", required=True, help="read, fit, admin or a model's scope")
     create.add_argument("--models", help="only these models, comma-separated")
+    create.add_argument(
+        "--quota", action="append", default=[], metavar="NAME=VALUE", help=f"repeatable; NAME: {', '.join(KINDS)}"
+    )
     keys.add_parser("list", help="the keys, without their secrets")
     revoke = keys.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("id")
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "create":
             models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
-            key, record = store.create(args.name, args.scope, models)
+            key, record = store.create(args.name, args.scope, models, parse(args.quota))
             log.info("key created id=%s scopes=%s models=%s by=cli", record.id, ",".join(record.scopes), models)
             sys.stdout.write(json.dumps({"key": key, **record.public()}) + "\n")
         elif args.action == "list":

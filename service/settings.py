@@ -220,6 +220,11 @@ class Settings(BaseSettings):
         description="pixels of one JPEG, PNG or TIFF uploaded to fit, read from its header; one over "
         "INR_MAX_UPLOAD_PIXELS is kept as a file and read by region, never decoded whole (docs/fits.md)",
     )
+    fit_access: Literal["open", "key"] = Field(
+        "open",
+        description="open: anyone may queue and cancel fits (as before); key: only a token or API key with the "
+        "scope fit (or admin), within its quotas (docs/access.md)",
+    )
     fit_uploads: Path = Field(
         Path(DEFAULT_UPLOADS),
         description="folder the uploads to fit are streamed into, shared with the workers (worker --uploads): "

@@ -93,7 +93,12 @@ class KeyStore:
         return record if good and record is not None and record.revoked is None else None
 
     # -- writing (the CLI and the admin API) -----------------------------------------------------
-    def create(self, name: str, scopes: list[str], models: list[str] | None = None) -> tuple[str, KeyRecord]:
+    def get(self, kid: str) -> KeyRecord | None:
+        return self._load().get(kid)
+
+    def create(
+        self, name: str, scopes: list[str], models: list[str] | None = None, quotas: dict | None = None
+    ) -> tuple[str, KeyRecord]:
         if self.path is None:
             raise KeyError_("no key file: set INR_ACCESS_KEYS (or --keys)")
         scopes = sorted(set(scopes))
@@ -101,7 +106,16 @@ class KeyStore:
         if not scopes or bad:
             raise KeyError_(f"scope '{bad[0] if bad else ''}' must be lower-case letters, digits, '_', '.' or '-'")
         kid, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-        record = KeyRecord(kid, name[:200], scopes, _digest(secret), time.time(), sorted(models) if models else None)
+        record = KeyRecord(
+            kid,
+            name[:200],
+            scopes,
+            _digest(secret),
+            time.time(),
+            sorted(models) if models else None,
+            None,
+            quotas or {},
+        )
         self._write(lambda rows: rows + [asdict(record)])
         return f"{PREFIX}{kid}_{secret}", record
 

@@ -9,6 +9,7 @@ Credentials that were sent but are not valid are a 401 on every route, whichever
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable
 
@@ -19,6 +20,7 @@ from modelrepo.access import Access
 
 from ..auth.caller import Authority, NotAuthenticated, from_scope
 from ..auth.policy import decide
+from ..auth.quotas import Buckets
 from ..errors import error_response
 
 Route = tuple[re.Pattern, str]
@@ -59,6 +61,7 @@ class ModelAccess:
     def __init__(self, app: ASGIApp, authority: Authority, access_of: Callable[[str], Access | None], default: str):
         self.app, self.authority, self.access_of, self.default = app, authority, access_of, default
         self.table: list[Route] | None = None
+        self.buckets = Buckets()
 
     def model(self, scope: Scope) -> tuple[str | None, str]:
         """The model the request's route names (an IIIF identifier's `@VERSION` left out), from the first route
@@ -74,6 +77,15 @@ class ModelAccess:
                 return m.group("name").partition("@")[0], kind
         return None, REFUSE
 
+    def rate(self, caller) -> float:
+        """Seconds to wait when the caller's key is over its requests-a-second quota (service/auth/quotas.py)."""
+        sub = caller.claims.sub if caller.claims is not None else ""
+        if not sub.startswith("key:"):
+            return 0.0
+        record = self.authority.keys.get(sub[4:])
+        rps = record.quotas.get("rps") if record is not None else None
+        return self.buckets.take(record.id, rps, record.quotas.get("burst")) if rps else 0.0
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
@@ -82,6 +94,11 @@ class ModelAccess:
         except NotAuthenticated as e:
             return await challenge(401, str(e), "invalid_token")(scope, receive, send)
         scope.setdefault("state", {})["caller"] = caller
+        wait = self.rate(caller)
+        if wait:
+            kid = caller.claims.sub[4:]
+            message = f"key {kid}: over its quota of {self.authority.keys.get(kid).quotas['rps']} requests a second"
+            return await error_response(429, message, {"Retry-After": str(math.ceil(wait))})(scope, receive, send)
         name, kind = self.model(scope)
         access = self.access_of(name) if name is not None else None
         if access is not None:

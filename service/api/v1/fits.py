@@ -7,6 +7,7 @@ service/fits/jobs.py; the workers (`python -m training worker`) do the fitting.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated, AsyncIterator
 
 import anyio
@@ -16,18 +17,21 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fitstore import DEFAULT_PRESET, new_id
 from fitstore.uploads import file_name
 
-from ...errors import BadInput, InvalidOption, UnsupportedMedia
+from ...auth.policy import Caller
+from ...auth.quotas import fit_refusal
+from ...errors import AccessDenied, BadInput, InvalidOption, TooManyRequests, UnsupportedMedia
 from ...fits.files import received
 from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
 from ...fits.stream import Reader, StreamedFile
 from ...fits.upload import FIELDS, as_bool, check_name, options
-from ..deps import SettingsDep
+from ..deps import SettingsDep, get_caller
 from ..schemas import ErrorBody
 
+audit = logging.getLogger("inr.audit")  # one line per fit action, naming the key id, never a secret
 router = APIRouter(prefix="/v1/fits", tags=["fits"])
 JobId = Annotated[str, Path(description="the job's id", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 KEEPALIVE_S = 15.0
-ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404, 409, 413, 415, 422, 429)}
+ERRORS = {c: {"model": ErrorBody} for c in (400, 401, 403, 404, 409, 413, 415, 422, 429)}
 Sha256 = Annotated[
     str | None,
     Query(description="only the jobs whose upload had these bytes (sha256, hex)", pattern=r"^[0-9a-fA-F]{64}$"),
@@ -77,6 +81,34 @@ def fits(request: Request) -> Fits:
     return request.app.state.fits
 
 
+def who(caller: Caller) -> str:
+    """A caller as the audit log names it: the key's id or the token's subject, never a secret."""
+    return caller.claims.sub if caller.claims is not None else "anonymous"
+
+
+def may_fit(request: Request, settings) -> Caller:
+    """The caller, when it may queue or cancel fits: anyone with INR_FIT_ACCESS=open; with `key`, a token or API
+    key with the scope fit or admin (401 without credentials, 403 without the scope)."""
+    caller = get_caller(request)
+    if settings.fit_access == "key" and not (caller.claims and caller.claims.scopes & {"fit", "admin"}):
+        if caller.anonymous:
+            raise AccessDenied(401, "fits need an API key or token with the scope fit (INR_FIT_ACCESS=key)")
+        raise AccessDenied(403, f"{who(caller)} has no scope fit (INR_FIT_ACCESS=key)")
+    return caller
+
+
+async def within_quotas(request: Request, caller: Caller, upload_bytes: int) -> None:
+    """429 with Retry-After when the caller's key is over a fit quota (service/auth/quotas.py)."""
+    sub = caller.claims.sub if caller.claims is not None else ""
+    record = request.app.state.authority.keys.get(sub[4:]) if sub.startswith("key:") else None
+    if record is None or not record.quotas:
+        return
+    refusal = fit_refusal(record.id, record.quotas, await fits(request).call("list"), upload_bytes)
+    if refusal is not None:
+        audit.info("fit refused key=%s: %s", record.id, refusal.message)
+        raise TooManyRequests(refusal.message, refusal.retry_after)
+
+
 @router.post(
     "",
     status_code=202,
@@ -87,6 +119,7 @@ async def submit(request: Request, settings: SettingsDep):
     """Queue a fit of the uploaded image (202 with the job's record and `Location`). The upload and the
     options are checked before anything is queued; over the queue limit, 429 with Retry-After. With
     `skip_existing`, a job queued, running or succeeded with the same file bytes: 200 with its record."""
+    caller = may_fit(request, settings)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "multipart/form-data":
         raise UnsupportedMedia(
@@ -124,9 +157,12 @@ async def submit(request: Request, settings: SettingsDep):
         same = await fits(request).fitted(upload.sha256) if reuse else None  # these bytes were seen: no decode
         if same is not None:
             return JSONResponse(same, status_code=200, headers={"location": same["links"]["self"]})
+        await within_quotas(request, caller, upload.size)
         image = await anyio.to_thread.run_sync(
             received, upload, settings.fit_max_upload_bytes, settings.max_upload_pixels, settings.fit_max_upload_pixels
         )
+        if caller.claims is not None:  # whose fit it is (the quotas count it; never a secret)
+            image.source.update(owner=caller.claims.sub, bytes=upload.size)
         job_id = None
         if image.path is not None:  # kept as a file, named after its job: the worker reads it by region
             job_id = new_id()
@@ -136,6 +172,7 @@ async def submit(request: Request, settings: SettingsDep):
         status, record = await fits(request).submit(image, opts, name, reuse, job_id)  # reuse: checked again
         if status == 202:
             kept = None  # the job's now: its worker deletes it (fitstore.uploads)
+            audit.info("fit queued job=%s name=%s by=%s", record["id"], record["name"], who(caller))
     finally:
         reader.discard()
         if kept is not None:
@@ -158,9 +195,11 @@ async def get_fit(request: Request, job_id: JobId):
 @router.delete(
     "/{job_id}", responses={**ERRORS, 202: {"description": "cancel requested; the worker has not stopped yet"}}
 )
-async def cancel_fit(request: Request, job_id: JobId):
+async def cancel_fit(request: Request, job_id: JobId, settings: SettingsDep):
     """Cancel a queued or running job: 200 cancelled, 202 while its worker stops; 409 when finished."""
+    caller = may_fit(request, settings)
     status, record = await fits(request).cancel(job_id)
+    audit.info("fit cancelled job=%s status=%d by=%s", job_id, status, who(caller))
     return JSONResponse(record, status_code=status)
 
 
