@@ -28,14 +28,14 @@ REFUSE, RENDER, DESCRIBE = "refuse", "render", "describe"
 # Routes that answer a refused caller themselves, with the decision in the request's state: the IIIF image
 # information (a 401 whose body still names the auth services, so a client can start the flow) and the auth probe
 # (whose answer is the decision). Everything else that names a model is refused here, except the renders of a
-# model with a substitute, which check their output's size against it.
+# model with a substitute, which check their scale against it (IIIF's only: v1 render is refused).
 DESCRIBES = ("/iiif/3/{name}", "/iiif/3/{name}/info.json", "/iiif/auth/probe/{name}")
 
 
 def kind_of(template: str) -> str:
     if template in DESCRIBES:
         return DESCRIBE
-    if template.startswith("/iiif/3/{name}/{region}") or template.endswith("/render"):
+    if template.startswith("/iiif/3/{name}/{region}"):  # the IIIF image requests, which check the scale
         return RENDER
     return REFUSE
 

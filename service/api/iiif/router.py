@@ -9,6 +9,7 @@ Every response, errors included, carries CORS; OPTIONS answers the preflight.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Callable
 from urllib.parse import unquote
 
@@ -87,7 +88,9 @@ manifest.add_routes(router, GET_HEAD)  # Presentation 3: /collection.json and /{
 def limit_to(doc: dict, long_side: int) -> dict:
     """The information of a substitute: the sizes and tile scale factors of at most `long_side` pixels."""
     scale = long_side / max(doc["width"], doc["height"])
-    factors = [f for f in doc["tiles"][0]["scaleFactors"] if 1 / f <= scale] or doc["tiles"][0]["scaleFactors"][-1:]
+    factors = [f for f in doc["tiles"][0]["scaleFactors"] if 1 / f <= scale]
+    if not factors:  # every level of the pyramid is too fine: the first power of two that is not
+        factors = [2 ** math.ceil(math.log2(1 / scale))]
     return {
         **doc,
         "maxWidth": max(1, int(doc["width"] * scale)),

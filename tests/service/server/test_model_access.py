@@ -39,6 +39,8 @@ def repo(model_repo, tmp_path_factory):
     restrict(repo / "secret", SCOPES)
     shutil.copytree(model_repo / "digits", repo / "digits")
     restrict(repo / "digits")
+    copy_model(model_repo / "astronaut", repo / "thumb")  # 32²: public up to 16 px on its long side
+    restrict(repo / "thumb", 'parameters { key: "access_substitute" value { string_value: "16" } }\n')
     return repo
 
 
@@ -78,7 +80,7 @@ def call(srv, method: str, path: str, headers=None) -> httpx.Response:
 
 def refused(r: httpx.Response, template: str, status: int) -> None:
     """A refusal as the route's kind answers it (service/server/model_access.py)."""
-    if kind_of(template) == REFUSE or template.endswith("/{quality_format}") or template.endswith("/render"):
+    if kind_of(template) == REFUSE or template.endswith("/{quality_format}"):
         assert r.status_code == status, (r.status_code, r.text)
         assert r.json()["error"] and (status != 401 or r.headers["www-authenticate"].startswith("Bearer"))
     elif template.endswith("/info.json"):  # the auth services, no pixels
@@ -193,9 +195,41 @@ def test_the_default_restricts_models_that_say_nothing(model_repo, tmp_path):
 
 
 def test_a_token_expires_while_in_use(srv):
-    short = Signer(SECRET.encode()).issue("tester", ("staff",), 1)[0]
+    short = Signer(SECRET.encode()).issue("tester", ("staff",), 3)[0]  # whole seconds: valid 2 s at least
     headers = {"Authorization": f"Bearer {short}"}
     assert httpx.get(f"{srv.url}/v1/models/secret", headers=headers).status_code == 200
-    time.sleep(2.1)
+    time.sleep(3.2)
     r = httpx.get(f"{srv.url}/v1/models/secret", headers=headers)
     assert r.status_code == 401 and "expired" in r.json()["error"]
+
+
+def test_a_substitute_is_public_up_to_its_size(srv):
+    info = httpx.get(f"{srv.url}/iiif/3/thumb/info.json")
+    assert info.status_code == 200, info.text
+    doc = info.json()
+    assert (doc["width"], doc["maxWidth"], doc["maxHeight"]) == (32, 16, 16) and doc["service"]
+    assert all(max(s["width"], s["height"]) <= 16 for s in doc["sizes"]) and doc["tiles"][0]["scaleFactors"] == [2]
+    assert "private" in info.headers["cache-control"]
+    for path, status in (
+        ("full/16,/0/default.png", 200),
+        ("full/!16,16/0/default.png", 200),
+        ("0,0,16,16/8,/0/default.png", 200),  # a quarter at half scale: the whole would be 16
+        ("full/32,/0/default.png", 401),
+        ("full/max/0/default.png", 401),
+        ("0,0,16,16/16,/0/default.png", 401),  # a quarter at full scale
+    ):
+        r = httpx.get(f"{srv.url}/iiif/3/thumb/{path}")
+        assert r.status_code == status, (path, r.text)
+        if status == 401:
+            assert "16 pixels" in r.json()["error"]
+    assert (
+        httpx.get(
+            f"{srv.url}/iiif/3/thumb/full/max/0/default.png", headers={"Authorization": f"Bearer {token(('read',))}"}
+        ).status_code
+        == 200
+    )
+    probe = httpx.get(f"{srv.url}/iiif/auth/probe/thumb").json()
+    assert probe["status"] == 401 and probe["substitute"][0]["id"].endswith("/thumb/full/!16,16/0/default.jpg")
+    # the substitute is for images only: the model's other routes stay closed
+    assert httpx.post(f"{srv.url}/v1/models/thumb/query", json={"coords": [[0.5, 0.5]]}).status_code == 401
+    assert httpx.get(f"{srv.url}/v1/models/thumb/render", params={"width": 16, "height": 16}).status_code == 401
