@@ -31,7 +31,8 @@ def container(deployment: dict) -> dict:
 
 
 def env(c: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in c.get("env", [])}
+    """The container's plain values (an entry from a Secret, `valueFrom`, is not known here)."""
+    return {e["name"]: e.get("value") for e in c.get("env", []) if "valueFrom" not in e}
 
 
 def kustomize(folder) -> str:

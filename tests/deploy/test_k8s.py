@@ -50,7 +50,7 @@ def test_kustomization_lists_every_manifest(k8s):
 
 
 def check_container(container: dict, runtime_env: dict[str, str]) -> None:
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "valueFrom" not in e}
     for key in ("INR_MODELS", "INR_HOST", "INR_PORT", "INR_DEVICE"):
         assert env[key] == runtime_env[key], key
     port = int(env["INR_PORT"])
@@ -105,7 +105,7 @@ def test_grpc_is_exposed_where_the_service_listens(k8s):
     """The Deployment names its gRPC port, the Service routes to it as h2c, and the KServe gRPC
     predictor declares it as KServe expects: one port, named h2c."""
     (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "valueFrom" not in e}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["grpc"] == int(env["INR_GRPC_PORT"]) == 8001
     (grpc,) = [p for p in k8s["Service"]["spec"]["ports"] if p["name"] == "grpc"]
@@ -198,3 +198,11 @@ def test_the_crd_schema_catches_typos_and_wrong_types(isvc_validator, mutate, ex
     (doc,) = docs(ROOT / "deploy" / "kserve" / "inferenceservice.yaml")
     mutate(doc)
     assert any(expected in e for e in isvc_errors(isvc_validator, doc))
+
+
+def test_the_access_key_comes_from_an_optional_secret_shared_by_every_pod(k8s):
+    """docs/access.md: every replica signs and checks tokens with one key, from the Secret inr-serve-access."""
+    (container,) = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    (entry,) = [e for e in container["env"] if e["name"] == "INR_ACCESS_SECRET"]
+    ref = entry["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"], ref["optional"]) == ("inr-serve-access", "secret", True)
