@@ -31,7 +31,7 @@ from .api import iiif, v2
 from .api import metrics as metrics_api
 from .api.grpc import GrpcServer
 from .api.jsonbody import add_body_schemas
-from .api.v1 import classify, fits, health, models, query, render
+from .api.v1 import classify, fits, health, keys, models, query, render
 from .api.v2 import repository as v2_repository
 from .auth.caller import Authority
 from .auth.keys import KeyStore
@@ -239,7 +239,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(DrainGuard, drain=drain)  # counts every request in flight
     if tracing.ON:  # outermost, and only with traces on: the server span and `traceparent` (service/server/spans.py)
         app.add_middleware(TraceRequests)
-    for r in (health, models, query, render, classify, fits, v2, v2_repository, metrics_api, iiif):
+    for r in (health, models, query, render, classify, fits, keys, v2, v2_repository, metrics_api, iiif):
         app.include_router(r.router)
     app.include_router(iiif.auth_router)  # IIIF Authorization Flow 2.0 (service/api/iiif/auth.py)
     openapi = app.openapi

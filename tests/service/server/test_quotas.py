@@ -122,3 +122,28 @@ def test_a_revoked_key_is_refused_at_once(stack):
     )
     r = httpx.get(f"{stack.url}/v1/models", headers=bearer(key))
     assert r.status_code == 401 and "not valid" in r.json()["error"]
+
+
+def test_the_admin_api_makes_lists_and_revokes_keys(stack):
+    root = make_key(stack.keys, "--scope", "admin")
+    r = httpx.post(f"{stack.url}/v1/keys", json={"name": "app", "scopes": ["read"], "quotas": {"rps": 50}})
+    assert r.status_code == 401
+    reader = make_key(stack.keys, "--scope", "read")
+    r = httpx.post(f"{stack.url}/v1/keys", json={"name": "app", "scopes": ["read"]}, headers=bearer(reader))
+    assert r.status_code == 403 and "admin" in r.json()["error"]
+    r = httpx.post(
+        f"{stack.url}/v1/keys", json={"name": "app", "scopes": ["read"], "quotas": {"rps": 50}}, headers=bearer(root)
+    )
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert made["quotas"] == {"rps": 50.0} and "sha256" not in made
+    assert httpx.get(f"{stack.url}/v1/models", headers=bearer(made["key"])).status_code == 200
+    listed = httpx.get(f"{stack.url}/v1/keys", headers=bearer(root)).json()["keys"]
+    assert made["id"] in {k["id"] for k in listed} and made["key"] not in json.dumps(listed)
+    for bad in ({"name": "x", "scopes": ["Bad Scope"]}, {"name": "x", "scopes": ["read"], "quotas": {"rps": -1}}):
+        r = httpx.post(f"{stack.url}/v1/keys", json=bad, headers=bearer(root))
+        assert r.status_code == 400, r.text
+    assert httpx.delete(f"{stack.url}/v1/keys/{made['id']}", headers=bearer(root)).status_code == 200
+    assert httpx.get(f"{stack.url}/v1/models", headers=bearer(made["key"])).status_code == 401
+    assert httpx.delete(f"{stack.url}/v1/keys/000000000000", headers=bearer(root)).status_code == 404
+    assert httpx.delete(f"{stack.url}/v1/keys/..%2F..", headers=bearer(root)).status_code in (404, 405, 422)
