@@ -5,7 +5,8 @@ value is compared in constant time (`hmac.compare_digest`) and never appears in 
 or error text: it is a `SecretStr`.
 
 The groups are Triton's names, plus `fit`: every `/v1/fits` route (upload, list, status, events,
-previews, cancel; docs/fits.md), which Triton does not have. Each route falls into one group by its
+previews, cancel; docs/fits.md), and `keys`: the admin API of API keys (docs/access.md), which Triton does not
+have. Each route falls into one group by its
 path template (`group_of`); the viewer's static files, `/docs` and `/openapi.json` are in none.
 An API may be in one group only, as in Triton. The settings parse the groups, the HTTP middleware
 (service/server/restricted.py) and the gRPC servicer enforce them.
@@ -29,6 +30,7 @@ GROUPS = (
     "trace",
     "logging",
     "fit",
+    "keys",
 )
 HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
@@ -80,6 +82,8 @@ def group_of(template: str) -> str | None:
     """The API group of a route, from its path template (e.g. `/v2/models/{name}/infer`)."""
     if template == "/v1/fits" or template.startswith("/v1/fits/"):
         return "fit"
+    if template == "/v1/keys" or template.startswith("/v1/keys/"):
+        return "keys"
     if template.startswith("/v2/repository"):
         return "model-repository"
     if template.startswith(("/health", "/v2/health")) or template.endswith("/ready"):
