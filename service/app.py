@@ -130,7 +130,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = Registry(settings.models, options, residency)
     registry.access_default = settings.access_default
     secret = settings.access_secret.get_secret_value()
-    authority = Authority(Signer(secret.encode() if secret else None), KeyStore(settings.access_keys))
+    trusted = (settings.access_trusted_header, settings.access_trusted_scopes_header or "x-inr-no-scopes")
+    authority = Authority(
+        Signer(secret.encode() if secret else None),
+        KeyStore(settings.access_keys),
+        trusted if settings.access_trusted_header else None,
+    )
     metrics.watch_models(registry)
     control = ModelControl(
         registry,

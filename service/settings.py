@@ -306,6 +306,14 @@ class Settings(BaseSettings):
         description="origins (scheme://host[:port]) besides this service's own whose pages may log in and get access "
         "tokens (IIIF Auth 2.0's token service); comma-separated",
     )
+    access_trusted_header: str = Field(
+        "",
+        description="IIIF's external pattern: a header a proxy in front sets to the authenticated user (and must "
+        "strip from clients' requests), e.g. X-Remote-User; empty: none",
+    )
+    access_trusted_scopes_header: str = Field(
+        "", description="the header the proxy sets to that user's scopes, space- or comma-separated"
+    )
     access_token_ttl_s: int = Field(300, ge=10, le=86_400, description="seconds an access token lives")
     http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
         default_factory=list,

@@ -28,10 +28,17 @@ def bearer(value: str) -> str:
 
 
 class Authority:
-    """What verifies credentials: the token signer and the key store."""
+    """What verifies credentials: the token signer, the key store, and the headers a trusted proxy sets (IIIF's
+    `external` pattern: INR_ACCESS_TRUSTED_HEADER names the user, INR_ACCESS_TRUSTED_SCOPES_HEADER their scopes)."""
 
-    def __init__(self, signer: Signer, keys: KeyStore | None = None):
+    def __init__(self, signer: Signer, keys: KeyStore | None = None, trusted: tuple[str, str] | None = None):
         self.signer, self.keys = signer, keys or KeyStore(None)
+        self.trusted = tuple(h.lower().encode("latin-1") for h in trusted) if trusted else None
+
+    def proxied(self, user: str, scopes: str) -> Caller:
+        """A user the proxy in front authenticated: trusted as it says (docs/access.md, "external")."""
+        names = frozenset(s for s in scopes.replace(",", " ").split() if s)
+        return Caller(Claims(f"proxy:{user[:200]}", names, None, "access", 0, ""))
 
     def key(self, key: str) -> Caller:
         record = self.keys.verify(key)
@@ -41,7 +48,9 @@ class Authority:
         return Caller(Claims(f"key:{record.id}", frozenset(record.scopes), models, "access", 0, record.id))
 
 
-def from_values(authority: Authority, authorization: str | None, cookie: str | None, query: str = "") -> Caller:
+def from_values(
+    authority: Authority, authorization: str | None, cookie: str | None, query: str = "", proxied: Caller | None = None
+) -> Caller:
     if query and any(k.lower() in QUERY_TOKENS for k, _ in parse_qsl(query, keep_blank_values=True)):
         raise NotAuthenticated("a token in the query string is refused: send it in the Authorization header")
     signer = authority.signer
@@ -51,6 +60,8 @@ def from_values(authority: Authority, authorization: str | None, cookie: str | N
             if credential.startswith(PREFIX):
                 return authority.key(credential)
             return Caller(signer.verify(credential, "access"))
+        if proxied is not None:
+            return proxied
         session = _cookie(cookie)
         if session is not None:
             return Caller(signer.verify(session, "session"))
@@ -61,13 +72,20 @@ def from_values(authority: Authority, authorization: str | None, cookie: str | N
 
 def from_scope(authority: Authority, scope) -> Caller:
     """From an ASGI scope's headers and query string."""
-    authorization = cookie = None
+    authorization = cookie = user = None
+    scopes = ""
+    trusted = authority.trusted or (None, None)
     for key, value in scope.get("headers", ()):
         if key == b"authorization":
             authorization = value.decode("latin-1")
         elif key == b"cookie":
             cookie = value.decode("latin-1")
-    return from_values(authority, authorization, cookie, scope.get("query_string", b"").decode("latin-1"))
+        elif key == trusted[0]:
+            user = value.decode("latin-1").strip()
+        elif key == trusted[1]:
+            scopes = value.decode("latin-1")
+    proxied = authority.proxied(user, scopes) if user else None
+    return from_values(authority, authorization, cookie, scope.get("query_string", b"").decode("latin-1"), proxied)
 
 
 def _cookie(header: str | None) -> str | None:

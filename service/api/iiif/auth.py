@@ -28,7 +28,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from modelrepo.access import Access
 
-from ...auth.caller import COOKIE, Authority, NotAuthenticated, from_values
+from ...auth.caller import COOKIE, Authority, NotAuthenticated, from_scope, from_values
 from ...auth.policy import ANONYMOUS, decide
 from ..deps import RegistryDep, SettingsDep
 from .info import PREFIX, base_url
@@ -65,11 +65,26 @@ def allowed_origin(origin: str, request: Request, settings) -> bool:
 def services(request: Request, settings, name: str) -> list[dict]:
     """The auth services of a restricted image, for its info.json and its manifest."""
     root = f"{service_root(request, settings)}{AUTH}"
+    token = {
+        "id": f"{root}/token",
+        "type": "AuthAccessTokenService2",
+        "errorHeading": lang("Could not get access"),
+        "errorNote": lang("Log in again, or ask for a key with this image's scope."),
+    }
+    external = [
+        {
+            "type": "AuthAccessService2",
+            "profile": "external",
+            "label": lang("Access through your institution's sign-in"),
+            "service": [token],
+        }
+    ]
     return [
         {
             "id": f"{root}/probe/{name}",
             "type": "AuthProbeService2",
-            "service": [
+            "service": (external if settings.access_trusted_header else [])
+            + [
                 {
                     "id": f"{root}/login",
                     "type": "AuthAccessService2",
@@ -79,12 +94,7 @@ def services(request: Request, settings, name: str) -> list[dict]:
                     "note": lang("Log in with an API key that has one of its scopes."),
                     "confirmLabel": lang("Log in"),
                     "service": [
-                        {
-                            "id": f"{root}/token",
-                            "type": "AuthAccessTokenService2",
-                            "errorHeading": lang("Could not get access"),
-                            "errorNote": lang("Log in again, or ask for a key with this image's scope."),
-                        },
+                        token,
                         {"id": f"{root}/logout", "type": "AuthLogoutService2", "label": lang("Log out")},
                     ],
                 }
@@ -207,19 +217,25 @@ async def token(
         answer |= error("invalidOrigin", "This site may not use this service's access tokens.")
     else:
         authority: Authority = request.app.state.authority
-        try:
-            caller = from_values(authority, None, request.headers.get("cookie"))
+        try:  # the session cookie, or the trusted proxy's headers (the external pattern); never a bearer here
+            caller = from_scope(authority, {**request.scope, "headers": without_authorization(request.scope)})
         except NotAuthenticated as e:
             caller, answer = None, answer | error("expiredAspect", str(e))
         if caller is not None and caller.anonymous:
             answer |= error("missingAspect", "You are not logged in.")
         elif caller is not None:
             c = caller.claims
-            ttl = min(settings.access_token_ttl_s, max(1, c.expires - int(time.time())))
+            ttl = settings.access_token_ttl_s  # no longer than the session it comes from (a proxy's has no end)
+            if c.expires:
+                ttl = min(ttl, max(1, c.expires - int(time.time())))
             access_token, _ = authority.signer.issue(c.sub, c.scopes, ttl, "access", c.models)
             answer |= {"type": "AuthAccessToken2", "accessToken": access_token, "expiresIn": ttl}
     script = f"window.parent.postMessage({js(answer)}, {js(origin)});"
     return page("Token", "", script, settings.access_origins)
+
+
+def without_authorization(scope) -> list:
+    return [(k, v) for k, v in scope.get("headers", ()) if k != b"authorization"]
 
 
 def error(profile: str, note: str) -> dict:

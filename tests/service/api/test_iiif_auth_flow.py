@@ -157,3 +157,25 @@ def test_a_login_without_an_allowed_origin_is_refused(service):
     r = httpx.post(f"{service.url}/iiif/auth/login", data={"key": service.key}, headers={"Origin": service.url})
     assert "inr_session=" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
     assert "SameSite=lax" in r.headers["set-cookie"]
+
+
+def test_the_external_pattern_trusts_the_proxys_headers(repo):  # noqa: F811
+    env = {
+        "INR_ACCESS_SECRET": SECRET,
+        "INR_ACCESS_TRUSTED_HEADER": "X-Remote-User",
+        "INR_ACCESS_TRUSTED_SCOPES_HEADER": "X-Remote-Scopes",
+    }
+    srv = Server(repo, "--grpc-port", "0", env=env)
+    with srv.running():
+        info = httpx.get(f"{srv.url}/iiif/3/secret/info.json")
+        profiles = [s["profile"] for s in info.json()["service"][0]["service"]]
+        assert info.status_code == 401 and profiles == ["external", "active"]
+        proxy = {"X-Remote-User": "ada", "X-Remote-Scopes": "staff other"}
+        assert httpx.get(srv.url + TILE, headers=proxy).status_code == 200
+        assert httpx.get(srv.url + TILE, headers={"X-Remote-User": "ada"}).status_code == 403  # no scope
+        assert httpx.get(srv.url + TILE).status_code == 401
+        page = httpx.get(f"{srv.url}/iiif/auth/token", params={"messageId": "e", "origin": srv.url}, headers=proxy)
+        assert '"AuthAccessToken2"' in page.text and '"expiresIn": 300' in page.text
+        token = page.text.split('"accessToken": "')[1].split('"')[0]
+        probe = httpx.get(f"{srv.url}/iiif/auth/probe/secret", headers={"Authorization": f"Bearer {token}"})
+        assert probe.json()["status"] == 200
