@@ -26,10 +26,11 @@ from ..errors import error_response
 Route = tuple[re.Pattern, str]
 REFUSE, RENDER, DESCRIBE = "refuse", "render", "describe"
 # Routes that answer a refused caller themselves, with the decision in the request's state: the IIIF image
-# information (a 401 whose body still names the auth services, so a client can start the flow) and the auth probe
+# information and manifest (401s whose bodies still name the auth services, so a client can start the flow), and
+# the auth probe
 # (whose answer is the decision). Everything else that names a model is refused here, except the renders of a
 # model with a substitute, which check their scale against it (IIIF's only: v1 render is refused).
-DESCRIBES = ("/iiif/3/{name}", "/iiif/3/{name}/info.json", "/iiif/auth/probe/{name}")
+DESCRIBES = ("/iiif/3/{name}", "/iiif/3/{name}/info.json", "/iiif/3/{name}/manifest.json", "/iiif/auth/probe/{name}")
 
 
 def kind_of(template: str) -> str:

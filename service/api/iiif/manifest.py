@@ -34,11 +34,13 @@ from iiif_prezi3 import (
 )
 from starlette.concurrency import run_in_threadpool
 
+from modelrepo.access import RESTRICTED, Access
 from modelrepo.serving import ImageSource
 
 from ...engine.runtime import ModelRuntime
 from ...errors import NotFound, ServiceError
 from ..deps import CallerDep, RegistryDep, SettingsDep
+from . import auth
 from .info import Identifier, base_url, image_id, image_size, resolve
 
 config.configs["helpers.auto_fields.AutoLang"].auto_lang = "en"  # plain strings become {"en": [...]}
@@ -221,6 +223,20 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Manifest"}},
     )
     async def manifest(request: Request, name: str, registry: RegistryDep, settings: SettingsDep) -> Response:
-        """A IIIF Presentation 3.0 Manifest: one Canvas per ready version of the image model."""
+        """A IIIF Presentation 3.0 Manifest: one Canvas per ready version of the image model. A restricted model's
+        images carry the IIIF Auth 2.0 services; without access it is a 401 that still carries them."""
         ident = Identifier.parse(name)
-        return ld_json(manifest_of(request, settings, registry, ident), settings, ident.version is not None)
+        response = ld_json(manifest_of(request, settings, registry, ident), settings, ident.version is not None)
+        if (registry.access_of(ident.name) or Access()).effective(registry.access_default) != RESTRICTED:
+            return response
+        doc = json.loads(response.body)
+        for canvas in doc["items"]:
+            for body in (a["body"] for page in canvas["items"] for a in page["items"]):
+                body["service"] = body.get("service", []) + auth.services(request, settings, str(ident))
+        refused = request.scope.get("state", {}).get("refused")
+        return Response(
+            json.dumps(doc, ensure_ascii=False),
+            status_code=refused.status if refused is not None and not refused.substitute else 200,
+            media_type=MEDIA_TYPE,
+            headers={"Cache-Control": "private, no-cache", "Vary": "Cookie, Authorization"},
+        )

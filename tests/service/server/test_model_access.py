@@ -85,6 +85,9 @@ def refused(r: httpx.Response, template: str, status: int) -> None:
         assert r.json()["error"] and (status != 401 or r.headers["www-authenticate"].startswith("Bearer"))
     elif template.endswith("/info.json"):  # the auth services, no pixels
         assert r.status_code == status and r.json()["service"][0]["type"] == "AuthProbeService2", r.text
+    elif template.endswith("/manifest.json"):  # the same, on the painting's body
+        body = r.json()["items"][0]["items"][0]["items"][0]["body"]
+        assert r.status_code == status and body["service"][1]["type"] == "AuthProbeService2", r.text
     elif template.startswith("/iiif/auth/probe"):  # the probe answers 200, with the tiles' status
         assert r.status_code == 200 and r.json()["status"] == status, r.text
     else:  # the image's base URI: a redirect to its information, which answers as above
@@ -233,3 +236,14 @@ def test_a_substitute_is_public_up_to_its_size(srv):
     # the substitute is for images only: the model's other routes stay closed
     assert httpx.post(f"{srv.url}/v1/models/thumb/query", json={"coords": [[0.5, 0.5]]}).status_code == 401
     assert httpx.get(f"{srv.url}/v1/models/thumb/render", params={"width": 16, "height": 16}).status_code == 401
+
+
+def test_a_restricted_manifest_carries_the_auth_services_and_validates(srv):
+    from iiif_prezi3 import Manifest
+
+    r = httpx.get(f"{srv.url}/iiif/3/secret/manifest.json", headers={"Authorization": f"Bearer {token()}"})
+    assert r.status_code == 200 and "private" in r.headers["cache-control"]
+    Manifest.model_validate(r.json())  # the Presentation 3 schema, auth services and all
+    (body,) = [a["body"] for page in r.json()["items"][0]["items"] for a in page["items"]]
+    assert [s["type"] for s in body["service"]] == ["ImageService3", "AuthProbeService2"]
+    assert "AuthProbeService2" not in httpx.get(f"{srv.url}/iiif/3/open/manifest.json").text
