@@ -8,6 +8,11 @@
 // data-image-zoom (device px per native image px), data-tile-scale (level px per native px of the
 // tiles drawn), data-sharp (views fully drawn so far); each fully drawn view also leaves a
 // performance mark "inr-sharp": the moment the last tile of a settled view is drawn.
+//
+// A restricted image (IIIF Authorization Flow 2.0, docs/access.md): its info.json names the auth services. The
+// page shows what this browser may see (#osd data-access: public, full, substitute or restricted): the whole
+// image, or the probe's substitute (a public version of limited size) or nothing, with "Log in", which opens the
+// access service's window and shows the image again once it closes; "Log out" calls the logout service.
 import { listModels } from "./api.js";
 import { MIN_PIXEL_RATIO, nativeTileSource, tileScale } from "./iiif-levels.js";
 
@@ -63,6 +68,32 @@ async function tileSourceFor(info) {
   return null;
 }
 
+// What this browser may see of the image, and its auth services (none for a public image).
+async function access(info) {
+  let r, doc = null;
+  try { r = await fetch(info); doc = await r.json(); } catch (_) { return { kind: "public" }; }
+  const probe = (doc.service || []).find((s) => s.type === "AuthProbeService2");
+  if (!probe) return { kind: "public" };
+  const active = (probe.service || []).find((s) => s.type === "AuthAccessService2" && s.profile === "active");
+  const logout = active && (active.service || []).find((s) => s.type === "AuthLogoutService2");
+  const full = r.ok && (doc.maxWidth || doc.width) >= doc.width;
+  if (full) return { kind: "full", active, logout };
+  let substitute = null;
+  try { substitute = ((await (await fetch(probe.id)).json()).substitute || [])[0] || null; } catch (_) { /* none */ }
+  return { kind: substitute ? "substitute" : "restricted", active, logout, substitute };
+}
+
+function authButtons(name, seen) {
+  const login = $("#login"), logout = $("#logout");
+  login.hidden = !(seen.active && seen.kind !== "full");
+  logout.hidden = !(seen.logout && seen.kind === "full");
+  login.onclick = () => {
+    const w = window.open(`${seen.active.id}?origin=${encodeURIComponent(location.origin)}`, "inr-login");
+    const timer = setInterval(() => { if (!w || w.closed) { clearInterval(timer); show(name); } }, 200);
+  };
+  logout.onclick = async () => { await fetch(seen.logout.id); show(name); };
+}
+
 async function show(name) {
   const info = `iiif/3/${encodeURIComponent(name)}/info.json`;
   $("#info").href = info;
@@ -70,13 +101,21 @@ async function show(name) {
   if (viewer) viewer.destroy();
   viewer = null;
   $("#osd").dataset.state = "loading";
-  source = await tileSourceFor(info);
+  const seen = await access(info);
+  $("#osd").dataset.access = seen.kind;
+  authButtons(name, seen);
+  say({
+    substitute: "A public version of limited size: log in to see the whole image.",
+    restricted: "This image is restricted: log in to see it.",
+  }[seen.kind] || "");
+  if (seen.kind === "restricted") { $("#osd").dataset.state = "failed"; return; }
+  source = seen.kind === "substitute" ? null : await tileSourceFor(info);
   const deepest = source ? 2 ** source.extraLevels : 1;
   animating = false; sharpViews = 0; wasSharp = false;
   viewer = OpenSeadragon({
     element: $("#osd"),
     prefixUrl: "vendor/openseadragon/images/",
-    tileSources: source || info,
+    tileSources: seen.kind === "substitute" ? { type: "image", url: seen.substitute.id } : source || info,
     drawer: "canvas",            // a 2D canvas, so the tests can read its pixels
     crossOriginPolicy: "Anonymous",
     minPixelRatio: MIN_PIXEL_RATIO,

@@ -101,7 +101,10 @@ def limit_to(doc: dict, long_side: int) -> dict:
 
 
 def _caching(settings, etag: str, private: bool = False) -> dict:
-    return {"ETag": etag, "Cache-Control": f"{'private' if private else 'public'}, max-age={settings.iiif_max_age}"}
+    """A restricted image's information depends on who asks (the whole, or the substitute): revalidated each time."""
+    if private:
+        return {"ETag": etag, "Cache-Control": "private, no-cache"}
+    return {"ETag": etag, "Cache-Control": f"public, max-age={settings.iiif_max_age}"}
 
 
 def _etag(model, key: str) -> str:

@@ -55,6 +55,8 @@ def service(repo, client_origin, tmp_path_factory):  # noqa: F811
                 "curator",
                 "--scope",
                 "staff",
+                "--scope",
+                "read",
             ],
             capture_output=True,
             text=True,
@@ -179,3 +181,35 @@ def test_the_external_pattern_trusts_the_proxys_headers(repo):  # noqa: F811
         token = page.text.split('"accessToken": "')[1].split('"')[0]
         probe = httpx.get(f"{srv.url}/iiif/auth/probe/secret", headers={"Authorization": f"Bearer {token}"})
         assert probe.json()["status"] == 200
+
+
+def test_deep_zoom_shows_the_substitute_then_the_whole_image_after_login(browser, service):  # noqa: F811
+    context = browser.new_context()
+    page = context.new_page()
+    osd = "#osd"
+    try:
+        page.goto(f"{service.url}/iiif.html?id=thumb")
+        page.wait_for_function(f"document.querySelector('{osd}').dataset.access === 'substitute'")
+        page.wait_for_function("window.iiifViewer && iiifViewer.world.getItemCount() === 1")
+        assert page.evaluate("iiifViewer.world.getItemAt(0).getContentSize().x") == 16  # the public version
+        assert page.is_visible("#login") and not page.is_visible("#logout")
+        with context.expect_page() as popup:
+            page.click("#login")
+        login = popup.value
+        login.wait_for_load_state()
+        login.fill("input[name=key]", service.key)
+        login.click("button[type=submit]")
+        page.wait_for_function(f"document.querySelector('{osd}').dataset.access === 'full'")
+        page.wait_for_function(
+            "window.iiifViewer && iiifViewer.world.getItemCount() === 1"
+            " && iiifViewer.world.getItemAt(0).getFullyLoaded()"
+        )
+        assert page.evaluate("iiifViewer.world.getItemAt(0).getContentSize().x") == 32  # the whole image
+        assert page.is_visible("#logout") and not page.is_visible("#login")
+        page.click("#logout")
+        page.wait_for_function(f"document.querySelector('{osd}').dataset.access === 'substitute'")
+        page.goto(f"{service.url}/iiif.html?id=secret")  # no substitute: nothing shown but the way in
+        page.wait_for_function(f"document.querySelector('{osd}').dataset.access === 'restricted'")
+        assert page.is_visible("#login") and "restricted" in page.inner_text("#message")
+    finally:
+        context.close()
