@@ -298,6 +298,9 @@ class ModelSummary(BaseModel):
 class ModelList(BaseModel):
     models: list[ModelSummary]
     next: str | None = Field(None, description="the next page, when there is one (?after=LAST&limit=N)")
+    login: str | None = Field(
+        None, description="where to log in (the IIIF access service), when the service has API keys (docs/access.md)"
+    )
 
 
 class Live(BaseModel):

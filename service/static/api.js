@@ -29,7 +29,7 @@ export const relative = (url) => url.replace(/^\//, "");
 export async function listModels({ q = "", limit = 200, signal } = {}) {
   const query = new URLSearchParams({ limit: String(limit), ...(q ? { q } : {}) });
   const body = await (await checked(await fetch(`v1/models?${query}`, { signal }))).json();
-  return { models: Array.isArray(body) ? body : body.models, more: Boolean(body.next) };
+  return { models: Array.isArray(body) ? body : body.models, more: Boolean(body.next), login: body.login || null };
 }
 
 // GET /v1/models/{name}: the detail of one model (its size, metadata, versions).

@@ -75,8 +75,11 @@ async function start() {
 
   // (Re)list the models (a page; `q` searches the names); keep each picker's choice where it is still listed, or
   // take `image`, found by its name when it is not on the page.
+  let loginUrl = null;  // the access service, when the service has API keys (GET /v1/models says)
   const refresh = async (image = null, q = "") => {
-    const { models, more } = await listModels({ q });
+    const { models, more, login } = await listModels({ q });
+    $("#login").hidden = $("#logout").hidden = !login;  // only where the service has keys (docs/access.md)
+    loginUrl = login;
     if (image && !models.some((m) => m.name === image)) {
       models.push(...(await listModels({ q: image })).models.filter((m) => m.name === image));
     }
@@ -93,6 +96,13 @@ async function start() {
     if (more) notes.push("more models: search by name");
     say("#models-message", notes.join("; "));
   };
+  // Log in (the IIIF access service's window) or out: the restricted models this browser may see come and go.
+  const relist = async () => { await refresh(); await pickImage(true); };
+  $("#login").addEventListener("click", () => {
+    const w = window.open(`${loginUrl}?origin=${encodeURIComponent(location.origin)}`, "inr-login");
+    const timer = setInterval(() => { if (!w || w.closed) { clearInterval(timer); relist(); } }, 200);
+  });
+  $("#logout").addEventListener("click", async () => { await fetch("iiif/auth/logout"); await relist(); });
   let typing = null;
   $("#model-search").addEventListener("input", (e) => {
     clearTimeout(typing);

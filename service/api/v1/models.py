@@ -14,7 +14,7 @@ from modelrepo import NAME_MAX, ImageSource
 
 from ...engine.registry import ModelState
 from ...errors import ModelNotFound, NoPreview
-from ..deps import CallerDep, ModelName, RegistryDep
+from ..deps import CallerDep, ModelName, RegistryDep, SettingsDep
 from ..schemas import ErrorBody, ModelInfo, ModelList, ModelSummary, TensorInfo, VersionInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -112,6 +112,7 @@ def model_info(m: ModelState) -> ModelInfo:
 def list_models(
     registry: RegistryDep,
     caller: CallerDep,
+    settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=PAGE, description="models per page")] = PAGE,
     after: Annotated[str, Query(max_length=NAME_MAX, description="the last name of the page before")] = "",
     q: Annotated[str, Query(max_length=NAME_MAX, description="only names that contain this, any case")] = "",
@@ -127,7 +128,8 @@ def list_models(
             continue
     more = len(names) > limit
     query = urlencode({"limit": limit, "after": names[limit - 1], **({"q": q} if q else {})}) if more else ""
-    return ModelList(models=models, **({"next": f"/v1/models?{query}"} if more else {}))
+    login = {"login": "/iiif/auth/login"} if settings.access_keys else {}
+    return ModelList(models=models, **({"next": f"/v1/models?{query}"} if more else {}), **login)
 
 
 def summary(m: ModelState) -> ModelSummary:

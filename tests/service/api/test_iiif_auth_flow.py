@@ -213,3 +213,26 @@ def test_deep_zoom_shows_the_substitute_then_the_whole_image_after_login(browser
         assert page.is_visible("#login") and "restricted" in page.inner_text("#message")
     finally:
         context.close()
+
+
+def test_the_viewer_lists_the_restricted_models_once_logged_in(browser, service):  # noqa: F811
+    context = browser.new_context()
+    page = context.new_page()
+    options = "Array.from(document.querySelectorAll('#model option')).map((o) => o.value)"
+    try:
+        page.goto(f"{service.url}/")
+        page.wait_for_function("document.querySelectorAll('#model option').length > 0")
+        assert "secret" not in page.evaluate(options) and "open" in page.evaluate(options)
+        assert page.is_visible("#login")
+        with context.expect_page() as popup:
+            page.click("#login")
+        login = popup.value
+        login.wait_for_load_state()
+        login.fill("input[name=key]", service.key)
+        login.click("button[type=submit]")
+        page.wait_for_function(f"{options}.includes('secret')")
+        assert "thumb" in page.evaluate(options)
+        page.click("#logout")
+        page.wait_for_function(f"!{options}.includes('secret')")
+    finally:
+        context.close()
