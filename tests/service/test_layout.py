@@ -1,7 +1,7 @@
 """`service/` is layered: each module imports only from the layers its own may use, at the top of a file or
 inside a function, and nothing imports in a circle (docs/architecture.md, "Layers").
 
-    ground    settings, errors, metrics, access, hotroutes, geometry/   shared types; imports only itself
+    ground    settings, errors, metrics, access, hotroutes, auth/, geometry/   shared types; imports only itself
     engine    engine/    inference: repository, runtimes, batching, the dataplane       ground
     render    render/    renders and tiles, on the engine's runtimes                    ground, engine
     fits      fits/      the API's side of fits over HTTP (the job store)               ground
