@@ -303,9 +303,13 @@ def log_config(level: str, fmt: str = "text") -> dict:
         config["loggers"][name] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
     # the audit lines of fits and keys (docs/access.md), whatever the level: an operator needs them all
     config["loggers"]["inr.audit"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
-    config["filters"] = {"trace": {"()": "telemetry.logs.TraceIds"}}
+    # every line with its trace ids, and no credential a client put in a URL (service/auth/redact.py)
+    config["filters"] = {
+        "trace": {"()": "telemetry.logs.TraceIds"},
+        "redact": {"()": "service.auth.redact.RedactTokens"},
+    }
     for handler in config["handlers"].values():
-        handler["filters"] = ["trace"]
+        handler["filters"] = ["trace", "redact"]
     for formatter in config["formatters"].values():
         if fmt == "json":
             formatter.clear()

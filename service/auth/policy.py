@@ -35,6 +35,11 @@ class Caller:
 ANONYMOUS = Caller()
 
 
+def who(caller: Caller) -> str:
+    """A caller as the audit log names it: the key's id or the token's subject, never a secret."""
+    return caller.claims.sub if caller.claims is not None else "anonymous"
+
+
 @dataclass(frozen=True)
 class Decision:
     allowed: bool

@@ -21,7 +21,7 @@ from telemetry import tracing
 
 from ...access import carries_key
 from ...auth.caller import NotAuthenticated, from_values
-from ...auth.policy import Caller, decide
+from ...auth.policy import Caller, decide, who
 from ...errors import (
     AccessDenied,
     BadInput,
@@ -38,6 +38,7 @@ from .convert import from_json, infer_request, infer_response, model_config, par
 from .spans import traced, traced_stream
 
 log = logging.getLogger(__name__)
+audit = logging.getLogger("inr.audit")
 SERVICE = "inference.GRPCInferenceService"
 
 
@@ -245,6 +246,7 @@ class InferenceService:
                 "from its folder in the repository; 'config' and 'file:' overrides are not)"
             )
         await self.control.load(request.model_name)
+        audit.info("model load name=%s by=%s (gRPC)", request.model_name, who(self.caller(context)))
         return pb.RepositoryModelLoadResponse()
 
     @rpc("model-repository")
@@ -257,6 +259,7 @@ class InferenceService:
         ):
             raise BadInput("parameters.unload_dependents: expected bool_param")
         await self.control.unload(request.model_name)
+        audit.info("model unload name=%s by=%s (gRPC)", request.model_name, who(self.caller(context)))
         return pb.RepositoryModelUnloadResponse()
 
 

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fitstore import DEFAULT_PRESET, new_id
 from fitstore.uploads import file_name
 
-from ...auth.policy import Caller
+from ...auth.policy import Caller, who
 from ...auth.quotas import fit_refusal
 from ...errors import AccessDenied, BadInput, InvalidOption, TooManyRequests, UnsupportedMedia
 from ...fits.files import received
@@ -79,11 +79,6 @@ UPLOAD_BODY = {
 
 def fits(request: Request) -> Fits:
     return request.app.state.fits
-
-
-def who(caller: Caller) -> str:
-    """A caller as the audit log names it: the key's id or the token's subject, never a secret."""
-    return caller.claims.sub if caller.claims is not None else "anonymous"
 
 
 def may_fit(request: Request, settings) -> Caller:

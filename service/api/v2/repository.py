@@ -7,17 +7,20 @@ index `{"ready": bool}`, load `{"parameters": {...}}`, unload `{"parameters": {"
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from ...auth.policy import who
 from ...engine.control import ModelControl
 from ...errors import BadInput
 from ..deps import CallerDep, ModelName
 from ..jsonbody import JSONError, loads
 from ..schemas import ErrorBody
 
+audit = logging.getLogger("inr.audit")  # model loads and unloads, naming who asked
 router = APIRouter(prefix="/v2/repository", tags=["V2 model repository"])
 ERRORS = {c: {"model": ErrorBody} for c in (400, 403, 404)}
 BODY = {"requestBody": {"required": False, "content": {"application/json": {"schema": {"type": "object"}}}}}
@@ -77,18 +80,20 @@ async def repository_index(control: ControlDep, body: Body, caller: CallerDep) -
 
 
 @router.post("/models/{name}/load", responses=ERRORS, openapi_extra=BODY)
-async def load_model(name: ModelName, control: ControlDep, body: Body) -> list[dict]:
+async def load_model(name: ModelName, control: ControlDep, body: Body, caller: CallerDep) -> list[dict]:
     """Load the model, or reload it: new versions are loaded beside the serving ones and swapped in
     once ready. Answers the model's index rows."""
     parameters(body, set())
     await control.load(name)
-    return [r for r in await run_in_threadpool(control.index) if r["name"] == name]
+    audit.info("model load name=%s by=%s", name, who(caller))
+    return [r for r in await run_in_threadpool(control.index, False, None, "", caller) if r["name"] == name]
 
 
 @router.post("/models/{name}/unload", responses=ERRORS, openapi_extra=BODY)
-async def unload_model(name: ModelName, control: ControlDep, body: Body) -> dict:
+async def unload_model(name: ModelName, control: ControlDep, body: Body, caller: CallerDep) -> dict:
     """Stop serving the model; requests already running on it finish."""
     if parameters(body, {"unload_dependents"}).get("unload_dependents") not in (None, False, True):
         raise BadInput("parameters.unload_dependents: expected true or false")
     await control.unload(name)
+    audit.info("model unload name=%s by=%s", name, who(caller))
     return {}

@@ -105,6 +105,8 @@ def test_every_route_that_names_a_model_refuses_a_restricted_one(srv, method, te
     allowed = call(srv, method, path_of(template, "secret"), {"Authorization": f"Bearer {token()}"})
     public = call(srv, method, path_of(template, "open"))
     assert allowed.status_code == public.status_code, (allowed.text, public.text)
+    if template.endswith("/load"):  # its rows, shown to who may read it
+        assert {r["name"] for r in allowed.json()} == {"secret"}, allowed.text
     if template.endswith("/unload"):  # both were unloaded: load them again for the routes after this one
         for name in ("open", "secret"):
             assert call(srv, "POST", f"/v2/repository/models/{name}/load", {"Authorization": f"Bearer {token()}"})
@@ -247,3 +249,20 @@ def test_a_restricted_manifest_carries_the_auth_services_and_validates(srv):
     (body,) = [a["body"] for page in r.json()["items"][0]["items"] for a in page["items"]]
     assert [s["type"] for s in body["service"]] == ["ImageService3", "AuthProbeService2"]
     assert "AuthProbeService2" not in httpx.get(f"{srv.url}/iiif/3/open/manifest.json").text
+
+
+def test_a_token_sent_in_a_url_is_not_written_to_the_log(repo):
+    from bench.serving import Server as Service
+
+    s = Service(
+        repo, "test server", {"INR_ACCESS_SECRET": SECRET}, args=("--grpc-port", "0"), log_level="info", capture=True
+    )
+    try:
+        s.wait()
+        good = token()
+        r = httpx.get(f"{s.url}/v1/models/secret", params={"access_token": good, "n": "1"})
+        assert r.status_code == 401 and good not in r.text
+    finally:
+        s.stop()
+    said = s.proc.stdout.read()
+    assert "access_token=REDACTED" in said and good not in said and good[:40] not in said, said[-2000:]
