@@ -73,11 +73,11 @@ async function access(info) {
   let r, doc = null;
   try { r = await fetch(info); doc = await r.json(); } catch (_) { return { kind: "public" }; }
   const probe = (doc.service || []).find((s) => s.type === "AuthProbeService2");
-  if (!probe) return { kind: "public" };
+  if (!probe) return { kind: "public", doc: r.ok ? doc : null };
   const active = (probe.service || []).find((s) => s.type === "AuthAccessService2" && s.profile === "active");
   const logout = active && (active.service || []).find((s) => s.type === "AuthLogoutService2");
   const full = r.ok && (doc.maxWidth || doc.width) >= doc.width;
-  if (full) return { kind: "full", active, logout };
+  if (full) return { kind: "full", active, logout, doc };
   let substitute = null;
   try { substitute = ((await (await fetch(probe.id)).json()).substitute || [])[0] || null; } catch (_) { /* none */ }
   return { kind: substitute ? "substitute" : "restricted", active, logout, substitute };
@@ -109,7 +109,8 @@ async function show(name) {
     restricted: "This image is restricted: log in to see it.",
   }[seen.kind] || "");
   if (seen.kind === "restricted") { $("#osd").dataset.state = "failed"; return; }
-  source = seen.kind === "substitute" ? null : await tileSourceFor(info);
+  // the information read once: the tile source is made from it (OpenSeadragon fetches it only without one)
+  source = seen.kind === "substitute" ? null : seen.doc ? nativeTileSource(seen.doc, info) : await tileSourceFor(info);
   const deepest = source ? 2 ** source.extraLevels : 1;
   animating = false; sharpViews = 0; wasSharp = false;
   viewer = OpenSeadragon({
