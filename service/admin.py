@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = KeyStore(path)
     try:
+        store.check()
         if args.action == "create":
             models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
             key, record = store.create(args.name, args.scope, models, parse(args.quota))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from modelrepo.access import SCOPE_RE
 
+log = logging.getLogger(__name__)
 PREFIX = "inr_"
 KEY_RE = re.compile(r"^inr_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 ADMIN, FIT, READ = "admin", "fit", "read"
@@ -73,10 +75,22 @@ class KeyStore:
             return {}
         if stamp != self._stamp:
             with self._lock:
-                rows = json.loads(self.path.read_text() or "[]")
-                self._records = {r["id"]: KeyRecord(**r) for r in rows}
+                try:
+                    rows = json.loads(self.path.read_text() or "[]")
+                    self._records = {r["id"]: KeyRecord(**r) for r in rows}
+                except (OSError, ValueError, TypeError, KeyError) as e:  # closed, not open: no key is valid
+                    log.error("keys file %s unreadable (%s): every API key is refused until it is fixed", self.path, e)
+                    self._records = {}
                 self._stamp = stamp
         return self._records
+
+    def check(self) -> None:
+        """KeyError_ when the file exists but cannot be read as keys (the CLI stops there, not the server)."""
+        if self.path is not None and self.path.exists():
+            try:
+                [KeyRecord(**r) for r in json.loads(self.path.read_text() or "[]")]
+            except (OSError, ValueError, TypeError, KeyError) as e:
+                raise KeyError_(f"keys file {self.path} is unreadable: {e}") from None
 
     def records(self) -> list[KeyRecord]:
         return sorted(self._load().values(), key=lambda r: r.created)

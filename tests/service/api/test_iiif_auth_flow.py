@@ -86,6 +86,16 @@ def open_access(page):
     return login
 
 
+def click_log_in(page, key: str) -> None:
+    """The page's own "Log in" button, then the key in the access window it opens."""
+    with page.context.expect_page() as popup:
+        page.click("#login")
+    login = popup.value
+    login.wait_for_load_state()
+    login.fill("input[name=key]", key)
+    login.click("button[type=submit]")
+
+
 def log_in(page, key: str) -> None:
     login = open_access(page)
     login.fill("input[name=key]", key)
@@ -193,12 +203,7 @@ def test_deep_zoom_shows_the_substitute_then_the_whole_image_after_login(browser
         page.wait_for_function("window.iiifViewer && iiifViewer.world.getItemCount() === 1")
         assert page.evaluate("iiifViewer.world.getItemAt(0).getContentSize().x") == 16  # the public version
         assert page.is_visible("#login") and not page.is_visible("#logout")
-        with context.expect_page() as popup:
-            page.click("#login")
-        login = popup.value
-        login.wait_for_load_state()
-        login.fill("input[name=key]", service.key)
-        login.click("button[type=submit]")
+        click_log_in(page, service.key)
         page.wait_for_function(f"document.querySelector('{osd}').dataset.access === 'full'")
         page.wait_for_function(
             "window.iiifViewer && iiifViewer.world.getItemCount() === 1"
@@ -224,12 +229,7 @@ def test_the_viewer_lists_the_restricted_models_once_logged_in(browser, service)
         page.wait_for_function("document.querySelectorAll('#model option').length > 0")
         assert "secret" not in page.evaluate(options) and "open" in page.evaluate(options)
         assert page.is_visible("#login")
-        with context.expect_page() as popup:
-            page.click("#login")
-        login = popup.value
-        login.wait_for_load_state()
-        login.fill("input[name=key]", service.key)
-        login.click("button[type=submit]")
+        click_log_in(page, service.key)
         page.wait_for_function(f"{options}.includes('secret')")
         assert "thumb" in page.evaluate(options)
         page.click("#logout")

@@ -147,3 +147,17 @@ def test_the_admin_api_makes_lists_and_revokes_keys(stack):
     assert httpx.get(f"{stack.url}/v1/models", headers=bearer(made["key"])).status_code == 401
     assert httpx.delete(f"{stack.url}/v1/keys/000000000000", headers=bearer(root)).status_code == 404
     assert httpx.delete(f"{stack.url}/v1/keys/..%2F..", headers=bearer(root)).status_code in (404, 405, 422)
+
+
+def test_a_broken_keys_file_refuses_every_key_and_the_server_stays_up(stack):
+    key = make_key(stack.keys, "--scope", "read")
+    stack.keys.write_text("{not json")
+    r = httpx.get(f"{stack.url}/v1/models", headers=bearer(key))
+    assert r.status_code == 401 and "not valid" in r.json()["error"]
+    assert httpx.get(f"{stack.url}/v1/models").status_code == 200
+    made = subprocess.run(
+        [sys.executable, "-m", "service.admin", "keys", "list", "--keys", str(stack.keys)],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 2 and made.stderr.count("\n") == 1 and made.stderr.startswith("error:")
