@@ -9,6 +9,7 @@ from .folder import (
     MODEL_FILE,
     Written,
     check_version,
+    keep_policies,
     portable,
     portable_command,
     read_access,
@@ -18,6 +19,16 @@ from .folder import (
     sha256_file,
     version_numbers,
     write_version,
+)
+from .location import LocationError, S3Location, is_s3, parse_s3
+from .open import open_repository, open_target
+from .repository import (
+    LocalRepository,
+    Repository,
+    StorageUnavailable,
+    Target,
+    folder_stamp,
+    folder_unchanged,
 )
 from .serving import ONNX_HEIGHT, ONNX_WIDTH, ContractError, ImageSource, SeparableStage, check_onnx_geometry
 from .spec import (
@@ -36,6 +47,19 @@ from .spec import (
 from .triton import config_json, config_text, parse_config
 
 __all__ = [
+    "LocalRepository",
+    "LocationError",
+    "Repository",
+    "S3Location",
+    "StorageUnavailable",
+    "Target",
+    "folder_stamp",
+    "folder_unchanged",
+    "is_s3",
+    "keep_policies",
+    "open_repository",
+    "open_target",
+    "parse_s3",
     "Access",
     "AccessError",
     "read_access",

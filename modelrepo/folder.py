@@ -136,12 +136,12 @@ def version_numbers(folder: Path) -> list[int]:
     )
 
 
-def read_version(folder: Path, version: int) -> VersionRecord:
+def read_version(folder: Path, version: int, need_file: bool = True) -> VersionRecord:
     """`N/metadata.json` of one version, validated; the ONNX file must exist (its hash is checked by
-    `check_version`)."""
+    `check_version`), unless `need_file` is False (a mirror of S3, which fetches it at the load)."""
     vdir = Path(folder) / str(version)
     record = VersionRecord.from_json(_json(vdir / "metadata.json", f"{version}/metadata.json"), version)
-    if not (vdir / MODEL_FILE).is_file():
+    if need_file and not (vdir / MODEL_FILE).is_file():
         raise SpecError(f"missing {version}/{MODEL_FILE}")
     return record
 
@@ -240,12 +240,18 @@ def _fill_version(vdir: Path, version: int, onnx_bytes: bytes, metadata: dict, e
     return record
 
 
+def keep_policies(old: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
+    """The spec a new version of an existing model is published with: what the model's owner set in its config.pbtxt
+    (its version_policy) is kept. One place for both backends (a folder here, S3 in modelrepo/s3publish.py)."""
+    return spec if old is None else spec.with_(version_policy=old.version_policy)
+
+
 def _next_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras) -> Written:
     try:
         old = read_spec(folder)
-        spec = spec.with_(version_policy=old.version_policy)
     except SpecError:
         old = None
+    spec = keep_policies(old, spec)
     if old is None or old != spec or old.to_json() != spec.to_json():
         _replace_file(folder / "metadata.json", _json_text(spec.to_json()))
         _replace_file(folder / "config.pbtxt", config_text(spec))

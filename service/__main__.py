@@ -25,11 +25,12 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from commandline import OneLineParser
+from modelrepo import StorageUnavailable, is_s3
 from telemetry.config import read_config, trace_config_env
 from telemetry.logs import configure
 
 from .errors import DeviceError
-from .memory import one_malloc_arena
+from .memory import one_malloc_arena, parse_bytes
 from .settings import Settings
 
 OPTIONS = (
@@ -173,17 +174,44 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise ValueError(msg) from None
         got = "" if where in SECRET else f" (got {err.get('input')!r})"
         raise ValueError(f"--{where.replace('_', '-')}: {msg}{got}") from None
-    if not settings.models.is_dir():
-        raise ValueError(f"--models '{settings.models}' is not a directory")
-    try:
-        os.listdir(settings.models)
-    except OSError as e:
-        raise ValueError(f"--models '{settings.models}' cannot be read ({e.strerror})") from None
+    if is_s3(settings.models):
+        present = s3_models(settings)
+    else:
+        models = Path(settings.models)
+        if not models.is_dir():
+            raise ValueError(f"--models '{settings.models}' is not a directory")
+        try:
+            os.listdir(models)
+        except OSError as e:
+            raise ValueError(f"--models '{settings.models}' cannot be read ({e.strerror})") from None
+        present = None
     for option, names in (("--load-model", settings.load_model), ("--pin-model", settings.pin_model)):
-        missing = [n for n in names if n != "*" and not (settings.models / n).is_dir()]
+        missing = [
+            n
+            for n in names
+            if n != "*" and not (n in present if present is not None else (Path(settings.models) / n).is_dir())
+        ]
         if missing:
             raise ValueError(f"{option} {missing[0]}: no model folder '{missing[0]}' in {settings.models}")
     return settings
+
+
+def s3_models(settings: Settings) -> set[str]:
+    """A repository on S3 checked before the start: its bucket and the credentials (one line, exit 2 when S3
+    refuses them); a server that does not answer is fatal only with nothing in the disk cache to serve. The models
+    listed."""
+    from modelrepo.s3 import RepositoryError, S3Repository
+
+    repo = S3Repository(settings.models, settings.model_cache, parse_bytes(settings.model_cache_bytes))
+    try:
+        repo.check()
+    except RepositoryError as e:
+        raise ValueError(f"--models: {e}") from None
+    except StorageUnavailable as e:
+        if not any(p.is_dir() for p in repo.root.iterdir()):
+            raise ValueError(f"--models: {e}, and the model cache {repo.root} (INR_MODEL_CACHE) is empty") from None
+        logging.getLogger("service").warning("--models: %s; starting from the model cache %s", e, repo.root)
+    return set(repo.scan())
 
 
 def check_port(host: str, port: int, option: str) -> None:
@@ -212,21 +240,22 @@ def check_ports(settings: Settings) -> None:
     check_port(settings.host, settings.grpc_port, "--grpc-port / INR_GRPC_PORT (0 turns gRPC off)")
 
 
-def probe_cuda(models: Path) -> bool:
+def probe_cuda(models: str | Path, cache: str | None = None, cache_bytes: str = "4GiB") -> bool:
     """Load the first loadable model on CUDA: True if it runs there, False if no model could be loaded.
     Raises DeviceError when the session does not really run on CUDA (session.get_providers())."""
-    from modelrepo import SpecError, read_spec, version_numbers
+    from modelrepo import SpecError, open_repository, read_spec, version_numbers
 
-    from .engine.registry import Registry
     from .engine.runtime import ModelRuntime, RuntimeOptions
 
-    for path in Registry(models, RuntimeOptions()).discover():
+    repo = open_repository(models, cache, max_bytes=parse_bytes(cache_bytes))
+    for name in repo.scan():
         try:
+            path = repo.folder(name)
             spec = read_spec(path)
-        except SpecError:
+        except (SpecError, StorageUnavailable):
             continue
         for n in reversed(spec.version_policy.select(version_numbers(path))):
-            if ModelRuntime(path, spec, n, RuntimeOptions(device="cuda", threads=1)).load():
+            if ModelRuntime(path, spec, n, RuntimeOptions(device="cuda", threads=1, repository=repo)).load():
                 return True
     return False
 
@@ -241,12 +270,12 @@ def resolve_device(settings: Settings) -> Settings:
     log = logging.getLogger("service")
     if settings.device == "cuda":
         check_device_available("cuda")
-        probe_cuda(settings.models)
+        probe_cuda(settings.models, settings.model_cache, settings.model_cache_bytes)
     elif settings.device == "auto":
         device = "cpu"
         if CUDA in ort.get_available_providers():
             try:
-                probe_cuda(settings.models)
+                probe_cuda(settings.models, settings.model_cache, settings.model_cache_bytes)
                 device = "cuda"
             except DeviceError as e:
                 log.warning("--device auto: %s", e)

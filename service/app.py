@@ -24,6 +24,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from modelrepo import open_repository
 from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
 
@@ -110,7 +111,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tracing.install(traces, "inr-serve", on_drop=metrics.spans_dropped)
         for reason in ("queue_full", "export_failed"):
             metrics.trace_drops.labels(reason)  # both series at 0 from the start
+    repository = open_repository(
+        settings.models, settings.model_cache, max_bytes=parse_bytes(settings.model_cache_bytes)
+    )  # a folder, or S3 through the disk cache (modelrepo/s3.py)
     options = RuntimeOptions(
+        repository=repository,
         device=settings.device,
         threads=threads,
         render_threads=settings.render_threads,
@@ -127,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         metrics,
     )
-    registry = Registry(settings.models, options, residency)
+    registry = Registry(repository, options, residency)
     registry.access_default = settings.access_default
     secret = settings.access_secret.get_secret_value()
     trusted = (settings.access_trusted_header, settings.access_trusted_scopes_header or "x-inr-no-scopes")
@@ -152,6 +157,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         log.info("loading models from %s (device %s, %d threads per model)", settings.models, settings.device, threads)
         log.info("memory budget: %s, %s", format_bytes(budget), budget_from)
+        if repository.remote:
+            log.info(
+                "models on S3: %s, pulled on first use into %s, at most %s on disk",
+                repository.url,
+                repository.root,
+                format_bytes(repository.budget.max_bytes),
+            )
         if options.session_cache is not None:
             cache = options.session_cache
             log.info("session cache: %s, at most %s on disk", cache.folder, format_bytes(cache.max_bytes))

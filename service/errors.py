@@ -103,6 +103,14 @@ class QueueTimeout(ServiceError):
         self.headers = {"retry-after": str(retry_after)}
 
 
+class RepositoryUnavailable(ServiceError):
+    """The model repository's storage (S3) did not answer while a model not on local disk was needed: come back
+    later. The models on local disk keep serving."""
+
+    status = 503
+    headers = {"retry-after": "2"}
+
+
 class DeadlineExceeded(ServiceError):
     """The caller's own deadline (gRPC's) passed before the request could run: gRPC DEADLINE_EXCEEDED."""
 

@@ -39,7 +39,20 @@ class Settings(BaseSettings):
     # hide_input_in_errors: a bad INR_HTTP_RESTRICTED_API must not print its secret in a traceback
     model_config = SettingsConfigDict(env_prefix="INR_", extra="ignore", hide_input_in_errors=True)
 
-    models: Path = Field(Path("models"), description="model repository: one folder per model")
+    models: str = Field(
+        "models",
+        description="model repository: a folder of one folder per model, or s3://[host:port/]bucket/path in Triton's "
+        "form (AWS_* variables give the credentials; docs/deployment.md, 'Models on S3')",
+    )
+    model_cache: str = Field(
+        str(Path(tempfile.gettempdir()) / "inr-serve-models"),
+        description="with models on S3: the local folder the models are pulled into on first use, kept across "
+        "restarts and revalidated by ETag",
+    )
+    model_cache_bytes: str = Field(
+        "4GiB",
+        description="with models on S3: disk bytes of the model cache's version files; least recently used past it",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     grpc_port: int = Field(8001, ge=0, le=65535, description="KServe V2 gRPC port (Triton's 8001); 0 turns gRPC off")
@@ -350,7 +363,18 @@ class Settings(BaseSettings):
             raise ValueError("must be at least 32 bytes (it signs the access tokens)")
         return value
 
-    @field_validator("memory_budget", "session_cache_bytes")
+    @field_validator("models", mode="before")
+    @classmethod
+    def _models(cls, value) -> str:
+        """A folder (str or Path) or an s3:// URL, checked for its form here (modelrepo/location.py)."""
+        from modelrepo import is_s3, parse_s3
+
+        value = str(value) if isinstance(value, Path) else value
+        if isinstance(value, str) and is_s3(value):
+            parse_s3(value)
+        return value
+
+    @field_validator("memory_budget", "session_cache_bytes", "model_cache_bytes")
     @classmethod
     def _memory_budget(cls, value: str) -> str:
         if value.strip() and parse_bytes(value) <= 0:

@@ -6,4 +6,5 @@ import os
 # for Triton's default gRPC port 8001; bench.serving.Server gives each server its own free gRPC port.
 os.environ.setdefault("INR_GRPC_PORT", "0")
 
+from tests.s3server import s3_env, s3_server  # noqa: E402,F401  (the real S3 server's fixtures)
 from tests.servers import *  # noqa: E402,F401,F403  (fixtures are found by name)

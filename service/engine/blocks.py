@@ -42,6 +42,9 @@ class BlockRuntime(ModelRuntime):
         return f"BlockRuntime({self.name} v{self.version} {self.block.file})"
 
     def files_stamp(self) -> tuple:
+        if self.remote:
+            m = self.options.repository.model(self.name)
+            return ((m.files if m else {}).get(f"{self.version}/{self.block.file}"),)
         try:
             st = (self.path / str(self.version) / self.block.file).stat()
             return ((st.st_mtime_ns, st.st_size),)
@@ -60,7 +63,7 @@ class BlockRuntime(ModelRuntime):
         pass
 
     def _load(self) -> None:
-        path = self.version_dir / self.block.file
+        path = self.fetch(self.block.file, self.block.sha256)
         try:
             data = path.read_bytes()
         except OSError as e:

@@ -31,7 +31,6 @@ from telemetry import tracing
 from ..auth.policy import ANONYMOUS, Caller
 from ..errors import BadInput, ModelNotFound
 from .registry import ModelState, Registry
-from .state import folder_stamp, folder_unchanged
 
 log = logging.getLogger(__name__)
 Fingerprint = tuple[tuple[str, int, int], ...]
@@ -123,7 +122,7 @@ class ModelControl:
         for name in [n for n in (names or []) if n not in folders]:
             log.error("--load-model %s: no such model folder in %s", name, self.registry.root)
         wanted = list(folders) if names is None else [n for n in names if n in folders]
-        before = {n: fingerprint(folders[n]) for n in wanted}  # taken first: a change during the load shows
+        before = {n: self._fingerprint(n) for n in wanted}  # taken first: a change during the load shows
         self.registry.load_all(wanted)
         self.seen.update({n: f for n, f in before.items() if n in self.registry.models})
         self._load_pinned()
@@ -156,7 +155,8 @@ class ModelControl:
 
     def poll_once(self) -> list[str]:
         """One scan (blocking): load new or changed folders, unload removed ones; the names changed."""
-        if not self.registry.root.is_dir():  # unmounted for a moment? unloading everything would be worse
+        if not self.registry.repo.remote and not self.registry.root.is_dir():  # unmounted for a moment? unloading
+            # everything would be worse
             log.warning("repository %s is not a directory; nothing changed", self.registry.root)
             return []
         if self.registry.listing is not None:
@@ -167,8 +167,8 @@ class ModelControl:
             log.info("model %s: folder removed from the repository; unloading", name)
             self._unload(name)
             changed.append(name)
-        for name, path in folders.items():
-            now = fingerprint(path)
+        for name in folders:
+            now = self._fingerprint(name)
             if self.seen.get(name) == now and name in self.registry.models:
                 continue
             log.info(
@@ -204,19 +204,11 @@ class ModelControl:
             changed.append(name)
         in_memory, stamps = registry.resident_names(), registry.stamps
         moved = []
-        root = os.open(registry.root, os.O_RDONLY)
-        try:
-            for name, state in registry.models.items():
-                stamp = stamps.get(name, ())
-                if name not in names:
-                    continue
-                if name in in_memory:  # its files are checked whole: a changed one is loaded again at once
-                    if folder_stamp(state.path) != stamp:
-                        moved.append(name)
-                elif not folder_unchanged(name, stamp, root):
+        with registry.repo.changes() as differs:  # a folder: stats; S3: the listing just taken
+            for name in registry.models:
+                # a model in memory has its files checked whole: a changed one is loaded again at once
+                if name in names and differs(name, stamps.get(name, ()), name in in_memory):
                     moved.append(name)
-        finally:
-            os.close(root)
         for name in moved:
             resident = name in in_memory
             log.info("model %s: changed in the repository; %s", name, "loading" if resident else "read again")
@@ -281,8 +273,7 @@ class ModelControl:
             with tracing.span("inr.model.load", attributes={"inr.model": name}):
                 before = self.registry.models.get(name)
                 before = before.serving if before is not None else None
-                path = self.registry.root / name
-                now = now if now is not None else fingerprint(path)
+                now = now if now is not None else self._fingerprint(name)
                 state = self.registry.load(name, load)
                 self.seen[name] = now
                 if failures(state):
@@ -293,6 +284,11 @@ class ModelControl:
                 return state
         finally:
             self.loading.discard(name)
+
+    def _fingerprint(self, name: str) -> Fingerprint | tuple:
+        """What the model holds now: its files' sizes and times in a folder, their ETags on S3 (the listing)."""
+        repo = self.registry.repo
+        return repo.stamp(name) if repo.remote else fingerprint(self.registry.root / name)
 
     def _unload(self, name: str) -> None:
         if name not in self.registry.models and name in self.registry.scan():

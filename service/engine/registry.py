@@ -20,32 +20,41 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from modelrepo import NAME_RE, ModelSpec, SpecError, read_access, read_spec, version_numbers
+from modelrepo import (
+    NAME_RE,
+    LocalRepository,
+    ModelSpec,
+    Repository,
+    SpecError,
+    StorageUnavailable,
+    read_access,
+    read_spec,
+    version_numbers,
+)
 from modelrepo.access import PUBLIC, RESTRICTED, Access
 
 from ..auth.policy import ANONYMOUS, Caller
-from ..errors import ModelNotFound, ModelNotReady, NotLoaded, WrongTask
+from ..errors import ModelNotFound, ModelNotReady, NotLoaded, RepositoryUnavailable, WrongTask
 from .runtime import ModelRuntime, RuntimeOptions
-from .state import ModelState, folder_stamp
+from .state import ModelState
 
 if TYPE_CHECKING:
     from .residency import Residency
 from .tasks import runtime_for
 
 log = logging.getLogger(__name__)
-SETTLED_NS = 2 * 10**9  # a folder's mtime this old is trusted to show every change (filesystems with coarse times)
 Listener = Callable[["Registry", str, list[ModelRuntime]], None]  # (registry, model changed, versions dropped)
 
 
 class Registry:
     """The model repository as served. See the module docstring for the concurrency rules."""
 
-    def __init__(self, root: Path, options: RuntimeOptions, residency: Residency | None = None):
-        self.root = Path(root)
+    def __init__(self, root: Path | Repository, options: RuntimeOptions, residency: Residency | None = None):
+        self.repo = root if isinstance(root, Repository) else LocalRepository(root)  # a folder, or S3's mirror
+        self.root = self.repo.root
         self.options = options
         self.residency = residency
         self.access_default = PUBLIC  # INR_ACCESS_DEFAULT: the policy of a model whose config.pbtxt names none
@@ -57,7 +66,6 @@ class Registry:
         self._name_locks: dict[str, threading.Lock] = {}
         self.listeners: list[Listener] = []  # called after every change, with the runtimes dropped
         self.loaded = False
-        self._scanned: tuple[int, dict[str, Path]] | None = None  # (the root's mtime, its folders) at the last scan
 
     # -- reading (lock-free) ----------------------------------------------------------------------
     @property
@@ -66,18 +74,20 @@ class Registry:
         return self._models
 
     def scan(self) -> dict[str, Path]:
-        """The model folders in the repository now, name → path (served or not)."""
+        """The model folders in the repository now, name → path (served or not): modelrepo's Repository.scan (a
+        folder's entries, or S3's paged listing)."""
+        return self.repo.scan()
+
+    def folder(self, name: str) -> Path:
+        """The model's folder, current (S3: its small files fetched when they changed); 404 when there is none, 503
+        when S3 does not answer for a model not on local disk."""
         try:
-            stamp = os.stat(self.root).st_mtime_ns
-            if self._scanned is not None and self._scanned[0] == stamp and time.time_ns() - stamp > SETTLED_NS:
-                return dict(self._scanned[1])  # no folder added, removed or renamed since the last scan
-            with os.scandir(self.root) as entries:  # the entries' types come with the listing: no stat each
-                found = sorted(e.name for e in entries if e.is_dir() and NAME_RE.match(e.name))
-        except OSError:  # not a directory (unmounted for a moment?)
-            return {}
-        folders = {name: self.root / name for name in found}
-        self._scanned = (stamp, folders)
-        return dict(folders)
+            path = self.repo.folder(name) if NAME_RE.match(name) else None
+        except StorageUnavailable as e:
+            raise RepositoryUnavailable(f"model '{name}': {e}") from None
+        if path is None or not path.is_dir():
+            raise ModelNotFound(name, self.public(self.names()))
+        return path
 
     def discover(self) -> list[Path]:
         return list(self.scan().values())
@@ -111,6 +121,11 @@ class Registry:
         if not NAME_RE.match(name):
             return None  # no model has this name; never a path out of the repository
         path = self.root / name
+        if self.repo.remote:
+            try:  # the policy is in config.pbtxt: fetched when it changed (fails closed while S3 does not answer)
+                self.repo.sync_file(name, "config.pbtxt")
+            except StorageUnavailable:
+                return Access(RESTRICTED) if self.repo.model(name) else None
         try:
             stamp = os.stat(path / "config.pbtxt").st_mtime_ns
         except OSError:
@@ -193,10 +208,8 @@ class Registry:
         with self._lock(name):
             state = self._models.get(name)
             if state is None:
-                path = self.root / name
-                if not path.is_dir():
-                    raise ModelNotFound(name, self.public(self.names()))
-                stamp = folder_stamp(path)
+                path = self.folder(name)
+                stamp = self.repo.stamp(name)
                 state = self._build(name, path, None, load=False)
                 self._set(name, state, None, stamp)
             return state
@@ -224,11 +237,9 @@ class Registry:
         if not NAME_RE.match(name):
             raise ModelNotFound(name, self.public(self.scan()))
         with self._lock(name):
-            path = self.root / name
             old = self._models.get(name)
-            if not path.is_dir():
-                raise ModelNotFound(name, self.public(self.scan()))
-            stamp = folder_stamp(path)
+            path = self.folder(name)
+            stamp = self.repo.stamp(name)
             state = self._build(name, path, old, load)
             self._set(name, state, old, stamp)
             return state

@@ -18,19 +18,22 @@ import numpy as np
 import onnxruntime as ort
 
 from modelrepo import (
+    MODEL_FILE,
     ONNX_TO_V2,
     ContractError,
     ImageSource,
     ModelSpec,
+    Repository,
     SeparableStage,
     SpecError,
+    StorageUnavailable,
     VersionRecord,
     check_onnx_geometry,
     check_version,
     read_version,
 )
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, RepositoryUnavailable
 from ..metrics import Metrics
 from .runs import RUNS
 from .separable import SeparableBody, load_separable
@@ -49,6 +52,7 @@ class RuntimeOptions:
     spin: bool = False  # let idle intra-op threads busy-wait (faster on dedicated cores only)
     session_cache: SessionCache | None = field(default=None, compare=False)  # optimised graphs on disk
     metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
+    repository: Repository | None = field(default=None, compare=False)  # S3: version files fetched at the load
 
 
 class ModelRuntime:
@@ -82,9 +86,28 @@ class ModelRuntime:
         self.load_peak: int | None = None  # the resident set's peak growth during that load (measure.py)
         self.inflight = 0  # requests holding it (residency.py)
 
+    @property
+    def remote(self) -> bool:
+        """Its files are a mirror of S3 (modelrepo/s3.py), fetched at the load."""
+        return self.options.repository is not None and self.options.repository.remote
+
+    def fetch(self, rel: str, sha256: str | None) -> Path:
+        """The version's file `rel` on local disk (from S3 on first use). A storage that does not answer is a 503
+        for the request (RepositoryUnavailable), never a failed version."""
+        if not self.remote:
+            return self.version_dir / rel
+        try:
+            return self.options.repository.fetch(self.name, self.version, rel, sha256)
+        except StorageUnavailable as e:
+            raise RepositoryUnavailable(f"model '{self.name}' version {self.version}: {e}") from None
+        except FileNotFoundError as e:
+            raise ModelLoadError(f"{self.version}/{rel}: {e}") from None
+
     def files_stamp(self) -> tuple:
         """(mtime_ns, size) of N/model.onnx, N/metadata.json and the separable N/body.onnx now; None for
-        a missing file."""
+        a missing file. On S3: (ETag, size) of each, from the listing."""
+        if self.remote:
+            return self.options.repository.version_stamp(self.name, self.version)
         out = []
         for name in ("model.onnx", "metadata.json", "body.onnx"):
             try:
@@ -177,7 +200,7 @@ class ModelRuntime:
         """List the version from its metadata, with no session (loaded on first use); return `ready`. A version
         whose metadata cannot be read is failed; a broken ONNX file shows at its load."""
         try:
-            self.record = read_version(self.path, self.version)
+            self.record = read_version(self.path, self.version, need_file=not self.remote)
             self.status, self.error = "ready", None
         except (ModelLoadError, SpecError) as e:
             self.status, self.error = "failed", str(e)
@@ -189,7 +212,8 @@ class ModelRuntime:
         self.session = self.render_session = self.separable = None
 
     def _load(self) -> None:
-        self.record = read_version(self.path, self.version)
+        self.record = read_version(self.path, self.version, need_file=not self.remote)
+        self.fetch(MODEL_FILE, self.record.onnx_sha256)
         try:
             onnx_path = check_version(self.path, self.record)
         except OSError as e:  # no permission, an I/O error on a bad disk or mount
@@ -225,9 +249,14 @@ class ModelRuntime:
         (service/engine/separable.py), which serves only renders."""
         threads = self.session_threads
         # the body graph for separable renders; None = render the plain way
-        self.separable = load_separable(
-            self.metadata.get("separable"), onnx_path.parent, lambda path: self._session(path, threads)
-        )
+        entry = self.metadata.get("separable")
+        if self.remote and isinstance(entry, dict):  # its body graph, from S3 (load_separable checks it)
+            try:
+                contract = SeparableStage.from_metadata(entry)
+                self.fetch(contract.body, contract.body_sha256)
+            except ContractError:
+                pass  # load_separable says what is wrong
+        self.separable = load_separable(entry, onnx_path.parent, lambda path: self._session(path, threads))
         self.render_session = self.session
 
     def _session(self, onnx_path: Path, threads: int | None = None, cached=None) -> ort.InferenceSession:

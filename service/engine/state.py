@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelrepo import ModelSpec
+from modelrepo import ModelSpec, folder_stamp, folder_unchanged  # noqa: F401 - re-exported
 
 from ..errors import NotFound
 from .runtime import ModelRuntime
@@ -69,28 +68,3 @@ class ModelState:
     def metadata(self) -> dict:
         current = self.serving or (self.versions[-1] if self.versions else None)
         return current.metadata if current else (self.spec.to_json() if self.spec else {})
-
-
-def folder_stamp(folder: Path) -> tuple:
-    """(mtime_ns) of the model folder and of each version folder in it: what changes when a version, a config or a
-    file is written the way the training export and Triton's tools write them (a new file renamed into place).
-    Two stats or so per model, for the rescan of a large repository; an edit in place of a file shows only in
-    the full fingerprint (control.py), which a resident model gets."""
-    try:
-        found = [os.stat(folder).st_mtime_ns]
-        with os.scandir(folder) as entries:
-            found += sorted((e.name, e.stat().st_mtime_ns) for e in entries if e.name.isdigit() and e.is_dir())
-    except OSError:
-        return ()
-    return tuple(found)
-
-
-def folder_unchanged(name: str, stamp: tuple, root_fd: int) -> bool:
-    """Whether the model folder `name` (in the repository opened as `root_fd`) still has the mtime of `stamp`
-    (folder_stamp when it was read): one stat, for a model with no version in memory. A version or config renamed
-    into place shows there; a version rewritten inside its folder is read again at its load (ModelRuntime._load
-    reads the metadata and checks the files). That keeps a rescan of 10,000 read models at one stat each."""
-    try:
-        return bool(stamp) and os.stat(name, dir_fd=root_fd).st_mtime_ns == stamp[0]
-    except OSError:
-        return False

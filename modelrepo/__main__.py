@@ -1,0 +1,45 @@
+"""`python -m modelrepo push FOLDER s3://…`: copy a local model repository (or one model folder) into a repository
+on S3, each version published under its own number (modelrepo/s3publish.py); versions already there are kept.
+Credentials and the endpoint from the AWS_* variables, as the service reads them. A bad argument or a refusal from
+S3 is one line, `error: …`, and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .location import LocationError
+from .open import open_repository
+from .repository import StorageUnavailable
+from .s3publish import push_model
+from .spec import NAME_RE
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m modelrepo", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    push = sub.add_parser("push", help="copy model folders into a repository on S3")
+    push.add_argument("source", type=Path, help="a model repository folder, or one model's folder")
+    push.add_argument("target", help="s3://[host:port/]bucket/path")
+    args = p.parse_args(argv)
+    try:
+        if not args.target.startswith("s3://"):
+            raise LocationError(f"the target '{args.target[:80]}' must be an s3:// URL")
+        if not args.source.is_dir():
+            raise LocationError(f"'{args.source}' is not a folder")
+        repo = open_repository(args.target)
+        repo.check()
+        one = (args.source / "metadata.json").is_file()
+        folders = [args.source] if one else sorted(f for f in args.source.iterdir() if f.is_dir())
+        for folder in (f for f in folders if NAME_RE.match(f.name)):
+            copied = push_model(repo, folder)
+            print(f"{folder.name}: {', '.join(map(str, copied)) or 'nothing new'} -> {repo.url}/{folder.name}")
+    except (LocationError, StorageUnavailable, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

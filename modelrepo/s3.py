@@ -1,0 +1,340 @@
+"""A model repository on S3 (`--models s3://…`, modelrepo/location.py), read through a local mirror on disk.
+
+Layout in the bucket: the local one under the URL's prefix (`NAME/config.pbtxt`, `NAME/N/model.onnx`, …), and one
+object more per version, `NAME/N/.published`, written last by the writer (modelrepo/s3publish.py): a version without
+it is not listed, so nobody ever sees half of one. A model with no published version is not listed either.
+
+* **Listing** (`scan`): paged ListObjectsV2 of the whole prefix (1,000 keys a request), no object read. The keys and
+  ETags make the index: each model's published files, its versions, and its stamp (a rescan compares stamps: an
+  unchanged bucket costs its listing pages and nothing else).
+* **The mirror** (`root`, in INR_MODEL_CACHE): `folder(name)` fetches a model's small files whose ETag differs from
+  the mirror's copy (`.etags.json` in each model's folder records them); `fetch` a version's large file on first
+  use, written under a temporary name, checked against the sha256 its metadata records, then renamed in. Large files
+  stay under INR_MODEL_CACHE_BYTES, least recently used first out (modelrepo/diskcache.py). After a restart the
+  mirror is revalidated by ETag against the listing: nothing unchanged is downloaded again.
+* **Faults**: S3 not answering raises StorageUnavailable (the service answers 503 with Retry-After and keeps serving
+  what is on local disk); a listing that fails keeps the last one (or, at a start, the mirror's own); a file gone
+  while read, truncated or not matching its sha256 is never renamed into the mirror.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+from .diskcache import DiskBudget, is_large
+from .location import parse_s3
+from .repository import Repository, StorageUnavailable
+from .s3layout import CLAIM, MANIFEST, MARKER, ModelIndex
+from .s3publish import publish, sweep
+from .spec import NAME_RE, SpecError
+
+log = logging.getLogger(__name__)
+PAGE = 1000
+CHUNK = 1 << 20
+
+
+class RepositoryError(StorageUnavailable):
+    """S3 answered, and refused: no such bucket, credentials refused. Fatal at a start; later, like a down S3."""
+
+
+def client_for(location, timeout_s: float = 10.0):
+    """A boto3 S3 client: credentials, region and AWS_ENDPOINT_URL from the environment as botocore reads them;
+    path-style addressing for any endpoint other than AWS's own."""
+    import boto3
+    from botocore.config import Config
+
+    custom = location.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = Config(
+        s3={"addressing_style": "path"} if custom else {},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=2,
+        read_timeout=timeout_s,
+        max_pool_connections=32,
+        # checksums only where S3 requires them: the CRC trailers newer SDKs add by default are not spoken by every
+        # S3-compatible server
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return boto3.session.Session().client("s3", endpoint_url=location.endpoint, region_name=region, config=config)
+
+
+class S3Repository(Repository):
+    remote = True
+
+    def __init__(self, url: str, cache: str | os.PathLike | None = None, max_bytes: int = 4 << 30, client=None):
+        self.location = parse_s3(url)
+        self.url = self.location.url
+        base = Path(cache) if cache is not None else Path(tempfile.gettempdir()) / "inr-serve-models"
+        self.root = base / f"s3-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._client = client
+        self.requests: Counter[str] = Counter()  # S3 requests by operation (GET, LIST, PUT, …): /metrics, benchmarks
+        self.index: dict[str, ModelIndex] | None = None
+        self._manifests: dict[str, dict[str, str]] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.budget = DiskBudget(self.root, max_bytes, self._forget)
+
+    # -- S3 calls ----------------------------------------------------------------------------------------
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = client_for(self.location)
+        return self._client
+
+    def call(self, op: str, method: str, what: str, **kwargs):
+        """One S3 request, counted; its errors as StorageUnavailable / RepositoryError / FileNotFoundError."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        self.requests[op] += 1
+        try:
+            return getattr(self.client, method)(Bucket=self.location.bucket, **kwargs)
+        except ClientError as e:
+            raise self.error(e, what) from None
+        except BotoCoreError as e:
+            raise StorageUnavailable(
+                f"{self.url}: S3 did not answer ({e.__class__.__name__}: {e}) reading {what}"
+            ) from None
+
+    def error(self, e, what: str) -> Exception:
+        err = e.response.get("Error", {})
+        code, status = str(err.get("Code", "")), e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code == "NoSuchBucket" or (status == 404 and what == "the bucket"):
+            return RepositoryError(f"{self.url}: no bucket '{self.location.bucket}' there (INR_MODELS / --models)")
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return FileNotFoundError(f"{what} is not in {self.url} (deleted while it was read?)")
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403") or status == 403:
+            return RepositoryError(
+                f"{self.url}: S3 refused the credentials ({code or status}) reading {what}: check AWS_ACCESS_KEY_ID "
+                "and AWS_SECRET_ACCESS_KEY"
+            )
+        return StorageUnavailable(f"{self.url}: S3 answered {status} {code} reading {what}")
+
+    def check(self) -> None:
+        """At a start: the bucket is there and the credentials work (RepositoryError), S3 answers
+        (StorageUnavailable)."""
+        self.call("HEAD", "head_bucket", "the bucket")
+        self.call("LIST", "list_objects_v2", "the bucket", Prefix=self.location.prefix, MaxKeys=1)
+
+    # -- the index --------------------------------------------------------------------------------------
+    def _list(self, prefix: str) -> dict[str, ModelIndex]:
+        """Every key under `prefix`, paged: the index of the models in it."""
+        versions: dict[tuple[str, int], dict] = {}
+        found: dict[str, ModelIndex] = {}
+        token = None
+        base = len(self.location.prefix)
+        while True:
+            page = self.call(
+                "LIST",
+                "list_objects_v2",
+                "the listing",
+                Prefix=prefix,
+                MaxKeys=PAGE,
+                **({"ContinuationToken": token} if token else {}),
+            )
+            for obj in page.get("Contents", ()):
+                name, _, rest = obj["Key"][base:].partition("/")
+                if not NAME_RE.match(name) or not rest:
+                    continue
+                entry = (obj["ETag"].strip('"'), int(obj["Size"]))
+                first, _, inner = rest.partition("/")
+                if first.isdigit() and str(int(first)) == first and int(first) > 0 and inner:
+                    v = versions.setdefault((name, int(first)), {"files": {}, "marker": False, "time": 0.0})
+                    v["time"] = max(v["time"], obj["LastModified"].timestamp())
+                    if inner == MARKER:
+                        v["marker"] = True
+                    elif not inner.startswith(CLAIM):
+                        v["files"][f"{first}/{inner}"] = entry
+                elif not any(p.startswith(".") for p in rest.split("/")):
+                    found.setdefault(name, ModelIndex()).files[rest] = entry
+            if not page.get("IsTruncated"):
+                break
+            token = page["NextContinuationToken"]
+        for (name, n), v in sorted(versions.items()):
+            model = found.setdefault(name, ModelIndex())
+            if v["marker"]:
+                model.files.update(v["files"])
+                model.published += (n,)
+            else:
+                model.pending[n] = v["time"]
+        return found
+
+    def scan(self) -> dict[str, Path]:
+        """The models with a published version, name → mirror folder. A listing that fails keeps the last one (at a
+        start: the mirror's), so a stopped S3 unlists nothing."""
+        try:
+            index = self._list(self.location.prefix)
+        except StorageUnavailable as e:
+            if self.index is None:
+                self.index = self._index_from_mirror()
+                log.warning("%s; serving the %d models of the disk cache %s", e, len(self.index), self.root)
+            else:
+                log.warning("%s; the last listing stands", e)
+            index = self.index
+        self.index = index
+        return {n: self.root / n for n, m in sorted(index.items()) if m.published}
+
+    def _index_from_mirror(self) -> dict[str, ModelIndex]:
+        found = {}
+        for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and NAME_RE.match(p.name)):
+            manifest = self._manifest(folder.name)
+            files = {rel: (etag, _size(folder / rel)) for rel, etag in manifest.items()}
+            published = tuple(sorted({int(r.split("/")[0]) for r in files if r.split("/")[0].isdigit()}))
+            found[folder.name] = ModelIndex(files, published)
+        return found
+
+    def model(self, name: str, relist: bool = False) -> ModelIndex | None:
+        if self.index is None:
+            self.scan()
+        if relist and NAME_RE.match(name):
+            self.index.update(self._list(self.location.key(name) + "/") or {name: ModelIndex()})
+        found = self.index.get(name)
+        return found if found is not None and found.published else None
+
+    def stamp(self, name: str) -> tuple:
+        m = self.model(name)
+        return m.stamp() if m else ()
+
+    def version_stamp(self, name: str, version: int) -> tuple:
+        m = self.model(name)
+        files = m.files if m else {}
+        return tuple(files.get(f"{version}/{f}") for f in ("model.onnx", "metadata.json", "body.onnx"))
+
+    def task_of(self, name: str) -> str | None:
+        if self.model(name, relist=True) is None:
+            return None
+        path = self.folder(name)
+        return json.loads((path / "metadata.json").read_text()).get("task") if path else None
+
+    # -- the mirror -------------------------------------------------------------------------------------
+    def _lock_of(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def _manifest(self, name: str) -> dict[str, str]:
+        if name not in self._manifests:
+            try:
+                self._manifests[name] = json.loads((self.root / name / MANIFEST).read_text())
+            except (OSError, ValueError):
+                self._manifests[name] = {}
+        return self._manifests[name]
+
+    def _save(self, name: str) -> None:
+        path = self.root / name / MANIFEST
+        tmp = path.with_name(f"{MANIFEST}.{secrets.token_hex(4)}")
+        tmp.write_text(json.dumps(self._manifest(name), sort_keys=True))
+        os.replace(tmp, path)
+
+    def _forget(self, path: Path) -> None:
+        rel = path.relative_to(self.root).as_posix()
+        name, _, rel = rel.partition("/")
+        with self._lock_of(name):
+            if self._manifest(name).pop(rel, None) is not None:
+                self._save(name)
+
+    def folder(self, name: str) -> Path | None:
+        """The model's mirror with its small files current: those whose ETag changed fetched, those gone removed.
+        None when the listing has no such model."""
+        m = self.model(name)
+        if m is None:
+            return None
+        with self._lock_of(name):
+            mirror, manifest = self.root / name, self._manifest(name)
+            mirror.mkdir(exist_ok=True)
+            for rel, (etag, size) in m.files.items():
+                if not is_large(rel) and (manifest.get(rel) != etag or not (mirror / rel).is_file()):
+                    self._download(name, rel, size)
+            for rel in [r for r in manifest if r not in m.files]:
+                (mirror / rel).unlink(missing_ok=True)
+                del manifest[rel]
+            for child in mirror.iterdir():
+                if child.is_dir() and child.name.isdigit() and int(child.name) not in m.published:
+                    shutil.rmtree(child, ignore_errors=True)
+            self._save(name)
+        return mirror
+
+    def sync_file(self, name: str, rel: str) -> None:
+        m = self.model(name)
+        entry = m.files.get(rel) if m else None
+        if entry is None:
+            return
+        with self._lock_of(name):
+            if self._manifest(name).get(rel) != entry[0] or not (self.root / name / rel).is_file():
+                (self.root / name).mkdir(exist_ok=True)
+                self._download(name, rel, entry[1])
+                self._save(name)
+
+    def fetch(self, name: str, version: int, rel: str, sha256: str | None = None) -> Path:
+        """`N/rel` of the model on local disk: from the mirror when its ETag is the listing's, else downloaded and
+        checked against `sha256` (SpecError when it does not match: the file is not kept)."""
+        key, path = f"{version}/{rel}", self.root / name / str(version) / rel
+        m = self.model(name)
+        if m is None or key not in m.files:
+            m = self.model(name, relist=True)  # published since the last listing?
+        if m is None or key not in m.files:
+            raise SpecError(f"{key} is not in {self.url}/{name}: not published, or deleted")
+        etag, size = m.files[key]
+        with self._lock_of(f"{name}/{key}"):
+            if self._manifest(name).get(key) == etag and path.is_file():
+                self.budget.touch(path)
+                return path
+            self.budget.make_room(size)
+            self._download(name, key, size, sha256)
+        with self._lock_of(name):
+            self._save(name)
+        self.budget.touch(path, size)
+        return path
+
+    def _download(self, name: str, rel: str, size: int, sha256: str | None = None) -> None:
+        """GET one object into the mirror under a temporary name; renamed in only whole and, when given, with its
+        sha256. Records its ETag in the model's manifest (saved by the caller)."""
+        path = self.root / name / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".part-{secrets.token_hex(6)}")
+        what = f"model '{name}' file {rel}"
+        digest, got = hashlib.sha256(), 0
+        try:
+            answer = self.call("GET", "get_object", what, Key=self.location.key(name, rel))
+            with open(tmp, "wb") as out:
+                try:
+                    for chunk in answer["Body"].iter_chunks(CHUNK):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        got += len(chunk)
+                except Exception as e:  # noqa: BLE001 - the body stopped (S3 stopped, the connection reset)
+                    raise StorageUnavailable(f"{self.url}: {what} stopped after {got} bytes ({e})") from None
+            if got != answer.get("ContentLength", got):
+                raise StorageUnavailable(f"{self.url}: {what} is truncated ({got} of {answer['ContentLength']} bytes)")
+            if sha256 is not None and digest.hexdigest() != sha256:
+                raise SpecError(
+                    f"sha256 of {rel} from {self.url} ({digest.hexdigest()[:12]}…) does not match the sha256 its "
+                    f"metadata records ({sha256[:12]}…): tampered or truncated; not kept"
+                )
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._manifest(name)[rel] = answer["ETag"].strip('"')
+
+    # -- writing ----------------------------------------------------------------------------------------
+    def write_version(self, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=None):
+        return publish(self, name, spec, onnx_bytes, metadata, extras)
+
+    def sweep(self, grace_s: float) -> list[str]:
+        return sweep(self, grace_s)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
