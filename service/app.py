@@ -142,6 +142,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         trusted if settings.access_trusted_header else None,
     )
     metrics.watch_models(registry)
+    if repository.remote:
+        metrics.watch_repository(repository)
     control = ModelControl(
         registry,
         settings.model_control_mode,

@@ -141,6 +141,19 @@ class Metrics:
         self.budget_bytes = Gauge(
             "inr_model_memory_budget_bytes", "the memory budget (--memory-budget)", registry=self.registry
         )
+        # models on S3 (modelrepo/s3.py): the requests to S3 by operation, read from the repository at each scrape
+        self.repository_requests = Gauge(
+            "inr_model_repository_requests",
+            "requests this process made to the model repository on S3 since it started, by operation "
+            "(GET, LIST, HEAD, PUT, DELETE)",
+            ["operation"],
+            registry=self.registry,
+        )
+        self.model_cache_bytes = Gauge(
+            "inr_model_cache_bytes",
+            "bytes of version files in the disk cache of the models on S3 (INR_MODEL_CACHE_BYTES bounds it)",
+            registry=self.registry,
+        )
         self.cache_info = None  # () -> CacheStore.info(), set by the app
         # Label children bound once per label set: `labels()` takes a lock and builds its key on every call,
         # several times per request. Keys are known models, route templates and status codes.
@@ -172,6 +185,12 @@ class Metrics:
     # `version` is the version that ran (ModelRuntime.version); None = the model's serving version.
     def _stats(self, model: str, version: int | str | None) -> ModelStats:
         return self.models[model, self.versions.get(model, "1") if version is None else str(version)]
+
+    def watch_repository(self, repository) -> None:
+        """The S3 requests and the disk cache's bytes of a repository on S3, read at each scrape."""
+        for op in ("GET", "LIST", "HEAD", "PUT", "DELETE"):
+            self.repository_requests.labels(op).set_function(lambda op=op: repository.requests[op])
+        self.model_cache_bytes.set_function(lambda: repository.budget.bytes)
 
     def watch_models(self, registry) -> None:
         """`inr_models` by state, counted from the registry at each scrape: ready and failed (described), and

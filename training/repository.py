@@ -8,7 +8,8 @@
 
 A new --out folder gets version 1; an existing model gets the next version beside the others.
 Everything appears atomically (modelrepo.write_version), so a failure never leaves a
-half-written model behind and a serving process never sees half a version.
+half-written model behind and a serving process never sees half a version. `--out s3://…/NAME` writes into a
+repository on S3 the same way: the version's files, then its marker (modelrepo/s3publish.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from modelrepo import NAME_RE, ModelSpec, SpecError, Tensor, portable_command, sha256_bytes, write_version
+from modelrepo import (
+    NAME_RE,
+    LocationError,
+    ModelSpec,
+    SpecError,
+    StorageUnavailable,
+    Target,
+    Tensor,
+    is_s3,
+    open_target,
+    portable_command,
+    sha256_bytes,
+)
 
 from .errors import UsageError
 
@@ -36,8 +49,13 @@ class TensorSpec:
         return Tensor(self.name, self.datatype, tuple(self.shape))
 
 
-def check_out_dir(out: str | Path) -> Path:
-    """Validate --out before any training starts: its last part is the model name."""
+def check_out_dir(out: str | Path) -> Path | Target:
+    """Validate --out before any training starts: its last part is the model name (a folder, or s3://…/NAME)."""
+    if is_s3(str(out)):
+        try:
+            return open_target(str(out))
+        except (LocationError, SpecError) as e:
+            raise UsageError(f"--out: {e}") from None
     path = Path(out)
     if not NAME_RE.match(path.name):
         raise UsageError(f"--out must end in a model name of letters, digits, '_', '-' or '.', got '{path.name}'")
@@ -51,7 +69,7 @@ def command_line() -> str:
 
 
 def write_model_dir(
-    out: Path,
+    out: Path | Target,
     *,
     task: str,
     onnx_bytes: bytes,
@@ -67,7 +85,7 @@ def write_model_dir(
 
     `extras(version_dir)` may add files (a preview PNG) to the version folder before it appears.
     """
-    out = Path(out)
+    out = out if isinstance(out, Target) else Path(out)
     meta = dict(metadata)
     description = meta.get("description")
     spec = ModelSpec.for_task(
@@ -83,7 +101,7 @@ def write_model_dir(
         spec = spec.with_(coordinates=meta["coordinates"])
     meta.update(created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), command=command_line())
     try:
-        written = write_version(out, spec, onnx_bytes, meta, extras)
-    except SpecError as e:
+        written = open_target(out).write_version(spec, onnx_bytes, meta, extras)
+    except (SpecError, StorageUnavailable) as e:
         raise UsageError(f"--out '{out}': {e}") from None
     return {"name": out.name, "task": task, **written.record.to_json()}

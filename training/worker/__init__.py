@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from pathlib import Path
 from commandline import positive_float, positive_int
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import FitStore, StoreError, uploads, worker_id
+from modelrepo import LocationError, StorageUnavailable, open_repository
+from modelrepo.s3publish import GRACE_S
 from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
 
@@ -72,14 +75,36 @@ def start_traces() -> None:
         )
 
 
+SWEEP_EVERY_S = 600.0  # a repository on S3 is swept of dead writers' leftovers at most this often
+_swept = [float("-inf")]
+
+
+def sweep_repository(models) -> None:
+    """On S3: delete the versions that workers which died left unpublished (modelrepo/s3publish.py), at most every
+    SWEEP_EVERY_S; a failure is logged, never the job's."""
+    if not models.remote or time.monotonic() - _swept[0] < SWEEP_EVERY_S:
+        return
+    _swept[0] = time.monotonic()
+    try:
+        models.sweep(GRACE_S)
+    except StorageUnavailable as e:
+        log.warning("sweeping %s: %s", models.url, e)
+
+
 def serve_jobs(args: argparse.Namespace) -> int:
     start_traces()
     stopping = threading.Event()
     wid = worker_id()
     info = {"host": socket.gethostname(), "pid": os.getpid(), "job": None}
+    try:
+        models = open_repository(args.models, Path(tempfile.gettempdir()) / "inr-fit-models")
+        if models.remote:
+            models.check()  # the bucket and the credentials, before the first job
+    except (LocationError, StorageUnavailable) as e:
+        raise UsageError(f"--models: {e}") from None
     ctx = JobContext(
         store=None,
-        models=Path(args.models),
+        models=models,
         worker=wid,
         device=args.device,
         stopping=stopping,
@@ -93,6 +118,7 @@ def serve_jobs(args: argparse.Namespace) -> int:
         finally:
             info["job"] = None
             uploads.sweep(ctx.store, ctx.uploads)  # files whose job ended elsewhere (reaped, cancelled)
+            sweep_repository(ctx.models)
 
     try:
         store = FitStore(args.store, stale_s=args.stale_s, run=run)

@@ -4,7 +4,6 @@ progress (loss, PSNR, ETA, a small preview) written to the store as it goes."""
 from __future__ import annotations
 
 import io
-import json
 import logging
 import math
 import tempfile
@@ -18,7 +17,7 @@ from PIL import Image
 
 from commandline import OneLineParser
 from fitstore import FINISHED, PRESETS, FitStore, uploads
-from modelrepo import SpecError
+from modelrepo import Repository, SpecError, Target, open_repository
 from modelrepo.blocks import BlockLayout
 from telemetry import tracing
 
@@ -50,11 +49,15 @@ class Stop(Exception):
 @dataclass
 class JobContext:
     store: FitStore
-    models: Path
+    models: Repository  # where fits are written: a folder, or S3 (a folder or URL given is opened)
     worker: str
     device: str = "auto"
     stopping: object = None  # a threading.Event set on SIGTERM
     uploads: Path = Path(uploads.DEFAULT)  # INR_FIT_UPLOADS: the uploads kept as files (fitstore.uploads)
+
+    def __post_init__(self):
+        if not isinstance(self.models, Repository):
+            self.models = open_repository(self.models)
 
 
 def fit_args(options: dict, image_path: Path, device: str):
@@ -97,13 +100,11 @@ def preview_png(model, device, size: tuple[int, int] = (PREVIEW, PREVIEW)) -> by
     return buf.getvalue()
 
 
-def check_target(out: Path) -> None:
+def check_target(out: Target) -> None:
     """The target must be an image model (or new): a fit never writes a version into a digits model."""
-    meta = out / "metadata.json"
-    if meta.exists():
-        task = json.loads(meta.read_text()).get("task")
-        if task != "image":
-            raise UsageError(f"model '{out.name}' is a {task} model; a fit writes image models only")
+    task = out.task()
+    if task is not None and task != "image":
+        raise UsageError(f"model '{out.name}' is a {task} model; a fit writes image models only")
 
 
 def upload_file(ctx: JobContext, rec: dict, tmp: Path) -> tuple[Path, bool]:
@@ -209,7 +210,7 @@ def ended(store: FitStore, rec: dict | None) -> dict | None:
 
 def fit(ctx: JobContext, rec: dict) -> dict:
     store, opts = ctx.store, rec["options"]
-    out = ctx.models / rec["name"]
+    out = ctx.models.target(rec["name"])
     check_target(out)
     deadline = rec["started"] + rec["deadline_s"]
     with tempfile.TemporaryDirectory(prefix="inr-fit-") as tmp:

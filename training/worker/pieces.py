@@ -74,7 +74,7 @@ def publish(ctx, parent: dict, cfg) -> dict | None:
             "size": [layout.width, layout.height],
         }
         cfg.image = parent["source"].get("filename") or parent["name"]
-        written = write_blocked_model(ctx.models / parent["name"], cfg, layout, pieces, source)
+        written = write_blocked_model(ctx.models.target(parent["name"]), cfg, layout, pieces, source)
     except Exception as e:  # noqa: BLE001 - the job fails with its reason; the pieces stay in the store
         log.exception("fit %s: publish failed", parent["id"])
         return store.finish_parent(
