@@ -1,4 +1,4 @@
-"""`make bench`: small versions of every benchmark, in a few minutes on 2 CPU cores.
+"""`make bench`: small versions of the benchmarks, in a few minutes on 2 CPU cores.
 
 Results go to bench/results/quick/ (the committed full and scaled results in bench/results/
 and the plots in docs/img/ are left alone). The full commands are in docs/benchmarks.md.
@@ -13,7 +13,7 @@ import argparse
 import importlib.util
 import time
 
-from . import fourier_table, roofline, sinekan_speed, time_to_quality
+from . import classic, fourier_table, roofline, sinekan_speed, time_to_quality
 from .common import RESULTS, log, setup_logging
 
 PRESETS = {
@@ -46,6 +46,7 @@ PRESETS = {
         ],
         "roofline": ["--batches", "4096", "--threads", "1", "--render-size", "256", "--repeats", "3"],
         "sinekan_speed": ["--hidden", "64;128,128", "--batches", "1,256", "--repeats", "3"],
+        "classic": ["--preset", "quick"],
     },
     "smoke": {
         "fourier_table": [
@@ -80,6 +81,7 @@ PRESETS = {
         ],
         "roofline": ["--batches", "256", "--threads", "1", "--render-size", "32", "--repeats", "1"],
         "sinekan_speed": ["--hidden", "8", "--batches", "1,8", "--repeats", "1"],
+        "classic": ["--preset", "smoke"],
     },
 }
 BENCHES = {
@@ -87,6 +89,7 @@ BENCHES = {
     "time_to_quality": time_to_quality,
     "roofline": roofline,
     "sinekan_speed": sinekan_speed,
+    "classic": classic,
 }
 
 
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         t0 = time.perf_counter()
         extra = ["--out-dir", a.out_dir, "--name", name]
-        if name != "roofline":
+        if name not in ("roofline", "classic"):
             extra += ["--plot", ""]
         results[name] = BENCHES[name].main(PRESETS[a.preset][name] + extra)
         log.info("%s: %.0f s", name, time.perf_counter() - t0)

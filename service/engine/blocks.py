@@ -75,6 +75,7 @@ class BlockRuntime(ModelRuntime):
         self.session = self._session(path, self.session_threads)
         self._check_signature()
         self.render_session = self.session
+        self.lattice = self._lattice(path, self.session_threads)
         self.warmup_seconds = 0.0
 
 

@@ -35,10 +35,11 @@ from modelrepo import (
 
 from ..errors import ModelLoadError, RepositoryUnavailable
 from ..metrics import Metrics
+from .lattice import Lattice, load_lattice
 from .runs import RUNS
 from .separable import SeparableBody, load_separable
 from .session_cache import SessionCache
-from .sessions import device_session
+from .sessions import CPU, device_session, session_options
 from .warmup import run_warmups
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class ModelRuntime:
         self.render_session: ort.InferenceSession | None = None  # renders' tiles: see _render_sessions
         self.retired = False
         self.separable: SeparableBody | None = None
+        self.lattice: Lattice | None = None  # a dense grid's tables and head: axis-aligned renders (lattice.py)
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
         self.bytes: int | None = None  # memory its sessions take, measured at a load (residency.py)
         self.bytes_quiet = False  # measured at a load that no session run overlapped (measure.py)
@@ -209,7 +211,7 @@ class ModelRuntime:
 
     def unload(self) -> None:
         """Drop the sessions (the residency's call, when no request holds it); the version stays listed."""
-        self.session = self.render_session = self.separable = None
+        self.session = self.render_session = self.separable = self.lattice = None
 
     def _load(self) -> None:
         self.record = read_version(self.path, self.version, need_file=not self.remote)
@@ -258,6 +260,21 @@ class ModelRuntime:
                 pass  # load_separable says what is wrong
         self.separable = load_separable(entry, onnx_path.parent, lambda path: self._session(path, threads))
         self.render_session = self.session
+        self.lattice = self._lattice(onnx_path, threads)
+
+    def _lattice(self, onnx_path: Path, threads: int) -> Lattice | None:
+        """A dense grid model's lattice (service/engine/lattice.py) on a CPU session; None for any other model, and
+        for one whose lattice cannot be read (it renders the plain way)."""
+        if self.task != "image" or self.provider != CPU:
+            return None
+        opts = session_options(threads, self.options.spin)
+        try:
+            return load_lattice(
+                onnx_path, lambda head: ort.InferenceSession(head, opts, providers=[CPU]), self.session, self.name
+            )
+        except Exception as e:  # the optional fast path never fails a load: the plain path serves the model
+            log.warning("model %s version %d: no lattice renders: %s", self.name, self.version, e)
+            return None
 
     def _session(self, onnx_path: Path, threads: int | None = None, cached=None) -> ort.InferenceSession:
         return device_session(
@@ -313,11 +330,19 @@ class ModelRuntime:
     def predict_features(self, features: np.ndarray) -> np.ndarray:
         """A separable render's tile: the body graph on the first stage's features [N, F] → rgb [N, 3]
         (service/render/separable.py). Counted as one run of N rows, like `predict`."""
+        return self._counted(self.separable.run, features, len(features))
+
+    def predict_lattice(self, features: np.ndarray) -> np.ndarray:
+        """A lattice render's tile: the head on a dense grid's features [ΣF, N] → rgb [N, 3]
+        (service/render/lattice.py). Counted as one run of N rows, like `predict`."""
+        return self._counted(self.lattice.run, features, features.shape[1])
+
+    def _counted(self, run, x: np.ndarray, rows: int) -> np.ndarray:
         start = time.perf_counter()
         with RUNS:
-            rgb = self.separable.run(features)
+            rgb = run(x)
         if self.options.metrics is not None:
-            self.options.metrics.execution(self.name, len(features), 1, time.perf_counter() - start, self.version)
+            self.options.metrics.execution(self.name, rows, 1, time.perf_counter() - start, self.version)
         return rgb
 
 

@@ -3,8 +3,9 @@
 One path for every render (POST/GET /render and IIIF through service/render/service.py):
   - a render slot (INR_RENDER_CONCURRENCY renders in flight; waiting longer than
     INR_QUEUE_TIMEOUT_S answers 503 with Retry-After);
-  - its tiles on service/render/scheduler.py, taking turns with the other renders' tiles, through the
-    separable body (service/render/separable.py) when the model ships one, else the whole graph;
+  - its tiles on service/render/scheduler.py, taking turns with the other renders' tiles, on a dense grid's
+    lattice when the render is axis-aligned (service/render/lattice.py), through the separable body
+    (service/render/separable.py) when the model ships one, else the whole graph;
   - a deadline, INR_RENDER_TIMEOUT_S from arrival, checked before every tile (503), and the
     client's disconnect, polled, which stops it the same way;
   - encoding in a worker thread.
@@ -29,6 +30,7 @@ from ..errors import ClientGone, QueueTimeout, RenderTimeout
 from ..metrics import Metrics
 from ..settings import Settings
 from .imaging import RenderSpec, new_image, plain_sampler, render_tile
+from .lattice import LATTICE_TILE_FACTOR, lattice_sampler
 from .scheduler import TileJob, TileScheduler
 from .separable import separable_sampler
 from .tiling import tiles
@@ -55,10 +57,15 @@ class RenderCore:
         self.scheduler.close()
 
 
-def sampler_for(model: ModelRuntime, spec: RenderSpec):
+def sampler_for(model: ModelRuntime, spec: RenderSpec, tile_samples: int):
+    """(the tiles' sampler, samples per tile): on the lattice for an axis-aligned render of a dense grid model
+    (service/render/lattice.py), through the separable body for a model that ships one, else the whole graph."""
+    sample = lattice_sampler(model, spec)
+    if sample is not None:
+        return sample, tile_samples * LATTICE_TILE_FACTOR
     if model.separable is not None:
-        return separable_sampler(model.separable, spec, model.predict_features)
-    return plain_sampler(model.render_rgb, spec)
+        return separable_sampler(model.separable, spec, model.predict_features), tile_samples
+    return plain_sampler(model.render_rgb, spec), tile_samples
 
 
 async def compute_render(
@@ -108,7 +115,7 @@ async def _acquire(slots: asyncio.Semaphore, timeout: float) -> bool:
 async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -> bytes:
     settings = core.settings
     out = new_image(spec)
-    sample = sampler_for(model, spec)
+    sample, tile_samples = sampler_for(model, spec, settings.render_tile_samples)
     job: TileJob | None = None
 
     def deadline_error() -> Exception:
@@ -120,7 +127,7 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
         )
 
     job = TileJob(
-        tiles(spec.height, spec.width, spec.supersample, settings.render_tile_samples),
+        tiles(spec.height, spec.width, spec.supersample, tile_samples),
         lambda t: render_tile(spec, t, sample(t), out),
         deadline=arrived + settings.render_timeout_s,
         on_deadline=deadline_error,

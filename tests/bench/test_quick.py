@@ -65,6 +65,29 @@ def test_roofline_measures_onnxruntime_against_the_matmul_rate_and_the_real_rend
     assert render["size"] == 32 and render["png_bytes"] > 0 and render["render_over_bare"] > 0
 
 
+def test_classic_serves_the_same_tiles_from_iipsrv_and_from_the_one_and_block_models(smoke):
+    _, results = smoke
+    r = results["classic"]
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    (photo,) = r["photos"]
+    assert photo["size"] == [300, 200] and photo["tiles"] == 3 * 2 + 2 + 1  # 128² tiles at scales 1, 1/2, 1/4
+    servers = photo["servers"]
+    for name in ("one", "blocks"):
+        s = servers[name]
+        assert s["bytes"] > 0 and math.isfinite(s["psnr"]) and s["psnr"] > 15 and s["first_tile_s"] > 0 and s["rss"] > 0
+        for clients in (1, 4):
+            cell = s["cells"][clients]
+            assert cell["tiles_per_s"] > 0 and cell["errors"] == 0 and cell["cpu_ms_per_tile"] > 0
+            assert cell["p95_ms"] >= cell["p50_ms"] > 0
+    assert "| smoke.png 300×200 | one |" in r["table"]
+    if r["classic_missing"]:
+        pytest.skip(f"the classic server: {r['classic_missing']}")
+    iip = servers["iipsrv"]
+    assert iip["bytes"] > 0 and iip["psnr"] > 30 and iip["cells"][4]["errors"] == 0
+    assert iip["cells"][1]["tiles_per_s"] > 0 and iip["cells"][1]["cpu_ms_per_tile"] >= 0
+
+
 @pytest.mark.skipif(not HAS_DIGITS, reason="training.digits is not in this checkout")
 def test_sinekan_speed_times_all_four_exported_classifiers(smoke):
     _, results = smoke

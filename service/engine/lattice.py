@@ -1,0 +1,143 @@
+"""Renders of a dense grid model on a lattice: each level's bilinear samples per column and per row, then the head.
+
+A grid model in the dense layout (training/encodings/grid_export.py) samples every level bilinearly at each
+point and runs its head (a small MLP) on the features. An axis-aligned render's samples form a lattice, columns
+x_n × rows y_m, and a level's bilinear sample there is separable:
+
+    f(y_m, x_n) = Σ_i Σ_j wy_m(i) · T[i, j] · wx_n(j)     (two weights per row and per column)
+
+so a tile reads the level's rows that its samples touch, interpolates them once per column (`A = T[rows] · wx`,
+a few table rows), then once per row (`A[i_m] + t_m · (A[i_m + 1] − A[i_m])`), written straight into the head's
+input [N, ΣF] in its feature order; a level whose cells sit on the samples (the native level at scale 1) is a crop.
+What is left per pixel is the head, run by onnxruntime on the graph's own nodes (lattice_graph.py). An 8-bit
+table is interpolated in its codes and its scale and low applied to the few interpolated rows.
+
+The positions are rounded as the graph rounds them (float32 coordinates, clipped, (2x − 1) + 1 in float32, times
+r/2 and − ½ in float64, to float32), so a lattice sample and the whole graph's agree to float rounding: `check`
+compares them at load, and a lattice beyond PARITY is not used.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .lattice_graph import GridLevel, read_file
+
+log = logging.getLogger(__name__)
+PARITY = 1e-5  # the export's gate (training/export.py), rgb in [0, 1]
+
+
+def positions(coords: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the first cell, the weight of the next) per coordinate, for a level of `cells` along that axis: the cell
+    clamped to [0, cells − 1] and the weight 0 where the next cell is clamped onto it (grid_sample's border)."""
+    v = np.clip(coords.astype(np.float32), np.float32(0), np.float32(1))
+    v = v * np.float32(2) - np.float32(1) + np.float32(1)
+    p = (v.astype(np.float64) * float(np.float32(cells / 2)) - 0.5).astype(np.float32)
+    floor = np.floor(p)
+    first = floor.astype(np.intp)
+    lo, hi = np.clip(first, 0, cells - 1), np.clip(first + 1, 0, cells - 1)
+    return lo, np.where(hi == lo, np.float32(0), p - floor).astype(np.float32)
+
+
+def _take(a: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
+    """a's entries at `index` along `axis`: a slice when the indices are consecutive, else a gather."""
+    if len(index) and index[-1] - index[0] == len(index) - 1 and np.all(np.diff(index) == 1):
+        return a[(slice(None),) * axis + (slice(int(index[0]), int(index[-1]) + 1),)]
+    return np.take(a, index, axis=axis)
+
+
+def level_into(level: GridLevel, cols: tuple, rows: tuple, out: np.ndarray) -> None:
+    """One level's features on the lattice (cols, rows: `positions` of its columns and rows) into `out`
+    [F, R, C] (its planes of the head's input)."""
+    cx, tx = cols
+    cy, ty = rows
+    top, bottom = int(cy.min()), int(cy.max()) + (2 if ty.any() else 1)
+    rows_t = level.table[:, top:bottom]  # [F, k, rx]: the table rows the samples touch
+    a = _take(rows_t, cx, 2).astype(np.float32)  # [F, k, C]
+    if tx.any():
+        b = np.take(rows_t, np.minimum(cx + 1, level.table.shape[2] - 1), axis=2).astype(np.float32)
+        b -= a
+        b *= tx
+        a += b
+    if level.scale is not None:
+        a *= level.scale[:, None, None]
+        a += level.low[:, None, None]
+    iy = cy - top
+    if not ty.any():
+        out[...] = _take(a, iy, 1)
+        return
+    step = np.zeros_like(a)
+    np.subtract(a[:, 1:], a[:, :-1], out=step[:, :-1])
+    g = np.take(step, iy, axis=1)
+    g *= ty[:, None]
+    if len(iy) and iy[-1] - iy[0] == len(iy) - 1 and np.all(np.diff(iy) == 1):
+        np.add(a[:, iy[0] : iy[-1] + 1], g, out=out)
+    else:
+        np.take(a, iy, axis=1, out=out)
+        out += g
+
+
+@dataclass(frozen=True)
+class Lattice:
+    """A dense grid's levels, coarsest first (the head's feature order), and the head's session."""
+
+    levels: tuple[GridLevel, ...]
+    head: object  # onnxruntime.InferenceSession: FEATURES [N, ΣF] → rgb [N, 3]
+
+    @property
+    def features(self) -> int:
+        return sum(level.features for level in self.levels)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(level.nbytes for level in self.levels)
+
+    def axes(self, xs: np.ndarray, ys: np.ndarray) -> list[tuple]:
+        """Each level's `positions` of the columns xs and the rows ys (model coordinates)."""
+        return [(positions(xs, level.size[0]), positions(ys, level.size[1])) for level in self.levels]
+
+    def grid_features(self, axes: list[tuple]) -> np.ndarray:
+        """[ΣF, R·C] float32: the features on a lattice (`axes`, or slices of them), one plane per feature, in the
+        head's order."""
+        (cx, _), (cy, _) = axes[0]
+        out = np.empty((self.features, len(cy), len(cx)), np.float32)
+        k = 0
+        for level, (cols, rows) in zip(self.levels, axes):
+            level_into(level, cols, rows, out[k : k + level.features])
+            k += level.features
+        return out.reshape(self.features, -1)
+
+    def run(self, features: np.ndarray) -> np.ndarray:
+        """The head on features [ΣF, N] → rgb [N, 3] (a view of its [3, N] planes)."""
+        return self.head.run(None, {"grid_features": features})[0].T
+
+
+def check(lattice: Lattice, whole) -> float:
+    """The largest difference of rgb between the lattice and the whole graph's session `whole` on a lattice of
+    irregular steps over the unit square and just beyond it."""
+    xs = np.sort(np.concatenate([np.linspace(-0.01, 1.01, 29), np.random.default_rng(0).random(12)]))
+    ys = np.sort(np.concatenate([np.linspace(-0.01, 1.01, 17), np.random.default_rng(1).random(8)]))
+    gx, gy = np.meshgrid(xs, ys)
+    coords = np.stack([gx, gy], -1).reshape(-1, 2).astype(np.float32)
+    exact = whole.run(["rgb"], {whole.get_inputs()[0].name: coords})[0]
+    return float(np.max(np.abs(lattice.run(lattice.grid_features(lattice.axes(xs, ys))) - exact)))
+
+
+def load_lattice(onnx_path: Path, make_head: Callable[[bytes], object], whole, name: str) -> Lattice | None:
+    """The lattice of a version's model.onnx, its head a session made by `make_head`, checked against `whole` (the
+    version's session); None for another layout, or one that disagrees with the graph."""
+    read = read_file(onnx_path)
+    if read is None:
+        return None
+    levels, head = read
+    lattice = Lattice(tuple(levels), make_head(head))
+    diff = check(lattice, whole)
+    if not diff <= PARITY:
+        log.warning("model %s: lattice renders off (differ from the graph by %.3g > %g)", name, diff, PARITY)
+        return None
+    return lattice

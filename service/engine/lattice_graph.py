@@ -1,0 +1,207 @@
+"""A dense grid model's tables and head, read from its own graph (service/engine/lattice.py).
+
+A grid model exported in the dense layout (training/encodings/grid_export.py) computes, per sample, the bilinear
+features of every level (the packed corner cells, one Gather) and then its head (an MLP: features → rgb). On an
+axis-aligned render the samples form a lattice, columns × rows, and a level's bilinear samples are separable: the
+x weights per column, the y weights per row. So the render needs the levels' tables and the head alone, and both
+are in the graph: each level's table is the input of its `grid/lL/fyx` node (an initializer: uint8 with its
+`__scale` and `__low` per feature, float16 or float32; or a tensor that constant nodes compute from initializers,
+which are evaluated here once), and the head is every node between the features (`grid_features`) and `rgb`.
+
+`read_lattice` returns them, or None for a graph without that layout (hashed or traced grids, Fourier and SineKAN
+models).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import onnx  # imported with the service, not at a model's first load (a cold tile)
+from onnx import TensorProto, helper, numpy_helper
+
+log = logging.getLogger(__name__)
+FEATURES = "grid_features"  # the head's input in the dense layout (grid_export.FEATURES)
+LEVEL_NODE = re.compile(r"^grid/l(\d+)/fyx$")
+# the head's nodes that keep their form on features laid out as planes: elementwise with no other tensor input, and
+# the arithmetic ones with a scalar
+ELEMENTWISE = {"Relu", "Sigmoid", "Tanh", "Sin", "Cos", "Exp", "LeakyRelu", "Elu", "Selu", "Softplus", "HardSigmoid"}
+ELEMENTWISE |= {"Identity", "Cast", "Erf", "Abs", "Neg"}
+SCALAR_BINARY = {"Add", "Sub", "Mul", "Div", "Pow"}
+
+
+@dataclass(frozen=True)
+class GridLevel:
+    """One level's table, [F, ry, rx] (as the graph stores it): uint8 with value q·scale + low, or float32 (scale
+    and low None)."""
+
+    table: np.ndarray
+    scale: np.ndarray | None = None  # [F] float32
+    low: np.ndarray | None = None
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.table.shape[2], self.table.shape[1]
+
+    @property
+    def features(self) -> int:
+        return self.table.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
+
+
+def read_file(path) -> tuple[list[GridLevel], bytes] | None:
+    return read_lattice(onnx.load(str(path)))
+
+
+def read_lattice(model) -> tuple[list[GridLevel], bytes] | None:
+    """(the levels, the head graph's bytes) of an onnx ModelProto in the dense grid layout; None otherwise."""
+    graph = model.graph
+    producers = {out: n for n in graph.node for out in n.output}
+    inits = {i.name: i for i in graph.initializer}
+    found = {int(m.group(1)): n.input[0] for n in graph.node if (m := LEVEL_NODE.match(n.name))}
+    if not found or sorted(found) != list(range(len(found))) or FEATURES not in producers:
+        return None
+    levels = []
+    for level in range(len(found)):
+        name = found[level]
+        if name in inits and inits[name].data_type == TensorProto.UINT8 and name.endswith("__u8"):
+            base = name[: -len("__u8")]
+            if f"{base}__scale" not in inits or f"{base}__low" not in inits:
+                return None
+            q = numpy_helper.to_array(inits[name])
+            scale = numpy_helper.to_array(inits[f"{base}__scale"]).astype(np.float32).reshape(-1)
+            low = numpy_helper.to_array(inits[f"{base}__low"]).astype(np.float32).reshape(-1)
+        else:
+            q = _constant(model, name, producers, inits)
+            if q is None:
+                return None
+            q, scale, low = q.astype(np.float32), None, None
+        if (
+            q.ndim != 4
+            or q.shape[0] != 1
+            or (scale is not None and (len(scale) != q.shape[1] or len(low) != len(scale)))
+        ):
+            return None
+        levels.append(GridLevel(np.ascontiguousarray(q[0]), scale, low))
+    # the head: every node between the features and rgb; none of them may read the coordinates
+    nodes, seen, todo = [], set(), ["rgb"]
+    while todo:
+        name = todo.pop()
+        if name == FEATURES or name in seen or name in inits:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is None:  # a graph input (the coordinates): the head is not apart from the encoder
+            return None
+        nodes.append(node)
+        todo.extend(i for i in node.input if i)
+    keep = {id(n) for n in nodes}
+    ordered = [n for n in graph.node if id(n) in keep]
+    head, consts = channel_major(ordered, inits)
+    used = {i for n in head for i in n.input}
+    width = sum(level.features for level in levels)
+    graph_out = helper.make_graph(
+        head,
+        "head",
+        [helper.make_tensor_value_info(FEATURES, TensorProto.FLOAT, [width, "N"])],
+        [helper.make_tensor_value_info("rgb", TensorProto.FLOAT, [3, "N"])],
+        [i for i in graph.initializer if i.name in used] + consts,
+    )
+    out = helper.make_model(graph_out, opset_imports=model.opset_import, ir_version=model.ir_version)
+    return levels, out.SerializeToString()
+
+
+def channel_major(nodes: list, inits: dict) -> tuple[list, list]:
+    """(nodes, new initializers): the head on features [ΣF, N] (a plane per feature, as the lattice writes them)
+    giving rgb [3, N]. Each Gemm X·op(B) + C on the data becomes op(B)ᵀ·Xᵀ + Cᵀ (C as a column), elementwise
+    nodes stay as they are (onnxruntime runs W·Xᵀ with N along the vector lanes); a head with any other node gets
+    a Transpose before and after it instead."""
+    out, data = [], {FEATURES}
+    column = numpy_helper.from_array(np.array([-1, 1], np.int64), "lattice/column")
+    for n in nodes:
+        on_data = [i for i in n.input if i in data]
+        if not on_data:  # weights rebuilt by nodes (float16 storage): the same in either layout
+            out.append(n)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if n.op_type == "Gemm" and on_data == [n.input[0]] and not attrs.get("transA", 0):
+            bias = []
+            if len(n.input) > 2 and n.input[2]:
+                bias = [f"{n.output[0]}/bias_column"]
+                out.append(helper.make_node("Reshape", [n.input[2], column.name], bias))
+            out.append(
+                helper.make_node(
+                    "Gemm",
+                    [n.input[1], n.input[0], *bias],
+                    list(n.output),
+                    name=n.name,
+                    transA=0 if attrs.get("transB", 0) else 1,
+                    alpha=float(attrs.get("alpha", 1.0)),
+                    beta=float(attrs.get("beta", 1.0)),
+                )
+            )
+        elif n.op_type in ELEMENTWISE or (
+            n.op_type in SCALAR_BINARY
+            and len(on_data) == 1
+            and all(i in data or (i in inits and int(np.prod(inits[i].dims)) == 1) for i in n.input)
+        ):
+            out.append(n)
+        else:
+            return _transposed(nodes), []
+        data.update(n.output)
+    return out, [column]
+
+
+def _transposed(nodes: list) -> list:
+    """The head's nodes as they are, between a Transpose of the features and one of rgb."""
+    rows, rgb = f"{FEATURES}/rows", "rgb/rows"
+    renamed = []
+    for n in nodes:
+        m = type(n)()
+        m.CopyFrom(n)
+        m.input[:] = [rows if i == FEATURES else i for i in n.input]
+        m.output[:] = [rgb if o == "rgb" else o for o in n.output]
+        renamed.append(m)
+    first = helper.make_node("Transpose", [FEATURES], [rows], perm=[1, 0])
+    return [first, *renamed, helper.make_node("Transpose", [rgb], ["rgb"], perm=[1, 0])]
+
+
+def _constant(model, name: str, producers: dict, inits: dict) -> np.ndarray | None:
+    """The value of a tensor that depends on initializers only (a table stored in another form and rebuilt by
+    nodes of the graph), evaluated once by onnx's reference evaluator; None if it reads a graph input."""
+    from onnx.reference import ReferenceEvaluator  # only for such a table: 10 MB resident once imported
+
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    nodes, seen, todo = [], set(), [name]
+    while todo:
+        t = todo.pop()
+        if t in seen or t in inits or not t:
+            continue
+        seen.add(t)
+        node = producers.get(t)
+        if node is None:
+            return None
+        nodes.append(node)
+        todo.extend(node.input)
+    keep = {id(n) for n in nodes}
+    ordered = [n for n in model.graph.node if id(n) in keep]
+    used = {i for n in ordered for i in n.input}
+    graph = helper.make_graph(
+        ordered,
+        "table",
+        [],
+        [helper.make_empty_tensor_value_info(name)],
+        [i for i in model.graph.initializer if i.name in used],
+    )
+    try:
+        proto = helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+        return np.asarray(ReferenceEvaluator(proto).run(None, {})[0])
+    except Exception as e:  # an operator the reference evaluator lacks: the plain path stays
+        log.info("lattice: the table %s could not be evaluated (%s)", name, e)
+        return None
