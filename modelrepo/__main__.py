@@ -16,12 +16,26 @@ from .s3publish import push_model
 from .spec import NAME_RE
 
 
+def create_bucket(repo) -> None:
+    """The bucket, unless it is there (a first start of a stack; S3 answers the same error when it is ours)."""
+    from .s3 import RepositoryError
+
+    try:
+        repo.call("HEAD", "head_bucket", "the bucket")
+    except RepositoryError as e:
+        if "no bucket" not in str(e):
+            raise
+        repo.call("PUT", "create_bucket", "the bucket")
+        print(f"created the bucket {repo.location.bucket}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m modelrepo", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     push = sub.add_parser("push", help="copy model folders into a repository on S3")
     push.add_argument("source", type=Path, help="a model repository folder, or one model's folder")
     push.add_argument("target", help="s3://[host:port/]bucket/path")
+    push.add_argument("--create-bucket", action="store_true", help="create the bucket first when it is missing")
     args = p.parse_args(argv)
     try:
         if not args.target.startswith("s3://"):
@@ -29,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.source.is_dir():
             raise LocationError(f"'{args.source}' is not a folder")
         repo = open_repository(args.target)
+        if args.create_bucket:
+            create_bucket(repo)
         repo.check()
         one = (args.source / "metadata.json").is_file()
         folders = [args.source] if one else sorted(f for f in args.source.iterdir() if f.is_dir())

@@ -53,6 +53,8 @@ OPTIONS = (
     "max_concurrent_loads",
     "session_cache",
     "session_cache_bytes",
+    "model_cache",
+    "model_cache_bytes",
     "access_default",
     "access_keys",
     "http_restricted_api",
@@ -67,7 +69,11 @@ class PortUnavailable(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m service", description=__doc__.splitlines()[0])
-    p.add_argument("--models", help="model repository folder (INR_MODELS, default: models)")
+    p.add_argument(
+        "--models",
+        help="model repository: a folder, or s3://[host:port/]bucket/path in Triton's form, credentials from AWS_* "
+        "(INR_MODELS, default: models)",
+    )
     p.add_argument("--host", help="bind address (INR_HOST, default: 127.0.0.1)")
     p.add_argument("--port", help="port (INR_PORT, default: 8000)")
     p.add_argument("--grpc-port", help="KServe V2 gRPC port, 0 = off (INR_GRPC_PORT, default: 8001)")
@@ -142,6 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument(
         "--session-cache-bytes", metavar="BYTES", help="its size on disk (INR_SESSION_CACHE_BYTES, default: 2GiB)"
+    )
+    memory.add_argument(
+        "--model-cache",
+        metavar="DIR",
+        help="with --models s3://…: the folder models are pulled into on first use, kept across restarts "
+        "(INR_MODEL_CACHE, default: TMPDIR/inr-serve-models)",
+    )
+    memory.add_argument(
+        "--model-cache-bytes",
+        metavar="BYTES",
+        help="its version files' size on disk, least recently used out (INR_MODEL_CACHE_BYTES, default: 4GiB)",
     )
     p.add_argument(
         "--access-default",

@@ -232,7 +232,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings, metrics, app.state.cache_store, inflight=lambda: drain.inflight, residency=residency
     )
     app.state.renderer = RenderService(settings, metrics, app.state.cache_store, residency)
-    app.state.fits = Fits(settings)  # the fit job store, opened on first use (service/fits/jobs.py)
+    app.state.fits = Fits(settings, repository)  # the fit job store, opened on first use (service/fits/jobs.py)
     metrics.registry.register(FitCollector(app.state.fits))  # read from the store at each scrape
     metrics.cache_info = app.state.cache_store.info
     install_error_handlers(app)

@@ -104,8 +104,8 @@ class QueueTimeout(ServiceError):
 
 
 class RepositoryUnavailable(ServiceError):
-    """The model repository's storage (S3) did not answer while a model not on local disk was needed: come back
-    later. The models on local disk keep serving."""
+    """The storage of the models or of the uploads (S3) did not answer: come back later. The models on local disk
+    keep serving."""
 
     status = 503
     headers = {"retry-after": "2"}

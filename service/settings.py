@@ -238,10 +238,11 @@ class Settings(BaseSettings):
         description="open: anyone may queue and cancel fits (as before); key: only a token or API key with the "
         "scope fit (or admin), within its quotas (docs/access.md)",
     )
-    fit_uploads: Path = Field(
-        Path(DEFAULT_UPLOADS),
-        description="folder the uploads to fit are streamed into, shared with the workers (worker --uploads): "
-        "a large image stays there, read by region, until its job is split into blocks or ends",
+    fit_uploads: str = Field(
+        DEFAULT_UPLOADS,
+        description="folder the uploads to fit are streamed into, shared with the workers (worker --uploads), or a "
+        "bucket, s3://[host:port/]bucket/path, that they share instead: a large image stays there, read by region, "
+        "until its job is split into blocks or ends",
     )
     fit_max_size: int = Field(
         32768,
@@ -361,6 +362,16 @@ class Settings(BaseSettings):
     def _access_secret(cls, value: SecretStr) -> SecretStr:
         if value.get_secret_value() and len(value.get_secret_value().encode()) < 32:
             raise ValueError("must be at least 32 bytes (it signs the access tokens)")
+        return value
+
+    @field_validator("fit_uploads", mode="before")
+    @classmethod
+    def _fit_uploads(cls, value) -> str:
+        from fitstore.s3uploads import S3Uploads, is_s3
+
+        value = str(value) if isinstance(value, Path) else value
+        if is_s3(value):
+            S3Uploads(value)  # its form (ValueError names INR_FIT_UPLOADS)
         return value
 
     @field_validator("models", mode="before")

@@ -17,6 +17,7 @@ rootfs_image=localhost/inr-offline/debian:$suite-minbase
 python_image=docker.io/library/python:3.11-slim-bookworm
 nginx_image=docker.io/library/nginx:1.29-alpine
 redis_image=docker.io/library/redis:7-alpine
+debian_image=docker.io/library/debian:bookworm-slim   # deploy/s3/Containerfile (docker-compose.s3.yml's `s3`)
 
 say() { echo "[offline-bases] $*" >&2; }
 have() { "$engine" image inspect "$1" >/dev/null 2>&1; }
@@ -57,7 +58,11 @@ standin() {
   if [ -n "$old" ]; then "$engine" image rm "$old" >/dev/null 2>&1 || true; fi  # the older stand-in, if unused
 }
 
+if ! have "$debian_image"; then  # Debian's own minimal root: the same packages as the real slim image, less trimmed
+  rootfs
+  "$engine" tag "$rootfs_image" "$debian_image"
+fi
 standin "$python_image" python.Containerfile
 standin "$nginx_image" nginx.Containerfile 'command -v busybox'   # deploy/nginx/40-api-shards.sh
 standin "$redis_image" redis.Containerfile
-say "done: $("$engine" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'python:3.11-slim|nginx:1.29|redis:7' | tr '\n' ' ')"
+say "done: $("$engine" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'python:3.11-slim|nginx:1.29|redis:7|debian:bookworm' | tr '\n' ' ')"

@@ -19,6 +19,7 @@ import time
 import anyio
 
 from fitstore import FINISHED, PRESETS, Duplicate, FitStore, JobFinished, NameTaken, QueueFull, StoreUrl, uploads
+from modelrepo import LocalRepository, Repository
 from telemetry import tracing
 
 from ..errors import Conflict, NotFound, TooManyRequests
@@ -32,8 +33,9 @@ NO_WORKER = "no worker is connected; start one with: python -m training worker -
 
 
 class Fits:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, repository: Repository | None = None):
         self.settings = settings
+        self.repository = repository or LocalRepository(settings.models)  # where fits are published (a name taken?)
         self._store: FitStore | None = None
         self._opening = threading.Lock()
         self._naming = asyncio.Lock()  # a derived name is unique among this process's submits too
@@ -95,7 +97,7 @@ class Fits:
         trace = tracing.current_traceparent()
         derived, passed = name is None, set()
         if not derived:
-            await anyio.to_thread.run_sync(check_target, name, s.models)
+            await anyio.to_thread.run_sync(check_target, name, self.repository)
         async with self._naming:
             while True:
                 if derived:
@@ -103,7 +105,7 @@ class Fits:
                     name = await anyio.to_thread.run_sync(
                         derive_name,
                         upload.source.get("filename", ""),
-                        lambda n: n in active or n in passed or (s.models / n).exists(),
+                        lambda n: n in active or n in passed or self.repository.folder(n) is not None,
                     )
                 try:
                     record = await self.call(

@@ -29,9 +29,9 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from fitstore import DEFAULT_PRESET
-from modelrepo import NAME_RE, SpecError, read_spec
+from modelrepo import NAME_RE, Repository, SpecError, StorageUnavailable, read_spec
 
-from ..errors import BadInput, Conflict, InvalidOption, ServiceError, TooLarge
+from ..errors import BadInput, Conflict, InvalidOption, RepositoryUnavailable, ServiceError, TooLarge
 
 MAX_SEED = 2**31 - 1
 MIN_SIZE = 16
@@ -195,10 +195,14 @@ def check_name(name: str) -> str:
     return name
 
 
-def check_target(name: str, models: Path) -> None:
-    """409 when NAME is a model folder of another task (digits): a fit writes image models only."""
-    folder = models / name
-    if not folder.exists():
+def check_target(name: str, models: Repository) -> None:
+    """409 when NAME is a model of another task (digits): a fit writes image models only. 503 when the repository
+    (S3) does not answer."""
+    try:
+        folder = models.folder(name)
+    except StorageUnavailable as e:
+        raise RepositoryUnavailable(f"model '{name}': {e}") from None
+    if folder is None:
         return
     try:
         task = read_spec(folder).task

@@ -108,7 +108,7 @@ def serve_jobs(args: argparse.Namespace) -> int:
         worker=wid,
         device=args.device,
         stopping=stopping,
-        uploads=Path(args.uploads),
+        uploads=args.uploads if uploads.is_s3(args.uploads) else Path(args.uploads),
     )
 
     def run(job_id: str, attempt: int):
@@ -166,8 +166,8 @@ def register(sub) -> None:
     p.add_argument(
         "--uploads",
         default=os.environ.get("INR_FIT_UPLOADS", uploads.DEFAULT),
-        help="the API's uploads folder (INR_FIT_UPLOADS), shared: an image too large for the store is read from "
-        "there by region (default: $INR_FIT_UPLOADS, else %(default)s)",
+        help="the API's uploads folder (INR_FIT_UPLOADS), shared, or its bucket (s3://…): an image too large for the "
+        "store is read from there by region (default: $INR_FIT_UPLOADS, else %(default)s)",
     )
     p.add_argument(
         "--models",

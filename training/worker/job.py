@@ -53,7 +53,7 @@ class JobContext:
     worker: str
     device: str = "auto"
     stopping: object = None  # a threading.Event set on SIGTERM
-    uploads: Path = Path(uploads.DEFAULT)  # INR_FIT_UPLOADS: the uploads kept as files (fitstore.uploads)
+    uploads: Path | str = Path(uploads.DEFAULT)  # INR_FIT_UPLOADS: the uploads kept as files, or their bucket
 
     def __post_init__(self):
         if not isinstance(self.models, Repository):
@@ -108,19 +108,20 @@ def check_target(out: Target) -> None:
 
 
 def upload_file(ctx: JobContext, rec: dict, tmp: Path) -> tuple[Path, bool]:
-    """The job's image as a file, and whether it is the upload kept in the uploads folder (fitstore.uploads): a
-    piece's pixels, or an upload small enough for the store, are written to `tmp`."""
-    kept = None if rec.get("piece") else uploads.path_of(ctx.uploads, rec["source"])
-    if kept is None:
+    """The job's image as a file, and whether it is the upload kept in the uploads folder or bucket
+    (fitstore.uploads): a piece's pixels, or an upload small enough for the store, are written to `tmp`; a kept
+    upload in a bucket is read into `tmp` with ranged GETs."""
+    if rec.get("piece") or not uploads.name_of(rec["source"]):
         path = tmp / "upload.png"
         path.write_bytes(ctx.store.image(rec["id"]) or b"")
         return path, False
-    if not kept.is_file():
+    try:
+        return uploads.fetch(ctx.uploads, rec["source"], tmp), True
+    except FileNotFoundError:
         raise UsageError(
-            f"the upload {kept.name} is not in the uploads folder {ctx.uploads} (worker --uploads, INR_FIT_UPLOADS): "
-            "the API and the workers must share that folder"
-        )
-    return kept, True
+            f"the upload {uploads.name_of(rec['source'])} is not in the uploads folder {ctx.uploads} "
+            "(worker --uploads, INR_FIT_UPLOADS): the API and the workers must share that folder, or a bucket"
+        ) from None
 
 
 def read_kept(path: Path, args) -> tuple[np.ndarray, dict]:
@@ -222,8 +223,8 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         layout = pieces.plan(opts, path) if not rec.get("piece") else None
         if layout is not None:  # larger than a block: its blocks go on the queue (training/worker/pieces.py)
             done = pieces.split(store, rec, layout, path, Path(tmp))
-            if done is not None and kept:
-                path.unlink(missing_ok=True)  # each block's pixels are in the store now
+            if done is not None and kept:  # each block's pixels are in the store now
+                uploads.release(ctx.uploads, rec["source"])
             return done
         if kept:  # a large upload fitted whole: read reduced, never decoded whole (training/regions.py)
             img, loaded = read_kept(path, args)

@@ -14,12 +14,12 @@ import anyio
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from fitstore import DEFAULT_PRESET, new_id
+from fitstore import DEFAULT_PRESET, new_id, uploads
 from fitstore.uploads import file_name
 
 from ...auth.policy import Caller, who
 from ...auth.quotas import fit_refusal
-from ...errors import AccessDenied, BadInput, InvalidOption, TooManyRequests, UnsupportedMedia
+from ...errors import AccessDenied, BadInput, InvalidOption, RepositoryUnavailable, TooManyRequests, UnsupportedMedia
 from ...fits.files import received
 from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
 from ...fits.stream import Reader, StreamedFile
@@ -120,7 +120,7 @@ async def submit(request: Request, settings: SettingsDep):
         raise UnsupportedMedia(
             f"content type '{kind or 'none'}' is not accepted; send multipart/form-data with the image as 'file'"
         )
-    reader = Reader(settings.fit_uploads, len(FIELDS))
+    reader = Reader(uploads.scratch(settings.fit_uploads), len(FIELDS))
     items = await reader.read(request)  # the image streamed into INR_FIT_UPLOADS, hashed on the way
     kept = None  # the upload, once kept as the job's file
     try:
@@ -161,17 +161,20 @@ async def submit(request: Request, settings: SettingsDep):
         job_id = None
         if image.path is not None:  # kept as a file, named after its job: the worker reads it by region
             job_id = new_id()
-            kept = settings.fit_uploads / file_name(job_id, image.source["format"].lower())
-            await anyio.to_thread.run_sync(image.path.rename, kept)
-            image.source["upload"] = kept.name
+            kept_as = file_name(job_id, image.source["format"].lower())
+            try:  # renamed into the uploads folder, or put into the bucket (fitstore/uploads.py)
+                await anyio.to_thread.run_sync(uploads.keep, settings.fit_uploads, image.path, kept_as)
+            except uploads.UploadsUnavailable as e:
+                raise RepositoryUnavailable(f"the upload was not kept: {e}") from None
+            kept = image.source["upload"] = kept_as
         status, record = await fits(request).submit(image, opts, name, reuse, job_id)  # reuse: checked again
         if status == 202:
             kept = None  # the job's now: its worker deletes it (fitstore.uploads)
             audit.info("fit queued job=%s name=%s by=%s", record["id"], record["name"], who(caller))
     finally:
         reader.discard()
-        if kept is not None:
-            kept.unlink(missing_ok=True)
+        if kept is not None:  # not queued: the kept file goes again
+            await anyio.to_thread.run_sync(uploads.release, settings.fit_uploads, {"upload": kept})
     return JSONResponse(record, status_code=status, headers={"location": record["links"]["self"]})
 
 

@@ -1,0 +1,154 @@
+"""Models on S3 (docs/benchmarks.md, "Models on S3"), against a real S3 server (Swift's S3 API, tests/s3server.py).
+
+    python -m bench.s3_models listing --models 10000     # list N models from the bucket, then rescan it unchanged
+    python -m bench.s3_models first-tile --models 8      # the first tile of a model never seen: S3 against a folder
+
+`listing` fills a bucket with N small published models (config.pbtxt, metadata.json, 1/model.onnx,
+1/metadata.json, 1/.published), then times `S3Repository.scan` (paged ListObjectsV2) and a second scan of the
+unchanged bucket, counting the requests by operation (no GET may appear). `first-tile` copies the bundled photo model
+`dandelion` under N names into a folder and into a bucket, starts one server on each (fresh caches), and asks each
+model's first IIIF tile of each server in turn, alternating; it reports the medians and their ratio, and the GETs a
+restarted S3 server makes for the same tiles (none: served from its disk cache). Results: bench/results/s3_models.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.serving import ROOT, Server
+from tests.s3server import S3Server
+
+RESULTS = ROOT / "bench" / "results" / "s3_models.json"
+TILE = "/iiif/3/{}/0,0,1024,1024/512,/0/default.jpg"
+
+
+def fill(s3: S3Server, bucket: str, n: int, threads: int = 16) -> float:
+    """N published models of five objects each; seconds it took."""
+    client = s3.client()
+    config = (ROOT / "models" / "astronaut" / "config.pbtxt").read_bytes()
+    meta = (ROOT / "models" / "astronaut" / "metadata.json").read_bytes()
+    vmeta = json.dumps({"version": 1, "onnx_sha256": "0" * 64}).encode()
+
+    def one(i: int) -> None:
+        name = f"m{i:05d}"
+        for rel, body in (("config.pbtxt", config), ("metadata.json", meta), ("1/model.onnx", b"onnx"),
+                          ("1/metadata.json", vmeta), ("1/.published", b"{}")):  # fmt: skip
+            client.put_object(Bucket=bucket, Key=f"models/{name}/{rel}", Body=body)
+
+    t0 = time.perf_counter()
+    with cf.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(n)))
+    return time.perf_counter() - t0
+
+
+def listing(args) -> dict:
+    from modelrepo.s3 import S3Repository
+
+    s3 = S3Server()
+    try:
+        bucket = s3.bucket()
+        os.environ.update(s3.env)
+        filled = fill(s3, bucket, args.models)
+        out = {"models": args.models, "objects": 5 * args.models, "fill_s": round(filled, 1), "rounds": []}
+        for _ in range(args.rounds):
+            repo = S3Repository(s3.url(bucket), tempfile.mkdtemp(prefix="inr-bench-s3-"))
+            t0 = time.perf_counter()
+            names = repo.scan()
+            first = time.perf_counter() - t0
+            before = dict(repo.requests)
+            t0 = time.perf_counter()
+            again = repo.scan()
+            rescan = time.perf_counter() - t0
+            assert len(names) == len(again) == args.models
+            during = {k: repo.requests[k] - before.get(k, 0) for k in repo.requests}
+            out["rounds"].append({"list_s": round(first, 2), "rescan_s": round(rescan, 2), "rescan_requests": during})
+            shutil.rmtree(repo.root.parent, ignore_errors=True)
+        out["list_s_median"] = statistics.median(r["list_s"] for r in out["rounds"])
+        out["rescan_s_median"] = statistics.median(r["rescan_s"] for r in out["rounds"])
+        return out
+    finally:
+        s3.close()
+
+
+def first_tile(args) -> dict:
+    from modelrepo.s3 import S3Repository
+    from modelrepo.s3publish import push_model
+
+    s3 = S3Server()
+    tmp = Path(tempfile.mkdtemp(prefix="inr-bench-tiles-"))
+    try:
+        bucket = s3.bucket()
+        os.environ.update(s3.env)
+        folder = tmp / "models"
+        names = [f"photo{i:03d}" for i in range(args.models)]
+        repo = S3Repository(s3.url(bucket), tmp / "push-cache")
+        for name in names:
+            shutil.copytree(ROOT / "models" / "dandelion", folder / name)
+            push_model(repo, folder / name)
+        env = {**s3.env, "INR_SESSION_CACHE": "off"}  # every first load optimises, on both sides alike
+        local = Server(folder, "local", env=env).wait()
+        remote = Server(s3.url(bucket), "s3", env={**env, "INR_MODEL_CACHE": str(tmp / "cache")}).wait()
+        times = {"local": [], "s3": []}
+        try:
+            for i, name in enumerate(names):  # alternate which side goes first
+                for side in ("local", "s3") if i % 2 == 0 else ("s3", "local"):
+                    srv = local if side == "local" else remote
+                    t0 = time.perf_counter()
+                    r = httpx.get(srv.url + TILE.format(name), timeout=120)
+                    times[side].append(time.perf_counter() - t0)
+                    assert r.status_code == 200, r.text
+        finally:
+            local.stop()
+            remote.stop()
+        again = Server(s3.url(bucket), "s3 again", env={**env, "INR_MODEL_CACHE": str(tmp / "cache")}).wait()
+        try:
+            for name in names:
+                assert httpx.get(again.url + TILE.format(name), timeout=120).status_code == 200
+            metrics = httpx.get(again.url + "/metrics").text
+        finally:
+            again.stop()
+        gets = [line for line in metrics.splitlines() if line.startswith("inr_model_repository_requests{")]
+        local_med, s3_med = statistics.median(times["local"]), statistics.median(times["s3"])
+        return {
+            "models": args.models,
+            "model_bytes": sum(p.stat().st_size for p in (ROOT / "models" / "dandelion").rglob("*") if p.is_file()),
+            "first_tile_local_s": [round(t, 3) for t in times["local"]],
+            "first_tile_s3_s": [round(t, 3) for t in times["s3"]],
+            "median_local_s": round(local_med, 3),
+            "median_s3_s": round(s3_med, 3),
+            "ratio": round(s3_med / local_med, 2),
+            "restart_requests": gets,
+        }
+    finally:
+        s3.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("listing", "first-tile"))
+    p.add_argument("--models", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    args.models = args.models or (10_000 if args.what == "listing" else 8)
+    result = (listing if args.what == "listing" else first_tile)(args)
+    result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
+    saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    saved[args.what] = result
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
