@@ -2,7 +2,10 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# `make serve PORT=8002` moves both ports the service opens: HTTP on PORT, KServe V2 gRPC on GRPC_PORT (PORT + 1
+# unless given; 0 turns gRPC off).
 PORT ?= 8000
+GRPC_PORT ?= $(shell expr $(PORT) + 1)
 
 .PHONY: setup serve worker lint format test models photo-model bench clean
 
@@ -11,11 +14,12 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 setup: $(BIN)/python
-	$(BIN)/pip install -q -e '.[train,serve,dev]'
+	$(BIN)/pip install -q -e '.[train,serve,client,dev]'
 
+# The server, and the clients the README's examples use beside it (the `client` extra: Triton's HTTP client).
 serve: $(BIN)/python
-	$(BIN)/pip install -q -e '.[serve]'
-	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --device auto --model-control-mode poll --repository-poll-secs 2
+	$(BIN)/pip install -q -e '.[serve,client]'
+	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --grpc-port $(GRPC_PORT) --device auto --model-control-mode poll --repository-poll-secs 2
 
 # A fit worker for POST /v1/fits (docs/fits.md), on the same job store and models/ as `make serve`.
 worker: $(BIN)/python
