@@ -157,7 +157,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
         if step % every == 0 or step == cfg.steps - 1:
             loss_v = loss.item()
             best.check(step)
-            bar.set_postfix(loss=f"{loss_v:.2e}", psnr=psnr_from_mse(loss_v, 2))
+            bar.set_postfix(loss=f"{loss_v:.2e}", train_psnr=psnr_from_mse(loss_v, 2))  # the pixels it trains on
             if on_step is not None and on_step(step, loss_v, model):
                 break
     seconds = time.perf_counter() - t0
