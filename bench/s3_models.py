@@ -2,13 +2,17 @@
 
     python -m bench.s3_models listing --models 10000     # list N models from the bucket, then rescan it unchanged
     python -m bench.s3_models first-tile --models 8      # the first tile of a model never seen: S3 against a folder
+    python -m bench.s3_models outage --models 8          # S3 stopped and started again under load
 
 `listing` fills a bucket with N small published models (config.pbtxt, metadata.json, 1/model.onnx,
 1/metadata.json, 1/.published), then times `S3Repository.scan` (paged ListObjectsV2) and a second scan of the
 unchanged bucket, counting the requests by operation (no GET may appear). `first-tile` copies the bundled photo model
 `dandelion` under N names into a folder and into a bucket, starts one server on each (fresh caches), and asks each
 model's first IIIF tile of each server in turn, alternating; it reports the medians and their ratio, and the GETs a
-restarted S3 server makes for the same tiles (none: served from its disk cache). Results: bench/results/s3_models.json.
+restarted S3 server makes for the same tiles (none: served from its disk cache). `outage` serves N such models from
+the bucket, loads half of them, then keeps 4 clients asking tiles of all N while the S3 server is stopped for
+--down seconds and started again: the answers of each half, by status, before, during and after.
+Results: bench/results/s3_models.json.
 """
 
 from __future__ import annotations
@@ -81,20 +85,12 @@ def listing(args) -> dict:
 
 
 def first_tile(args) -> dict:
-    from modelrepo.s3 import S3Repository
-    from modelrepo.s3publish import push_model
-
     s3 = S3Server()
     tmp = Path(tempfile.mkdtemp(prefix="inr-bench-tiles-"))
     try:
-        bucket = s3.bucket()
         os.environ.update(s3.env)
+        bucket, names = photo_bucket(s3, tmp, args.models)
         folder = tmp / "models"
-        names = [f"photo{i:03d}" for i in range(args.models)]
-        repo = S3Repository(s3.url(bucket), tmp / "push-cache")
-        for name in names:
-            shutil.copytree(ROOT / "models" / "dandelion", folder / name)
-            push_model(repo, folder / name)
         env = {**s3.env, "INR_SESSION_CACHE": "off"}  # every first load optimises, on both sides alike
         local = Server(folder, "local", env=env).wait()
         remote = Server(s3.url(bucket), "s3", env={**env, "INR_MODEL_CACHE": str(tmp / "cache")}).wait()
@@ -134,14 +130,98 @@ def first_tile(args) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def photo_bucket(s3: S3Server, tmp: Path, n: int) -> tuple[str, list[str]]:
+    from modelrepo.s3 import S3Repository
+    from modelrepo.s3publish import push_model
+
+    bucket = s3.bucket()
+    folder = tmp / "models"
+    names = [f"photo{i:03d}" for i in range(n)]
+    repo = S3Repository(s3.url(bucket), tmp / "push-cache")
+    for name in names:
+        shutil.copytree(ROOT / "models" / "dandelion", folder / name)
+        push_model(repo, folder / name)
+    return bucket, names
+
+
+def outage(args) -> dict:
+    import threading
+
+    s3 = S3Server()
+    tmp = Path(tempfile.mkdtemp(prefix="inr-bench-outage-"))
+    try:
+        os.environ.update(s3.env)
+        bucket, names = photo_bucket(s3, tmp, args.models)
+        srv = Server(
+            s3.url(bucket),
+            "s3",
+            env={
+                **s3.env,
+                "INR_MODEL_CACHE": str(tmp / "cache"),
+                "INR_MODEL_CONTROL_MODE": "poll",
+                "INR_REPOSITORY_POLL_SECS": "1",
+            },
+        )
+        srv.wait()
+        cached = names[: len(names) // 2]  # loaded before the outage; the others never
+        for name in cached:
+            assert httpx.get(srv.url + TILE.format(name), timeout=120).status_code == 200
+        phase, counts, stop = ["before"], {}, threading.Event()
+        lock = threading.Lock()
+
+        def client(k: int) -> None:
+            with httpx.Client(timeout=60) as c:
+                i = k
+                while not stop.is_set():
+                    name = names[i % len(names)]
+                    i += 1
+                    try:
+                        r = c.get(srv.url + TILE.format(name))
+                        status = str(r.status_code) + ("+retry-after" if r.headers.get("retry-after") else "")
+                    except httpx.HTTPError as e:
+                        status = type(e).__name__
+                    key = (phase[0], "cached" if name in cached else "cold", status)
+                    with lock:
+                        counts[key] = counts.get(key, 0) + 1
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        try:
+            for t in threads:
+                t.start()
+            time.sleep(3)
+            phase[0] = "s3 down"
+            s3.stop()
+            time.sleep(args.down)
+            phase[0] = "restarting"
+            t0 = time.perf_counter()
+            s3.start()
+            phase[0] = "after"
+            restarted = time.perf_counter() - t0
+            time.sleep(max(10.0, args.down / 2))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            srv.stop()
+        table = {}
+        for (ph, half, status), n in sorted(counts.items()):
+            table.setdefault(ph, {}).setdefault(half, {})[status] = n
+        return {"models": len(names), "cached": len(cached), "down_s": args.down,
+                "s3_restart_s": round(restarted, 1), "answers": table}  # fmt: skip
+    finally:
+        s3.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("listing", "first-tile"))
+    p.add_argument("what", choices=("listing", "first-tile", "outage"))
+    p.add_argument("--down", type=float, default=15.0, help="outage: seconds the S3 server stays stopped")
     p.add_argument("--models", type=int, default=None)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     args.models = args.models or (10_000 if args.what == "listing" else 8)
-    result = (listing if args.what == "listing" else first_tile)(args)
+    result = {"listing": listing, "first-tile": first_tile, "outage": outage}[args.what](args)
     result.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load=os.getloadavg()[0])
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     saved[args.what] = result

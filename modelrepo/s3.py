@@ -27,6 +27,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from .spec import NAME_RE, SpecError
 log = logging.getLogger(__name__)
 PAGE = 1000
 CHUNK = 1 << 20
+DOWN_S = 2.0  # after S3 did not answer, calls fail at once for this long
 
 
 class RepositoryError(StorageUnavailable):
@@ -83,6 +85,7 @@ class S3Repository(Repository):
         self._manifests: dict[str, dict[str, str]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._down: tuple[float, str] | None = None  # (until, why): S3 did not answer (`call`)
         self.budget = DiskBudget(self.root, max_bytes, self._forget)
 
     # -- S3 calls ----------------------------------------------------------------------------------------
@@ -93,18 +96,28 @@ class S3Repository(Repository):
         return self._client
 
     def call(self, op: str, method: str, what: str, **kwargs):
-        """One S3 request, counted; its errors as StorageUnavailable / RepositoryError / FileNotFoundError."""
+        """One S3 request, counted; its errors as StorageUnavailable / RepositoryError / FileNotFoundError. After S3
+        did not answer, the calls of the next DOWN_S seconds fail at once (a request for a model not on local disk
+        gets its 503 without waiting on retries, and the event loop is never held up by them)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        down = self._down
+        if down is not None and time.monotonic() < down[0]:
+            raise StorageUnavailable(f"{down[1]} (reading {what}; tried again within {DOWN_S:g} s)")
         self.requests[op] += 1
         try:
-            return getattr(self.client, method)(Bucket=self.location.bucket, **kwargs)
+            answer = getattr(self.client, method)(Bucket=self.location.bucket, **kwargs)
         except ClientError as e:
-            raise self.error(e, what) from None
+            error = self.error(e, what)
+            if type(error) is StorageUnavailable:
+                self._down = (time.monotonic() + DOWN_S, str(error))
+            raise error from None
         except BotoCoreError as e:
-            raise StorageUnavailable(
-                f"{self.url}: S3 did not answer ({e.__class__.__name__}: {e}) reading {what}"
-            ) from None
+            reason = f"{self.url}: S3 did not answer ({e.__class__.__name__}: {e})"
+            self._down = (time.monotonic() + DOWN_S, reason)
+            raise StorageUnavailable(f"{reason} reading {what}") from None
+        self._down = None
+        return answer
 
     def error(self, e, what: str) -> Exception:
         err = e.response.get("Error", {})

@@ -103,7 +103,11 @@ class Registry:
         for n in self.names() if names is None else sorted(names):
             if limit is not None and len(out) >= limit:
                 break
-            if caller.may_read(n, self.access_of(n) or Access(RESTRICTED), default):
+            try:
+                access = self.access_of(n) or Access(RESTRICTED)
+            except RepositoryUnavailable:  # a policy S3 cannot give now: not listed (closed)
+                access = Access(RESTRICTED)
+            if caller.may_read(n, access, default):
                 out.append(n)
         return out
 
@@ -122,10 +126,10 @@ class Registry:
             return None  # no model has this name; never a path out of the repository
         path = self.root / name
         if self.repo.remote:
-            try:  # the policy is in config.pbtxt: fetched when it changed (fails closed while S3 does not answer)
+            try:  # the policy is in config.pbtxt: fetched when it changed; never guessed while S3 does not answer
                 self.repo.sync_file(name, "config.pbtxt")
-            except StorageUnavailable:
-                return Access(RESTRICTED) if self.repo.model(name) else None
+            except StorageUnavailable as e:
+                raise RepositoryUnavailable(f"model '{name}': its access policy is not on local disk: {e}") from None
         try:
             stamp = os.stat(path / "config.pbtxt").st_mtime_ns
         except OSError:

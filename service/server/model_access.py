@@ -21,7 +21,7 @@ from modelrepo.access import Access
 from ..auth.caller import Authority, NotAuthenticated, from_scope
 from ..auth.policy import decide
 from ..auth.quotas import Buckets
-from ..errors import error_response
+from ..errors import ServiceError, error_response
 
 Route = tuple[re.Pattern, str]
 REFUSE, RENDER, DESCRIBE = "refuse", "render", "describe"
@@ -101,7 +101,10 @@ class ModelAccess:
             message = f"key {kid}: over its quota of {self.authority.keys.get(kid).quotas['rps']} requests a second"
             return await error_response(429, message, {"Retry-After": str(math.ceil(wait))})(scope, receive, send)
         name, kind = self.model(scope)
-        access = self.access_of(name) if name is not None else None
+        try:
+            access = self.access_of(name) if name is not None else None
+        except ServiceError as e:  # the policy is in a repository that does not answer (S3): a 503, never a guess
+            return await error_response(e.status, str(e), e.headers)(scope, receive, send)
         if access is not None:
             decision = decide(caller, name, access, self.default)
             if not decision.allowed:
