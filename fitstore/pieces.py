@@ -29,20 +29,21 @@ def child_id(parent: str, k: int) -> str:
 
 
 class Pieces:
-    def split(self, rec: dict, layout: dict, pieces: list[tuple[str, bytes]]) -> dict | None:
-        """Queue a child job per piece (key, its PNG) and leave the parent waiting on them; one transaction, done only
-        if the parent is still this attempt's. The parent's record, or None."""
+    def split(self, rec: dict, layout: dict, pieces: list[tuple[str, bytes, int]]) -> dict | None:
+        """Queue a child job per piece (key, its PNG, its steps) and leave the parent waiting on them; one
+        transaction, done only if the parent is still this attempt's. The parent's record, or None."""
         now = self.now()
         children, puts, messages = [], {}, []
-        kept = self.kept_pieces(rec, layout, [key for key, _ in pieces])
-        for k, (key, png) in enumerate(pieces):
+        kept = self.kept_pieces(rec, layout, [key for key, _, _ in pieces])
+        for k, (key, png, steps) in enumerate(pieces):
             cid = child_id(rec["id"], k)
             if key in kept:  # fitted for an earlier job of the same bytes, options and layout: copied, not refitted
                 children.append(cid)
-                puts.update(self._reused(rec, cid, k, key, kept[key], now))
+                puts.update(self._reused(rec, cid, key, kept[key], now, steps))
                 continue
             child = {
-                **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "steps", "traceparent")},
+                **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "traceparent")},
+                "steps": steps,
                 "id": cid,
                 "parent": rec["id"],
                 "piece": key,
@@ -70,7 +71,7 @@ class Pieces:
             puts[f"ev:{cid}:1"] = json.dumps({"seq": 1, "type": "queued", "time": now, "piece": key}).encode()
             puts[f"enq:{cid}:1"] = json.dumps(now).encode()
             messages.append(self._message(cid, 1))
-        parent = dict(rec, worker=None, children=children, layout=layout, steps=rec["steps"] * len(pieces), step=0)
+        parent = dict(rec, worker=None, children=children, layout=layout, steps=sum(n for _, _, n in pieces), step=0)
         parent["seq"] += 1
         event = {"seq": parent["seq"], "type": "split", "time": now, "pieces": len(pieces), "layout": layout}
         puts[f"ev:{rec['id']}:{parent['seq']}"] = json.dumps(event).encode()
@@ -98,10 +99,11 @@ class Pieces:
             found.pop(keys[-1])  # the overview: fitted again, and its worker publishes
         return found
 
-    def _reused(self, rec: dict, cid: str, k: int, key: str, source: str, now: float) -> dict:
+    def _reused(self, rec: dict, cid: str, key: str, source: str, now: float, steps: int) -> dict:
         """The puts of a child that takes the piece `source` fitted: succeeded at once, its files copied."""
         child = {
-            **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "steps", "traceparent")},
+            **{f: rec[f] for f in ("name", "options", "source", "deadline_s", "traceparent")},
+            "steps": steps,
             "id": cid,
             "parent": rec["id"],
             "piece": key,
@@ -113,7 +115,7 @@ class Pieces:
             "attempt": 1,
             "failures": 0,
             "worker": None,
-            "step": rec["steps"],
+            "step": steps,
             "seq": 1,
             "preview_seq": None,
         }

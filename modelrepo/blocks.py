@@ -1,9 +1,10 @@
 """Block models (docs/model-repository.md, "Block models"): an image too large for one grid model is fitted as a
 grid of overlapping blocks, each a grid model of its own crop, held by one version of one model.
 
-The version's `model.onnx` is the **overview**: the whole image fitted at a reduced size (at most one block's
-side), a plain image model that Triton, KServe and every tool that reads one ONNX file can serve. Its
-`metadata.json` has `blocks`, the layout, and `N/blocks/rRcC.onnx` holds the blocks, each with its sha256.
+The version's `model.onnx` is the **overview**: the whole image fitted at a reduced size (a quarter of its longer
+side, at most one block's side: `overview_side`), a plain image model that Triton, KServe and every tool that reads
+one ONNX file can serve. Its `metadata.json` has `blocks`, the layout with the overview's size, and
+`N/blocks/rRcC.onnx` holds the blocks, each with its sha256.
 
 Geometry, in the image's pixels (W × H; coordinates in [0,1]² as for every image model, pixel centre (j+0.5)/W):
 
@@ -22,8 +23,9 @@ which blocks a box touches. The service blends in numpy (service/engine/blocks.p
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .serving import MAX_SIDE, ContractError
 
@@ -31,6 +33,22 @@ BLOCK_FILE = re.compile(r"^blocks/r(\d{1,4})c(\d{1,4})\.onnx$")
 BLEND = "linear"
 MIN_BLOCK = 16  # the smallest block side a layout may ask for
 MAX_BLOCKS = 65_536
+OVERVIEW_SHRINK = 4  # the overview's longer side is the image's over this (1/16 of its pixels), at most a block's
+
+
+def overview_side(width: int, height: int, block: int) -> int:
+    """The overview's longer side: a quarter of the image's, at most `block`. Its cost beside the blocks' stays
+    within 1/16 of the pixels, whatever the image (docs/fits.md, "Giant images")."""
+    return max(1, min(block, math.ceil(max(width, height) / OVERVIEW_SHRINK)))
+
+
+def scaled_size(width: int, height: int, side: int) -> tuple[int, int]:
+    """[w, h] of the image reduced in its aspect to `side` on its longer side, never enlarged (as
+    bigimage.read_scaled rounds it)."""
+    longest = max(width, height)
+    if side >= longest:
+        return width, height
+    return max(1, round(width * side / longest)), max(1, round(height * side / longest))
 
 
 def block_file(row: int, col: int) -> str:
@@ -67,6 +85,7 @@ class BlockLayout:
     cols: int
     rows: int
     blocks: tuple[Block, ...]  # row-major
+    overview: tuple[int, int] = (0, 0)  # the overview's pixels [w, h] (plan: overview_side's; else as recorded)
 
     @classmethod
     def plan(cls, width: int, height: int, block: int, overlap: int) -> "BlockLayout":
@@ -85,7 +104,8 @@ class BlockLayout:
             for c in range(cols):
                 x0, x1 = max(0, xs[c] - overlap), min(width, xs[c + 1] + overlap)
                 blocks.append(Block(r, c, x0, y0, x1 - x0, y1 - y0, block_file(r, c)))
-        return cls(width, height, block, overlap, cols, rows, tuple(blocks))
+        overview = scaled_size(width, height, overview_side(width, height, block))
+        return cls(width, height, block, overlap, cols, rows, tuple(blocks), overview)
 
     @property
     def x_edges(self) -> tuple[int, ...]:
@@ -100,8 +120,11 @@ class BlockLayout:
 
     def with_digests(self, digests: dict[str, str]) -> "BlockLayout":
         """The layout with each block's sha256 (by file name)."""
-        blocks = tuple(Block(**{**b.to_json(), "sha256": digests[b.file]}) for b in self.blocks)
-        return BlockLayout(self.width, self.height, self.block, self.overlap, self.cols, self.rows, blocks)
+        return replace(self, blocks=tuple(Block(**{**b.to_json(), "sha256": digests[b.file]}) for b in self.blocks))
+
+    def with_overview(self, size) -> "BlockLayout":
+        """The layout with the overview's pixels as fitted [w, h]."""
+        return replace(self, overview=(int(size[0]), int(size[1])))
 
     def touching(self, x0: float, y0: float, x1: float, y1: float) -> list[Block]:
         """The blocks whose weight is not zero somewhere in the pixel box [x0, x1] × [y0, y1] (clamped to the
@@ -117,6 +140,7 @@ class BlockLayout:
             "overlap": self.overlap,
             "grid": [self.cols, self.rows],
             "blend": BLEND,
+            "overview": list(self.overview),
             "blocks": [b.to_json() for b in self.blocks],
         }
 
@@ -155,7 +179,21 @@ class BlockLayout:
                 raise ContractError(f"{where}: block {got.to_json()} is not the plan's {want.to_json()}")
             if not (isinstance(got.sha256, str) and re.fullmatch(r"[0-9a-f]{64}", got.sha256)):
                 raise ContractError(f"{where}: block {got.file} needs a sha256 of 64 hex digits")
-        return cls(width, height, planned.block, planned.overlap, planned.cols, planned.rows, tuple(found))
+        overview = _overview(entry.get("overview"), planned, where)
+        return replace(planned, blocks=tuple(found), overview=overview)
+
+
+def _overview(value, planned: BlockLayout, where: str) -> tuple[int, int]:
+    """The recorded overview's [w, h]; a layout written before it was recorded had its overview at the block's side."""
+    if value is None:
+        return scaled_size(planned.width, planned.height, planned.block)
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SIDE for v in value)
+    ):
+        raise ContractError(f"{where}: overview must be [w, h], each 1..{MAX_SIDE} pixels, got {str(value)[:60]}")
+    return value[0], value[1]
 
 
 def axis_weights(cut: tuple[int, ...], overlap: int, k: int, px):

@@ -16,42 +16,12 @@ import os
 import re
 from pathlib import Path
 
+from commandline import parse_bytes  # noqa: F401 - the settings' sizes, here as before
+
 log = logging.getLogger(__name__)
-UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "ki": 1024,
-    "kib": 1024,
-    "mi": 1024**2,
-    "mib": 1024**2,
-    "gi": 1024**3,
-    "gib": 1024**3,
-    "ti": 1024**4,
-    "tib": 1024**4,
-}
-SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 NO_LIMIT = 2**60  # cgroup v1 writes its "no limit" as a number near 2^63
 DEFAULT_SHARE = 0.5  # the default budget: this share of the memory the process may use
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def parse_bytes(text: str | int) -> int:
-    """`2GiB`, `512MiB`, `1.5G`, `1000000` → bytes; ValueError naming the forms."""
-    if isinstance(text, int):
-        return text
-    m = SIZE_RE.match(str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in UNITS:
-        raise ValueError("expected a size such as 2GiB, 512MiB, 1.5G or a number of bytes")
-    return int(float(m.group(1)) * UNITS[unit])
 
 
 def format_bytes(n: float) -> str:

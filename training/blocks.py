@@ -1,6 +1,11 @@
 """Block models (modelrepo/blocks.py, docs/model-repository.md "Block models"): an image larger than a block is
-fitted as overlapping blocks, each a grid model of its crop, plus an overview of the whole image at a block's
-size, and written as one version.
+fitted as overlapping blocks, each a grid model of its crop, plus an overview of the whole image at a quarter of its
+side (at most a block's), and written as one version.
+
+The pieces share the steps one model of the same pixels would take (`piece_steps`): each makes as many passes over
+its pixels as the fit's steps make over the image's (over a one-model fit's largest, `max_pixels`, 25 MP, for a
+larger image), so blocks cost what one model would, plus their overlaps and the overview (docs/fits.md, "Giant
+images").
 
 Each piece is fitted on its own (`fit_piece`), so the pieces of one image can go to different workers
 (training/worker/blocks.py); `write_blocked_model` publishes them all at once. `fit_blocked` does it all in one
@@ -81,10 +86,20 @@ class Piece:
         return cls(onnx=onnx, **d)
 
 
+def piece_steps(steps: int, pixels: int, layout: BlockLayout, max_pixels: int, batch: int) -> int:
+    """A piece's steps: as many passes over its `pixels` as `steps` batches of `batch` pixels make over the image
+    (over `max_pixels`, the most one model is fitted on, for a larger image), at least 1 and at most `steps`. So the
+    blocks together cost about what one model of the image would, their overlaps and the overview a few percent
+    more; a piece no larger than a batch takes every step, as the whole image would."""
+    whole = min(layout.width * layout.height, max_pixels)
+    passes = steps * min(batch, whole) / whole
+    return max(1, min(steps, round(passes * pixels / min(batch, pixels))))
+
+
 def piece_pixels(layout: BlockLayout, key: str, image: str) -> np.ndarray:
     """The [h, w, 3] float32 pixels `key` is fitted on: a block's crop, read by region, or the overview."""
     if key == OVERVIEW:
-        return read_scaled(image, layout.block)
+        return read_scaled(image, max(layout.overview))
     b = next(b for b in layout.blocks if b.file == key)
     return read_region(image, b.x, b.y, b.w, b.h)
 
@@ -149,7 +164,7 @@ def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: 
     size = [layout.width, layout.height]
     metrics = whole_metrics(pieces)
     meta = image_metadata_for(cfg, size, source, metrics, overview)
-    meta["blocks"] = layout.with_digests(digests).to_metadata()
+    meta["blocks"] = layout.with_digests(digests).with_overview(overview.size).to_metadata()
     meta["block_fits"] = {  # each piece's fit: its PSNR, time, pixels and the pixel grid its encoding was sized for
         p.key: {
             "psnr": p.metrics["full_psnr"],
@@ -197,7 +212,7 @@ def fit_blocked(
     cfg_for: Callable[[tuple[int, int]], FitConfig], image: str, block: int, overlap: int, out: Path, source: dict
 ) -> dict:
     """The command line's blocked fit, in this process: every block, then the overview, then the version. Each
-    piece's fit is `cfg_for((w, h))` of its pixels."""
+    piece's fit is `cfg_for((w, h))` of its pixels, with its share of the steps (`piece_steps`)."""
     width, height = source["size"]
     layout = BlockLayout.plan(width, height, block, overlap)
     pieces = []
@@ -206,6 +221,9 @@ def fit_blocked(
         for key in [b.file for b in layout.blocks] + [OVERVIEW]:
             pixels = piece_pixels(layout, key, str(tiff))
             cfg = cfg_for((pixels.shape[1], pixels.shape[0]))
+            cfg.steps = piece_steps(
+                cfg.steps, pixels.shape[0] * pixels.shape[1], layout, cfg.max_pixels, cfg.batch_size
+            )
             piece = fit_piece(cfg, layout, key, pixels)
             log.info("%s: %s, %.1f dB in %.1f s", out.name, key, piece.metrics["full_psnr"], piece.seconds)
             pieces.append(piece)

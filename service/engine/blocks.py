@@ -87,8 +87,8 @@ class BlockSet:
         self.record = parent.record  # the version record the layout was read from
         self.runtimes = {b.file: BlockRuntime(parent, b) for b in layout.blocks}
         self.x_edges, self.y_edges = layout.x_edges, layout.y_edges
-        # the overview's pixel, in the image's pixels: its longer side is the block size (training/blocks.py)
-        self.overview_pixel = max(layout.width, layout.height) / min(layout.block, max(layout.width, layout.height))
+        # the overview's pixel, in the image's pixels (its size as the layout records it, modelrepo/blocks.py)
+        self.overview_pixel = max(layout.width, layout.height) / max(layout.overview)
 
     @classmethod
     def from_metadata(cls, parent: ModelRuntime, metadata: dict) -> "BlockSet | None":

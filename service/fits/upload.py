@@ -36,7 +36,8 @@ from ..errors import BadInput, Conflict, InvalidOption, RepositoryUnavailable, S
 MAX_SEED = 2**31 - 1
 MIN_SIZE = 16
 PROTOCOLS = ("paper", "full")
-FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name", "skip_existing", "block_size")
+FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name", "skip_existing", "block_size", "blocks")
+BLOCKS = ("auto", "always")  # auto: blocks only when one model would not fit a worker's memory (docs/fits.md)
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -148,13 +149,24 @@ def preset_size(preset: dict, max_size: int) -> int | None:
 
 def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int = 2048, overlap: int = 32) -> dict:
     """The fit options from the form's text fields, each checked against its range. `block`: the block size
-    (INR_FIT_BLOCK_SIZE), which a job's `block_size` may lower; `overlap` (INR_FIT_BLOCK_OVERLAP)."""
+    (INR_FIT_BLOCK_SIZE), which a job's `block_size` may lower; `overlap` (INR_FIT_BLOCK_OVERLAP). `blocks`: `auto`
+    (the worker fits one model when it can hold one, docs/fits.md) unless the job asks for blocks (`always`, or a
+    `block_size` of its own)."""
     preset = form.get("preset") or DEFAULT_PRESET
     if preset not in presets:
         raise InvalidOption(f"preset {preset[:40]!r} is unknown; valid presets: {', '.join(presets)}")
     protocol = form.get("protocol") or "full"  # a user's photo: fit every pixel
     if protocol not in PROTOCOLS:
         raise InvalidOption(f"protocol {protocol[:40]!r} is unknown; valid: {', '.join(PROTOCOLS)}")
+    blocks = (form.get("blocks") or "").strip().lower() or (
+        "always" if form.get("block_size") and not form.get("size") else "auto"
+    )
+    if blocks not in BLOCKS:
+        raise InvalidOption(f"blocks {form['blocks'][:40]!r} is unknown; valid: {', '.join(BLOCKS)}")
+    if blocks == "always" and form.get("blocks") and form.get("size"):
+        raise InvalidOption(
+            "blocks=always fits the upload at its native size in blocks; a size cap fits it whole: drop one of them"
+        )
     return {
         "preset": preset,
         # a cap on the longer side; the preset's by default (grid: None, the whole image at its native size,
@@ -167,6 +179,7 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int
         "seed": as_int(form, "seed", 0, 0, MAX_SEED),
         "block": (size := as_int(form, "block_size", block, MIN_SIZE, block, "INR_FIT_BLOCK_SIZE")),
         "overlap": min(overlap, size // 4),
+        "blocks": blocks,
     }
 
 

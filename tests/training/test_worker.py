@@ -173,6 +173,8 @@ def test_a_fit_never_writes_into_a_digits_model(place):
         (["--store", "mysql://x/y"], "unknown job store"),
         (["--threads", "0"], "--threads"),
         (["--nice", "40"], "--nice"),
+        (["--memory", "lots"], "--memory: expected a size such as 2GiB"),
+        (["--memory", "0"], "--memory: expected a size of more than 0 bytes"),
     ],
 )
 def test_bad_worker_options_are_one_line_and_exit_2(args, message):

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from commandline import positive_float, positive_int
+from commandline import byte_size, positive_float, positive_int
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import FitStore, StoreError, uploads, worker_id
 from modelrepo import LocationError, StorageUnavailable, open_repository
@@ -27,6 +27,7 @@ from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
 
 from ..errors import UsageError
+from . import memory as sizing
 from .job import JobContext, run_job
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def serve_jobs(args: argparse.Namespace) -> int:
         device=args.device,
         stopping=stopping,
         uploads=args.uploads if uploads.is_s3(args.uploads) else Path(args.uploads),
+        memory=args.memory,
     )
 
     def run(job_id: str, attempt: int):
@@ -131,7 +133,15 @@ def serve_jobs(args: argparse.Namespace) -> int:
     seat = store.register_worker(wid, info)
     beat = Heartbeat(store, seat, wid, args.heartbeat_s, info)
     beat.start()
-    log.warning("worker %s: store %s, models %s, uploads %s", wid, args.store, args.models, args.uploads)
+    log.warning(
+        "worker %s: store %s, models %s, uploads %s, memory %d MiB (one model up to %.1f MP)",
+        wid,
+        args.store,
+        args.models,
+        args.uploads,
+        args.memory >> 20,
+        sizing.one_model_pixels(args.memory) / 1e6,
+    )
     done, idle = 0, 0.05
     try:
         while not stopping.is_set():
@@ -187,6 +197,13 @@ def register(sub) -> None:
         choices=range(0, 20),
         metavar="0..19",
         help="CPU priority below the service's (default: 10)",
+    )
+    p.add_argument(
+        "--memory",
+        type=byte_size,
+        default=os.environ.get("INR_FIT_WORKER_MEMORY", "2GiB"),
+        help="the memory this worker may use, e.g. 3GiB: an upload whose one-model fit needs more (measured, "
+        "docs/fits.md) is fitted in blocks (default: $INR_FIT_WORKER_MEMORY, else 2GiB)",
     )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--heartbeat-s", type=positive_float, default=2.0, help="seconds between heartbeats")

@@ -28,6 +28,7 @@ from ..errors import UsageError
 from ..fit_image import evaluate, export_image_model, finish, predict, train
 from ..images import fit_dims, load_image, pixel_centres
 from ..metrics import psnr_from_mse
+from . import memory as sizing
 from . import pieces
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ PROGRESS_EVENTS = 40  # about this many progress events per fit
 PREVIEW_EVERY = 4  # a preview with every 4th progress event, and with the last
 CHECK_EVERY = 10  # cancel, deadline, SIGTERM and a lost claim are checked at least every 10 steps
 EVENT_EVERY_S = 2.0  # and a progress event goes out at least every 2 s
+MIN_PIXELS = 16 * 16  # the smallest fit a worker must have the memory for
 
 
 class Stop(Exception):
@@ -54,15 +56,16 @@ class JobContext:
     device: str = "auto"
     stopping: object = None  # a threading.Event set on SIGTERM
     uploads: Path | str = Path(uploads.DEFAULT)  # INR_FIT_UPLOADS: the uploads kept as files, or their bucket
+    memory: int = sizing.DEFAULT  # INR_FIT_WORKER_MEMORY: one model or blocks (training/worker/memory.py)
 
     def __post_init__(self):
         if not isinstance(self.models, Repository):
             self.models = open_repository(self.models)
 
 
-def fit_args(options: dict, image_path: Path, device: str):
+def fit_args(options: dict, image_path: Path, device: str, steps: int | None = None):
     """fit-image's parsed options for the job: its preset, then the job's own size (a cap on the longer side;
-    none: native), steps, protocol, seed."""
+    none: native), steps (a piece's own: its share), protocol, seed."""
     preset = PRESETS[options["preset"]]
     size = ["--size", str(options["size"])] if options.get("size") else []
     argv = [
@@ -70,7 +73,7 @@ def fit_args(options: dict, image_path: Path, device: str):
         str(image_path),
         *size,
         "--steps",
-        str(options["steps"]),
+        str(steps or options["steps"]),
         "--protocol",
         options["protocol"],
         "--seed",
@@ -135,6 +138,17 @@ def read_kept(path: Path, args) -> tuple[np.ndarray, dict]:
         "original_size": [width, height],
         "size": [img.shape[1], img.shape[0]],
     }
+
+
+def within_memory(memory: int) -> int:
+    """The most pixels one model may have in this worker (training/worker/memory.py); UsageError when none fits."""
+    pixels = sizing.one_model_pixels(memory)
+    if pixels < MIN_PIXELS:
+        raise UsageError(
+            f"a fit needs at least {sizing.one_model_peak(MIN_PIXELS) >> 20} MiB; this worker has {memory >> 20} MiB "
+            "(worker --memory, INR_FIT_WORKER_MEMORY)"
+        )
+    return pixels
 
 
 def release(ctx: JobContext, done: dict | None) -> None:
@@ -216,13 +230,15 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     deadline = rec["started"] + rec["deadline_s"]
     with tempfile.TemporaryDirectory(prefix="inr-fit-") as tmp:
         path, kept = upload_file(ctx, rec, Path(tmp))
-        args = fit_args(opts, path, ctx.device)
+        args = fit_args(opts, path, ctx.device, rec["steps"] if rec.get("piece") else None)
+        if opts.get("size"):  # fitted whole, reduced: no more pixels than one model this worker can hold
+            args.max_pixels = min(args.max_pixels, within_memory(ctx.memory))
         if not kept:
             cfg = fit_config(args)
             cfg.validate()
-        layout = pieces.plan(opts, path) if not rec.get("piece") else None
-        if layout is not None:  # larger than a block: its blocks go on the queue (training/worker/pieces.py)
-            done = pieces.split(store, rec, layout, path, Path(tmp))
+        layout = None if rec.get("piece") else pieces.plan(rec["id"], opts, path, ctx.memory, args.max_pixels)
+        if layout is not None:  # too large for one model here, or blocks asked for (training/worker/pieces.py)
+            done = pieces.split(store, rec, layout, path, Path(tmp), args)
             if done is not None and kept:  # each block's pixels are in the store now
                 uploads.release(ctx.uploads, rec["source"])
             return done

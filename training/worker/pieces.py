@@ -6,44 +6,82 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from modelrepo.blocks import BlockLayout
+from modelrepo.blocks import MIN_BLOCK, BlockLayout
 
-from ..blocks import OVERVIEW, Piece, whole_metrics, write_blocked_model
+from ..blocks import OVERVIEW, Piece, piece_steps, whole_metrics, write_blocked_model
+from ..errors import UsageError
 from ..regions import image_size, region_png, scaled_png, tiled
+from . import memory as sizing
 
 log = logging.getLogger(__name__)
 
 
-def plan(options: dict, path: Path) -> BlockLayout | None:
-    """The job's blocks, when its image is longer than its block size on a side and it is fitted at its native
-    size (a job with a `size` cap is fitted whole, downscaled, as before)."""
+def plan(job: str, options: dict, path: Path, memory: int, max_pixels: int) -> BlockLayout | None:
+    """The job's blocks, or None: one model. A job with a `size` cap is fitted whole, downscaled. At its native size
+    an image is one model when this worker can fit it as one (its measured bound within `memory`, the worker's, and
+    at most `max_pixels`, the preset's largest one model), unless the job asks for blocks (`blocks: always`); else
+    it is fitted in blocks of the job's block size, or of a smaller side when a block of that would not fit."""
     block = options.get("block")
     if not block or options.get("size"):
         return None
     width, height = image_size(str(path))
+    whole = width * height <= min(max_pixels, sizing.one_model_pixels(memory))
+    if whole and options.get("blocks") != "always":
+        log.info(
+            "fit %s: %d×%d, one model (at most %s of the worker's %s)",
+            job,
+            width,
+            height,
+            mib(sizing.one_model_peak(width * height)),
+            mib(memory),
+        )
+        return None
+    overlap = options.get("overlap", 32)
+    if not whole:
+        side = sizing.block_side(memory, overlap)
+        if side < MIN_BLOCK:
+            raise UsageError(
+                f"a block of {MIN_BLOCK} pixels needs {mib(sizing.one_model_peak((MIN_BLOCK + 2 * overlap) ** 2))}, "
+                f"more than this worker's memory of {mib(memory)} (worker --memory, INR_FIT_WORKER_MEMORY)"
+            )
+        block = min(block, side)
     if width <= block and height <= block:
         return None
-    return BlockLayout.plan(width, height, block, options.get("overlap", 32))
+    return BlockLayout.plan(width, height, block, min(overlap, block // 4))
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"
 
 
 def layout_args(layout: BlockLayout) -> dict:
     return {"width": layout.width, "height": layout.height, "block": layout.block, "overlap": layout.overlap}
 
 
-def split(store, rec: dict, layout: BlockLayout, path: Path, scratch: Path) -> dict | None:
-    """Queue the blocks and the overview as jobs of their own; the parent waits on them. Each piece's pixels are cut
-    out of the upload one at a time, through a tiled copy in `scratch` (the worker's temp folder, never the uploads
-    folder: the copy goes with the fit)."""
+def split(store, rec: dict, layout: BlockLayout, path: Path, scratch: Path, args) -> dict | None:
+    """Queue the blocks and the overview as jobs of their own, each with its share of the job's steps (`args`, its
+    fit-image options: `piece_steps`); the parent waits on them. Each piece's pixels are cut out of the upload one at
+    a time, through a tiled copy in `scratch` (the worker's temp folder, never the uploads folder: the copy goes with
+    the fit)."""
     source = tiled(path, scratch / "upload.tiled.tif")  # a region then costs its tiles, not a decode from the top
-    pieces = [(b.file, region_png(source, b.x, b.y, b.w, b.h)) for b in layout.blocks]
-    pieces.append((OVERVIEW, scaled_png(source, layout.block)))
+
+    def steps(pixels: int) -> int:
+        return piece_steps(args.steps, pixels, layout, args.max_pixels, args.batch_size)
+
+    pieces = [(b.file, region_png(source, b.x, b.y, b.w, b.h), steps(b.w * b.h)) for b in layout.blocks]
+    ow, oh = layout.overview
+    pieces.append((OVERVIEW, scaled_png(source, max(ow, oh)), steps(ow * oh)))
     done = store.split(rec, layout_args(layout), pieces)
     if done is not None:
         reused = [c for c in store.children(done) if c.get("reused_from")]
         log.info(
-            "fit %s: split into %d blocks and an overview, %d of them taken from an earlier fit of the same bytes",
+            "fit %s: split into %d blocks and an overview (%d×%d), %d steps in all, %d of them taken from an earlier "
+            "fit of the same bytes",
             rec["id"],
             len(layout.blocks),
+            ow,
+            oh,
+            sum(n for _, _, n in pieces),
             len(reused),
         )
     return done

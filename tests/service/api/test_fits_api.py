@@ -37,6 +37,7 @@ def test_an_upload_is_queued_with_its_record_links_and_a_note_without_workers(ap
         "seed": 0,
         "block": 2048,
         "overlap": 32,
+        "blocks": "auto",  # one model unless a worker cannot hold one (docs/fits.md, "One model or blocks")
     }
     assert rec["source"]["width"] == 40 and rec["source"]["height"] == 30 and rec["source"]["frames"] == 1
     assert rec["links"]["events"] == f"/v1/fits/{rec['id']}/events"
@@ -47,6 +48,34 @@ def test_an_upload_is_queued_with_its_record_links_and_a_note_without_workers(ap
     assert stored(store, rec["id"]).getpixel((5, 5)) == (10, 200, 30)
     defaults = upload(api, png_bytes(Image.new("RGB", (8, 8))), preset="fourier-small").json()["options"]
     assert defaults["steps"] == PRESETS["fourier-small"]["steps"] and defaults["size"] == 256
+
+
+def test_blocks_are_auto_unless_the_job_asks_for_them(api):
+    """`blocks`: auto by default (the worker decides from its memory), always when asked for by name or by a
+    block_size of the job's own; a size cap fits the upload whole, so a block_size beside it asks for nothing."""
+    small = png_bytes(Image.new("RGB", (8, 8)))
+    asked = {
+        "auto": {},
+        "always": {"blocks": "always"},
+        "ALWAYS": {"blocks": "ALWAYS", "block_size": 64},
+        "by size": {"block_size": 64},
+        "capped": {"block_size": 64, "size": 32},
+        "auto, with a block size": {"blocks": "auto", "block_size": 64},
+    }
+    got = {}
+    for k, fields in asked.items():
+        rec = upload(api, small, **fields).json()
+        got[k] = rec["options"]
+        assert api.delete(rec["links"]["self"]).status_code == 200  # cancelled: the queue limit is 4
+    assert {k: o["blocks"] for k, o in got.items()} == {
+        "auto": "auto",
+        "always": "always",
+        "ALWAYS": "always",
+        "by size": "always",
+        "capped": "auto",
+        "auto, with a block size": "auto",
+    }
+    assert got["by size"]["block"] == 64 and got["by size"]["overlap"] == 16
 
 
 def test_a_derived_name_is_unique_against_the_repository_and_active_jobs(api):
@@ -131,6 +160,9 @@ BAD = [  # (file, fields, status, words in the error)
     (None, {"name": "-x"}, 422, ["must match"]),
     (None, {"name": "digits"}, 409, ["'digits' is a digits model"]),
     (None, {"colour": "red"}, 422, ["unexpected form field 'colour'"]),
+    (None, {"blocks": "sometimes"}, 422, ["blocks 'sometimes' is unknown", "auto, always"]),
+    (None, {"blocks": "always", "size": 64}, 422, ["blocks=always", "size", "drop one of them"]),
+    (None, {"block_size": 8}, 422, ["block_size", "16 …", "INR_FIT_BLOCK_SIZE"]),
 ]
 
 
@@ -161,6 +193,9 @@ BAD = [  # (file, fields, status, words in the error)
         "name-pattern",
         "name-digits",
         "unknown-field",
+        "blocks-unknown",
+        "blocks-with-size",
+        "block-size-small",
     ],
 )
 def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(

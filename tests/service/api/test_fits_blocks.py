@@ -27,6 +27,7 @@ def stack(tmp_path_factory):
     repo = tmp_path_factory.mktemp("blocks-models")
     url = f"sqlite:///{tmp_path_factory.mktemp('blocks-store') / 'fits.sqlite'}"
     env = {"INR_FIT_STORE": url, "INR_FIT_STALE_S": "3", "INR_FIT_MAX_RUNNING": "2", "INR_FIT_QUEUE_LIMIT": "8"}
+    env["INR_FIT_BLOCK_SIZE"] = str(BLOCK)
     srv = Server(repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.5", env=env).wait_ready()
     logs = tmp_path_factory.mktemp("blocks-logs")
     workers = [Worker(url, repo, logs / f"worker{k}.log") for k in range(2)]
@@ -91,6 +92,10 @@ def test_an_image_over_the_block_size_is_fitted_by_two_workers_and_served_whole_
     assert {c["state"] for c in children} == {"succeeded"}
     assert len({c["worker"] for c in children}) == 2, "every piece went to one worker"
     assert [f["id"] for f in client.get("/v1/fits").json()["fits"]] == [job]  # the pieces are not jobs of the list
+    # each piece makes as many passes over its pixels as the job's steps over the image (training/blocks.py,
+    # piece_steps): here every step is a whole pass (the image is smaller than a batch), so each takes all 80
+    assert {c["steps"] for c in children} == {80} and store.get(job)["steps"] == 7 * 80
+    layout = BlockLayout.plan(W, H, BLOCK, 12)
     preview = store.pieces_progress(store.get(job))["preview_of"]  # the whole image's: the overview's latest
     assert preview["job"] == children[-1]["id"] and children[-1]["piece"] == "overview"
     r = client.get(f"/v1/fits/{preview['job']}/previews/{preview['seq']}.png")
@@ -100,9 +105,9 @@ def test_an_image_over_the_block_size_is_fitted_by_two_workers_and_served_whole_
     out = served(client, "giant")
     detail = client.get("/v1/models/giant").json()
     assert detail["metadata"]["blocks"]["grid"] == [3, 2] and (detail["width"], detail["height"]) == (W, H), detail
+    assert detail["metadata"]["blocks"]["overview"] == [30, 18]
     whole = psnr(out, truth)
     assert whole >= rec["metrics"]["full_psnr"] - 0.5  # the recorded bound, less the 8-bit rounding of the PNG
-    layout = BlockLayout.plan(W, H, BLOCK, 12)
     band = np.zeros((H, W), bool)
     for e in layout.x_edges[1:-1]:
         band[:, e - 8 : e + 8] = True
@@ -116,12 +121,26 @@ def test_an_image_over_the_block_size_is_fitted_by_two_workers_and_served_whole_
     assert q.status_code == 200 and len(q.json()["rgb"]) == 3
 
 
+def test_an_upload_longer_than_the_block_size_that_a_worker_can_hold_is_one_model(stack):
+    """The blocks are for the images that need them (docs/fits.md, "One model or blocks"): with the defaults, an
+    upload longer than INR_FIT_BLOCK_SIZE that a worker's memory holds as one model is fitted as one model."""
+    client, store, _, _ = stack
+    fields = {k: v for k, v in FIT.items() if k != "block_size"}
+    r = client.post("/v1/fits", files={"file": ("one.png", png(photo(W, H, seed=5)), "image/png")}, data=fields)
+    assert r.status_code == 202 and r.json()["options"]["blocks"] == "auto", r.text
+    rec = wait_done(client, r.json()["id"])
+    assert rec["state"] == "succeeded" and "children" not in store.get(rec["id"]), rec
+    served(client, "one")
+    detail = client.get("/v1/models/one").json()
+    assert "blocks" not in detail["metadata"] and (detail["width"], detail["height"]) == (W, H)
+
+
 def test_iiif_tiles_across_a_border_match_a_one_model_fit_of_the_same_image(stack):
     client, _, _, _ = stack
     img = photo(W, H, seed=3)
     if client.get("/v1/models/giant").status_code != 200:
         assert wait_done(client, upload(client, "giant", img))["state"] == "succeeded"
-    whole = upload(client, "whole", img, block_size=str(max(W, H)))  # one model of the whole image
+    whole = upload(client, "whole", img, blocks="auto")  # one model of the whole image: a worker holds it
     assert wait_done(client, whole)["state"] == "succeeded"
     served(client, "whole")
     region = "30,20,40,40"  # across the border at x 40 and y 36

@@ -1,7 +1,8 @@
 """The viewer's fit panel with an image larger than the block size (docs/fits.md, "Giant images"), in headless
-Chromium against the real server (INR_FIT_BLOCK_SIZE=48) and a real worker: the bar follows the upload's bytes to
-100 %, then the job is split and the panel shows its pieces as they are done, and the blocked model opens in the
-viewer. A file over INR_MAX_UPLOAD_PIXELS (set low) goes the kept-file way: the worker reads it by region."""
+Chromium against the real server (INR_FIT_BLOCK_SIZE=48) and a real worker with too little memory for one model of
+the upload (INR_FIT_WORKER_MEMORY): the bar follows the upload's bytes to 100 %, then the job is split and the panel
+shows its pieces as they are done, and the blocked model opens in the viewer. A file over INR_MAX_UPLOAD_PIXELS (set
+low) goes the kept-file way: the worker reads it by region."""
 
 import io
 
@@ -14,6 +15,7 @@ from test_viewer import browser  # noqa: F401
 from test_viewer_fit import FIT_TIMEOUT_MS, FitPage, fit_server
 
 from tests.fits import Worker, photo
+from training.worker.memory import one_model_peak
 
 BLOCK = 48
 
@@ -25,7 +27,9 @@ def blocks_stack(model_repo, tmp_path_factory):
     srv = fit_server(model_repo, root, env=env)
     worker = None
     try:
-        worker = Worker(srv.store_url, srv.models, root / "worker.log", env={"INR_FIT_UPLOADS": str(root / "up")})
+        # a worker whose memory holds one model of 8,000 pixels at most: the 8,064 of the upload go in blocks
+        small = {"INR_FIT_UPLOADS": str(root / "up"), "INR_FIT_WORKER_MEMORY": str(one_model_peak(8000))}
+        worker = Worker(srv.store_url, srv.models, root / "worker.log", env=small)
         yield srv
     finally:
         if worker is not None:

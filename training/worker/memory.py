@@ -1,0 +1,39 @@
+"""One model or blocks (docs/fits.md, "One model or blocks"): what a one-model grid fit of P pixels takes in a
+worker's memory, measured, against the memory the worker has (`--memory`, INR_FIT_WORKER_MEMORY, 2 GiB by default).
+
+The peak resident set of a worker fitting one `grid` model grows about in a line with the pixels (docs/benchmarks.md,
+blocks: a fresh `worker --once` per photo, 2 to 24 MP, one torch thread): BASE + PER_PIXEL · P bounds every measured
+peak. A job at its native size is one model when that bound is within the worker's memory (and the image within the
+preset's `max_pixels`, 25 MP); else it is fitted in blocks, of a side whose bound is within it too. A 2 GiB worker
+holds one model of up to 25.7 MP: every photo up to the preset's 25 MP.
+"""
+
+from __future__ import annotations
+
+import math
+
+MiB = 1 << 20
+GiB = 1 << 30
+# The line over the measured peaks (2 to 24 MP: 619 to 1,801 MiB; it passes through 8 and 20 MP, the highest over
+# any line), 5 % above it: torch, onnxruntime and libvips loaded, the export's own buffers; then a pixel's image, table
+# entries and their Adam state, the render and the export's arrays.
+BASE = 870 * MiB
+PER_PIXEL = 48  # bytes
+DEFAULT = 2 * GiB  # the worker's memory when none is given: the giants' target (docs/benchmarks.md, giant)
+
+
+def one_model_peak(pixels: int) -> int:
+    """The most a one-model fit of `pixels` pixels takes in a worker, in bytes (the measured bound)."""
+    return BASE + PER_PIXEL * pixels
+
+
+def one_model_pixels(memory: int) -> int:
+    """The most pixels one model may have in a worker of `memory` bytes (0: none fits)."""
+    return max(0, (memory - BASE) // PER_PIXEL)
+
+
+def block_side(memory: int, overlap: int) -> int:
+    """The longest square block (its core's side) whose fit, its overlap on both sides included, is within
+    `memory`; 0 when none is."""
+    side = math.isqrt(one_model_pixels(memory)) - 2 * overlap
+    return max(0, side)
