@@ -256,8 +256,8 @@ class Settings(BaseSettings):
         2048,  # a block's grid stays in the packed dense graph: exact export, fast load (docs/benchmarks.md, giant)
         ge=16,
         le=65536,
-        description="an upload longer than this on a side, fitted at its native size, is fitted as overlapping "
-        "blocks of at most this side, each a job on the queue (docs/fits.md, Giant images)",
+        description="the side of the blocks an upload is fitted in, at its native size, when a worker cannot hold it "
+        "as one model or the job asks for blocks: each block a job on the queue (docs/fits.md, One model or blocks)",
     )
     fit_block_overlap: int = Field(32, ge=0, le=1024, description="pixels each block reaches into its neighbours")
     fit_max_running: int = Field(1, ge=1, le=64, description="fits running at once across all workers")
