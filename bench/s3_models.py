@@ -93,7 +93,10 @@ def first_tile(args) -> dict:
         folder = tmp / "models"
         env = {**s3.env, "INR_SESSION_CACHE": "off"}  # every first load optimises, on both sides alike
         local = Server(folder, "local", env=env).wait()
-        remote = Server(s3.url(bucket), "s3", env={**env, "INR_MODEL_CACHE": str(tmp / "cache")}).wait()
+        model_bytes = sum(p.stat().st_size for p in (ROOT / "models" / "dandelion").rglob("*.onnx"))
+        budget = model_bytes * max(1, args.models // 2)  # half the models' files: the cache must evict
+        cache_env = {**env, "INR_MODEL_CACHE": str(tmp / "cache"), "INR_MODEL_CACHE_BYTES": str(budget)}
+        remote = Server(s3.url(bucket), "s3", env=cache_env).wait()
         times = {"local": [], "s3": []}
         try:
             for i, name in enumerate(names):  # alternate which side goes first
@@ -103,12 +106,13 @@ def first_tile(args) -> dict:
                     r = httpx.get(srv.url + TILE.format(name), timeout=120)
                     times[side].append(time.perf_counter() - t0)
                     assert r.status_code == 200, r.text
+            cache_bytes = metric(remote, "inr_model_cache_bytes")
         finally:
             local.stop()
             remote.stop()
-        again = Server(s3.url(bucket), "s3 again", env={**env, "INR_MODEL_CACHE": str(tmp / "cache")}).wait()
+        again = Server(s3.url(bucket), "s3 again", env=cache_env).wait()
         try:
-            for name in names:
+            for name in names[-(args.models // 2) :]:  # the ones still in the cache
                 assert httpx.get(again.url + TILE.format(name), timeout=120).status_code == 200
             metrics = httpx.get(again.url + "/metrics").text
         finally:
@@ -124,6 +128,8 @@ def first_tile(args) -> dict:
             "median_s3_s": round(s3_med, 3),
             "ratio": round(s3_med / local_med, 2),
             "restart_requests": gets,
+            "cache_budget_bytes": budget,
+            "cache_bytes_at_end": cache_bytes,
         }
     finally:
         s3.close()
@@ -211,6 +217,13 @@ def outage(args) -> dict:
     finally:
         s3.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def metric(srv: Server, name: str) -> float:
+    for line in httpx.get(srv.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("nan")
 
 
 def main() -> None:

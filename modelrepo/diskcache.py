@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 log = logging.getLogger(__name__)
-RECENT_S = 30.0
+RECENT_S = 5.0  # a load opens its file within milliseconds of the fetch: this covers it on a busy machine
 SMALL = ("metadata.json",)
 
 
