@@ -36,9 +36,17 @@ RESULTS = ROOT / "bench" / "results" / "s3_models.json"
 TILE = "/iiif/3/{}/0,0,1024,1024/512,/0/default.jpg"
 
 
-def fill(s3: S3Server, bucket: str, n: int, threads: int = 16) -> float:
-    """N published models of five objects each; seconds it took."""
-    client = s3.client()
+def fill(s3: S3Server, bucket: str, n: int, threads: int = 8) -> float:
+    """N published models of five objects each; seconds it took (each PUT retried: a loaded server answers 503)."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 10, "mode": "standard"}),
+    )
     config = (ROOT / "models" / "astronaut" / "config.pbtxt").read_bytes()
     meta = (ROOT / "models" / "astronaut" / "metadata.json").read_bytes()
     vmeta = json.dumps({"version": 1, "onnx_sha256": "0" * 64}).encode()
@@ -146,6 +154,8 @@ def photo_bucket(s3: S3Server, tmp: Path, n: int) -> tuple[str, list[str]]:
     repo = S3Repository(s3.url(bucket), tmp / "push-cache")
     for name in names:
         shutil.copytree(ROOT / "models" / "dandelion", folder / name)
+        config = folder / name / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "dandelion"', f'name: "{name}"'))
         push_model(repo, folder / name)
     return bucket, names
 

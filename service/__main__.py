@@ -192,7 +192,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         got = "" if where in SECRET else f" (got {err.get('input')!r})"
         raise ValueError(f"--{where.replace('_', '-')}: {msg}{got}") from None
     if is_s3(settings.models):
-        present = s3_models(settings)
+        present = s3_models(settings, listed=bool(settings.load_model or settings.pin_model))
     else:
         models = Path(settings.models)
         if not models.is_dir():
@@ -213,7 +213,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def s3_models(settings: Settings) -> set[str]:
+def s3_models(settings: Settings, listed: bool) -> set[str]:
     """A repository on S3 checked before the start: its bucket and the credentials (one line, exit 2 when S3
     refuses them); a server that does not answer is fatal only with nothing in the disk cache to serve. The models
     listed."""
@@ -228,7 +228,7 @@ def s3_models(settings: Settings) -> set[str]:
         if not any(p.is_dir() for p in repo.root.iterdir()):
             raise ValueError(f"--models: {e}, and the model cache {repo.root} (INR_MODEL_CACHE) is empty") from None
         logging.getLogger("service").warning("--models: %s; starting from the model cache %s", e, repo.root)
-    return set(repo.scan())
+    return set(repo.scan()) if listed else set()  # the names, only when options name models (a listing costs)
 
 
 def check_port(host: str, port: int, option: str) -> None:
