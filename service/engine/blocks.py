@@ -72,7 +72,9 @@ class BlockRuntime(ModelRuntime):
             raise ModelLoadError(
                 f"{self.version}/{self.block.file} does not match the sha256 that metadata.json `blocks` records"
             )
-        self.session = self._session(path, self.session_threads)
+        # verified above: the session cache may serve its optimised graph (no constant folding again after an eviction)
+        cached = None if self.options.session_cache is None else (self.options.session_cache, self.block.sha256)
+        self.session = self._session(path, self.session_threads, cached)
         self._check_signature()
         self.render_session = self.session
         self.lattice = self._lattice(path, self.session_threads)

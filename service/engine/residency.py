@@ -6,8 +6,11 @@ needs it: `acquire` loads it unless it is resident, and requests that arrive dur
 and its warmup. A request holds its version from `acquire` to `release`; a held version is never unloaded.
 
 * **Budget.** The bytes of resident versions stay within the budget: before a load, the least recently used
-  versions that no request holds and that are not pinned (`--pin-model`) are unloaded until the new one fits.
-  A version larger than the whole budget is refused (ModelTooLarge), and the others keep serving.
+  versions that no request holds and that are not pinned (`--pin-model`) are unloaded until the new one fits,
+  with room for its load's peak. A load waits for a release only while its *result* does not fit beside the held
+  versions: the peak is transient, and a request that holds a block model's overview while it loads a block would
+  otherwise wait on itself (the room for a grid's peak is often the whole budget). A version larger than the whole
+  budget is refused (ModelTooLarge), and the others keep serving.
 * **Bytes, measured.** A version's bytes are the growth of the process's resident set across its load and warmup,
   when no session ran meanwhile (service/engine/measure.py); a version not yet measured that way is estimated
   from its file's size at the ratio of the measured ones.
@@ -87,6 +90,11 @@ class Residency:
         with self._lock:
             return list(self.resident)
 
+    def held_bytes(self) -> int:
+        """Bytes of the resident versions that cannot go now: held by requests, pinned, or loading."""
+        with self._lock:
+            return sum(r.bytes or 0 for r in self.resident if r.inflight or self.is_pinned(r) or r in self.loads)
+
     def pinned_bytes(self) -> int:
         with self._lock:
             return sum(r.bytes or 0 for r in self.resident if self.is_pinned(r))
@@ -162,7 +170,7 @@ class Residency:
                 retry_after=1,
             ) from None
         try:
-            await self._make_room(min(self.measure.room(runtime), self.options.budget), deadline, runtime)
+            await self._make_room(runtime, deadline)
             with tracing.span(
                 "inr.model.load", attributes={"inr.model": runtime.name, "inr.model.version": runtime.version}
             ):
@@ -177,6 +185,8 @@ class Residency:
             await run_in_threadpool(self._unload, runtime)
             raise self._too_large(runtime, runtime.bytes)
         with self._lock:
+            if runtime.retired:  # forgotten while it loaded: out of the accounting; its holders finish on it
+                return
             self.resident[runtime] = None
         if self.metrics is not None:
             self.metrics.model_load(runtime.name, "loaded", seconds)
@@ -204,19 +214,23 @@ class Residency:
         return ModelTooLarge(runtime.name, runtime.version, size, self.options.budget)
 
     # -- room ---------------------------------------------------------------------------------------
-    async def _make_room(self, needed: int, deadline: float, keep: ModelRuntime) -> None:
-        """Unload least recently used versions (not held, not pinned, not `keep`) until `needed` more bytes fit;
-        wait for a release when none can go, until `deadline`."""
+    async def _make_room(self, runtime: ModelRuntime, deadline: float) -> None:
+        """Unload least recently used versions (not held, not pinned, not loading, not `runtime`) until `runtime`'s
+        load fits with room for its peak, or no more can go; then, while its result still does not fit beside what
+        is held, wait for a release until `deadline`. Only idle versions make room for the peak."""
+        result = min(self.measure.estimate(runtime), self.options.budget)  # measured past it: ModelTooLarge after
+        peak = min(max(self.measure.room(runtime), result), self.options.budget)
         while True:
-            victims, short = self._victims(needed, keep)
-            await self._evict(victims)
-            if not short:
+            await self._evict(self._victims(peak, runtime)[0])
+            resident = self.bytes
+            if resident + result <= self.options.budget:
                 return
             await self._wait(
                 deadline,
-                f"{format_bytes(self.bytes)} of the memory budget "
-                f"({format_bytes(self.options.budget)}, --memory-budget) is held by requests "
-                "in flight and pinned models",
+                f"model '{runtime.name}' version {runtime.version} needs {format_bytes(result)}, and "
+                f"{format_bytes(self.held_bytes())} of the memory budget ({format_bytes(self.options.budget)}, "
+                f"--memory-budget) is held by requests in flight, pinned models and loads "
+                f"({format_bytes(resident)} resident)",
             )
 
     async def _evict(self, victims: list[ModelRuntime]) -> None:
@@ -289,6 +303,8 @@ class Residency:
         self._load_measured(runtime)
         if runtime.resident:
             with self._lock:
+                if runtime.retired:
+                    return
                 self.resident[runtime] = None
             if self.bytes > self.options.budget:
                 log.warning(
@@ -302,6 +318,8 @@ class Residency:
         go with its last holder."""
         blocks = getattr(runtime, "blocks", None)
         with self._lock:
+            runtime.retired = True
             self.resident.pop(runtime, None)
             for block in blocks.all_runtimes() if blocks is not None else ():
+                block.retired = True  # a block that is loading now stays out of the table too
                 self.resident.pop(block, None)
