@@ -1,10 +1,14 @@
-"""Warm tile latency, this tree beside another checkout (docs/benchmarks.md, collection): each serves its own
-checkout's models/ (so each its own export of the bundled photo model) with the render cache off; the same 512²
-IIIF tiles, as OpenSeadragon asks for them, are asked of each server in turns, round by round, after one warming
-pass. Reports each server's median and p90 over every tile of every round, and the ratio of medians.
+"""Warm tile latency and large requests, this tree beside other checkouts (docs/benchmarks.md, collection): each
+serves its own checkout's models/ (so each its own export of the bundled photo model) with the render cache off and
+its default threads; the same 512² IIIF tiles, as OpenSeadragon asks for them, are asked of each server in turns,
+round by round, after one warming pass. Then the large request: the same 20,000 coordinates of that model, as
+`/v1/query` JSON and as a V2 binary tensor, one request after another on each server in turns. Reports each
+server's median and p90 over every tile of every round, the median of the large requests, the peak resident set
+of each server, and the ratios of medians to each baseline.
 
     git worktree add /tmp/base REV
     python -m bench.collection_warm --baseline /tmp/base --model dandelion --tiles 40 --rounds 5
+    python -m bench.collection_warm --baseline /tmp/a --baseline /tmp/b --large-coords 20000 --large-seconds 2
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 from .collection import tile_url
 from .serving import ROOT, Server, machine
@@ -33,17 +38,69 @@ def timed(client: httpx.Client, urls: list[str]) -> list[float]:
     return out
 
 
+def large_requests(model: str, n: int, seed: int) -> dict[str, tuple[str, bytes, dict]]:
+    """`n` coordinates as v1 JSON and as a V2 binary tensor: label → (path, body, headers)."""
+    x = np.random.default_rng(seed).random((n, 2)).round(6).astype(np.float32)
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "coords", "datatype": "FP32", "shape": [n, 2], "parameters": {"binary_data_size": x.nbytes}}
+            ],
+            "outputs": [{"name": "rgb", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    binary = {"content-type": "application/octet-stream", "inference-header-content-length": str(len(head))}
+    return {
+        f"v1 query JSON, {n:,}": (
+            f"/v1/models/{model}/query",
+            json.dumps({"coords": x.tolist()}).encode(),
+            {"content-type": "application/json"},
+        ),
+        f"V2 binary, {n:,}": (f"/v2/models/{model}/infer", head + x.tobytes(), binary),
+    }
+
+
+def posted(client: httpx.Client, request: tuple[str, bytes, dict], seconds: float) -> list[float]:
+    """Milliseconds of each request, one after another, for at least `seconds` (and at least 3)."""
+    path, body, headers = request
+    out: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(out) < 3 or time.perf_counter() < end:
+        start = time.perf_counter()
+        r = client.post(path, content=body, headers=headers)
+        out.append((time.perf_counter() - start) * 1000)
+        assert r.status_code == 200, r.text
+    return out
+
+
+def peak_rss_mib(server: Server) -> float:
+    """The server process's peak resident set (VmHWM)."""
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def ratios(rows: dict[str, dict], key: str) -> dict[str, float]:
+    return {f"this_over_{name}": round(rows["this"][key] / rows[name][key], 3) for name in rows if name != "this"}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.collection_warm", description=__doc__.splitlines()[0])
-    p.add_argument("--baseline", type=Path, required=True, help="another checkout of this project")
+    p.add_argument(
+        "--baseline", type=Path, action="append", required=True, help="another checkout of this project (repeatable)"
+    )
     p.add_argument("--model", default="dandelion")
     p.add_argument("--tiles", type=int, default=40)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--large-coords", type=int, default=20_000, help="coordinates of the large request (0: none)")
+    p.add_argument("--large-seconds", type=float, default=2.0, help="seconds of large requests per server and round")
     args = p.parse_args(argv)
-    trees = {"this": ROOT, "base": args.baseline}
+    trees = {"this": ROOT, **{("base" if i == 0 else f"base{i + 1}"): b for i, b in enumerate(args.baseline)}}
     env = {"INR_RENDER_CACHE_BYTES": "0", "INR_MODEL_LOADING": "startup"}
     servers = {name: Server(tree / "models", name, env=env, cwd=tree) for name, tree in trees.items()}
+    large = large_requests(args.model, args.large_coords, args.seed) if args.large_coords else {}
     try:
         for srv in servers.values():
             srv.wait(300)
@@ -53,10 +110,20 @@ def main(argv: list[str] | None = None) -> int:
         clients = {name: httpx.Client(base_url=srv.url, timeout=120) for name, srv in servers.items()}
         for name in servers:
             timed(clients[name], urls)  # warm: sessions, threads, allocator
+            for request in large.values():
+                posted(clients[name], request, 0)
         times: dict[str, list[float]] = {name: [] for name in servers}
+        big: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
-            for name in servers if r % 2 == 0 else reversed(list(servers)):
+            order = list(servers)[r % len(servers) :] + list(servers)[: r % len(servers)]
+            for name in order:
                 times[name] += timed(clients[name], urls)
+            for label, request in large.items():
+                for name in order:
+                    big.setdefault((name, label), []).append(
+                        statistics.median(posted(clients[name], request, args.large_seconds))
+                    )
+        peaks = {name: peak_rss_mib(srv) for name, srv in servers.items()}
     finally:
         for srv in servers.values():
             srv.stop()
@@ -65,13 +132,19 @@ def main(argv: list[str] | None = None) -> int:
             "median_ms": round(statistics.median(t), 2),
             "p90_ms": round(statistics.quantiles(t, n=10)[-1], 2),
             "tiles": len(t),
+            **{f"{label} ms": round(statistics.median(big[(name, label)]), 1) for label in large},
+            "peak_rss_mib": peaks[name],
         }
         for name, t in times.items()
     }
+    result = {**rows, "ratio": ratios(rows, "median_ms")}
+    for label in large:
+        result[f"ratio {label}"] = ratios(rows, f"{label} ms")
     doc = {
         "machine": machine(),
         "command": "python -m bench.collection_warm " + " ".join(argv or sys.argv[1:]),
-        "result": {**rows, "ratio_this_over_base": round(rows["this"]["median_ms"] / rows["base"]["median_ms"], 3)},
+        "trees": {name: str(tree) for name, tree in trees.items()},
+        "result": result,
     }
     print(json.dumps(doc, indent=1))
     return 0

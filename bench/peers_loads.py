@@ -28,6 +28,8 @@ class Workload:
     ihcl: str = ""  # Inference-Header-Content-Length of a binary V2 request
     coordinates: bool = False  # a coordinate workload (the ≥ 2× target)
     bare: Callable[[], object] = lambda: None  # the model alone on the same input, in this process
+    large: bool = False  # a large request, served with each server's default threads; `bare` has onnxruntime's
+    bare_target: float | None = None  # a large request: the goal for req/s at one client over `bare` runs/s
     checks: dict[str, float] = field(default_factory=dict)  # server → max abs difference
 
 
@@ -85,6 +87,44 @@ def ours(path: str) -> dict[str, str]:
     return {"inr": path, "inr2": path, "base": path}
 
 
+def coordinate_loads(
+    image: str, coords: np.ndarray, rgb: np.ndarray, bare: Callable, suffix: str = "", **extra
+) -> tuple[Workload, Workload, Workload]:
+    """`coords` as V2 JSON, V2 binary (this service and KServe) and v1 query (this service, LitServe, BentoML)."""
+    v2_image, n = f"/v2/models/{image}/infer", f"{len(coords):,}"
+    binary, ihcl = v2_binary("coords", coords, "rgb")
+    common = {"coordinates": True, "bare": bare}
+    v2_json_load = Workload(
+        f"V2 JSON, {n} coordinates{suffix}",
+        {**ours(v2_image), "kserve": v2_image},
+        v2_json("coords", coords, "rgb"),
+        rgb,
+        v2_output("rgb"),
+        **common,
+    )
+    v2_binary_load = Workload(
+        f"V2 binary, {n} coordinates{suffix}",
+        {**ours(v2_image), "kserve": v2_image},
+        binary,
+        rgb,
+        v2_output("rgb"),
+        ctype="application/octet-stream",
+        ihcl=ihcl,
+        **common,
+        **extra.get("binary", {}),
+    )
+    v1_load = Workload(
+        f"v1 query, {n} coordinates{suffix}",
+        {**ours(f"/v1/models/{image}/query"), "litserve": "/query", "bentoml": "/query"},
+        json.dumps({"coords": coords.tolist()}).encode(),
+        rgb,
+        v1_rgb,
+        **common,
+        **extra.get("v1", {}),
+    )
+    return v2_json_load, v2_binary_load, v1_load
+
+
 def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 0) -> list[Workload]:
     """V2 JSON and binary coordinates and V2 classify (this service and KServe); v1 classify and v1 query
     (this service, LitServe, BentoML). Inputs have few decimals, so JSON carries them exactly."""
@@ -97,30 +137,11 @@ def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 
     probs = digit_model.run(["probabilities"], {"images": img})[0]
     bare_rgb = lambda: image_model.run(["rgb"], {"coords": coords})  # noqa: E731
     bare_probs = lambda: digit_model.run(["probabilities"], {"images": img})  # noqa: E731
-    v2_image, v2_digits = f"/v2/models/{image}/infer", f"/v2/models/{digits}/infer"
-    binary, ihcl = v2_binary("coords", coords, "rgb")
-    n = f"{n_coords:,}"
+    v2_digits = f"/v2/models/{digits}/infer"
+    v2_json_load, v2_binary_load, v1_load = coordinate_loads(image, coords, rgb, bare_rgb)
     return [
-        Workload(
-            f"V2 JSON, {n} coordinates",
-            {**ours(v2_image), "kserve": v2_image},
-            v2_json("coords", coords, "rgb"),
-            rgb,
-            v2_output("rgb"),
-            coordinates=True,
-            bare=bare_rgb,
-        ),
-        Workload(
-            f"V2 binary, {n} coordinates",
-            {**ours(v2_image), "kserve": v2_image},
-            binary,
-            rgb,
-            v2_output("rgb"),
-            ctype="application/octet-stream",
-            ihcl=ihcl,
-            coordinates=True,
-            bare=bare_rgb,
-        ),
+        v2_json_load,
+        v2_binary_load,
         Workload(
             "V2 classify, JSON",
             {**ours(v2_digits), "kserve": v2_digits},
@@ -137,16 +158,21 @@ def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 
             v1_probabilities,
             bare=bare_probs,
         ),
-        Workload(
-            f"v1 query, {n} coordinates",
-            {**ours(f"/v1/models/{image}/query"), "litserve": "/query", "bentoml": "/query"},
-            json.dumps({"coords": coords.tolist()}).encode(),
-            rgb,
-            v1_rgb,
-            coordinates=True,
-            bare=bare_rgb,
-        ),
+        v1_load,
     ]
+
+
+def large_workloads(models: Path, image: str, n_coords: int, seed: int = 1) -> list[Workload]:
+    """A large request (`n_coords` coordinates) as v1 JSON (this service, LitServe, BentoML) and as a V2 binary
+    tensor (this service and KServe). Every server runs it with its default threads, and `bare` is onnxruntime
+    with its own default (a thread per core, its arena on): what a caller would get from onnxruntime itself."""
+    coords = np.random.default_rng(seed).random((n_coords, 2)).round(6).astype(np.float32)
+    model = ort_session(models / image / "1" / "model.onnx", 0)
+    rgb = model.run(["rgb"], {"coords": coords})[0]
+    bare = lambda: model.run(["rgb"], {"coords": coords})  # noqa: E731
+    goals = {"v1": {"large": True, "bare_target": 0.7}, "binary": {"large": True, "bare_target": 0.9}}
+    _, v2_binary_load, v1_load = coordinate_loads(image, coords, rgb, bare, ", default threads", **goals)
+    return [v1_load, v2_binary_load]
 
 
 def check(load: Workload, server: str, url: str, atol: float) -> float:

@@ -45,6 +45,7 @@ from .engine.registry import Registry
 from .engine.residency import Residency, ResidencyOptions
 from .engine.runtime import RuntimeOptions
 from .engine.session_cache import SessionCache
+from .engine.split import Splitter
 from .errors import install_error_handlers
 from .fits.jobs import Fits
 from .fits.metrics import FitCollector
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         threads=threads,
         render_threads=settings.render_threads,
         spin=settings.spin,
+        splitter=Splitter(threads, settings.split_rows),
         metrics=metrics,
         session_cache=None
         if settings.session_cache.lower() in ("", "off")
@@ -208,6 +210,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await control.stop()
             await app.state.dataplane.close()
             app.state.renderer.close()
+            options.splitter.close()
             await asyncio.to_thread(app.state.fits.close)
             await asyncio.to_thread(tracing.shutdown)  # the last spans, within tracing.SHUTDOWN_S
 

@@ -65,6 +65,13 @@ class Settings(BaseSettings):
         description="onnxruntime intra-op threads per model; 0 = CPUs this "
         "process may use (affinity, cgroup quota) / workers",
     )
+    split_rows: int = Field(
+        4096,
+        ge=0,
+        le=1_048_576,
+        description="an image model's runs of more rows than this are cut into pieces of about this many rows, "
+        "run side by side on INR_THREADS threads shared by every model; 0 = never cut",
+    )
     spin: bool = Field(
         False,
         description="onnxruntime threads busy-wait between runs: a little faster on "

@@ -40,6 +40,7 @@ from .runs import RUNS
 from .separable import SeparableBody, load_separable
 from .session_cache import SessionCache
 from .sessions import CPU, device_session, session_options
+from .split import Splitter
 from .warmup import run_warmups
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class RuntimeOptions:
     session_cache: SessionCache | None = field(default=None, compare=False)  # optimised graphs on disk
     metrics: Metrics | None = field(default=None, compare=False)  # where every run is counted
     repository: Repository | None = field(default=None, compare=False)  # S3: version files fetched at the load
+    splitter: Splitter | None = field(default=None, compare=False)  # large runs in pieces on every core (split.py)
 
 
 class ModelRuntime:
@@ -82,6 +84,7 @@ class ModelRuntime:
         self.retired = False
         self.separable: SeparableBody | None = None
         self.lattice: Lattice | None = None  # a dense grid's tables and head: axis-aligned renders (lattice.py)
+        self.splitter: Splitter | None = None  # an image model's large runs, in pieces side by side (split.py)
         self.stamp = self.files_stamp()  # what was on disk when this runtime was built
         self.bytes: int | None = None  # memory its sessions take, measured at a load (residency.py)
         self.bytes_quiet = False  # measured at a load that no session run overlapped (measure.py)
@@ -211,7 +214,7 @@ class ModelRuntime:
 
     def unload(self) -> None:
         """Drop the sessions (the residency's call, when no request holds it); the version stays listed."""
-        self.session = self.render_session = self.separable = self.lattice = None
+        self.session = self.render_session = self.separable = self.lattice = self.splitter = None
 
     def _load(self) -> None:
         self.record = read_version(self.path, self.version, need_file=not self.remote)
@@ -233,6 +236,8 @@ class ModelRuntime:
             except ContractError as e:
                 raise ModelLoadError(str(e)) from None
         self._render_sessions(onnx_path)
+        if self.task == "image" and self.provider == CPU and self.session_threads == 1:
+            self.splitter = self.options.splitter
         # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)
         self.warmup_seconds = run_warmups(self.session, self.spec, self.path, self.version)
 
@@ -240,8 +245,8 @@ class ModelRuntime:
     def session_threads(self) -> int:
         """Intra-op threads of the session: an image model's one session runs its queries and its render tiles on
         `render_threads` (the render workers run tiles side by side, and a one-thread session has no fork and join
-        per node; a 2,000-coordinate query was no faster on two: docs/benchmarks.md, memory), other models on
-        `threads`."""
+        per node), other models on `threads`. A large query of an image model still takes `threads` cores: its
+        rows run in pieces side by side (`options.splitter`, service/engine/split.py)."""
         if self.task == "image":
             return self.options.render_threads or self.options.threads
         return self.options.threads
@@ -309,10 +314,14 @@ class ModelRuntime:
         (rows, runs, compute time). Synchronous and thread-safe: call it from a worker thread."""
         if self.session is None:
             raise RuntimeError(f"model {self.name} version {self.version} is not loaded")
-        names = [o.name for o in self.spec.outputs]
+        names, feed = [o.name for o in self.spec.outputs], np.ascontiguousarray(x, np.float32)
+        session, name, splitter = self.session, self.spec.input.name, self.splitter
         start = time.perf_counter()
         with RUNS:
-            outs = self.session.run(names, {self.spec.input.name: np.ascontiguousarray(x, np.float32)})
+            if splitter is None:
+                outs = session.run(names, {name: feed})
+            else:  # an image model: a large run in pieces, side by side (service/engine/split.py)
+                outs = splitter.run(lambda rows: session.run(names, {name: rows}), feed)
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(x), requests, time.perf_counter() - start, self.version)
         return dict(zip(names, outs))

@@ -26,6 +26,10 @@ QUICK = [
     "0",
     "--concurrency",
     "2",
+    "--large-coords",
+    "3000",
+    "--large-concurrency",
+    "1",
 ]
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
 
@@ -42,13 +46,32 @@ def test_our_server_answers_like_onnxruntime_and_is_measured_on_every_workload(t
         "V2 classify, JSON",
         "v1 classify, JSON",
         "v1 query, 2,000 coordinates",
+        "v1 query, 3,000 coordinates, default threads",
+        "V2 binary, 3,000 coordinates, default threads",
     ]
     for r in rows:
-        assert r["server"] == "inr" and r["concurrency"] == 2 and r["errors"] == 0
-        assert r["rps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 and r["cpu_ms_per_req"] > 0
+        assert r["server"] == "inr" and r["concurrency"] == (1 if "default threads" in r["load"] else 2)
+        assert r["errors"] == 0 and r["rps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 and r["cpu_ms_per_req"] > 0
         assert 0 <= r["max_abs_diff"] <= 1e-5
+    for r in rows[-2:]:  # the large request: against bare onnxruntime with its default threads
+        assert r["bare_rps"] > 0 and r["ratio_bare"] > 0 and r["target_bare"] in (0.7, 0.9)
     info = result["machine"]
     assert info["onnxruntime_threads"] == 1 and len(info["load_avg_before"]) == 3 and info["cpu"]
+    assert set(info["idle_cpu_percent"]) == set(info["idle_cpu_percent_default_threads"]) == {"inr"}
+
+
+@needs_wrk
+def test_two_baselines_are_served_beside_ours_on_the_large_request_alone(tmp_path):
+    out = tmp_path / "peers.json"
+    argv = [*QUICK, "--large-only", "--baseline", str(ROOT), "--baseline", str(ROOT), "--out", str(out)]
+    assert peers.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["load"], r["server"]) for r in rows] == [
+        (load, server)
+        for load in ("v1 query, 3,000 coordinates, default threads", "V2 binary, 3,000 coordinates, default threads")
+        for server in ("inr", "base", "base2")
+    ]
+    assert all(set(r["ratio_baseline"]) == {"base", "base2"} for r in rows if r["server"] == "inr")
 
 
 @needs_wrk
@@ -77,6 +100,9 @@ def test_an_answer_off_onnxruntime_stops_the_run_before_any_timing(tmp_path):
         ),
         (["--models", "/nonexistent"], "--models /nonexistent has no astronaut/1/model.onnx"),
         (["--rounds", "0"], "must be positive"),
+        (["--large-concurrency", "0"], "must be positive"),
+        (["--large-only", "--large-coords", "0"], "--large-only needs --large-coords above 0"),
+        (["--baseline", "/nonexistent"], "--baseline /nonexistent is not a checkout of this project"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(argv, message, capsys):
