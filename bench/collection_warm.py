@@ -1,10 +1,11 @@
 """Warm tile latency and large requests, this tree beside other checkouts (docs/benchmarks.md, collection): each
 serves its own checkout's models/ (so each its own export of the bundled photo model) with the render cache off and
 its default threads; the same 512² IIIF tiles, as OpenSeadragon asks for them, are asked of each server in turns,
-round by round, after one warming pass. Then the large request: the same 20,000 coordinates of that model, as
-`/v1/query` JSON and as a V2 binary tensor, one request after another on each server in turns. Reports each
-server's median and p90 over every tile of every round, the median of the large requests, the peak resident set
-of each server, and the ratios of medians to each baseline.
+round by round, after one warming pass. Then a whole-image render (`/render` PNG, 1024² by default) and the large
+request: the same 20,000 coordinates of that model, as `/v1/query` JSON and as a V2 binary tensor, one request
+after another on each server in turns. Reports each server's median and p90 over every tile of every round, the
+medians of the renders and of the large requests, the peak resident set of each server, and the ratios of
+medians to each baseline.
 
     git worktree add /tmp/base REV
     python -m bench.collection_warm --baseline /tmp/base --model dandelion --tiles 40 --rounds 5
@@ -60,14 +61,17 @@ def large_requests(model: str, n: int, seed: int) -> dict[str, tuple[str, bytes,
     }
 
 
-def posted(client: httpx.Client, request: tuple[str, bytes, dict], seconds: float) -> list[float]:
-    """Milliseconds of each request, one after another, for at least `seconds` (and at least 3)."""
-    path, body, headers = request
+def posted(client: httpx.Client, request: tuple, seconds: float) -> list[float]:
+    """Milliseconds of each request, one after another, for at least `seconds` (and at least 3): (path, body,
+    headers) is a POST, (path, params) a GET."""
     out: list[float] = []
     end = time.perf_counter() + seconds
     while len(out) < 3 or time.perf_counter() < end:
         start = time.perf_counter()
-        r = client.post(path, content=body, headers=headers)
+        if len(request) == 3:
+            r = client.post(request[0], content=request[1], headers=request[2])
+        else:
+            r = client.get(request[0], params=request[1])
         out.append((time.perf_counter() - start) * 1000)
         assert r.status_code == 200, r.text
     return out
@@ -94,13 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiles", type=int, default=40)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--render", type=int, default=1024, help="width and height of the /render PNG (0: none)")
     p.add_argument("--large-coords", type=int, default=20_000, help="coordinates of the large request (0: none)")
-    p.add_argument("--large-seconds", type=float, default=2.0, help="seconds of large requests per server and round")
+    p.add_argument(
+        "--large-seconds",
+        type=float,
+        default=2.0,
+        help="seconds of renders and of each large request, per server and round",
+    )
     args = p.parse_args(argv)
     trees = {"this": ROOT, **{("base" if i == 0 else f"base{i + 1}"): b for i, b in enumerate(args.baseline)}}
     env = {"INR_RENDER_CACHE_BYTES": "0", "INR_MODEL_LOADING": "startup"}
     servers = {name: Server(tree / "models", name, env=env, cwd=tree) for name, tree in trees.items()}
     large = large_requests(args.model, args.large_coords, args.seed) if args.large_coords else {}
+    if args.render:
+        size = {"width": args.render, "height": args.render, "format": "png"}
+        large = {f"/render {args.render}²": (f"/v1/models/{args.model}/render", size), **large}
     try:
         for srv in servers.values():
             srv.wait(300)
