@@ -77,14 +77,6 @@ def posted(client: httpx.Client, request: tuple, seconds: float) -> list[float]:
     return out
 
 
-def peak_rss_mib(server: Server) -> float:
-    """The server process's peak resident set (VmHWM)."""
-    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
 def ratios(rows: dict[str, dict], key: str) -> dict[str, float]:
     return {f"this_over_{name}": round(rows["this"][key] / rows[name][key], 3) for name in rows if name != "this"}
 
@@ -136,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                     big.setdefault((name, label), []).append(
                         statistics.median(posted(clients[name], request, args.large_seconds))
                     )
-        peaks = {name: peak_rss_mib(srv) for name, srv in servers.items()}
+        peaks = {name: srv.peak_rss_mib() for name, srv in servers.items()}
     finally:
         for srv in servers.values():
             srv.stop()

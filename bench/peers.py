@@ -171,20 +171,22 @@ def run(args) -> dict:
     for threads, group in ((args.threads, [w for w in loads if not w.large]), (0, [w for w in loads if w.large])):
         if group:
             here = [n for n in names if any(n in w.paths for w in group)]
-            key = "idle_cpu_percent" if threads else "idle_cpu_percent_default_threads"
+            suffix = "" if threads else "_default_threads"
 
             def save() -> None:
                 ran.update(here)
                 write(args.out, {"machine": info, "rows": rows(), "partial": True})
 
-            info[key] = serve(args, threads, here, group, results, save)
+            idle, peaks = serve(args, threads, here, group, results, save)
+            info["idle_cpu_percent" + suffix], info["peak_rss_mib" + suffix] = idle, peaks
     info["load_avg_after"] = list(os.getloadavg())
     return {"machine": info, "rows": rows()}
 
 
-def serve(args, threads: int, names: list[str], loads: list[Workload], results: dict, save) -> dict[str, float]:
+def serve(args, threads: int, names: list[str], loads: list[Workload], results: dict, save) -> tuple[dict, dict]:
     """Start `names` with `threads` onnxruntime threads (0: each server's default), check every answer, measure
-    `loads` into `results` (`save()` after each round), stop them; the servers' idle CPU share."""
+    `loads` into `results` (`save()` after each round), stop them; the servers' idle CPU share (%) and their peak
+    resident sets (MiB, processes added up)."""
     env = {
         "INR_PEER_MODELS": str(args.models.resolve()),
         "INR_PEER_THREADS": str(threads),
@@ -209,10 +211,11 @@ def serve(args, threads: int, names: list[str], loads: list[Workload], results: 
                     log.info("%s on %s: matches onnxruntime, max abs diff %.2g", load.label, n, diff)
         idle = idle_cpu(servers)
         measure(servers, loads, args, args.tmp / "bench.lua", results, save)
+        peaks = {n: s.peak_rss_mib() for n, s in servers.items()}
     finally:
         for s in servers.values():
             s.stop()
-    return idle
+    return idle, peaks
 
 
 def write(path: Path, result: dict) -> None:

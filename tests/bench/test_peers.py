@@ -58,6 +58,7 @@ def test_our_server_answers_like_onnxruntime_and_is_measured_on_every_workload(t
     info = result["machine"]
     assert info["onnxruntime_threads"] == 1 and len(info["load_avg_before"]) == 3 and info["cpu"]
     assert set(info["idle_cpu_percent"]) == set(info["idle_cpu_percent_default_threads"]) == {"inr"}
+    assert info["peak_rss_mib"]["inr"] > 0 and info["peak_rss_mib_default_threads"]["inr"] > 0
 
 
 @needs_wrk
