@@ -14,10 +14,11 @@ one malloc arena as `python -m service` sets it (service/memory.py), and the var
 - `pieces-env-arena`: the same with one onnxruntime arena shared by every session (an environment allocator,
   `session.use_env_allocators`).
 
-Memory: the resident set's growth from the session made to after the timed runs (what stays while requests keep
-coming), and after 1.5 s idle (what stays after them).
+A variant may name its own piece size, `pieces:8192`. Memory: the resident set's growth from the session made to
+after the timed runs (what stays while requests keep coming), and after 1.5 s idle (what stays after them).
 
     python -m bench.large_runs --model astronaut --rows 20000 --rounds 5
+    python -m bench.large_runs --variants pieces:2048,pieces:4096,pieces:8192,bare   # the piece size
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ VARIANTS = ("whole-1t", "bare", "whole-2t", "whole-2t-arena", "pieces-1t", "piec
 
 def child(variant: str, model: Path, rows: int, piece: int, threads: int, seconds: float) -> dict:
     """One variant, timed in this process."""
+    variant, _, size = variant.partition(":")
+    piece = int(size) if size else piece
     import numpy as np
     import onnxruntime as ort
 
@@ -86,6 +89,12 @@ def child(variant: str, model: Path, rows: int, piece: int, threads: int, second
     return {"ms": statistics.median(times) * 1000, "kept_mib": busy / 2**20, "idle_mib": (rss() - before) / 2**20}
 
 
+def known_size(variant: str) -> bool:
+    """No size, or a positive number of rows after the colon."""
+    size = variant.partition(":")[2]
+    return not size or (size.isdigit() and int(size) > 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.large_runs", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="astronaut", help="an image model in models/")
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child, model, args.rows, args.piece, args.threads, args.seconds)))
         return 0
-    unknown = [v for v in args.variants if v not in VARIANTS]
+    unknown = [v for v in args.variants if v.partition(":")[0] not in VARIANTS or not known_size(v)]
     if unknown or not model.is_file() or min(args.rows, args.piece, args.threads, args.rounds) <= 0:
         problem = f"unknown variants {unknown}" if unknown else f"no {model}" if not model.is_file() else "not positive"
         sys.stderr.write(f"error: {problem}\n")

@@ -8,7 +8,7 @@ and with the onnxruntime arena off (service/engine/sessions.py) take ~80 MiB of 
 them back on every run. Cut into pieces of a few thousand rows, the pieces run on every core at once (a session is
 safe to run from several threads, and a coordinate network's rows are independent), each piece's activations
 fit in the core's L2 cache, and glibc's malloc reuses the same few megabytes from one piece to the next instead of
-mapping fresh pages each time (docs/benchmarks.md, large requests). The memory a run holds at once falls with it:
+mapping fresh pages each time (docs/benchmarks.md, peers). The memory a run holds at once falls with it:
 pieces in flight times a piece's activations, whatever the rows of the request or the batch.
 
 The caller takes pieces too, so a run never waits for a run thread: when the run threads are busy with other

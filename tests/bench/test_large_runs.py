@@ -18,5 +18,11 @@ def test_each_variant_is_timed_with_the_memory_it_keeps(capsys):
 
 
 def test_an_unknown_variant_is_one_line_and_exit_2(capsys):
-    assert large_runs.main(["--variants", "pieces,fastest"]) == 2
-    assert capsys.readouterr().err == "error: unknown variants ['fastest']\n"
+    assert large_runs.main(["--variants", "pieces,fastest,pieces:0,pieces:x"]) == 2
+    assert capsys.readouterr().err == "error: unknown variants ['fastest', 'pieces:0', 'pieces:x']\n"
+
+
+def test_a_variant_names_its_piece_size(capsys):
+    argv = ["--rows", "3000", "--rounds", "1", "--seconds", "0", "--variants", "pieces:500,pieces:1000"]
+    assert large_runs.main(argv) == 0
+    assert set(json.loads(capsys.readouterr().out)["result"]) == {"pieces:500", "pieces:1000"}
