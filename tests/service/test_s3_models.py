@@ -82,6 +82,8 @@ def test_served_from_s3_through_the_disk_cache(s3_server, bucket_url, tmp_path):
         r = httpx.post(f"{srv.url}/v1/models/astronaut/query", json=QUERY, timeout=60)
         assert r.status_code == 200, r.text
         assert httpx.get(f"{srv.url}/iiif/3/astronaut/0,0,16,16/16,/0/default.png", timeout=60).status_code == 200
+        preview = httpx.get(f"{srv.url}/v1/models/astronaut/preview", timeout=60)  # pulled when asked for
+        assert preview.status_code == 200 and preview.content.startswith(b"\x89PNG"), preview.text
         assert httpx.get(f"{srv.url}/v1/models/secret", timeout=10).status_code == 401
         assert httpx.post(f"{srv.url}/v1/models/secret/query", json=QUERY, timeout=10).status_code == 401
 

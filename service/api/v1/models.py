@@ -27,13 +27,27 @@ def _typed(meta: dict, key: str, kind: type, default=None):
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
-def preview_path(m: ModelState) -> Path | None:
+def preview_path(m: ModelState, fetch: bool = False) -> Path | None:
     """metadata's `preview` file, only when it is a plain file inside the serving version's folder
-    (or, for older layouts, the model folder)."""
+    (or, for older layouts, the model folder). On S3: listed in the bucket, and pulled into the cache with `fetch`
+    (the preview route's; a listing of models reads none)."""
     name = _typed(m.metadata, "preview", str)
     if not name:
         return None
     current = m.serving
+    if current is not None and current.remote:
+        if "/" in name or name in (".", ".."):
+            return None
+        repo = current.options.repository
+        listed = repo.model(m.name)
+        if listed is None or f"{current.version}/{name}" not in listed.files:
+            return None
+        if not fetch:
+            return current.version_dir / name
+        try:
+            return current.fetch(name, None)
+        except Exception:  # noqa: BLE001 - S3 not answering, the object gone: no preview now
+            return None
     for root in ([current.version_dir] if current else []) + [m.path]:
         root = root.resolve()
         path = (root / name).resolve()
@@ -156,7 +170,7 @@ def get_model(name: ModelName, registry: RegistryDep) -> ModelInfo:
 def get_preview(name: ModelName, registry: RegistryDep) -> FileResponse:
     """The preview image written at training time (the fitted network at training resolution)."""
     model = registry.get(name)
-    path = preview_path(model)
+    path = preview_path(model, fetch=True)
     if path is None:
         raise NoPreview(model.name)
     return FileResponse(path, media_type="image/png")
