@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -71,6 +72,7 @@ def listing(args) -> dict:
         bucket = s3.bucket()
         os.environ.update(s3.env)
         filled = fill(s3, bucket, args.models)
+        print(f"filled {args.models} models in {filled:.0f} s", file=sys.stderr, flush=True)
         out = {"models": args.models, "objects": 5 * args.models, "fill_s": round(filled, 1), "rounds": []}
         for _ in range(args.rounds):
             repo = S3Repository(s3.url(bucket), tempfile.mkdtemp(prefix="inr-bench-s3-"))
@@ -81,7 +83,10 @@ def listing(args) -> dict:
             t0 = time.perf_counter()
             again = repo.scan()
             rescan = time.perf_counter() - t0
-            assert len(names) == len(again) == args.models
+            if not len(names) == len(again) == args.models:
+                raise SystemExit(
+                    f"listed {len(names)} then {len(again)} of {args.models} models: {dict(repo.requests)}"
+                )
             during = {k: repo.requests[k] - before.get(k, 0) for k in repo.requests}
             out["rounds"].append({"list_s": round(first, 2), "rescan_s": round(rescan, 2), "rescan_requests": during})
             shutil.rmtree(repo.root.parent, ignore_errors=True)

@@ -88,6 +88,8 @@ log_level = {log_level}
 pipeline = {kind}-server
 [app:{kind}-server]
 use = egg:swift#{kind}
+[{kind}-updater]
+interval = 2
 """
 
 SWIFT_CONF = """[swift-hash]
@@ -175,6 +177,9 @@ def main() -> int:
         procs.append(subprocess.Popen([f"swift-{kind}-server", str(folder / f"{kind}-server.conf")]))
     for offset in (4, *RING_PORTS.values()):
         wait_port(args.port + offset, procs)
+    # a listing update the container server could not take at once (a busy machine) is saved by the object server
+    # and sent by the updater: without it, such an object would never be listed
+    procs.append(subprocess.Popen(["swift-object-updater", str(folder / "object-server.conf")]))
     procs.append(subprocess.Popen(["swift-proxy-server", str(folder / "proxy-server.conf")]))
     wait_port(args.port, procs)
     print(f"s3server: S3 on {args.host}:{args.port}, objects in {folder / 'data'}", flush=True)
