@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from modelrepo import SpecError, read_spec, version_numbers
+from modelrepo import SpecError, read_spec, tablecode, version_numbers
 
 from .encodings import encoding_for
 from .errors import UsageError
@@ -78,7 +78,7 @@ def stored_weights(graph) -> dict[str, torch.Tensor]:
     graph's Cast → Mul → Add does; e.g. training/encodings/grid_quant.py) read back."""
     from onnx import numpy_helper
 
-    arrays = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    arrays = tablecode.decoded({i.name: numpy_helper.to_array(i) for i in graph.initializer})  # coded tables
     out = {}
     for name, a in arrays.items():
         if name.endswith("__fp16"):

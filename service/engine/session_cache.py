@@ -6,11 +6,12 @@ A photo model's load is mostly onnxruntime's constant folding of the grid's pack
 collection). Under a memory budget a model is loaded again each time it comes back after an eviction, so the
 cache serves every load after a version's first on this machine.
 
-A file is named by what decides its content: the ONNX file's sha256 (verified by the load before the cache is
-asked), onnxruntime's version, the providers and this CPU's instruction-set flags (the optimised graph may hold
-kernels for them). Copies of one model under many names share one file. Files are written under a temporary name
-and renamed in, so a reader never sees half of one; past `max_bytes` the least recently used go (a hit touches its
-file). A file onnxruntime cannot read is deleted and the model optimised again.
+A hit also skips the decoding of a file's entropy-coded tables (service/engine/modelfile.py): the cached graph
+holds them decoded. A file is named by what decides its content: the ONNX file's sha256 (verified by the load
+before the cache is asked), onnxruntime's version, the providers and this CPU's instruction-set flags (the
+optimised graph may hold kernels for them). Copies of one model under many names share one file. Files are written
+under a temporary name and renamed in, so a reader never sees half of one; past `max_bytes` the least recently used
+go (a hit touches its file). A file onnxruntime cannot read is deleted and the model optimised again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import onnxruntime as ort
+
+from .modelfile import model_source
 
 log = logging.getLogger(__name__)
 SUFFIX = ".ort"
@@ -66,13 +69,13 @@ class SessionCache:
                 cached.unlink(missing_ok=True)
         options = make_options()
         if not self._ready():
-            return ort.InferenceSession(str(onnx_path), sess_options=options, providers=providers)
+            return ort.InferenceSession(model_source(onnx_path), sess_options=options, providers=providers)
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".part-", suffix=SUFFIX)
         os.close(fd)
         try:
             options.optimized_model_filepath = tmp
             options.add_session_config_entry("session.save_model_format", "ORT")
-            session = ort.InferenceSession(str(onnx_path), sess_options=options, providers=providers)
+            session = ort.InferenceSession(model_source(onnx_path), sess_options=options, providers=providers)
             os.replace(tmp, cached)
         finally:
             Path(tmp).unlink(missing_ok=True)

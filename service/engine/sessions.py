@@ -10,6 +10,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..errors import DeviceError, ModelLoadError
+from .modelfile import model_source
 from .session_cache import SessionCache
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,10 @@ def make_session(
                 cache, digest = cached
                 return cache.session(onnx_path, digest, providers, lambda: session_options(threads, spin))
             return ort.InferenceSession(
-                str(onnx_path), sess_options=session_options(threads, spin), providers=providers
+                model_source(onnx_path), sess_options=session_options(threads, spin), providers=providers
             )
+    except ModelLoadError:
+        raise
     except Exception as e:  # onnxruntime raises several types for a bad file
         first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise ModelLoadError(f"unreadable ONNX file: {first[:300]}") from None

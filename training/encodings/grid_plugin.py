@@ -12,6 +12,7 @@ from torch import nn
 
 from .base import Encoding, Fitted
 from .grid import HASH_OPSET, LIMITS, GridConfig, MultiresGrid, validate, validate_options
+from .grid_code import code_tables
 from .grid_export import DenseGridGraph, plan
 from .grid_init import pyramid_init
 from .grid_quant import round_tables_8bit, store_tables_8bit
@@ -62,12 +63,14 @@ class GridEncoding(Encoding):
 
     def store(self, cfg: GridConfig, model: nn.Module, onnx_bytes: bytes) -> tuple[bytes, dict]:
         """8-bit (or float16) tables stored so, and packed and gathered so in memory (grid_store.py); 8-bit tables
-        of a graph that cannot hold them so rebuilt in front of their users (grid_quant.py)."""
+        of a graph that cannot hold them so rebuilt in front of their users (grid_quant.py); the large 8-bit tables
+        then entropy-coded in the file (grid_code.py)."""
         onnx_bytes, packed = pack_stored(onnx_bytes, model, cfg.table_bits)
         if cfg.table_bits != 8:
             return onnx_bytes, ({"tables": {"tables": "float16 storage", **packed}} if packed else {})
         onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
-        return onnx_bytes, {"tables": {**tables, **packed}}
+        onnx_bytes, coded = code_tables(onnx_bytes)  # entropy-coded in the file, decoded at load (grid_code.py)
+        return onnx_bytes, {"tables": {**tables, **packed, **coded}}
 
     def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
         """Out of range, validate_options refuses them naming the range (grid.py)."""

@@ -1,0 +1,83 @@
+"""A photo model whose tables are entropy-coded in its ONNX file (modelrepo/tablecode.py) on the real server: it
+renders the same bytes as the uncoded file, with the session cache off and through it (service/engine/modelfile.py
+decodes the tables with numpy; onnxruntime never runs the decoding nodes), and a coded table that does not decode is
+a failed version with one reason, the others served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from modelrepo import sha256_bytes, tablecode
+from service.engine.modelfile import model_source
+from tests.servers import Server
+from tests.service.engine.test_residency import PHOTO, copy_model
+from training.encodings.grid_code import code_tables
+
+TILE = "/iiif/3/{name}/0,0,512,512/256,/0/default.png"
+NO_RENDER_CACHE = {"INR_RENDER_CACHE_BYTES": "0"}
+
+
+def with_file(folder: Path, onnx_bytes: bytes) -> None:
+    """Version 1's model.onnx replaced (its recorded sha256 too)."""
+    path = folder / "1" / "model.onnx"
+    path.unlink()  # a hard link to the bundled file: written anew, not through the link
+    path.write_bytes(onnx_bytes)
+    meta = folder / "1" / "metadata.json"
+    record = json.loads(meta.read_text())
+    record["onnx_sha256"] = sha256_bytes(onnx_bytes)
+    meta.unlink()
+    meta.write_text(json.dumps(record))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """`plain`: the bundled photo; `coded`: the same with its tables coded; `broken`: a coded table damaged."""
+    repo = tmp_path_factory.mktemp("coded")
+    copy_model(PHOTO, repo / "plain")
+    coded, report = code_tables((PHOTO / "1" / "model.onnx").read_bytes())
+    assert report["coded_tables"] >= 1
+    for name in ("coded", "broken"):
+        copy_model(PHOTO, repo / name)
+    with_file(repo / "coded", coded)
+    at = coded.index(tablecode.MAGIC) + 6  # the table's shape in the header: no longer what its bytes hold
+    with_file(repo / "broken", coded[:at] + bytes([coded[at] ^ 0x40]) + coded[at + 1 :])
+    return repo
+
+
+def tile(url: str, name: str) -> httpx.Response:
+    return httpx.get(url + TILE.format(name=name), timeout=120)
+
+
+@pytest.mark.parametrize("cache", ["off", "on"])
+def test_a_coded_model_renders_the_bytes_of_the_uncoded_one(repo, cache, tmp_path):
+    folder = str(tmp_path / "sessions") if cache == "on" else "off"
+    srv = Server(repo, "--session-cache", folder, "--grpc-port", "0", env=NO_RENDER_CACHE)
+    with srv.running():
+        expected = tile(srv.url, "plain")
+        assert expected.status_code == 200
+        got = tile(srv.url, "coded")
+        assert got.status_code == 200 and got.content == expected.content
+        body = {"inputs": [{"name": "coords", "shape": [3, 2], "datatype": "FP32", "data": [0, 0, 0.5, 0.5, 1, 1]}]}
+        answers = [httpx.post(f"{srv.url}/v2/models/{n}/infer", json=body, timeout=60) for n in ("plain", "coded")]
+        assert answers[0].status_code == answers[1].status_code == 200
+        assert answers[0].json()["outputs"] == answers[1].json()["outputs"]
+        broken = tile(srv.url, "broken")  # failed at its load, with the reason; the server stays up
+        assert broken.status_code == 503
+        assert "model.onnx: encoding.tables." in broken.json()["error"] and "coded table" in broken.json()["error"]
+        (version,) = httpx.get(f"{srv.url}/v1/models/broken", timeout=60).json()["versions"]
+        assert version["status"] == "failed" and "header does not add up" in version["error"]
+        assert tile(srv.url, "plain").status_code == 200
+    if cache == "on":
+        assert len(list(Path(folder).glob("*.ort"))) == 2  # plain and coded: both cached, as their graphs
+
+
+def test_model_source_reads_a_plain_file_by_path_and_decodes_a_coded_one(repo):
+    plain = repo / "plain" / "1" / "model.onnx"
+    assert model_source(plain) == str(plain)
+    data = model_source(repo / "coded" / "1" / "model.onnx")
+    assert isinstance(data, bytes) and tablecode.SUFFIX.encode() not in data
+    assert sorted(p.name for p in (repo / "coded" / "1").iterdir()) == sorted(p.name for p in (PHOTO / "1").iterdir())
