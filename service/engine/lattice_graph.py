@@ -17,10 +17,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx  # imported with the service, not at a model's first load (a cold tile)
 from onnx import TensorProto, helper, numpy_helper
+
+from modelrepo.onnxfile import decoded
 
 log = logging.getLogger(__name__)
 FEATURES = "grid_features"  # the head's input in the dense layout (grid_export.FEATURES)
@@ -55,7 +58,9 @@ class GridLevel:
 
 
 def read_file(path) -> tuple[list[GridLevel], bytes] | None:
-    return read_lattice(onnx.load(str(path)))
+    """The lattice of a model file, its entropy-coded tables decoded first (modelrepo/onnxfile.py): the graph read
+    is the uncoded file's."""
+    return read_lattice(onnx.load_from_string(decoded(Path(path).read_bytes())))
 
 
 def read_lattice(model) -> tuple[list[GridLevel], bytes] | None:

@@ -9,10 +9,13 @@ import json
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
-from modelrepo import sha256_bytes, tablecode
+from modelrepo import read_spec, sha256_bytes, tablecode
 from service.engine.modelfile import model_source
+from service.engine.runtime import RuntimeOptions
+from service.engine.tasks import runtime_for
 from tests.servers import Server
 from tests.service.engine.test_residency import PHOTO, copy_model
 from training.encodings.grid_code import code_tables
@@ -81,3 +84,18 @@ def test_model_source_reads_a_plain_file_by_path_and_decodes_a_coded_one(repo):
     data = model_source(repo / "coded" / "1" / "model.onnx")
     assert isinstance(data, bytes) and tablecode.SUFFIX.encode() not in data
     assert sorted(p.name for p in (repo / "coded" / "1").iterdir()) == sorted(p.name for p in (PHOTO / "1").iterdir())
+
+
+def test_a_coded_model_has_the_lattice_of_the_uncoded_one(repo):
+    """The lattice renders (service/engine/lattice.py) read the decoded tables: the same levels, codes and all."""
+    lattices = []
+    for name in ("plain", "coded"):
+        runtime = runtime_for(repo / name, read_spec(repo / name), 1, RuntimeOptions())
+        assert runtime.load(), runtime.error
+        assert runtime.lattice is not None
+        lattices.append(runtime.lattice.levels)
+    plain, coded = lattices
+    assert len(plain) == len(coded)
+    for a, b in zip(plain, coded):
+        assert a.table.dtype == b.table.dtype == np.uint8 and np.array_equal(a.table, b.table)
+        assert np.array_equal(a.scale, b.scale) and np.array_equal(a.low, b.low)
