@@ -49,6 +49,7 @@ class Splitter:
         self.running = 0  # large runs in flight
         self.ended: float | None = None  # when the last large run ended, if the heap was not trimmed since
         self.trimmer: threading.Thread | None = None
+        self.closed = False
 
     def pieces(self, n: int) -> int:
         """How many pieces a run of `n` rows is cut into: none over `rows`, as many as there are threads to run
@@ -70,7 +71,7 @@ class Splitter:
             with self.idle:
                 self.running -= 1
                 self.ended = time.monotonic()
-                if self.trimmer is None:
+                if self.trimmer is None and not self.closed:
                     self.trimmer = threading.Thread(target=self._trim, name="run-piece-trim", daemon=True)
                     self.trimmer.start()
                 self.idle.notify()
@@ -94,7 +95,7 @@ class Splitter:
                     errors.append(e)
 
         helpers: list[Future] = []
-        if self.pool is not None:
+        if self.pool is not None and not self.closed:  # closed: the caller runs every piece
             helpers = [self.pool.submit(work) for _ in range(min(self.width, len(parts)) - 1)]
         work()
         for f in helpers:
@@ -110,11 +111,17 @@ class Splitter:
         while True:
             with self.idle:
                 while self.ended is None or self.running or time.monotonic() < self.ended + TRIM_AFTER_S:
+                    if self.closed:
+                        return
                     quiet = self.ended is None or self.running
                     self.idle.wait(None if quiet else self.ended + TRIM_AFTER_S - time.monotonic())
                 self.ended = None
             trim()
 
     def close(self) -> None:
+        """Stop the run threads (pieces already running finish) and the trimmer (the app's shutdown)."""
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.idle:
+            self.closed = True
+            self.idle.notify_all()

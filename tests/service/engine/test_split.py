@@ -118,3 +118,15 @@ def test_the_heap_is_trimmed_once_after_the_last_large_run(monkeypatch):
     count = len(trims)
     time.sleep(0.8)
     assert len(trims) == count  # once: no run since
+
+
+def test_close_stops_the_trimmer_and_a_closed_splitter_runs_every_piece_on_the_caller():
+    splitter = Splitter(2, 100)
+    splitter.run(lambda rows: [rows], np.ones((1000, 2), np.float32))
+    splitter.close()
+    splitter.trimmer.join(5)
+    assert not splitter.trimmer.is_alive()
+    names = []
+    x = np.arange(2000, dtype=np.float32).reshape(-1, 2)
+    [out] = splitter.run(lambda rows: [names.append(threading.current_thread().name) or rows], x)
+    assert np.array_equal(out, x) and set(names) == {threading.current_thread().name} and len(names) == 10
