@@ -28,7 +28,7 @@ UNITS = {
     "ti": 1024**4,
     "tib": 1024**4,
 }
-SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*\Z")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -14,7 +14,7 @@ import secrets
 from pathlib import Path
 
 PART_BYTES = 64 << 20
-S3_RE = re.compile(r"^s3://(?:(https?)://)?(?:([0-9A-Za-z.-]+:[0-9]{1,5})/)?([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
+S3_RE = re.compile(r"^s3://(?:(https?)://)?(?:([0-9A-Za-z.-]+:[0-9]{1,5})/)?([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?\Z")
 
 
 class UploadsUnavailable(OSError):

@@ -28,7 +28,7 @@ from .store import FINISHED
 DEFAULT = "build/uploads"
 GRACE_S = 3600.0
 PART = ".part-"  # a file still being streamed in: `.part-RANDOM`
-NAME = re.compile(r"^([0-9a-f]{12})\.(jpg|png|tif)$")
+NAME = re.compile(r"^([0-9a-f]{12})\.(jpg|png|tif)\Z")
 EXTENSIONS = {"jpeg": "jpg", "png": "png", "tiff": "tif"}
 
 log = logging.getLogger(__name__)

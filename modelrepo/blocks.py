@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from .serving import MAX_SIDE, ContractError
 
-BLOCK_FILE = re.compile(r"^blocks/r(\d{1,4})c(\d{1,4})\.onnx$")
+BLOCK_FILE = re.compile(r"^blocks/r(\d{1,4})c(\d{1,4})\.onnx\Z")
 BLEND = "linear"
 MIN_BLOCK = 16  # the smallest block side a layout may ask for
 MAX_BLOCKS = 65_536

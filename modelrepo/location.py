@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-HOST_RE = re.compile(r"^[0-9A-Za-z.-]+:[0-9]{1,5}$")
-SEGMENT_RE = re.compile(r"^[0-9A-Za-z._-]+$")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+HOST_RE = re.compile(r"^[0-9A-Za-z.-]+:[0-9]{1,5}\Z")
+SEGMENT_RE = re.compile(r"^[0-9A-Za-z._-]+\Z")
 
 
 class LocationError(ValueError):

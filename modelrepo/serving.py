@@ -81,7 +81,7 @@ def check_onnx_geometry(source: ImageSource, props: dict[str, str], version: int
 
 
 # -- the separable stage ---------------------------------------------------------------------------
-SEPARABLE_BODY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.onnx$")  # a file name beside model.onnx
+SEPARABLE_BODY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.onnx\Z")  # a file name beside model.onnx
 
 
 class ContractError(ValueError):

@@ -22,8 +22,8 @@ from .access import Access
 from .warmup import TASK_WARMUPS
 
 NAME_MAX = 64  # characters of a model name
-NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}\Z")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 V2_TO_TRITON = {
     "FP32": "TYPE_FP32",
     "FP64": "TYPE_FP64",

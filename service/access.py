@@ -32,7 +32,7 @@ GROUPS = (
     "fit",
     "keys",
 )
-HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # an HTTP header name (RFC 9110 token)
 
 
 class RestrictedGroup(BaseModel):
@@ -75,7 +75,7 @@ def check_groups(groups: list[RestrictedGroup]) -> None:
             seen.add(api)
 
 
-V1_METADATA = re.compile(r"^/v1/models(/\{name\}(/preview|/versions/\{version\})?)?$")
+V1_METADATA = re.compile(r"^/v1/models(/\{name\}(/preview|/versions/\{version\})?)?\Z")
 
 
 def group_of(template: str) -> str | None:

@@ -27,7 +27,7 @@ from modelrepo.onnxfile import decoded
 
 log = logging.getLogger(__name__)
 FEATURES = "grid_features"  # the head's input in the dense layout (grid_export.FEATURES)
-LEVEL_NODE = re.compile(r"^grid/l(\d+)/fyx$")
+LEVEL_NODE = re.compile(r"^grid/l(\d+)/fyx\Z")
 # the head's nodes that keep their form on features laid out as planes: elementwise with no other tensor input, and
 # the arithmetic ones with a scalar
 ELEMENTWISE = {"Relu", "Sigmoid", "Tanh", "Sin", "Cos", "Exp", "LeakyRelu", "Elu", "Selu", "Softplus", "HardSigmoid"}
