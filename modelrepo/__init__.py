@@ -4,12 +4,11 @@ serves them). Torch-free and service-free: numpy-free even, protobuf for config.
 See docs/model-repository.md for the layout and the rules.
 """
 
-from .access import Access, AccessError
+from .access import Access, AccessError, Guard, PolicyChanged
 from .folder import (
     MODEL_FILE,
     Written,
     check_version,
-    keep_policies,
     portable,
     portable_command,
     read_access,
@@ -56,12 +55,13 @@ __all__ = [
     "folder_stamp",
     "folder_unchanged",
     "is_s3",
-    "keep_policies",
     "open_repository",
     "open_target",
     "parse_s3",
     "Access",
     "AccessError",
+    "Guard",
+    "PolicyChanged",
     "read_access",
     "MODEL_FILE",
     "Written",

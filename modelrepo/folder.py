@@ -24,9 +24,9 @@ from typing import Callable
 
 from google.protobuf import text_format
 
-from .access import Access, AccessError
+from .access import KEYS, Access, AccessError, Guard
 from .spec import TASKS, ModelSpec, SpecError, Tensor, VersionRecord
-from .triton import apply_config, config_text, parse_config
+from .triton import apply_config, config_of, config_text, parse_config
 
 MODEL_FILE = "model.onnx"
 
@@ -112,7 +112,7 @@ def read_access(folder: Path) -> Access:
         return Access()
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"config.pbtxt is unreadable: {e}") from None
-    if "access" not in text:
+    if "access" not in text.lower():  # `ACCESS` too: parsed, and refused (Access.from_parameters)
         return Access()
     try:
         params = parse_config(text).parameters
@@ -201,14 +201,22 @@ def _replace_file(path: Path, text: str) -> None:
 
 
 def write_version(
-    folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras: Callable[[Path], None] | None = None
+    folder: Path,
+    spec: ModelSpec,
+    onnx_bytes: bytes,
+    metadata: dict,
+    extras: Callable[[Path], None] | None = None,
+    guard: Guard | None = None,
 ) -> Written:
     """Write `onnx_bytes` as the next version of the model at `folder`, atomically.
 
-    A new folder gets version 1 with its config.pbtxt and metadata.json (the whole folder appears
-    at once). An existing model gets version max(N)+1; its version_policy is kept, and its spec
-    files are replaced (each atomically) only when the new spec differs. `extras(version_dir)` may
-    add files (a preview) to the version folder before it appears. Returns what was written.
+    A new folder gets version 1 with its config.pbtxt and metadata.json (the whole folder appears at once). An
+    existing model gets version max(N)+1 and keeps its config.pbtxt and metadata.json as they are (its access policy,
+    version_policy, batching, warm-ups and any other parameter an operator set); only when the new graph's tensors
+    differ are their entries replaced. A model whose files cannot be read is refused (SpecError), never overwritten:
+    a config.pbtxt that does not parse counts as restricted. `guard` (a fit's, modelrepo.access.Guard): the policy
+    the writer was allowed to publish over, checked here (PolicyChanged), and the one it may set. `extras(version_dir)`
+    may add files (a preview) to the version folder before it appears. Returns what was written.
     """
     folder = Path(folder)
     spec = spec.with_(name=folder.name)
@@ -216,17 +224,25 @@ def write_version(
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists() and not folder.is_dir():
         raise SpecError(f"'{folder}' exists and is not a directory")
-    if folder.is_dir():
-        return _next_version(folder, spec, onnx_bytes, metadata, extras)
+    if folder.is_dir() and _holds_a_model(folder):
+        return _next_version(folder, spec, onnx_bytes, metadata, extras, guard)
+    if guard is not None:
+        spec = spec.with_(access=guard.check(folder.name, None))
     tmp = _mkdtemp(folder.parent, f".{folder.name}.tmp-")
     try:
         record = _fill_version(tmp / "1", 1, onnx_bytes, metadata, extras)
         _write_spec_files(tmp, spec)
+        if folder.is_dir():  # an empty folder (made by hand): replaced by the whole model at once
+            folder.rmdir()
         tmp.rename(folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Written(spec, record, folder / "1")
+
+
+def _holds_a_model(folder: Path) -> bool:
+    return any(not p.name.startswith(".") for p in folder.iterdir())
 
 
 def _fill_version(vdir: Path, version: int, onnx_bytes: bytes, metadata: dict, extras) -> VersionRecord:
@@ -240,21 +256,58 @@ def _fill_version(vdir: Path, version: int, onnx_bytes: bytes, metadata: dict, e
     return record
 
 
-def keep_policies(old: ModelSpec | None, spec: ModelSpec) -> ModelSpec:
-    """The spec a new version of an existing model is published with: what the model's owner set in its config.pbtxt
-    (its version_policy) is kept. One place for both backends (a folder here, S3 in modelrepo/s3publish.py)."""
-    return spec if old is None else spec.with_(version_policy=old.version_policy)
+def next_spec_files(
+    name: str, old: ModelSpec, old_config: str | None, spec: ModelSpec, guard: Guard | None
+) -> tuple[ModelSpec, str | None, str | None]:
+    """What a new version of an existing model does to its own files, for both backends (a folder here, S3 in
+    modelrepo/s3publish.py): its config.pbtxt (`old_config`, its text) and metadata.json are kept as they are (the
+    access policy, version_policy, batching, warm-ups and every parameter its owner set); the tensors are replaced
+    when the new graph's differ, the policy when the guard allows a new one (PolicyChanged when the model's policy is
+    not the one its writer was judged against). Returns (the spec as it will stand, the new config.pbtxt text or None
+    to keep it, the new metadata.json text or None to keep it)."""
+    access = guard.check(name, old.access.parameters()) if guard is not None else None
+    same = all(getattr(old, k) == getattr(spec, k) for k in ("task", "inputs", "outputs", "coordinates"))
+    if same and access is None:
+        return old, None, None
+    cfg = parse_config(old_config) if old_config is not None else config_of(old)
+    meta = None
+    if not same:
+        new = config_of(spec)
+        for kind in ("input", "output"):
+            cfg.ClearField(kind)
+            getattr(cfg, kind).extend(getattr(new, kind))
+        meta = _json_text(spec.with_(metadata=old.metadata).to_json())
+    if access is not None:
+        for key in KEYS:
+            cfg.parameters.pop(key, None)
+        for key, value in access.parameters().items():
+            cfg.parameters[key].string_value = value
+    text = text_format.MessageToString(cfg)
+    merged = apply_config(spec.with_(name=name, metadata=old.metadata), parse_config(text))
+    return merged, text, meta
 
 
-def _next_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras) -> Written:
+def unreadable(name: str, e: SpecError) -> SpecError:
+    """A model whose files cannot be read is never written over (its config.pbtxt counts as restricted)."""
+    return SpecError(f"model '{name}' exists but cannot be read ({e}); fix or remove it first")
+
+
+def _kept_spec_files(folder: Path, spec: ModelSpec, guard: Guard | None) -> ModelSpec:
     try:
         old = read_spec(folder)
-    except SpecError:
-        old = None
-    spec = keep_policies(old, spec)
-    if old is None or old != spec or old.to_json() != spec.to_json():
-        _replace_file(folder / "metadata.json", _json_text(spec.to_json()))
-        _replace_file(folder / "config.pbtxt", config_text(spec))
+    except SpecError as e:
+        raise unreadable(folder.name, e) from None
+    pbtxt = folder / "config.pbtxt"
+    spec, config, meta = next_spec_files(folder.name, old, pbtxt.read_text() if pbtxt.exists() else None, spec, guard)
+    if meta is not None:
+        _replace_file(folder / "metadata.json", meta)
+    if config is not None:
+        _replace_file(pbtxt, config)
+    return spec
+
+
+def _next_version(folder: Path, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras, guard) -> Written:
+    spec = _kept_spec_files(folder, spec, guard)
     while True:
         version = (version_numbers(folder) or [0])[-1] + 1
         tmp = _mkdtemp(folder, f".{version}.tmp-")

@@ -47,8 +47,8 @@ class Target:
     def task(self) -> str | None:
         return self.repository.task_of(self.name)
 
-    def write_version(self, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras=None):
-        return self.repository.write_version(self.name, spec, onnx_bytes, metadata, extras)
+    def write_version(self, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras=None, guard=None):
+        return self.repository.write_version(self.name, spec, onnx_bytes, metadata, extras, guard)
 
 
 class Repository:
@@ -85,7 +85,9 @@ class Repository:
     def task_of(self, name: str) -> str | None:
         raise NotImplementedError
 
-    def write_version(self, name: str, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras=None):
+    def write_version(self, name: str, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras=None, guard=None):
+        """The next version of model `name`, visible all at once, keeping the model's own config.pbtxt and checking
+        a fit's `guard` (modelrepo.access.Guard) against its policy (modelrepo.folder.next_spec_files)."""
         raise NotImplementedError
 
     def target(self, name: str) -> Target:
@@ -145,10 +147,10 @@ class LocalRepository(Repository):
         except FileNotFoundError:
             return None
 
-    def write_version(self, name: str, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras=None):
+    def write_version(self, name: str, spec: ModelSpec, onnx_bytes: bytes, metadata: dict, extras=None, guard=None):
         from .folder import write_version
 
-        return write_version(self.root / name, spec, onnx_bytes, metadata, extras)
+        return write_version(self.root / name, spec, onnx_bytes, metadata, extras, guard)
 
 
 def folder_stamp(folder: Path) -> tuple:

@@ -339,8 +339,8 @@ class S3Repository(Repository):
         self._manifest(name)[rel] = answer["ETag"].strip('"')
 
     # -- writing ----------------------------------------------------------------------------------------
-    def write_version(self, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=None):
-        return publish(self, name, spec, onnx_bytes, metadata, extras)
+    def write_version(self, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=None, guard=None):
+        return publish(self, name, spec, onnx_bytes, metadata, extras, guard)
 
     def sweep(self, grace_s: float) -> list[str]:
         return sweep(self, grace_s)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .folder import Written, _fill_version, keep_policies
+from .folder import Written, _fill_version, next_spec_files
 from .s3layout import CLAIM, MARKER, ModelIndex
 from .spec import SpecError
 from .triton import config_text
@@ -51,11 +51,12 @@ def _keys(repo, prefix: str) -> list[str]:
 
 
 def _old_spec(repo, name: str, model: ModelIndex):
-    """The model's spec as published (None for a new model, or one whose spec does not read)."""
-    from .folder import read_spec
+    """The model's spec as published and its config.pbtxt's text (None, None for a new model). SpecError for a
+    model whose files cannot be read: it is never written over (its config.pbtxt counts as restricted)."""
+    from .folder import read_spec, unreadable
 
     if not model.published:
-        return None
+        return None, None
     with tempfile.TemporaryDirectory(prefix="inr-spec-") as tmp:
         folder = Path(tmp) / name
         folder.mkdir()
@@ -64,9 +65,11 @@ def _old_spec(repo, name: str, model: ModelIndex):
                 body = repo.call("GET", "get_object", rel, Key=repo.location.key(name, rel))["Body"].read()
                 (folder / rel).write_bytes(body)
         try:
-            return read_spec(folder)
-        except SpecError:
-            return None
+            spec = read_spec(folder)
+        except SpecError as e:
+            raise unreadable(name, e) from None
+        config = folder / "config.pbtxt"
+        return spec, config.read_text() if config.exists() else None
 
 
 def _claim(repo, name: str, first: int) -> tuple[int, str]:
@@ -82,12 +85,21 @@ def _claim(repo, name: str, first: int) -> tuple[int, str]:
         n += 1
 
 
-def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=None) -> Written:
+def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=None, guard=None) -> Written:
+    """The next version, as modelrepo.folder.write_version writes one into a folder: the model's own config.pbtxt
+    and metadata.json kept (next_spec_files), a fit's `guard` checked against its policy."""
     spec = spec.with_(name=name)
     spec.validate()
     model = repo._list(repo.location.key(name) + "/").get(name, ModelIndex())
-    old = _old_spec(repo, name, model)
-    spec = keep_policies(old, spec)
+    old, old_config = _old_spec(repo, name, model)
+    if old is None:  # a new model: under the policy its writer was given
+        new_files = {"metadata.json": _json(spec.to_json()), "config.pbtxt": None}
+        if guard is not None:
+            spec = spec.with_(access=guard.check(name, None))
+        new_files["config.pbtxt"] = config_text(spec)
+    else:
+        spec, config, meta = next_spec_files(name, old, old_config, spec, guard)
+        new_files = {"metadata.json": meta, "config.pbtxt": config}
     version, claim = _claim(repo, name, max([*model.published, *model.pending], default=0) + 1)
     try:
         with tempfile.TemporaryDirectory(prefix="inr-publish-") as tmp:
@@ -100,8 +112,8 @@ def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=Non
                 repo.requests["PUT"] += 1
                 repo.client.upload_file(str(path), repo.location.bucket, key, Config=transfer_config())
                 files[rel] = {"size": path.stat().st_size, "sha256": _sha256(path)}
-            if old is None or old != spec or old.to_json() != spec.to_json():
-                for rel, text in (("metadata.json", _json(spec.to_json())), ("config.pbtxt", config_text(spec))):
+            for rel, text in new_files.items():  # the model's own files only when they change
+                if text is not None:
                     key = repo.location.key(name, rel)
                     repo.call("PUT", "put_object", key, Key=key, Body=text.encode())
             marker = {

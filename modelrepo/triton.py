@@ -36,9 +36,30 @@ def model_config_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("inference.ModelConfig"))
 
 
+@lru_cache(maxsize=1)
+def _entries_class():
+    """ModelConfig with its `parameters` map read as a list of entries: what a duplicate key looks like before a map
+    keeps only the last one."""
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(DESCRIPTOR_FILE.read_bytes())
+    for msg in fdp.message_type:
+        if msg.name == "ModelConfig":
+            entry = next(m for m in msg.nested_type if m.name == "ParametersEntry")
+            entry.options.map_entry = False
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("inference.ModelConfig"))
+
+
 def parse_config(text: str):
-    """A ModelConfig from config.pbtxt text; raises text_format.ParseError where Triton would refuse it."""
-    return text_format.Parse(text, model_config_class()())
+    """A ModelConfig from config.pbtxt text; raises text_format.ParseError where Triton would refuse it, and where a
+    `parameters` key is given twice (a map keeps the last silently: two `access` entries must not leave it open)."""
+    cfg = text_format.Parse(text, model_config_class()())
+    if "parameters" in text:
+        keys = [e.key for e in text_format.Parse(text, _entries_class()()).parameters]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise text_format.ParseError(f"parameter '{twice[0][:60]}' is given twice")
+    return cfg
 
 
 def config_of(spec: ModelSpec):

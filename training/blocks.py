@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from modelrepo import sha256_bytes
+from modelrepo import Guard, sha256_bytes
 from modelrepo.blocks import BlockLayout, axis_weights
 
 from .fit_image import IMAGE_INPUTS, IMAGE_OUTPUTS, FitConfig, evaluate, finish, image_metadata, image_onnx, train
@@ -152,7 +152,9 @@ def whole_metrics(pieces: list[Piece]) -> dict:
     }
 
 
-def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: list[Piece], source: dict) -> dict:
+def write_blocked_model(
+    out: Path, cfg: FitConfig, layout: BlockLayout, pieces: list[Piece], source: dict, guard: Guard | None = None
+) -> dict:
     """Write the version: the overview as model.onnx, the blocks under blocks/, the layout and the whole image's
     metrics in metadata.json; one atomic rename (modelrepo.write_version)."""
     by_key = {p.key: p for p in pieces}
@@ -190,6 +192,7 @@ def write_blocked_model(out: Path, cfg: FitConfig, layout: BlockLayout, pieces: 
         outputs=IMAGE_OUTPUTS,
         metadata=meta,
         extras=extras,
+        guard=guard,
     )
 
 

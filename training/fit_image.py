@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from modelrepo import Guard
 from telemetry import tracing
 
 from .device import pick_device
@@ -264,7 +265,14 @@ IMAGE_OUTPUTS = [TensorSpec("rgb", "FP32", [-1, 3])]
 
 
 def export_image_model(
-    model: ImageINR, cfg: FitConfig, out: Path, source: dict, metrics: dict, history: dict, preview: np.ndarray
+    model: ImageINR,
+    cfg: FitConfig,
+    out: Path,
+    source: dict,
+    metrics: dict,
+    history: dict,
+    preview: np.ndarray,
+    guard: Guard | None = None,
 ) -> dict:
     """Export to ONNX, verify parity on random coordinates, write the model directory.
 
@@ -291,6 +299,7 @@ def export_image_model(
             outputs=IMAGE_OUTPUTS,
             metadata=meta,
             extras=extras,
+            guard=guard,
         )
         tracing.annotate({"inr.model.version": written["version"]})
         return written

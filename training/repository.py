@@ -22,6 +22,7 @@ from typing import Callable
 
 from modelrepo import (
     NAME_RE,
+    Guard,
     LocationError,
     ModelSpec,
     SpecError,
@@ -79,11 +80,13 @@ def write_model_dir(
     max_batch_size: int = 0,
     dynamic_batching_us: int | None = None,
     extras: Callable[[Path], None] | None = None,
+    guard: Guard | None = None,
 ) -> dict:
     """Write the model (its next version) atomically; return the version's metadata as written,
     with `name`, `task` and `version`. `max_batch_size` 0 takes the task's default row limit.
 
-    `extras(version_dir)` may add files (a preview PNG) to the version folder before it appears.
+    `extras(version_dir)` may add files (a preview PNG) to the version folder before it appears. `guard`: a fit's
+    access guard (modelrepo.access.Guard), checked as the version is written.
     """
     out = out if isinstance(out, Target) else Path(out)
     meta = dict(metadata)
@@ -101,7 +104,7 @@ def write_model_dir(
         spec = spec.with_(coordinates=meta["coordinates"])
     meta.update(created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), command=command_line())
     try:
-        written = open_target(out).write_version(spec, onnx_bytes, meta, extras)
+        written = open_target(out).write_version(spec, onnx_bytes, meta, extras, guard)
     except (SpecError, StorageUnavailable) as e:
         raise UsageError(f"--out '{out}': {e}") from None
     return {"name": out.name, "task": task, **written.record.to_json()}

@@ -17,7 +17,7 @@ from PIL import Image
 
 from commandline import OneLineParser
 from fitstore import FINISHED, PRESETS, FitStore, uploads
-from modelrepo import Repository, SpecError, Target, open_repository
+from modelrepo import Guard, Repository, SpecError, Target, open_repository
 from modelrepo.blocks import BlockLayout
 from telemetry import tracing
 
@@ -316,6 +316,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     }
     if tracing.ON:  # the API's load of this version joins the fit's trace (service/engine/control.py)
         source["traceparent"] = tracing.current_traceparent()
-    written = export_image_model(model, cfg, out, source, metrics, history, full)
+    guard = Guard.from_json(rec.get("access"))  # the policy the API allowed this fit to publish over
+    written = export_image_model(model, cfg, out, source, metrics, history, full, guard)
     log.info("fit %s: wrote %s version %s", rec["id"], rec["name"], written["version"])
     return store.finish(rec, "succeeded", version=written["version"], metrics=metrics)

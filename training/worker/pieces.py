@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from modelrepo import Guard
 from modelrepo.blocks import MIN_BLOCK, BlockLayout
 
 from ..blocks import OVERVIEW, Piece, piece_steps, whole_metrics, write_blocked_model
@@ -112,7 +113,8 @@ def publish(ctx, parent: dict, cfg) -> dict | None:
             "size": [layout.width, layout.height],
         }
         cfg.image = parent["source"].get("filename") or parent["name"]
-        written = write_blocked_model(ctx.models.target(parent["name"]), cfg, layout, pieces, source)
+        guard = Guard.from_json(parent.get("access"))  # the policy the API allowed this fit to publish over
+        written = write_blocked_model(ctx.models.target(parent["name"]), cfg, layout, pieces, source, guard)
     except Exception as e:  # noqa: BLE001 - the job fails with its reason; the pieces stay in the store
         log.exception("fit %s: publish failed", parent["id"])
         return store.finish_parent(
