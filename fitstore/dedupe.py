@@ -45,9 +45,12 @@ class Dedupe:
         found = self._many([f"job:{i}" for i in ids])
         return [found[f"job:{i}"] for i in reversed(ids) if f"job:{i}" in found]
 
-    def fitted(self, sha256: str) -> dict | None:
-        """The newest job with these bytes that is queued, running or succeeded; None if there is none."""
-        return next((r for r in self.with_sha256(sha256) if r["state"] in COUNTS), None)
+    def fitted(self, sha256: str, visible=None) -> dict | None:
+        """The newest job with these bytes that is queued, running or succeeded (and `visible(record)`, the asking
+        caller's view: another caller's job is not theirs to reuse); None if there is none."""
+        return next(
+            (r for r in self.with_sha256(sha256) if r["state"] in COUNTS and (visible is None or visible(r))), None
+        )
 
     def _sha_puts(self, sha256: str | None, job_id: str) -> dict:
         """The index after adding job_id (for the submit transaction)."""

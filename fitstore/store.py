@@ -206,6 +206,9 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
         traceparent: str | None = None,
         reuse: bool = False,
         job_id: str | None = None,
+        visible=None,
+        admit=None,
+        access: dict | None = None,
     ) -> dict:
         """Queue a job. The queue limit and, for a `derived` name, that no queued, running or succeeded job
         among the newest has it, are checked in the transaction that inserts the job: it is done only if
@@ -214,7 +217,11 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
         written before it existed has none, and its fit starts a trace of its own). `source["sha256"]`, the upload's
         hash, is indexed in the same transaction (fitstore.dedupe); with `reuse`, a job with the same bytes that is
         queued, running or succeeded is raised as Duplicate(record) instead, before the queue limit is checked.
-        `job_id`: one `new_id()` gave the caller before (an upload file named after its job, fitstore.uploads)."""
+        `job_id`: one `new_id()` gave the caller before (an upload file named after its job, fitstore.uploads).
+        `visible(record)`: which jobs `reuse` may answer with (the caller's view). `admit(records)`: raises to refuse
+        the job given the newest records (a key's fit quotas): run in the loop the transaction retries, so two
+        submits that race are both counted. `access`: the guard its publish is checked against (modelrepo.access.Guard,
+        as JSON), kept in the record."""
         self._put("config", {"max_running": min(max_running, SLOTS), "stale_s": self.stale_s})
         self.reap()
         limit = max_running + queue_limit
@@ -222,10 +229,12 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
         sha256 = source.get("sha256")
         while True:
             n, raw = self._seq()
-            same = self.fitted(sha256) if reuse and sha256 else None
+            same = self.fitted(sha256, visible) if reuse and sha256 else None
             if same is not None:
                 raise Duplicate(same)
             records = self.list(n)
+            if admit is not None:
+                admit(records)
             active = sum(r["state"] not in FINISHED for r in records)
             if active >= limit:
                 raise QueueFull(active, limit, retry_after=max(1, int(self.stale_s)))
@@ -256,6 +265,7 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
                 "seq": 0,
                 "preview_seq": None,
                 "traceparent": traceparent,
+                "access": access,
             }
             puts = {
                 "jobseq": str(n + 1).encode(),

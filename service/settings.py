@@ -240,6 +240,12 @@ class Settings(BaseSettings):
         description="pixels of one JPEG, PNG or TIFF uploaded to fit, read from its header; one over "
         "INR_MAX_UPLOAD_PIXELS is kept as a file and read by region, never decoded whole (docs/fits.md)",
     )
+    fit_anonymous_max_pixels: int = Field(
+        25_000_000,
+        ge=1,
+        description="pixels a fit queued without credentials may fit (after its size cap): what an anonymous caller "
+        "may cost the workers (docs/security.md, 'Worker time'); a key or token is held to INR_FIT_MAX_UPLOAD_PIXELS",
+    )
     fit_access: Literal["open", "key"] = Field(
         "open",
         description="open: anyone may queue and cancel fits (as before); key: only a token or API key with the "

@@ -68,30 +68,43 @@ class Fits:
 
     # -- what routes need ----------------------------------------------------------------------------
     async def submit(
-        self, upload: Upload, options: dict, name: str | None, reuse: bool = False, job_id: str | None = None
+        self,
+        upload: Upload,
+        options: dict,
+        name: str | None,
+        reuse: bool = False,
+        job_id: str | None = None,
+        visible=None,
+        admit=None,
+        access: dict | None = None,
     ) -> tuple[int, dict]:
         """Queue a normalised upload: (202, the new record). Without a name, one derived from the file name and
         made unique against the repository's folders and the targets of queued, running and succeeded jobs: the
         store checks it again in the transaction that inserts the job, and a name another process took first
         is passed over for the next. 429 when full. With `reuse` (`skip_existing`), a job queued, running or
         succeeded with the same bytes is answered instead, (200, its record), checked in that transaction too.
-        `job_id`: the id the job gets (an upload kept as a file is named after it, fitstore.uploads)."""
+        `job_id`: the id the job gets (an upload kept as a file is named after it, fitstore.uploads). `visible`: the
+        jobs the caller may see (only those are reused); `admit(records)`: the caller's quotas, in the transaction;
+        `access`: the guard the worker checks when it publishes (service/auth/fitaccess.py)."""
         with tracing.span(
             "inr.fit.enqueue",
             attributes={"inr.fit.preset": options.get("preset", ""), "inr.fit.steps": options.get("steps", 0)},
         ):
             try:
-                return 202, await self._submit(upload, options, name, reuse, job_id)
+                return 202, await self._submit(upload, options, name, reuse, job_id, visible, admit, access)
             except Duplicate as e:
                 tracing.annotate({"inr.fit.job": e.record["id"], "inr.fit.reused": True})
                 return 200, await self.present(e.record)
 
-    async def fitted(self, sha256: str) -> dict | None:
-        """The newest job queued, running or succeeded whose upload had these bytes, as the API shows it."""
-        record = await self.call("fitted", sha256)
+    async def fitted(self, sha256: str, visible=None) -> dict | None:
+        """The newest job queued, running or succeeded whose upload had these bytes (and that `visible` lets the
+        caller see), as the API shows it."""
+        record = await self.call("fitted", sha256, visible)
         return None if record is None else await self.present(record)
 
-    async def _submit(self, upload: Upload, options: dict, name: str | None, reuse: bool, job_id: str | None) -> dict:
+    async def _submit(
+        self, upload: Upload, options: dict, name: str | None, reuse: bool, job_id: str | None, visible, admit, access
+    ) -> dict:
         """submit, in the `inr.fit.enqueue` span whose context the record keeps (the worker's spans continue it)."""
         s = self.settings
         trace = tracing.current_traceparent()
@@ -121,6 +134,9 @@ class Fits:
                         traceparent=trace,
                         reuse=reuse,
                         job_id=job_id,
+                        visible=visible,
+                        admit=admit,
+                        access=access,
                     )
                     break
                 except NameTaken:
@@ -135,32 +151,35 @@ class Fits:
         tracing.annotate({"inr.fit.job": record["id"], "inr.fit.name": record["name"]})
         return await self.present(record)
 
-    async def record(self, job_id: str) -> dict:
-        """The raw record, or 404."""
+    async def record(self, job_id: str, visible=None) -> dict:
+        """The raw record, or 404: also for a job `visible(record)` does not let the caller see (its existence is
+        not told either)."""
         record = await self.call("get", job_id)
-        if record is None:
+        if record is None or (visible is not None and not visible(record)):
             raise NotFound(f"unknown fit job '{job_id}'")
         return record
 
-    async def get(self, job_id: str) -> dict:
+    async def get(self, job_id: str, visible=None) -> dict:
         await self.reap()
-        record = await self.record(job_id)
+        record = await self.record(job_id, visible)
         if record.get("state") == "running" and record.get("children"):  # in pieces: their progress (docs/fits.md)
             record.update(await self.call("pieces_progress", record))
         if record.get("state") == "running" and await self.call("cancel_requested", job_id):
             record["cancel_requested"] = True  # a DELETE answered 202: the worker stops at its next step
         return await self.present(record)
 
-    async def list(self, sha256: str | None = None) -> list[dict]:
-        """The newest jobs, newest first; with `sha256`, the jobs whose upload had those bytes, in any state."""
+    async def list(self, sha256: str | None = None, visible=None) -> list[dict]:
+        """The newest jobs, newest first; with `sha256`, the jobs whose upload had those bytes, in any state; only
+        those `visible(record)` lets the caller see."""
         await self.reap()
         workers = len(await self.call("workers"))
         records = await (self.call("with_sha256", sha256) if sha256 else self.call("list"))
-        return [present(r, workers) for r in records]
+        return [present(r, workers) for r in records if visible is None or visible(r)]
 
-    async def cancel(self, job_id: str) -> tuple[int, dict]:
+    async def cancel(self, job_id: str, visible=None) -> tuple[int, dict]:
         """200 with the cancelled record; 202 while a running job's worker has not stopped after
-        CANCEL_WAIT_S; 409 for a finished job, 404 for an unknown one."""
+        CANCEL_WAIT_S; 409 for a finished job, 404 for an unknown one (or one `visible` hides from the caller)."""
+        await self.record(job_id, visible)
         try:
             record = await self.call("cancel", job_id)
         except KeyError:
@@ -180,12 +199,13 @@ class Fits:
             return 200, await self.present(record)
         return 202, await self.present({**record, "cancel_requested": True})  # the store keeps it apart
 
-    async def preview(self, job_id: str, seq: int) -> bytes:
+    async def preview(self, job_id: str, seq: int, visible=None) -> tuple[bytes, dict]:
+        """The PNG of event `seq`, and its job's record (what its caching depends on); 404 as `record`."""
+        record = await self.record(job_id, visible)
         png = await self.call("preview", job_id, seq)
         if png is None:
-            await self.record(job_id)  # 404 for an unknown job first
             raise NotFound(f"fit job '{job_id}' has no preview at event {seq}")
-        return png
+        return png, record
 
     async def present(self, record: dict) -> dict:
         return present(record, len(await self.call("workers")))

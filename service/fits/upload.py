@@ -36,7 +36,21 @@ from ..errors import BadInput, Conflict, InvalidOption, RepositoryUnavailable, S
 MAX_SEED = 2**31 - 1
 MIN_SIZE = 16
 PROTOCOLS = ("paper", "full")
-FIELDS = ("file", "preset", "size", "steps", "protocol", "seed", "name", "skip_existing", "block_size", "blocks")
+FIELDS = (
+    "file",
+    "preset",
+    "size",
+    "steps",
+    "protocol",
+    "seed",
+    "name",
+    "skip_existing",
+    "block_size",
+    "blocks",
+    "access",  # the new model's policy, as config.pbtxt's parameters (service/auth/fitaccess.py)
+    "access_scopes",
+    "access_substitute",
+)
 BLOCKS = ("auto", "always")  # auto: blocks only when one model would not fit a worker's memory (docs/fits.md)
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -181,6 +195,19 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int
         "overlap": min(overlap, size // 4),
         "blocks": blocks,
     }
+
+
+def check_cost(source: dict, size: int | None, max_pixels: int) -> None:
+    """413 when a fit would fit more than `max_pixels` pixels: what a fit without credentials may cost a worker
+    (INR_FIT_ANONYMOUS_MAX_PIXELS; docs/security.md, "Worker time"). `size` caps the longer side."""
+    width, height = int(source["width"]), int(source["height"])
+    scale = min(1.0, size / max(width, height)) if size else 1.0
+    pixels = max(1, round(width * scale)) * max(1, round(height * scale))
+    if pixels > max_pixels:
+        raise TooLarge(
+            f"a fit without credentials may fit at most {max_pixels} pixels (INR_FIT_ANONYMOUS_MAX_PIXELS); "
+            f"'{source.get('filename', 'upload')}' is {width}×{height}: send a smaller size, or an API key or token"
+        )
 
 
 def as_bool(form: dict, field: str) -> bool:

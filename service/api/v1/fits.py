@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated, AsyncIterator
+from typing import Annotated, AsyncIterator, Callable
 
 import anyio
 from fastapi import APIRouter, Header, Path, Query, Request
@@ -17,13 +17,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fitstore import DEFAULT_PRESET, new_id, uploads
 from fitstore.uploads import file_name
 
+from ...auth.caching import cache_control
+from ...auth.fitaccess import guard_for, may_see, public, requested
 from ...auth.policy import Caller, who
 from ...auth.quotas import fit_refusal
 from ...errors import AccessDenied, BadInput, InvalidOption, RepositoryUnavailable, TooManyRequests, UnsupportedMedia
 from ...fits.files import received
 from ...fits.jobs import FINISHED, POLL_S, PRESETS, Fits, event_data
 from ...fits.stream import Reader, StreamedFile
-from ...fits.upload import FIELDS, as_bool, check_name, options
+from ...fits.upload import FIELDS, as_bool, check_cost, check_name, options
 from ..deps import SettingsDep, get_caller
 from ..schemas import ErrorBody
 
@@ -92,16 +94,38 @@ def may_fit(request: Request, settings) -> Caller:
     return caller
 
 
-async def within_quotas(request: Request, caller: Caller, upload_bytes: int) -> None:
-    """429 with Retry-After when the caller's key is over a fit quota (service/auth/quotas.py)."""
+def quotas_of(request: Request, caller: Caller, upload_bytes: int) -> Callable[[list[dict]], None] | None:
+    """The caller's key's fit quotas as a check of the store's newest records (service/auth/quotas.py): 429 with
+    Retry-After when over one. None for a caller without quotas."""
     sub = caller.claims.sub if caller.claims is not None else ""
     record = request.app.state.authority.keys.get(sub[4:]) if sub.startswith("key:") else None
     if record is None or not record.quotas:
-        return
-    refusal = fit_refusal(record.id, record.quotas, await fits(request).call("list"), upload_bytes)
-    if refusal is not None:
-        audit.info("fit refused key=%s: %s", record.id, refusal.message)
-        raise TooManyRequests(refusal.message, refusal.retry_after)
+        return None
+
+    def admit(jobs: list[dict]) -> None:
+        refusal = fit_refusal(record.id, record.quotas, jobs, upload_bytes)
+        if refusal is not None:
+            audit.info("fit refused key=%s: %s", record.id, refusal.message)
+            raise TooManyRequests(refusal.message, refusal.retry_after)
+
+    return admit
+
+
+def viewer(request: Request) -> Callable[[dict], bool]:
+    """Which fit records the caller may see (service/auth/fitaccess.py): its own, an admin's, open fits of models
+    it may read; the others are unknown jobs to it (404). With INR_FIT_ACCESS=key, none without credentials (401)."""
+    caller, registry = get_caller(request), request.app.state.registry
+    if caller.anonymous and request.app.state.settings.fit_access == "key":
+        raise AccessDenied(401, "fits need an API key or token (INR_FIT_ACCESS=key)")
+    return lambda record: may_see(caller, record, registry.access_of, registry.access_default)
+
+
+def guard(request: Request, caller: Caller, name: str | None, fields: dict) -> dict:
+    """Whether the caller may fit into `name` and set the policy the form asks for (401/403), as the guard the
+    worker checks again when it writes the version (modelrepo.access.Guard)."""
+    registry = request.app.state.registry
+    current = registry.access_of(name) if name else None  # a derived name is a new model
+    return guard_for(caller, name or "", current, requested(fields), registry.access_default).to_json()
 
 
 @router.post(
@@ -148,14 +172,19 @@ async def submit(request: Request, settings: SettingsDep):
             settings.fit_block_overlap,
         )
         name = check_name(fields["name"]) if fields.get("name") else None
-        reuse = as_bool(fields, "skip_existing")
-        same = await fits(request).fitted(upload.sha256) if reuse else None  # these bytes were seen: no decode
+        access = guard(request, caller, name, fields)
+        reuse, visible = as_bool(fields, "skip_existing"), viewer(request)
+        same = await fits(request).fitted(upload.sha256, visible) if reuse else None  # seen: no decode
         if same is not None:
             return JSONResponse(same, status_code=200, headers={"location": same["links"]["self"]})
-        await within_quotas(request, caller, upload.size)
+        admit = quotas_of(request, caller, upload.size)
+        if admit is not None:  # before the decode; counted again in the store's transaction
+            admit(await fits(request).call("list"))
         image = await anyio.to_thread.run_sync(
             received, upload, settings.fit_max_upload_bytes, settings.max_upload_pixels, settings.fit_max_upload_pixels
         )
+        if caller.anonymous:
+            check_cost(image.source, opts.get("size"), settings.fit_anonymous_max_pixels)
         if caller.claims is not None:  # whose fit it is (the quotas count it; never a secret)
             image.source.update(owner=caller.claims.sub, bytes=upload.size)
         job_id = None
@@ -167,7 +196,9 @@ async def submit(request: Request, settings: SettingsDep):
             except uploads.UploadsUnavailable as e:
                 raise RepositoryUnavailable(f"the upload was not kept: {e}") from None
             kept = image.source["upload"] = kept_as
-        status, record = await fits(request).submit(image, opts, name, reuse, job_id)  # reuse: checked again
+        status, record = await fits(request).submit(
+            image, opts, name, reuse, job_id, visible, admit, access
+        )  # reuse and the quotas: checked again, in the store's transaction
         if status == 202:
             kept = None  # the job's now: its worker deletes it (fitstore.uploads)
             audit.info("fit queued job=%s name=%s by=%s", record["id"], record["name"], who(caller))
@@ -181,13 +212,13 @@ async def submit(request: Request, settings: SettingsDep):
 @router.get("", responses=ERRORS)
 async def list_fits(request: Request, sha256: Sha256 = None):
     """The newest jobs, newest first; with `sha256`, the jobs (any state) whose upload had those bytes."""
-    return {"fits": await fits(request).list(sha256.lower() if sha256 else None)}
+    return {"fits": await fits(request).list(sha256.lower() if sha256 else None, viewer(request))}
 
 
 @router.get("/{job_id}", responses=ERRORS)
 async def get_fit(request: Request, job_id: JobId):
     """One job: state, step, loss, PSNR, ETA; once succeeded, the model's version and links."""
-    return await fits(request).get(job_id)
+    return await fits(request).get(job_id, viewer(request))
 
 
 @router.delete(
@@ -196,7 +227,7 @@ async def get_fit(request: Request, job_id: JobId):
 async def cancel_fit(request: Request, job_id: JobId, settings: SettingsDep):
     """Cancel a queued or running job: 200 cancelled, 202 while its worker stops; 409 when finished."""
     caller = may_fit(request, settings)
-    status, record = await fits(request).cancel(job_id)
+    status, record = await fits(request).cancel(job_id, viewer(request))
     audit.info("fit cancelled job=%s status=%d by=%s", job_id, status, who(caller))
     return JSONResponse(record, status_code=status)
 
@@ -207,8 +238,12 @@ async def cancel_fit(request: Request, job_id: JobId, settings: SettingsDep):
     responses={**ERRORS, 200: {"content": {"image/png": {}}, "description": "the 64×64 preview of event SEQ"}},
 )
 async def preview(request: Request, job_id: JobId, seq: Annotated[int, Path(ge=1)]):
-    png = await fits(request).preview(job_id, seq)
-    return Response(png, media_type="image/png", headers={"cache-control": "max-age=86400, immutable"})
+    png, record = await fits(request).preview(job_id, seq, viewer(request))
+    registry = request.app.state.registry
+    private = not public(record, registry.access_of, registry.access_default)  # a restricted model's new pixels
+    return Response(
+        png, media_type="image/png", headers={"cache-control": cache_control(private, 86400, immutable=True)}
+    )
 
 
 @router.get(
@@ -230,7 +265,7 @@ async def events(
             raise InvalidOption(f"Last-Event-ID must be an event number, got {last_event_id[:20]!r}")
         start = int(last_event_id)
     service = fits(request)
-    await service.record(job_id)  # 404 before the stream starts
+    await service.record(job_id, viewer(request))  # 404 before the stream starts
     return StreamingResponse(
         stream(request, service, job_id, start),
         media_type="text/event-stream",
