@@ -153,13 +153,24 @@ class LocalRepository(Repository):
         return write_version(self.root / name, spec, onnx_bytes, metadata, extras, guard)
 
 
-def folder_stamp(folder: Path) -> tuple:
-    """(mtime_ns) of the model folder and of each version folder in it: what changes when a version, a config or a
-    file is written the way the training export and Triton's tools write them (a new file renamed into place).
-    Two stats or so per model, for the rescan of a large repository; an edit in place of a file shows only in
-    the full fingerprint (service/engine/control.py), which a resident model gets."""
+def config_stamp(config: str | Path, dir_fd: int | None = None) -> tuple:
+    """(mtime_ns, size, inode) of a config.pbtxt, or () without one: an edit in place shows here, a file renamed over
+    it too. The model's policy is in it (docs/access.md), so the rescan looks at it as well as at the folder."""
     try:
-        found = [os.stat(folder).st_mtime_ns]
+        st = os.stat(config, dir_fd=dir_fd)
+    except OSError:
+        return ()
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def folder_stamp(folder: Path) -> tuple:
+    """(mtime_ns) of the model folder, its config.pbtxt's stamp, and the mtime of each version folder in it: what
+    changes when a version or a config is written the way the training export and Triton's tools write them (a new
+    file renamed into place), or a config edited in place. Three stats or so per model, for the rescan of a large
+    repository; an edit in place of another file shows only in the full fingerprint (service/engine/control.py),
+    which a resident model gets."""
+    try:
+        found = [os.stat(folder).st_mtime_ns, config_stamp(Path(folder) / "config.pbtxt")]
         with os.scandir(folder) as entries:
             found += sorted((e.name, e.stat().st_mtime_ns) for e in entries if e.name.isdigit() and e.is_dir())
     except OSError:
@@ -168,11 +179,16 @@ def folder_stamp(folder: Path) -> tuple:
 
 
 def folder_unchanged(name: str, stamp: tuple, root_fd: int) -> bool:
-    """Whether the model folder `name` (in the repository opened as `root_fd`) still has the mtime of `stamp`
-    (folder_stamp when it was read): one stat, for a model with no version in memory. A version or config renamed
-    into place shows there; a version rewritten inside its folder is read again at its load (ModelRuntime._load
-    reads the metadata and checks the files). That keeps a rescan of 10,000 read models at one stat each."""
+    """Whether the model folder `name` (in the repository opened as `root_fd`) still has the mtime and the
+    config.pbtxt of `stamp` (folder_stamp when it was read): two stats, for a model with no version in memory. A
+    version or config renamed into place shows in the folder's mtime, a config edited in place in its own; a version
+    rewritten inside its folder is read again at its load (ModelRuntime._load reads the metadata and checks the
+    files). That keeps a rescan of 10,000 read models at two stats each."""
     try:
-        return bool(stamp) and os.stat(name, dir_fd=root_fd).st_mtime_ns == stamp[0]
+        return (
+            bool(stamp)
+            and os.stat(name, dir_fd=root_fd).st_mtime_ns == stamp[0]
+            and config_stamp(f"{name}/config.pbtxt", root_fd) == stamp[1]
+        )
     except OSError:
         return False

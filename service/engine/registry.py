@@ -36,6 +36,7 @@ from modelrepo import (
 )
 from modelrepo.access import PUBLIC, RESTRICTED, Access
 
+from ..auth.caching import render_cache_control
 from ..auth.policy import ANONYMOUS, Caller
 from ..errors import ModelNotFound, ModelNotReady, NotLoaded, RepositoryUnavailable, WrongTask
 from .runtime import ModelRuntime, RuntimeOptions
@@ -116,14 +117,13 @@ class Registry:
         return self.names_for(ANONYMOUS, names)
 
     def access_of(self, name: str) -> Access | None:
-        """The model's access policy (modelrepo/access.py); None for a name that is no model. A model not read yet
-        reads its config.pbtxt alone (`read_access`), remembered while the file is unchanged.
-        A config.pbtxt that does not parse counts as restricted: the model fails at its load anyway."""
-        state = self._models.get(name)
-        if state is not None and state.spec is not None:
-            return state.spec.access
+        """The model's access policy (modelrepo/access.py); None for a name that is no model. Read from its
+        config.pbtxt alone (`read_access`) and remembered while the file's stat is unchanged: one stat a request, so
+        that a policy edited in place (an editor saving over the file) holds from the next request, in every model
+        control mode. A config.pbtxt that does not parse counts as restricted: the model fails at its load anyway."""
         if not NAME_RE.match(name):
             return None  # no model has this name; never a path out of the repository
+        state = self._models.get(name)
         path = self.root / name
         if self.repo.remote:
             try:  # the policy is in config.pbtxt: fetched when it changed; never guessed while S3 does not answer
@@ -131,9 +131,12 @@ class Registry:
             except StorageUnavailable as e:
                 raise RepositoryUnavailable(f"model '{name}': its access policy is not on local disk: {e}") from None
         try:
-            stamp = os.stat(path / "config.pbtxt").st_mtime_ns
+            st = os.stat(path / "config.pbtxt")
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             stamp = None
+            if state is not None and state.spec is not None:
+                return state.spec.access  # its folder removed, not unloaded yet: as it was served
             if state is None and (self.listing is None or name not in self.listing):
                 return None  # no such model (or not one this server could read)
         known = self._access.get(name)
@@ -145,6 +148,14 @@ class Registry:
             access = Access(RESTRICTED)
         self._access[name] = (stamp, access)
         return access
+
+    def restricted(self, name: str) -> bool:
+        """Whether model `name` is restricted now (its policy, else the server's default; an unknown name: no)."""
+        return (self.access_of(name) or Access()).effective(self.access_default) == RESTRICTED
+
+    def caching(self, name: str, pinned: bool, max_age: int) -> str:
+        """The Cache-Control of a render or tile of model `name` (service/auth/caching.py): private when restricted."""
+        return render_cache_control(self.restricted(name), pinned, max_age)
 
     def resident_names(self) -> set[str]:
         """The models with a version in memory now (the residency's table; every loaded one when there is none)."""

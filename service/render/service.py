@@ -68,14 +68,6 @@ class Rendered:
         return Response(self.body, media_type=self.media_type, headers=headers)
 
 
-def cache_control(settings: Settings, pinned: bool, max_age: int) -> str:
-    """`immutable` when the URL names the model version (its files never change); otherwise a
-    max-age, after which HTTP caches revalidate with the ETag (a 304 costs no render)."""
-    if pinned:
-        return "public, max-age=31536000, immutable"
-    return f"public, max-age={max_age}"
-
-
 def check_limits(spec: RenderSpec, settings: Settings) -> RenderSpec:
     """The spec checked against the limits (TooLarge, BadInput naming the setting or the value)."""
     samples = spec.width * spec.height * spec.supersample**2

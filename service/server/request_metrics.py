@@ -12,8 +12,8 @@ from ..metrics import Metrics
 
 
 class MetricsMiddleware:
-    """Times every HTTP request and labels it with its route template and model (known models only,
-    so that made-up names in URLs cannot grow the label set)."""
+    """Times every HTTP request and labels it with its route template and model (known models only, so that
+    made-up names in URLs cannot grow the label set; not for a request refused by model access, 401 or 403)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, known_models):
         self.app, self.metrics, self.known_models = app, metrics, known_models
@@ -34,7 +34,8 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             endpoint, name, version = self._route(scope)
-            model = name if name in self.known_models() else ""
+            # a refused request is counted without its model: no one learns a restricted name from the counts
+            model = name if code not in (401, 403) and name in self.known_models() else ""
             self.metrics.request(model, endpoint, scope["method"], code, time.perf_counter() - start, version)
 
     def _route(self, scope: Scope) -> tuple[str, str, str]:

@@ -19,23 +19,26 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import re
 import time
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from modelrepo.access import Access
 
 from ...auth.caller import COOKIE, Authority, NotAuthenticated, from_scope, from_values
+from ...auth.keys import KeyError_
 from ...auth.policy import ANONYMOUS, decide
 from ..deps import RegistryDep, SettingsDep
 from .info import PREFIX, base_url
 
 AUTH = "/iiif/auth"
 CONTEXT = "http://iiif.io/api/auth/2/context.json"
-ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+$")
+ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+\Z")
 SESSION_TTL_S = 8 * 3600
 CORS = {
     "Access-Control-Allow-Origin": "*",
@@ -43,6 +46,8 @@ CORS = {
     "Access-Control-Allow-Methods": "GET, OPTIONS",
 }
 router = APIRouter(prefix=AUTH, tags=["IIIF Authorization Flow 2.0"])
+log = logging.getLogger(__name__)
+audit = logging.getLogger("inr.audit")
 
 
 def lang(text: str) -> dict:
@@ -194,7 +199,7 @@ async def login(
         response.status_code = 401
         return response
     c = caller.claims
-    token, _ = authority.signer.issue(c.sub, c.scopes, SESSION_TTL_S, "session", c.models)
+    token, _ = authority.signer.issue(c.sub, c.scopes, SESSION_TTL_S, "session", c.models, gen=c.gen)
     response = page("Logged in", "<p>Logged in. This window closes itself.</p>", "window.close();")
     response.set_cookie(
         COOKIE, token, max_age=SESSION_TTL_S, httponly=True, samesite="lax", secure=request.url.scheme == "https"
@@ -244,7 +249,21 @@ def error(profile: str, note: str) -> dict:
 
 @router.get("/logout", response_class=HTMLResponse)
 async def logout(request: Request, settings: SettingsDep) -> HTMLResponse:
-    """Forget the session cookie. Access tokens already issued live until their expiry."""
+    """Forget the session cookie, and end the session on the server: a key's sessions are refused from the next
+    request on, a copy of the cookie included (service/auth/keys.py). Access tokens already made from it live until
+    their expiry (INR_ACCESS_TOKEN_TTL_S): they are signed, not stored."""
+    authority: Authority = request.app.state.authority
+    try:
+        caller = from_values(authority, None, request.headers.get("cookie"))
+    except NotAuthenticated:
+        caller = ANONYMOUS  # already ended, or not ours
+    sub = caller.claims.sub if caller.claims is not None else ""
+    if sub.startswith("key:"):
+        try:
+            await run_in_threadpool(authority.keys.end_sessions, sub[4:])
+            audit.info("sessions ended key=%s by=logout", sub[4:])
+        except (KeyError_, OSError) as e:  # the cookie is still forgotten; its copies live until they expire
+            log.warning("logout of key %s: the keys file could not be written (%s)", sub[4:], e)
     response = page("Logged out", "<p>Logged out.</p>", frames=settings.access_origins)
     response.delete_cookie(COOKIE, httponly=True, samesite="lax", secure=request.url.scheme == "https")
     return response

@@ -34,9 +34,9 @@ from iiif_prezi3 import (
 )
 from starlette.concurrency import run_in_threadpool
 
-from modelrepo.access import RESTRICTED, Access
 from modelrepo.serving import ImageSource
 
+from ...auth.caching import cache_control
 from ...engine.runtime import ModelRuntime
 from ...errors import NotFound, ServiceError
 from ..deps import CallerDep, RegistryDep, SettingsDep
@@ -82,12 +82,14 @@ def training_metadata(meta: dict) -> list[KeyValueString]:
     return [KeyValueString(label=k, value=v) for k, v in rows]
 
 
-def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str) -> Canvas:
+def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str, bare: bool = False) -> Canvas:
+    """A version's Canvas; `bare`: its image and size alone, for a caller who may not read the model (no summary,
+    training metadata, thumbnail or version in its label)."""
     ident = Identifier(model.name, model.version)
     service_id = image_id(request, settings, ident)
     width, height = image_size(model.metadata)  # the native size and aspect, as info.json
     service = [ServiceV3(id=service_id, type="ImageService3", profile="level2")]
-    canvas_id = f"{manifest_id.removesuffix('/manifest.json')}/canvas/{model.version}"
+    canvas_id = f"{manifest_id.removesuffix('/manifest.json')}/canvas/{'1' if bare else model.version}"
     body = AnnotationBody(
         id=f"{service_id}/full/max/0/default.jpg",
         type="Image",
@@ -97,6 +99,9 @@ def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str)
         service=service,
     )
     painting = Annotation(id=f"{canvas_id}/annotation/1", motivation="painting", body=body, target=canvas_id)
+    page = AnnotationPage(id=f"{canvas_id}/page/1", items=[painting])
+    if bare:
+        return Canvas(id=canvas_id, width=width, height=height, label=model.name, items=[page])
     up = "^" if max(width, height) < THUMBNAIL else ""  # a smaller image is upscaled by the model, and says so
     thumbnail = AnnotationBody(
         id=f"{service_id}/full/{up}!{THUMBNAIL},{THUMBNAIL}/0/default.jpg",
@@ -115,16 +120,22 @@ def canvas_of(request: Request, settings, model: ModelRuntime, manifest_id: str)
         else f"the image model {model.name}, version {model.version}",
         metadata=training_metadata(model.metadata),
         thumbnail=[thumbnail],
-        items=[AnnotationPage(id=f"{canvas_id}/page/1", items=[painting])],
+        items=[page],
     )
 
 
-def manifest_of(request: Request, settings, registry, ident: Identifier) -> Manifest:
-    """404 for an unknown model or version, 400 for a model that is not an image model (resolve)."""
+def manifest_of(request: Request, settings, registry, ident: Identifier, bare: bool = False) -> Manifest:
+    """404 for an unknown model or version, 400 for a model that is not an image model (resolve). `bare`: for a
+    caller who may not read the model (a 401 that carries the auth services, or a substitute's reader): one Canvas
+    of the image and its size, without the description, the training metadata, the thumbnail or the versions."""
     serving = resolve(registry, ident)
+    manifest_id = f"{image_id(request, settings, ident)}/manifest.json"
+    if bare:
+        return Manifest(
+            id=manifest_id, label=str(ident), items=[canvas_of(request, settings, serving, manifest_id, True)]
+        )
     state = registry.get(ident.name)
     versions = [serving] if ident.version is not None else [v for v in state.versions if v.ready]
-    manifest_id = f"{image_id(request, settings, ident)}/manifest.json"
     description = serving.metadata.get("description")
     canvases = [canvas_of(request, settings, v, manifest_id) for v in versions]
     return Manifest(
@@ -154,12 +165,13 @@ def manifest_refs(request: Request, settings, registry, names: list[str]) -> lis
     return refs
 
 
-def ld_json(resource, settings, pinned: bool) -> Response:
+def ld_json(resource, settings, pinned: bool, per_caller: bool = False) -> Response:
+    """`per_caller`: what it lists depends on who asks (a caller with credentials may see restricted models)."""
     age = settings.iiif_max_age if pinned else settings.render_cache_max_age_s  # a version may appear any time
     return Response(
         json.dumps(json.loads(resource.jsonld()), ensure_ascii=False),
         media_type=MEDIA_TYPE,
-        headers={"Cache-Control": f"public, max-age={age}"},
+        headers={"Cache-Control": cache_control(False, age, per_caller=per_caller)},
     )
 
 
@@ -179,7 +191,9 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
         base = base_url(request, settings)
         if len(names) <= size:
             refs = await run_in_threadpool(manifest_refs, request, settings, registry, names)
-            return ld_json(Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False)
+            return ld_json(
+                Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False, not caller.anonymous
+            )
         pages = [names[i : i + size] for i in range(0, len(names), size)]
         refs = [
             CollectionRef(
@@ -187,7 +201,9 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
             )
             for n, page in enumerate(pages, 1)
         ]
-        return ld_json(Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False)
+        return ld_json(
+            Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False, not caller.anonymous
+        )
 
     @router.api_route(
         "/collection/{page}.json",
@@ -214,6 +230,7 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
             ),
             settings,
             False,
+            not caller.anonymous,
         )
 
     @router.api_route(
@@ -226,17 +243,18 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
         """A IIIF Presentation 3.0 Manifest: one Canvas per ready version of the image model. A restricted model's
         images carry the IIIF Auth 2.0 services; without access it is a 401 that still carries them."""
         ident = Identifier.parse(name)
-        response = ld_json(manifest_of(request, settings, registry, ident), settings, ident.version is not None)
-        if (registry.access_of(ident.name) or Access()).effective(registry.access_default) != RESTRICTED:
+        refused = request.scope.get("state", {}).get("refused")
+        manifest = manifest_of(request, settings, registry, ident, bare=refused is not None)
+        response = ld_json(manifest, settings, ident.version is not None)
+        if not registry.restricted(ident.name):
             return response
         doc = json.loads(response.body)
         for canvas in doc["items"]:
             for body in (a["body"] for page in canvas["items"] for a in page["items"]):
                 body["service"] = body.get("service", []) + auth.services(request, settings, str(ident))
-        refused = request.scope.get("state", {}).get("refused")
         return Response(
             json.dumps(doc, ensure_ascii=False),
             status_code=refused.status if refused is not None and not refused.substitute else 200,
             media_type=MEDIA_TYPE,
-            headers={"Cache-Control": "private, no-cache", "Vary": "Cookie, Authorization"},
+            headers={"Cache-Control": cache_control(True, 0, per_caller=True), "Vary": "Cookie, Authorization"},
         )

@@ -19,16 +19,16 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from modelrepo.access import RESTRICTED, Access
 from telemetry import tracing
 
-from ...errors import AccessDenied, NotFound, ServiceError, error_response, validation_message
+from ...auth.caching import cache_control
+from ...errors import NotFound, ServiceError, error_response, validation_message
 from ...render.cache import etag_matches
 from ...render.imaging import MEDIA_TYPES
-from ...render.service import RenderJob, cache_control
+from ...render.service import RenderJob
 from ..deps import RegistryDep, SettingsDep
 from ..schemas import ErrorBody
-from . import auth, manifest, post
+from . import auth, manifest, post, substitute
 from .info import (
     INFO_MEDIA_TYPE,
     PREFIX,
@@ -102,9 +102,7 @@ def limit_to(doc: dict, long_side: int) -> dict:
 
 def _caching(settings, etag: str, private: bool = False) -> dict:
     """A restricted image's information depends on who asks (the whole, or the substitute): revalidated each time."""
-    if private:
-        return {"ETag": etag, "Cache-Control": "private, no-cache"}
-    return {"ETag": etag, "Cache-Control": f"public, max-age={settings.iiif_max_age}"}
+    return {"ETag": etag, "Cache-Control": cache_control(private, settings.iiif_max_age, per_caller=private)}
 
 
 def _etag(model, key: str) -> str:
@@ -130,7 +128,7 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     service_id = image_id(request, settings, ident)
     doc = info_document(service_id, width, height, settings.max_render_pixels, settings.iiif_zoom)
     refused = request.scope.get("state", {}).get("refused")
-    restricted = (registry.access_of(model.name) or Access()).effective(registry.access_default) == RESTRICTED
+    restricted = registry.restricted(model.name)
     if restricted:
         doc["service"] = auth.services(request, settings, str(ident))  # IIIF Auth 2.0, whoever asks
         if refused is not None:  # the auth services still told (a client starts the flow from them), no pixels
@@ -182,22 +180,19 @@ async def image(
         },
     ):
         req = ImageRequest.parse(region, size, rotation, quality_format)
-        p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
-    refused = request.scope.get("state", {}).get("refused")
-    if refused is not None and max(width, height) * p.size[0] > refused.substitute * p.box.w * (1 + 1e-9) + p.box.w:
-        raise AccessDenied(
-            refused.status,
-            f"{refused.reason}; without it, only renders of the whole image at most {refused.substitute} pixels on "
-            "its long side (the substitute) are public",
-        )
+        refused = request.scope.get("state", {}).get("refused")
+        limit = max_size(width, height, settings.iiif_zoom)
+        if refused is not None and req.size.kind == "max":  # `max` for the substitute: the most it allows
+            limit = substitute.max_side(req.region.resolve(width, height), width, height, refused.substitute)
+        p = plan(req, width, height, settings.max_render_pixels, limit)
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
     service_id = image_id(request, settings, ident)
     link = f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'
-    job = RenderJob(p.render.spec(), p.render.format, JPEG_QUALITY, post.finisher(p, width, height), post.key(p))
     pinned = ident.version is not None
-    caching = cache_control(settings, pinned, settings.iiif_max_age)
-    if (registry.access_of(model.name) or Access()).effective(registry.access_default) == RESTRICTED:
-        caching = caching.replace("public", "private")  # a shared cache must not hand it to the next caller
+    caching = registry.caching(model.name, pinned, settings.iiif_max_age)  # private when restricted
+    if refused is not None:  # the substitute only: from its fixed raster, never the network (substitute.py)
+        return await substitute.answer(request, model, p, width, height, refused, caching, link)
+    job = RenderJob(p.render.spec(), p.render.format, JPEG_QUALITY, post.finisher(p, width, height), post.key(p))
     rendered = await request.app.state.renderer.render(
         model,
         job,

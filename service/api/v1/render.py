@@ -19,7 +19,7 @@ from ...errors import BadInput, TooLarge
 from ...geometry import transform as tf
 from ...geometry.sampling import Background
 from ...render.imaging import MEDIA_TYPES, RenderSpec
-from ...render.service import RenderJob, cache_control
+from ...render.service import RenderJob
 from ...settings import Settings
 from ..deps import ImageModel, ModelName, RegistryDep, SettingsDep
 from ..schemas import ErrorBody, RenderRequest, sampling_matrix
@@ -62,7 +62,7 @@ async def respond(
     rendered = await request.app.state.renderer.render(
         model,
         job_of(req, model.image_size),
-        cache_control=cache_control(settings, pinned, settings.render_cache_max_age_s),
+        cache_control=request.app.state.registry.caching(model.name, pinned, settings.render_cache_max_age_s),
         if_none_match=request.headers.get("if-none-match"),
         is_disconnected=request.is_disconnected,
     )
