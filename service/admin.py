@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store.check()
         if args.action == "create":
-            models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+            models = None if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
             key, record = store.create(args.name, args.scope, models, parse(args.quota))
             log.info("key created id=%s scopes=%s models=%s by=cli", record.id, ",".join(record.scopes), models)
             sys.stdout.write(json.dumps({"key": key, **record.public()}) + "\n")

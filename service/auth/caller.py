@@ -45,7 +45,22 @@ class Authority:
         if record is None:
             raise NotAuthenticated("the API key is not valid (unknown, revoked or mistyped)")
         models = None if record.models is None else frozenset(record.models)
-        return Caller(Claims(f"key:{record.id}", frozenset(record.scopes), models, "access", 0, record.id))
+        claims = Claims(f"key:{record.id}", frozenset(record.scopes), models, "access", 0, record.id, record.generation)
+        return Caller(claims)
+
+    def live(self, claims: Claims) -> Caller:
+        """A verified token, checked against the key it came from (`key:ID`), at the next request, on every replica
+        (the keys file is shared): any token of a revoked key is refused, and a session that was logged out (its
+        key's generation bumped since), a copy of its cookie included. An access token made from a session before
+        its logout lives until its expiry (INR_ACCESS_TOKEN_TTL_S), as IIIF Auth 2.0's stateless tokens do; tokens
+        of other subjects (a trusted proxy's users) live until their expiry."""
+        if claims.sub.startswith("key:"):
+            record = self.keys.get(claims.sub[4:])
+            if record is None or record.revoked is not None:
+                raise NotAuthenticated("the API key this token came from is revoked or unknown")
+            if claims.kind == "session" and (claims.gen or 0) != record.generation:
+                raise NotAuthenticated("this session was logged out; log in again")
+        return Caller(claims)
 
 
 def from_values(
@@ -59,12 +74,12 @@ def from_values(
             credential = bearer(authorization)
             if credential.startswith(PREFIX):
                 return authority.key(credential)
-            return Caller(signer.verify(credential, "access"))
+            return authority.live(signer.verify(credential, "access"))
         if proxied is not None:
             return proxied
         session = _cookie(cookie)
         if session is not None:
-            return Caller(signer.verify(session, "session"))
+            return authority.live(signer.verify(session, "session"))
     except BadToken as e:
         raise NotAuthenticated(str(e)) from None
     return ANONYMOUS

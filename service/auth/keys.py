@@ -11,6 +11,7 @@ mtime changes, so keys made by the CLI are seen by a running server without a re
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -24,11 +25,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from modelrepo import NAME_RE
 from modelrepo.access import SCOPE_RE
 
 log = logging.getLogger(__name__)
 PREFIX = "inr_"
-KEY_RE = re.compile(r"^inr_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+KEY_RE = re.compile(r"^inr_([0-9a-f]{12})_([A-Za-z0-9_-]{43})\Z")
 ADMIN, FIT, READ = "admin", "fit", "read"
 
 
@@ -46,6 +48,7 @@ class KeyRecord:
     models: list[str] | None = None
     revoked: float | None = None
     quotas: dict = field(default_factory=dict)
+    generation: int = 0  # bumped by a logout: the sessions (and their access tokens) of an older one are refused
 
     def public(self) -> dict:
         """The record without its hash: what the CLI and the admin API show."""
@@ -113,12 +116,20 @@ class KeyStore:
     def create(
         self, name: str, scopes: list[str], models: list[str] | None = None, quotas: dict | None = None
     ) -> tuple[str, KeyRecord]:
+        """A new key. `models`: None for any model its scopes allow, else at least one model name (an empty list is
+        refused: it would read as every model)."""
         if self.path is None:
             raise KeyError_("no key file: set INR_ACCESS_KEYS (or --keys)")
         scopes = sorted(set(scopes))
         bad = [s for s in scopes if not SCOPE_RE.match(s)]
         if not scopes or bad:
             raise KeyError_(f"scope '{bad[0] if bad else ''}' must be lower-case letters, digits, '_', '.' or '-'")
+        if models is not None:
+            if not models:
+                raise KeyError_("models must name at least one model; leave it out for every model its scopes allow")
+            odd = [m for m in models if not isinstance(m, str) or not NAME_RE.match(m)]
+            if odd:
+                raise KeyError_(f"models: '{str(odd[0])[:40]}' is not a model name")
         kid, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         record = KeyRecord(
             kid,
@@ -126,7 +137,7 @@ class KeyStore:
             scopes,
             _digest(secret),
             time.time(),
-            sorted(models) if models else None,
+            sorted(set(models)) if models is not None else None,
             None,
             quotas or {},
         )
@@ -140,14 +151,26 @@ class KeyStore:
         self._write(lambda rows: [{**r, "revoked": r["revoked"] or now} if r["id"] == kid else r for r in rows])
         return self._load()[kid]
 
+    def end_sessions(self, kid: str) -> KeyRecord:
+        """Log out every session of the key (its generation bumped): on every replica, at their next request."""
+        if kid not in self._load():
+            raise KeyError_(f"no key with id '{kid[:40]}'")
+        self._write(
+            lambda rows: [{**r, "generation": r.get("generation", 0) + 1} if r["id"] == kid else r for r in rows]
+        )
+        return self._load()[kid]
+
     def _write(self, change) -> None:
-        with self._lock:
+        """Read, change and replace the file under a lock that other processes (the CLI, the server's workers,
+        replicas on the shared volume) take too, so that no change is lost to another's."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             rows = json.loads(self.path.read_text() or "[]") if self.path.exists() else []
-            rows = change(rows)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(change(rows), indent=1, allow_nan=False)  # strict JSON, or nothing written
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".keys-")
             with os.fdopen(fd, "w") as f:
-                json.dump(rows, f, indent=1)
+                f.write(text)
             os.chmod(tmp, 0o600)
             os.replace(tmp, self.path)
             self._stamp = None

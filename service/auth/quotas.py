@@ -34,8 +34,8 @@ def parse(items: list[str]) -> dict:
             number = parse_bytes(value) if kind == "bytes" else kind(value)
         except ValueError:
             raise ValueError(f"quota '{item[:60]}': '{value[:40]}' is not a number") from None
-        if number <= 0:
-            raise ValueError(f"quota '{item[:60]}' must be more than 0")
+        if not math.isfinite(number) or number <= 0:  # nan, inf: never stored (the file is strict JSON)
+            raise ValueError(f"quota '{item[:60]}' must be a finite number more than 0")
         out[key.strip()] = number
     return out
 

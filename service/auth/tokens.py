@@ -30,6 +30,7 @@ class Claims:
     kind: str
     expires: int
     id: str
+    gen: int | None = None  # a key's session generation: logout and revocation end the older ones (keys.py)
 
 
 class Signer:
@@ -38,12 +39,21 @@ class Signer:
         self._key = secret if secret is not None else secrets.token_bytes(32)
 
     def issue(
-        self, sub: str, scopes, ttl_s: int, kind: str = "access", models=None, now: float | None = None
+        self,
+        sub: str,
+        scopes,
+        ttl_s: int,
+        kind: str = "access",
+        models=None,
+        now: float | None = None,
+        gen: int | None = None,
     ) -> tuple[str, Claims]:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
         now = int(time.time() if now is None else now)
-        claims = Claims(sub, frozenset(scopes), None if models is None else frozenset(models), kind, now + ttl_s, "")
+        claims = Claims(
+            sub, frozenset(scopes), None if models is None else frozenset(models), kind, now + ttl_s, "", gen
+        )
         body = {
             "sub": sub,
             "scope": " ".join(sorted(claims.scopes)),
@@ -55,6 +65,8 @@ class Signer:
         }
         if claims.models is not None:
             body["models"] = sorted(claims.models)
+        if gen is not None:
+            body["gen"] = gen
         token = jwt.encode(body, self._key, algorithm=ALGORITHM)
         return token, Claims(**{**claims.__dict__, "id": body["jti"]})
 
@@ -75,9 +87,11 @@ class Signer:
             raise BadToken(f"the token is not valid ({e.__class__.__name__})") from None
         if body["typ"] != kind:
             raise BadToken(f"a {body['typ']!s:.20} token where an {kind} token is needed")
-        models = body.get("models")
+        models, gen = body.get("models"), body.get("gen")
         if models is not None and not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
             raise BadToken("the token's models claim is not a list of names")
+        if gen is not None and (not isinstance(gen, int) or isinstance(gen, bool)):
+            raise BadToken("the token's gen claim is not a whole number")
         return Claims(
             str(body["sub"]),
             frozenset(str(body.get("scope", "")).split()),
@@ -85,4 +99,5 @@ class Signer:
             kind,
             int(body["exp"]),
             str(body["jti"]),
+            gen,
         )

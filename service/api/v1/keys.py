@@ -39,6 +39,13 @@ def admin(request: Request, caller) -> str:
     return caller.claims.sub
 
 
+def within(caller, record_models) -> bool:
+    """Whether a key limited to `record_models` (None: every model) is within the admin's own models: an admin
+    limited with --models manages only keys limited to models of its own, so it cannot make or see a wider one."""
+    mine = caller.claims.models
+    return mine is None or (record_models is not None and set(record_models) <= mine)
+
+
 def store(request: Request):
     keys = request.app.state.authority.keys
     if keys.path is None:
@@ -50,13 +57,19 @@ def store(request: Request):
 def list_keys(request: Request, caller: CallerDep) -> dict:
     """Every key, without its secret or hash."""
     admin(request, caller)
-    return {"keys": [r.public() for r in store(request).records()]}
+    return {"keys": [r.public() for r in store(request).records() if within(caller, r.models)]}
 
 
 @router.post("", status_code=201, responses=ERRORS)
 def create_key(request: Request, body: KeyRequest, caller: CallerDep) -> JSONResponse:
     """A new key: its secret is in this answer only."""
     who = admin(request, caller)
+    if not within(caller, body.models):
+        raise AccessDenied(
+            403,
+            f"{who} is limited to the models {', '.join(sorted(caller.claims.models))}: a key it makes must list "
+            "models, all of them among those",
+        )
     try:
         quotas = parse([f"{k}={v}" for k, v in body.quotas.items()])
         key, record = store(request).create(body.name, body.scopes, body.models, quotas)
@@ -70,8 +83,12 @@ def create_key(request: Request, body: KeyRequest, caller: CallerDep) -> JSONRes
 def revoke_key(request: Request, key_id: KeyId, caller: CallerDep) -> dict:
     """Revoke a key: refused from its next request on."""
     who = admin(request, caller)
+    keys = store(request)
+    found = keys.get(key_id)
+    if found is None or not within(caller, found.models):  # a wider key is not this admin's to see
+        raise NotFound(f"no key with id '{key_id}'")
     try:
-        record = store(request).revoke(key_id)
+        record = keys.revoke(key_id)
     except KeyError_ as e:
         raise NotFound(str(e)) from None
     audit.info("key revoked id=%s by=%s", record.id, who)
