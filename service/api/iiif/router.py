@@ -180,11 +180,8 @@ async def image(
         },
     ):
         req = ImageRequest.parse(region, size, rotation, quality_format)
-        refused = request.scope.get("state", {}).get("refused")
-        limit = max_size(width, height, settings.iiif_zoom)
-        if refused is not None and req.size.kind == "max":  # `max` for the substitute: the most it allows
-            limit = substitute.max_side(req.region.resolve(width, height), width, height, refused.substitute)
-        p = plan(req, width, height, settings.max_render_pixels, limit)
+        p = plan(req, width, height, settings.max_render_pixels, max_size(width, height, settings.iiif_zoom))
+    refused = request.scope.get("state", {}).get("refused")
     canonical = f"{p.canonical(width, height)}/{req.rotation.text()}/{req.quality}.{req.format}"
     service_id = image_id(request, settings, ident)
     link = f'<{service_id}/{canonical}>;rel="canonical", <{PROFILE_URI}>;rel="profile"'

@@ -42,12 +42,6 @@ def dims(width: int, height: int, long_side: int) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def max_side(box, width: int, height: int, long_side: int) -> tuple[int, int]:
-    """What IIIF's `max` is for a region of the substitute: the region at the substitute's scale."""
-    limit = long_side / max(width, height)
-    return max(1, math.floor(box.w * limit + 1e-9)), max(1, math.floor(box.h * limit + 1e-9))
-
-
 def check_scale(p: Plan, width: int, height: int, refused) -> None:
     """401/403 for a request finer than the substitute on either axis (a pixel of rounding allowed), as info.json's
     maxWidth and maxHeight say."""
