@@ -157,8 +157,8 @@ class S3Repository(Repository):
             )
             for obj in page.get("Contents", ()):
                 name, _, rest = obj["Key"][base:].partition("/")
-                if not NAME_RE.match(name) or not rest:
-                    continue
+                if not NAME_RE.match(name) or not rest or any(p in ("", ".", "..") for p in rest.split("/")):
+                    continue  # not a model's file; never a path out of the model's folder in the mirror
                 entry = (obj["ETag"].strip('"'), int(obj["Size"]))
                 first, _, inner = rest.partition("/")
                 if first.isdigit() and str(int(first)) == first and int(first) > 0 and inner:

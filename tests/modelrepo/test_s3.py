@@ -160,3 +160,15 @@ def test_a_stopped_server_keeps_the_last_listing(repo, s3_env):
     assert list(dead.scan()) == ["tiny"]  # the last listing stands
     with pytest.raises(StorageUnavailable, match="S3 did not answer"):
         dead.check()
+
+
+def test_a_key_that_climbs_out_of_its_folder_is_never_listed_nor_fetched(repo, s3_env):
+    publish(repo, "tiny")
+    s3_env.client().put_object(
+        Bucket=repo.location.bucket, Key=repo.location.key("tiny", "1", "..", "..", "x"), Body=b""
+    )
+    repo.scan()
+    assert all(".." not in rel for rel in repo.model("tiny").files)
+    with pytest.raises(SpecError, match="not published"):
+        repo.fetch("tiny", 1, "../../x")
+    assert not (repo.root / "x").exists() and not (repo.root.parent / "x").exists()
