@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
 from modelrepo import read_spec
 from service.engine import lattice as lattice_module
 from service.engine.lattice import PARITY, positions
+from service.engine.lattice_graph import read_lattice
 from service.engine.runtime import RuntimeOptions
 from service.engine.tasks import runtime_for
 from service.geometry.sampling import Background
@@ -160,3 +162,30 @@ def test_positions_round_as_the_graph_does():
     # outside the unit square: clamped to the border cells, weight 0
     first, weight = positions(np.array([-5.0, 0.0, 1.0, 7.0]), 10)
     assert list(first) == [0, 0, 9, 9] and list(weight) == [0, 0, 0, 0]
+
+
+def test_a_head_of_other_operators_runs_between_transposes(tmp_path):
+    # a SineKAN head on the grid: its nodes are not Gemms and elementwise ones, so the head keeps its own layout
+    cfg = ImageModelConfig(
+        model="sinekan",
+        depth=2,
+        width=8,
+        grid_size=4,
+        encoding=EncodingConfig(name="grid", image_size=[W, H], grid_table_bits=16),
+    )
+    torch.manual_seed(0)
+    model = ImageINR(cfg).eval()
+    preview = np.zeros((4, 4, 3), np.float32)
+    export_image_model(model, FitConfig(model=cfg), tmp_path / "k", {"size": [W, H]}, {}, {}, preview)
+    runtime = runtime_for(tmp_path / "k", read_spec(tmp_path / "k"), 1, RuntimeOptions())
+    assert runtime.load(), runtime.error
+    assert runtime.lattice is not None
+    ops = [
+        n.op_type
+        for n in onnx.load_from_string(read_lattice(onnx.load(str(runtime.version_dir / "model.onnx")))[1]).graph.node
+    ]
+    assert ops[0] == "Transpose" and ops[-1] == "Transpose"
+    w, h, matrix, viewport, k = VIEWS["a third, odd offsets"]
+    spec = RenderSpec(w, h, matrix, viewport, supersample=k)
+    diff = np.abs(rgb(lattice_sampler(runtime, spec), spec) - rgb(plain_sampler(runtime.render_rgb, spec), spec)).max()
+    assert diff <= PARITY, diff
