@@ -44,42 +44,73 @@ def positions(coords: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, np.where(hi == lo, np.float32(0), p - floor).astype(np.float32)
 
 
-def _take(a: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
-    """a's entries at `index` along `axis`: a slice when the indices are consecutive, else a gather."""
-    if len(index) and index[-1] - index[0] == len(index) - 1 and np.all(np.diff(index) == 1):
-        return a[(slice(None),) * axis + (slice(int(index[0]), int(index[-1]) + 1),)]
-    return np.take(a, index, axis=axis)
+@dataclass(frozen=True)
+class Axis:
+    """A level's `positions` of a lattice's columns or rows (monotonic: the lattice is affine in its index), with
+    what a tile's interpolation asks of them worked out once per render: whether the cells are consecutive (a slice
+    instead of a gather) and whether any weight is not 0 (else the samples are the cells themselves: a crop)."""
+
+    first: np.ndarray  # [n] intp
+    weight: np.ndarray  # [n] float32
+    after: np.ndarray  # [n] intp: the next cell, clamped
+    consecutive: bool
+    weighted: bool
+
+    @classmethod
+    def of(cls, coords: np.ndarray, cells: int) -> "Axis":
+        first, weight = positions(coords, cells)
+        step = np.diff(first)
+        return cls(
+            first,
+            weight,
+            np.minimum(first + 1, cells - 1),
+            bool(len(first)) and bool(np.all(step == 1)),
+            bool(weight.any()),
+        )
+
+    def __getitem__(self, part: slice) -> "Axis":
+        return Axis(self.first[part], self.weight[part], self.after[part], self.consecutive, self.weighted)
+
+    def span(self) -> tuple[int, int]:
+        """The cells the samples touch, [lo, hi)."""
+        a, b = int(self.first[0]), int(self.first[-1])
+        return min(a, b), max(a, b) + (2 if self.weighted else 1)
+
+    def take(self, a: np.ndarray, axis: int, offset: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+        """a's entries at the first cells (less `offset`) along `axis`: a slice or a gather."""
+        if self.consecutive:
+            lo = int(self.first[0]) - offset
+            part = a[(slice(None),) * axis + (slice(lo, lo + len(self.first)),)]
+            if out is None:
+                return part
+            out[...] = part
+            return out
+        return np.take(a, self.first - offset if offset else self.first, axis=axis, out=out)
 
 
-def level_into(level: GridLevel, cols: tuple, rows: tuple, out: np.ndarray) -> None:
-    """One level's features on the lattice (cols, rows: `positions` of its columns and rows) into `out`
-    [F, R, C] (its planes of the head's input)."""
-    cx, tx = cols
-    cy, ty = rows
-    top, bottom = int(cy.min()), int(cy.max()) + (2 if ty.any() else 1)
+def level_into(level: GridLevel, cols: Axis, rows: Axis, out: np.ndarray) -> None:
+    """One level's features on the lattice (its columns' and rows' axes) into `out` [F, R, C] (its planes of the
+    head's input)."""
+    top, bottom = rows.span()
     rows_t = level.table[:, top:bottom]  # [F, k, rx]: the table rows the samples touch
-    a = _take(rows_t, cx, 2).astype(np.float32)  # [F, k, C]
-    if tx.any():
-        b = np.take(rows_t, np.minimum(cx + 1, level.table.shape[2] - 1), axis=2).astype(np.float32)
+    a = cols.take(rows_t, 2).astype(np.float32)  # [F, k, C]
+    if cols.weighted:
+        b = np.take(rows_t, cols.after, axis=2).astype(np.float32)
         b -= a
-        b *= tx
+        b *= cols.weight
         a += b
     if level.scale is not None:
         a *= level.scale[:, None, None]
         a += level.low[:, None, None]
-    iy = cy - top
-    if not ty.any():
-        out[...] = _take(a, iy, 1)
+    if not rows.weighted:
+        rows.take(a, 1, top, out)
         return
     step = np.zeros_like(a)
     np.subtract(a[:, 1:], a[:, :-1], out=step[:, :-1])
-    g = np.take(step, iy, axis=1)
-    g *= ty[:, None]
-    if len(iy) and iy[-1] - iy[0] == len(iy) - 1 and np.all(np.diff(iy) == 1):
-        np.add(a[:, iy[0] : iy[-1] + 1], g, out=out)
-    else:
-        np.take(a, iy, axis=1, out=out)
-        out += g
+    g = np.take(step, rows.first - top, axis=1)
+    g *= rows.weight[:, None]
+    rows.take(a, 1, top, out)
+    out += g
 
 
 @dataclass(frozen=True)
@@ -97,15 +128,15 @@ class Lattice:
     def nbytes(self) -> int:
         return sum(level.nbytes for level in self.levels)
 
-    def axes(self, xs: np.ndarray, ys: np.ndarray) -> list[tuple]:
-        """Each level's `positions` of the columns xs and the rows ys (model coordinates)."""
-        return [(positions(xs, level.size[0]), positions(ys, level.size[1])) for level in self.levels]
+    def axes(self, xs: np.ndarray, ys: np.ndarray) -> list[tuple[Axis, Axis]]:
+        """Each level's axes of the columns xs and the rows ys (model coordinates)."""
+        return [(Axis.of(xs, level.size[0]), Axis.of(ys, level.size[1])) for level in self.levels]
 
     def grid_features(self, axes: list[tuple]) -> np.ndarray:
         """[ΣF, R·C] float32: the features on a lattice (`axes`, or slices of them), one plane per feature, in the
         head's order."""
-        (cx, _), (cy, _) = axes[0]
-        out = np.empty((self.features, len(cy), len(cx)), np.float32)
+        cols, rows = axes[0]
+        out = np.empty((self.features, len(rows.first), len(cols.first)), np.float32)
         k = 0
         for level, (cols, rows) in zip(self.levels, axes):
             level_into(level, cols, rows, out[k : k + level.features])

@@ -53,7 +53,7 @@ def lattice_sampler(model, spec: RenderSpec) -> Sampler | None:
 
     def sample(t: Tile) -> np.ndarray:
         cols, rows = slice(t.x0 * k, t.x1 * k), slice(t.y0 * k, t.y1 * k)
-        part = [((cx[cols], tx[cols]), (cy[rows], ty[rows])) for (cx, tx), (cy, ty) in axes]
+        part = [(x[cols], y[rows]) for x, y in axes]
         return model.predict_lattice(lattice.grid_features(part))
 
     return sample
