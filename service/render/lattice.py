@@ -5,9 +5,10 @@ A render's transform keeps the axes when its matrix has no shear or rotation (m0
 translations, every IIIF tile at rotation 0): then a tile's sample columns have one model x each and its rows one
 model y each, and a grid model with a lattice computes the tile's features per column and per row. Any other render
 (rotated, or a model without a lattice) samples point by point as before. A lattice tile holds LATTICE_TILE_FACTOR
-times `INR_RENDER_TILE_SAMPLES` samples: per sample it needs about a quarter of the memory of a plain tile (its ΣF
-features and the head's activations, against the packed graph's gathered corners and weights), and fewer, larger
-tiles cost less in per-tile steps.
+times `INR_RENDER_TILE_SAMPLES` samples: per sample it needs less memory than a plain tile (its ΣF features and the
+head's activations, against the packed graph's gathered corners and weights), and fewer tiles cost fewer per-tile
+steps; at 4 times, the heap of a server under 4 clients grew ~30 MiB above the plain path's (docs/benchmarks.md,
+classic).
 
 A block model (service/engine/blocks.py) seen finer than its overview blends the blocks a tile touches with the
 same weights as `BlockSet.predict`, per column and per row (`axis_weights`), each block on its own lattice.
@@ -23,7 +24,7 @@ from ..engine.blocks import BlockedView
 from .imaging import RenderSpec, Sampler
 from .tiling import Tile, grid_axes
 
-LATTICE_TILE_FACTOR = 4
+LATTICE_TILE_FACTOR = 2
 
 
 def axis_aligned(spec: RenderSpec) -> bool:
