@@ -175,6 +175,14 @@ def bench_photo(photo: Path, args, tmp: Path, script: Path) -> dict:
                 prefix = f"/iiif/3/{key}-{kind}"
             servers[name]["prefix"] = prefix
             servers[name]["first_tile_s"], _ = first_tile(procs[name].url + iiif_path(regions[0], prefix))
+        for name, info in servers.items():  # the resident set after the same tiles on every server, before any
+            # other request (it grows with the tiles a server has rendered: the end of the run is not comparable)
+            with httpx.Client(timeout=120) as client:
+                for _ in range(2):
+                    for r in regions:
+                        client.get(procs[name].url + iiif_path(r, info["prefix"])).raise_for_status()
+            info["rss_after_tiles"] = rss_bytes(procs[name].proc)[0]
+            info["rss_tiles"] = 1 + 2 * len(regions)
         for name in servers:
             if name != "iipsrv":
                 servers[name]["psnr"] = our_psnr(procs[name], f"{key}-{name.partition('@')[0]}", pixels)
@@ -203,7 +211,8 @@ def bench_photo(photo: Path, args, tmp: Path, script: Path) -> dict:
                         r["cpu_ms_per_tile"],
                     )
         for name, info in servers.items():
-            info["rss"], info["peak_rss"] = rss_bytes(procs[name].proc)
+            info["rss"], info["peak_rss"] = rss_bytes(procs[name].proc)  # after its rounds: tiles differ by server
+            info["tiles_served"] = sum(r["requests"] for rs in info["rounds"].values() for r in rs)
     finally:
         for p in procs.values():
             p.stop()
@@ -229,7 +238,7 @@ def _cell(rounds: list[dict]) -> dict:
 def table(results: list[dict], clients: list[int]) -> str:
     """The markdown table: one row per photo and server; CPU per tile is the median over the client counts."""
     head = "| photo | server | file | PSNR | first tile | " + " | ".join(f"tiles/s at {c} (p50 / p95)" for c in clients)
-    head += " | CPU per tile | ÷ iipsrv | RSS |\n|" + "---|" * (8 + len(clients)) + "\n"
+    head += " | CPU per tile | ÷ iipsrv | RSS after the same tiles |\n|" + "---|" * (8 + len(clients)) + "\n"
     rows = []
     for r in results:
         base = r["servers"].get("iipsrv")
@@ -245,7 +254,7 @@ def table(results: list[dict], clients: list[int]) -> str:
             rows.append(
                 f"| {r['photo']} {r['size'][0]}×{r['size'][1]} | {name} | {s['bytes'] / 1e6:.2f} MB | "
                 f"{s['psnr']:.2f} dB | {s['first_tile_s'] * 1000:.0f} ms | {cells} | {cpu_text} | {ratio} | "
-                f"{s['rss'] / 2**20:.0f} MiB |"
+                f"{s['rss_after_tiles'] / 2**20:.0f} MiB |"
             )
     return head + "\n".join(rows)
 

@@ -273,6 +273,9 @@ class ModelRuntime:
         if self.task != "image" or self.provider != CPU:
             return None
         opts = session_options(threads, self.options.spin)
+        # the head's activations are bounded by a lattice tile: its own arena keeps them, instead of the heap
+        # (where tiles of every size, freed in between, left the resident set ~150 MiB higher under 4 clients)
+        opts.enable_cpu_mem_arena = True
         try:
             return load_lattice(
                 onnx_path, lambda head: ort.InferenceSession(head, opts, providers=[CPU]), self.session, self.name
