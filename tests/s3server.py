@@ -59,12 +59,19 @@ class S3Server:
                 "Swift is not installed (apt-get install swift-proxy swift-account swift-container swift-object "
                 "memcached)"
             )
-        self.dir = Path(folder or tempfile.mkdtemp(prefix="inr-s3-"))
-        self.port = _free_block()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
         self.env = {"AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1"}
         self.proc: subprocess.Popen | None = None
-        self.start()
+        for attempt in range(3):  # a port of the block may be taken by another process before Swift binds it
+            self.dir = Path(folder or tempfile.mkdtemp(prefix="inr-s3-"))
+            self.port = _free_block()
+            self.endpoint = f"http://127.0.0.1:{self.port}"
+            try:
+                self.start()
+                return
+            except RuntimeError:
+                if attempt == 2 or folder is not None:
+                    raise
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     def start(self) -> None:
         self.log = self.dir / "server.log"

@@ -132,18 +132,34 @@ def write_config(folder: Path, host: str, port: int, account: str, user: str, se
             sys.exit(f"error: swift-ring-builder could not build the {kind} ring in {folder}")
 
 
+class StartFailed(Exception):
+    pass
+
+
 def wait_port(port: int, procs: list[subprocess.Popen], seconds: float = 60.0) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for p in procs:
             if p.poll() is not None:
-                sys.exit(f"error: {p.args[0]} exited with {p.returncode} at start")
+                raise StartFailed(f"{p.args[0]} exited with {p.returncode} at start")
         with socket.socket() as s:
             s.settimeout(0.5)
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.1)
-    sys.exit(f"error: nothing answers on port {port} after {seconds:g} s")
+    raise StartFailed(f"nothing answers on port {port} after {seconds:g} s")
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
 
 
 def main() -> int:
@@ -172,16 +188,23 @@ def main() -> int:
     write_config(folder, args.host, args.port, account, user, args.secret_key, args.workers)
     procs: list[subprocess.Popen] = []
     user_args = ["-u", "root"] if os.geteuid() == 0 else []
-    procs.append(subprocess.Popen(["memcached", *user_args, "-l", "127.0.0.1", "-p", str(args.port + 4), "-U", "0"]))
-    for kind, offset in RING_PORTS.items():
-        procs.append(subprocess.Popen([f"swift-{kind}-server", str(folder / f"{kind}-server.conf")]))
-    for offset in (4, *RING_PORTS.values()):
-        wait_port(args.port + offset, procs)
-    # a listing update the container server could not take at once (a busy machine) is saved by the object server
-    # and sent by the updater: without it, such an object would never be listed
-    procs.append(subprocess.Popen(["swift-object-updater", str(folder / "object-server.conf")]))
-    procs.append(subprocess.Popen(["swift-proxy-server", str(folder / "proxy-server.conf")]))
-    wait_port(args.port, procs)
+    try:
+        procs.append(
+            subprocess.Popen(["memcached", *user_args, "-l", "127.0.0.1", "-p", str(args.port + 4), "-U", "0"])
+        )
+        for kind in RING_PORTS:
+            procs.append(subprocess.Popen([f"swift-{kind}-server", str(folder / f"{kind}-server.conf")]))
+        for offset in (4, *RING_PORTS.values()):
+            wait_port(args.port + offset, procs)
+        # a listing update the container server could not take at once (a busy machine) is saved by the object
+        # server and sent by the updater: without it, such an object would never be listed
+        procs.append(subprocess.Popen(["swift-object-updater", str(folder / "object-server.conf")]))
+        procs.append(subprocess.Popen(["swift-proxy-server", str(folder / "proxy-server.conf")]))
+        wait_port(args.port, procs)
+    except StartFailed as e:  # nothing of it stays running (a port another process took meanwhile, say)
+        stop(procs)
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     print(f"s3server: S3 on {args.host}:{args.port}, objects in {folder / 'data'}", flush=True)
 
     stopping = []
@@ -191,14 +214,7 @@ def main() -> int:
         while not stopping and all(p.poll() is None for p in procs):
             time.sleep(0.2)
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
     for p in procs:
         if not stopping and p.returncode not in (0, -signal.SIGTERM, None):
             print(f"s3server: {p.args[0]} exited with {p.returncode}", file=sys.stderr, flush=True)
