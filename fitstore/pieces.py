@@ -18,10 +18,12 @@ blocks of its image (and its overview) are jobs of their own on the queue, which
 from __future__ import annotations
 
 import json
+import statistics
 
 from huey.constants import EmptyData
 
 from . import metrics
+from .quality import number, psnr_of, settle
 
 
 def child_id(parent: str, k: int) -> str:
@@ -71,6 +73,8 @@ class Pieces:
             puts[f"ev:{cid}:1"] = json.dumps({"seq": 1, "type": "queued", "time": now, "piece": key}).encode()
             puts[f"enq:{cid}:1"] = json.dumps(now).encode()
             messages.append(self._message(cid, 1))
+        if messages and pieces and pieces[-1][0] not in kept:  # the overview first: the whole image's preview early
+            messages.insert(0, messages.pop())
         parent = dict(rec, worker=None, children=children, layout=layout, steps=sum(n for _, _, n in pieces), step=0)
         parent["seq"] += 1
         event = {"seq": parent["seq"], "type": "split", "time": now, "pieces": len(pieces), "layout": layout}
@@ -132,18 +136,24 @@ class Pieces:
         return [found[f"job:{c}"] for c in parent.get("children") or () if f"job:{c}" in found]
 
     def pieces_progress(self, parent: dict) -> dict:
-        """A waiting parent's progress, from its pieces: steps done of all, the longest ETA, the pieces by state, and
-        the overview's latest preview (`preview_of`: its job and event) as the whole image's."""
+        """A waiting parent's progress, from its pieces, in the fields of a one-model job's: the steps done of all
+        (`step` of `steps`), the training PSNR of the pieces fitted so far, an ETA that counts the pieces still
+        queued (`pieces_eta`), the pieces by state, and the overview's latest preview (`preview_of`: its job and
+        event) as the whole image's."""
         kids = self.children(parent)
         states = {s: sum(c["state"] == s for c in kids) for s in ("queued", "running", "succeeded", "failed")}
-        etas = [c["eta_s"] for c in kids if c["state"] == "running" and c.get("eta_s") is not None]
-        # the whole image's preview: the overview's latest (the overview is the whole image at the block's size)
+        workers = len({c["worker"] for c in kids if c["state"] == "running"})
+        # the whole image's preview: the overview's latest (the overview is the whole image, smaller)
         overview = kids[-1] if kids and kids[-1].get("preview_seq") else None
+        losses = [c["loss"] for c in kids if c["state"] in ("running", "succeeded") and number(c.get("loss"))]
         return {
             "step": sum(c["steps"] if c["state"] == "succeeded" else c.get("step") or 0 for c in kids),
-            "eta_s": max(etas) if etas else None,
+            "steps": sum(c["steps"] for c in kids) or parent["steps"],
+            "loss": sum(losses) / len(losses) if losses else None,
+            "psnr": psnr_of(sum(losses) / len(losses)) if losses else None,
+            "eta_s": pieces_eta(kids, workers, self.now()),
             "pieces": {"total": len(kids), **states},
-            "workers_on_pieces": len({c["worker"] for c in kids if c["state"] == "running"}),
+            "workers_on_pieces": workers,
             "preview_of": {"job": overview["id"], "seq": overview["preview_seq"]} if overview else None,
         }
 
@@ -178,18 +188,26 @@ class Pieces:
             if rec["state"] not in ("running", "queued"):
                 return rec
             now = self.now()
-            done = dict(rec, state=state, finished=now, eta_s=None, seq=rec["seq"] + 1, **fields)
+            done = settle(dict(rec, state=state, finished=now, eta_s=None, seq=rec["seq"] + 1, **fields))
             if state == "succeeded":
                 done["step"] = done["steps"]
             data = {k: done.get(k) for k in ("error", "version", "metrics", "name") if done.get(k) is not None}
+            if state == "succeeded":
+                data.update({k: done[k] for k in ("psnr", "ssim") if done.get(k) is not None})
             puts = {
                 f"ev:{parent_id}:{done['seq']}": json.dumps({"seq": done["seq"], "type": state, "time": now, **data}),
                 f"job:{parent_id}": json.dumps(done),
             }
             expect = {f"job:{parent_id}": bytes(raw)}
             incr = metrics.finished(done, state, reason, now)
-            if self.atomic.txn(expect, {k: v.encode() for k, v in puts.items()}, (), (), incr):
+            # published: the pieces are the version's files now (a failed or cancelled job keeps them, to be taken)
+            gone = self._published_pieces(done) if state == "succeeded" else []
+            if self.atomic.txn(expect, {k: v.encode() for k, v in puts.items()}, gone, (), incr):
                 return done
+
+    def _published_pieces(self, parent: dict) -> list[str]:
+        keys = [f"{parent['id']}:{c['piece']}" for c in self.children(parent)]
+        return [f"{kind}:{key}" for key in keys for kind in ("piece", "piecemeta")]
 
     def child_ended(self, child: dict) -> None:
         """A child that failed or was cancelled ends its parent the same way, naming the piece."""
@@ -202,3 +220,23 @@ class Pieces:
             reason="error" if child["state"] == "failed" else None,
             error=f"piece {child['piece']} {child['state']}: {why}" if child["state"] == "failed" else None,
         )
+
+
+def pieces_eta(kids: list[dict], workers: int, now: float) -> float | None:
+    """Seconds until every piece is fitted: the longest ETA of the running pieces (each its own worker's), and the
+    queued pieces' steps at the seconds per step of a whole piece (from its claim to its end: reading, start and
+    export included), shared among the workers on pieces. The seconds per step come from the pieces that ended, or
+    before any did, from the running ones' time so far and their ETA. None until a piece has an ETA."""
+    ended = [
+        (c["finished"] - c["started"]) / c["steps"]
+        for c in kids
+        if c["state"] == "succeeded" and not c.get("reused_from") and c.get("started") and c.get("finished")
+    ]
+    running = [c for c in kids if c["state"] == "running" and c.get("started")]
+    guessed = [(now - c["started"] + c["eta_s"]) / c["steps"] for c in running if number(c.get("eta_s"))]
+    per_step = statistics.median(ended or guessed) if ended or guessed else None
+    if per_step is None:
+        return None
+    left = [c["eta_s"] if number(c.get("eta_s")) else per_step * (c["steps"] - (c.get("step") or 0)) for c in running]
+    queued = sum(c["steps"] for c in kids if c["state"] == "queued")
+    return round(max(left, default=0.0) + queued * per_step / max(1, workers), 1)

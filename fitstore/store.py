@@ -84,6 +84,10 @@ class FitStore(WorkerCalls, Recovery, Dedupe, Pieces):
     def close(self) -> None:
         self.kv.close()
 
+    def compact(self) -> None:
+        """Give the space of deleted records back to the disk (SQLite; the others do it themselves)."""
+        self.atomic.compact()
+
     def now(self) -> float:
         """The store's clock (fitstore.backends): heartbeats, staleness, record times and deadlines."""
         return self.atomic.now()

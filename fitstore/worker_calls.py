@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from . import metrics
+from .quality import settle
 
 
 class WorkerCalls:
@@ -77,8 +78,10 @@ class WorkerCalls:
         reaped); the upload and slot go."""
         expect = self._mine(rec) if expect is None else expect
         now = self.now()
-        rec = dict(rec, state=state, finished=now, eta_s=None, **fields)
+        rec = settle(dict(rec, state=state, finished=now, eta_s=None, **fields))
         data = {k: rec.get(k) for k in ("error", "version", "metrics", "name") if rec.get(k) is not None}
+        if state == "succeeded":
+            data.update({k: rec[k] for k in ("psnr", "ssim") if rec.get(k) is not None})
         done = self._write(
             rec,
             state,

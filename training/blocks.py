@@ -30,9 +30,19 @@ import numpy as np
 from modelrepo import Guard, sha256_bytes
 from modelrepo.blocks import BlockLayout, axis_weights
 
-from .fit_image import IMAGE_INPUTS, IMAGE_OUTPUTS, FitConfig, evaluate, finish, image_metadata, image_onnx, train
+from .fit_image import (
+    IMAGE_INPUTS,
+    IMAGE_OUTPUTS,
+    PREVIEW_SIDE,
+    FitConfig,
+    evaluate,
+    finish,
+    image_metadata,
+    image_onnx,
+    train,
+)
 from .image_models import count_parameters
-from .images import save_png
+from .images import fit_dims, pixel_centres, save_png
 from .metrics import psnr_from_mse
 from .regions import read_region, read_scaled, tiled
 from .repository import write_model_dir
@@ -138,18 +148,39 @@ def fit_piece(cfg: FitConfig, layout: BlockLayout, key: str, img: np.ndarray, on
 
 
 def whole_metrics(pieces: list[Piece]) -> dict:
-    """The version's metrics: the whole image's PSNR bound from the blocks' weighted errors, and the blocks' range."""
+    """The version's metrics, in the fields of a one-model fit's where they apply: the whole image's PSNR bound from
+    the blocks' weighted errors (`full_psnr`, also `train_psnr` when every pixel was trained on), the blocks' SSIM
+    weighted the same way, and the blocks' range."""
     blocks = [p for p in pieces if p.key != OVERVIEW]
     se, n = sum(p.weighted_se for p in blocks), sum(p.weight for p in blocks)
     block_psnr = [p.metrics["full_psnr"] for p in blocks]
     overview = next((p for p in pieces if p.key == OVERVIEW), None)
+    ssims = [(p.metrics["ssim"], p.weight) for p in blocks if p.metrics.get("ssim") is not None]
+    full = round(psnr_from_mse(se / n), 3) if n else None
+    out = {"train_psnr": full} if all("test_psnr" not in p.metrics for p in blocks) else {}
     return {
-        "full_psnr": round(psnr_from_mse(se / n), 3) if n else None,
+        **out,
+        "full_psnr": full,
         "full_psnr_is": "a lower bound: the blocks' squared errors weighted by their blend weights",
+        "ssim": round(sum(s * w for s, w in ssims) / sum(w for _, w in ssims), 4) if ssims else None,
+        "ssim_is": "the blocks' SSIM, weighted by their blend weights",
         "block_psnr_min": min(block_psnr, default=None),
         "block_psnr_max": max(block_psnr, default=None),
         "overview_psnr": overview.metrics["full_psnr"] if overview else None,
     }
+
+
+def overview_render(onnx: bytes, size: list[int], side: int = PREVIEW_SIDE) -> np.ndarray:
+    """[h, w, 3] of the overview's network at the pixel centres of the whole image, at most `side` pixels along the
+    longer side: the version's preview when its pieces were fitted elsewhere (the worker that publishes has only
+    their files)."""
+    import onnxruntime as ort
+
+    w, h = fit_dims(size[0], size[1], min(side, max(size)))
+    session = ort.InferenceSession(onnx, providers=["CPUExecutionProvider"])
+    coords = pixel_centres(h, w).reshape(-1, 2)
+    rgb = [session.run(["rgb"], {"coords": coords[i : i + 65536]})[0] for i in range(0, len(coords), 65536)]
+    return np.concatenate(rgb).reshape(h, w, 3)
 
 
 def write_blocked_model(
@@ -181,8 +212,8 @@ def write_blocked_model(
         (d / "blocks").mkdir()
         for b in layout.blocks:
             (d / b.file).write_bytes(by_key[b.file].data())  # one block's file in memory at a time
-        if overview.preview is not None:
-            save_png(overview.preview, d / "preview.png", max_side=1024)
+        preview = overview.preview if overview.preview is not None else overview_render(overview.data(), size)
+        save_png(preview, d / "preview.png", max_side=PREVIEW_SIDE)
 
     return write_model_dir(
         out,
@@ -206,8 +237,6 @@ def image_metadata_for(cfg: FitConfig, size: list[int], source: dict, metrics: d
         f"{cfg.model.model} on {cfg.model.encoding.name} features fitted to '{cfg.image}' at {size[0]}×{size[1]} "
         f"in blocks, with an overview at {overview.size[0]}×{overview.size[1]}"
     )
-    if overview.preview is None:
-        meta.pop("preview", None)
     return meta
 
 

@@ -34,3 +34,6 @@ class Atomic:
 
     def counters(self, prefix: str) -> dict[str, int]:
         raise NotImplementedError
+
+    def compact(self) -> None:
+        """Give the space of deleted records back (a worker calls it after each job); most backends need not."""

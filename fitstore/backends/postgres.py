@@ -12,6 +12,9 @@ from .sqlite import Backend as SqlBackend
 class Backend(SqlBackend):
     mark = "%s"
 
+    def compact(self) -> None:
+        """Nothing: PostgreSQL's autovacuum gives deleted rows' space back."""
+
     def __init__(self, storage):
         super().__init__(storage)
         self.kv, self.task, self.counter = storage.table_kv, storage.table_task, storage.table_counter

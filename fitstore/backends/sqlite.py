@@ -10,10 +10,24 @@ keeps the rule the same on every backend.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+
 from huey import SqliteHuey
+from huey.storage import SqliteStorage
 
 from ..urls import StoreUrl
 from .base import Atomic
+
+COMPACT_PAGES = 4096  # pages (4 KiB) given back per compact()
+WAL_LIMIT = 8 << 20  # the write-ahead log is cut back to this after a checkpoint (a fit's upload passes through it)
+
+
+class Storage(SqliteStorage):
+    def _create_connection(self):
+        conn = super()._create_connection()
+        conn.execute(f"pragma journal_size_limit = {WAL_LIMIT}")
+        return conn
 
 
 class Backend(Atomic):
@@ -27,7 +41,15 @@ class Backend(Atomic):
     @classmethod
     def open(cls, url: StoreUrl, name: str):
         url.prepare()
-        return SqliteHuey(name, filename=str(url.path), results=False, timeout=30)
+        if not url.path.exists():  # before its first table: pages freed by deletes can go back to the disk
+            with contextlib.closing(sqlite3.connect(str(url.path))) as db:
+                db.execute("pragma auto_vacuum = incremental")
+        return SqliteHuey(name, filename=str(url.path), results=False, timeout=30, storage_class=Storage)
+
+    def compact(self) -> None:
+        """The pages that deleted records (a finished job's upload, its published pieces) left free go back to the
+        disk, a few MiB at a time (a file made before auto_vacuum keeps its size: `VACUUM` shrinks it)."""
+        self.s.sql(f"pragma incremental_vacuum({COMPACT_PAGES})")
 
     def now(self) -> float:
         return float(self.s.sql("select (julianday('now') - 2440587.5) * 86400.0", results=True)[0][0])

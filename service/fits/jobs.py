@@ -29,7 +29,19 @@ from .upload import Upload, check_target, derive_name
 REAP_EVERY_S = 2.0
 CANCEL_WAIT_S = 5.0
 POLL_S = 0.25
-NO_WORKER = "no worker is connected; start one with: python -m training worker --store URL --models DIR"
+
+
+def no_worker(settings: Settings) -> str:
+    """The note of a job that waits for no worker: the command that starts one on this service's store and models
+    (`make worker` is that command for `make serve`'s defaults)."""
+    cmd = f".venv/bin/python -m training worker --store {settings.fit_store} --models {settings.models}"
+    if str(settings.fit_uploads) != uploads.DEFAULT:
+        cmd += f" --uploads {settings.fit_uploads}"
+    make = " `make worker` in the repository, or" if cmd.endswith(MAKE_WORKER) else ""
+    return f"no worker is connected; start one with{make}: {cmd}"
+
+
+MAKE_WORKER = "--store sqlite:///build/fits.sqlite --models models"  # what `make worker` runs (Makefile)
 
 
 class Fits:
@@ -174,7 +186,7 @@ class Fits:
         await self.reap()
         workers = len(await self.call("workers"))
         records = await (self.call("with_sha256", sha256) if sha256 else self.call("list"))
-        return [present(r, workers) for r in records if visible is None or visible(r)]
+        return [present(r, workers, no_worker(self.settings)) for r in records if visible is None or visible(r)]
 
     async def cancel(self, job_id: str, visible=None) -> tuple[int, dict]:
         """200 with the cancelled record; 202 while a running job's worker has not stopped after
@@ -207,11 +219,21 @@ class Fits:
             raise NotFound(f"fit job '{job_id}' has no preview at event {seq}")
         return png, record
 
+    async def pieces_event(self, record: dict) -> dict:
+        """A job fitted in pieces as a `progress` event of a one-model job (docs/fits.md): its pieces' steps, their
+        training PSNR, an ETA that counts the pieces still queued, the whole image's latest preview, and `pieces`."""
+        p = await self.call("pieces_progress", record)
+        event = {k: p[k] for k in ("step", "steps", "loss", "psnr", "eta_s", "pieces")}
+        event.update(type="progress", time=time.time(), preview=None)
+        if p.get("preview_of"):
+            event["preview"] = f"/v1/fits/{p['preview_of']['job']}/previews/{p['preview_of']['seq']}.png"
+        return event
+
     async def present(self, record: dict) -> dict:
-        return present(record, len(await self.call("workers")))
+        return present(record, len(await self.call("workers")), no_worker(self.settings))
 
 
-def present(record: dict, workers: int) -> dict:
+def present(record: dict, workers: int, note: str = "no worker is connected") -> dict:
     """The record as the API shows it: with `links`, `workers` and, when it waits for none, a `note`."""
     out = dict(record)
     job = out["id"]
@@ -233,7 +255,7 @@ def present(record: dict, workers: int) -> dict:
     out["links"] = links
     out["workers"] = workers
     if out.get("state") == "queued" and workers == 0:
-        out["note"] = NO_WORKER
+        out["note"] = note
     return out
 
 

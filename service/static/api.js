@@ -62,15 +62,18 @@ export async function classifyPng(name, pngBlob, signal) {
   return body.predictions[0];
 }
 
-// The training preview if the service serves it; else the model rendered at its training size
-// (the same pixels preview.png holds: the fitted network at training resolution).
+// The training preview if the service serves it; else the model rendered whole, at most PREVIEW_SIDE pixels along
+// its longer side (a photo's native size may be past the service's INR_MAX_RENDER_PIXELS: a render it refuses).
+export const PREVIEW_SIDE = 1024;
 export function previewOf(model) {
   if (model.preview_url) return { url: model.preview_url, caption: "training preview" };
   const size = model.metadata?.source?.size;
   if (!Array.isArray(size)) return null;
-  const [w, h] = size;
-  return { url: `v1/models/${enc(model.name)}/render?width=${w}&height=${h}`,
-           caption: `the model rendered at its training size, ${w}×${h}` };
+  const scale = Math.min(1, PREVIEW_SIDE / Math.max(size[0], size[1]));
+  const [w, h] = size.map((v) => Math.max(1, Math.round(v * scale)));
+  const what = scale < 1 ? `the model rendered whole at ${w}×${h} (native ${size[0]}×${size[1]})`
+    : `the model rendered at its training size, ${w}×${h}`;
+  return { url: `v1/models/${enc(model.name)}/render?width=${w}&height=${h}`, caption: what };
 }
 
 // POST /v1/fits with the panel's form (file, preset, size, steps, name) → the job record (202).

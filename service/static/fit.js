@@ -4,13 +4,13 @@
 //
 // The panel's state is mirrored on its root as data-state for the tests: idle, submitting, queued,
 // running, succeeded, loading-model, ready, failed, cancelled, error; while submitting, data-uploaded is the
-// percentage of the file sent; a job fitted in blocks shows its pieces (data-pieces: done/total).
+// percentage of the file sent; a job fitted in blocks shows its pieces (data-pieces: done/total). One model or blocks,
+// the job's progress events carry the same fields (the service sums a job's pieces into them).
 import { fitRecord, modelWhenReady, relative, startFit } from "./api.js";
 import { PsnrPlot, psnrText as db } from "./fitplot.js";
 
 const FINAL = ["succeeded", "failed", "cancelled"];
 const TYPES = ["queued", "started", "progress", "retrying", "split", ...FINAL];
-const PIECES_EVERY_MS = 1000;   // a job in blocks: its record (the pieces' progress summed) is read this often
 const enc = encodeURIComponent;
 const KEY = "inr-fit-job";   // sessionStorage: the running job's URL, so a reload follows it again
 
@@ -26,6 +26,16 @@ function errorText(err) {
 function bytesText(n) {
   if (n < 1 << 20) return `${Math.max(1, Math.round(n / 1024))} KB`;
   return n < 1 << 30 ? `${(n / (1 << 20)).toFixed(1)} MB` : `${(n / (1 << 30)).toFixed(2)} GB`;
+}
+
+// A finished job's quality, the same for one model and blocks: PSNR over all pixels, the held-out pixels' where
+// some were held out, and SSIM.
+export function qualityText(record) {
+  const m = record.metrics || {};
+  const parts = [`PSNR ${db(m.full_psnr ?? record.psnr)} over all pixels`];
+  if (m.test_psnr != null) parts.push(`test PSNR ${db(m.test_psnr)} (the pixels it did not train on)`);
+  if (typeof m.ssim === "number") parts.push(`SSIM ${m.ssim.toFixed(4)}`);
+  return parts.join(" · ");
 }
 
 function etaText(s) {
@@ -56,6 +66,8 @@ export class FitPanel {
     this.message = $(".fit-message");
     this.record = null;
     this.source = null;
+    this.trainPsnr = null;
+    this.etaFrom = null;
     this.previews = 0;
     this.bind();
     this.setState("idle");
@@ -160,26 +172,6 @@ export class FitPanel {
     this.root.dataset.uploaded = String(percent);
   }
 
-  // A job fitted in blocks: its pieces' progress, from its record, until it ends.
-  followPieces() {
-    if (this.piecesTimer) return;
-    const job = this.record;
-    this.piecesTimer = setInterval(async () => {
-      try {
-        const record = await fitRecord(job.links.self);
-        if (this.record?.id !== record.id || FINAL.includes(record.state)) return;
-        this.record = record;
-        this.progress(record);
-        this.showPieces(record.pieces);
-        if (record.links.preview && !this.preview.src.endsWith(record.links.preview)) {
-          this.preview.hidden = false;
-          this.preview.src = relative(record.links.preview);
-          this.previewCaption.textContent = "preview of the whole image (the overview)";
-        }
-      } catch (_) { /* the next read, or the final event, says more */ }
-    }, PIECES_EVERY_MS);
-  }
-
   showPieces(p) {
     if (!p) return;
     const done = p.succeeded || 0;
@@ -208,6 +200,8 @@ export class FitPanel {
     this.say(record.note ? `queued: ${record.note}` : `${record.name}: ${record.state}`);
     const source = new EventSource(relative(record.links.events));
     this.source = source;
+    clearInterval(this.etaTimer);
+    this.etaTimer = setInterval(() => { if (this.etaFrom) this.showEta(); }, 1000);
     for (const type of TYPES) {
       source.addEventListener(type, (e) => {
         if (this.source !== source) return;
@@ -224,8 +218,9 @@ export class FitPanel {
   stop() {
     this.source?.close();
     this.source = null;
-    clearInterval(this.piecesTimer);
-    this.piecesTimer = null;
+    clearInterval(this.etaTimer);
+    this.etaTimer = null;
+    this.etaFrom = null;
   }
 
   progress(d) {
@@ -235,8 +230,18 @@ export class FitPanel {
     this.bar.value = Math.min(step, steps || step);
     this.bar.setAttribute("aria-valuetext", steps ? `step ${step} of ${steps}` : "waiting");
     this.stepText.textContent = steps ? `${step} / ${steps}` : "";
-    // Not in the live region: a screen reader would read out every step.
-    this.eta.textContent = [typeof d.psnr === "number" ? `train PSNR ${db(d.psnr)}` : "", etaText(d.eta_s)]
+    this.trainPsnr = typeof d.psnr === "number" ? d.psnr : null;
+    this.etaFrom = typeof d.eta_s === "number" && Number.isFinite(d.eta_s)
+      ? { s: d.eta_s, at: performance.now() } : null;
+    this.showEta();
+  }
+
+  // The ETA counts down between events (every second, from the last one's); at 0 the fit is finishing (a grid's
+  // refit, the evaluation, the export). Not in the live region: a screen reader would read out every second.
+  showEta() {
+    const left = this.etaFrom && this.etaFrom.s - (performance.now() - this.etaFrom.at) / 1000;
+    const eta = !this.etaFrom ? "" : left >= 1 ? etaText(left) : "finishing…";
+    this.eta.textContent = [this.trainPsnr !== null ? `train PSNR ${db(this.trainPsnr)}` : "", eta]
       .filter(Boolean).join(" · ");
   }
 
@@ -248,22 +253,22 @@ export class FitPanel {
     } else if (type === "started") {
       this.setState("running");
       this.say("fitting…");
-    } else if (type === "progress") {
+    } else if (type === "progress") {   // one model's, or (with `pieces`) the sum of a job's pieces
       this.setState("running");
       this.progress(data);
       this.plot.add(data.step, data.psnr, data.steps);
-      if (data.preview) {
+      if (data.preview && !this.preview.src.endsWith(data.preview)) {
         this.preview.hidden = false;
         this.preview.src = relative(data.preview);
-        this.previewCaption.textContent = `preview, step ${data.step}`;
+        this.previewCaption.textContent = data.pieces ? "preview of the whole image (the overview)"
+          : `preview, step ${data.step}`;
       }
-      if (this.message.textContent !== "fitting…") this.say("fitting…");
-    } else if (type === "split") {   // larger than a block: its pieces are jobs of their own (docs/fits.md)
+      if (data.pieces) this.showPieces(data.pieces);
+      else if (this.message.textContent !== "fitting…") this.say("fitting…");
+    } else if (type === "split") {   // in blocks: its pieces are jobs of their own (docs/fits.md)
       this.setState("running");
-      const blocks = (data.pieces || 1) - 1;
       this.showPieces({ total: data.pieces, succeeded: 0 });
-      this.say(`fitting in blocks: ${blocks} blocks and an overview, on every free worker`);
-      this.followPieces();
+      this.say(`fitting in blocks: ${(data.pieces || 1) - 1} blocks and an overview, on every free worker`);
     } else if (type === "retrying") {   // the fit starts again from step 0
       this.setState("queued");
       this.plot.clear(this.plot.steps);
@@ -329,11 +334,8 @@ export class FitPanel {
     }
     this.zoomLink.href = `iiif.html?id=${enc(record.name)}`;
     this.zoomLink.hidden = false;
-    const m = record.metrics || {};
-    const psnr = [`train PSNR ${db(m.train_psnr ?? record.psnr)}`];
-    if (m.test_psnr != null) psnr.push(`test PSNR ${db(m.test_psnr)} (the pixels it did not train on)`);
     this.setState("ready");
-    this.say(`${record.name} version ${record.version} is in the viewer · ${psnr.join(" · ")}`);
+    this.say(`${record.name} version ${record.version} is in the viewer · ${qualityText(record)}`);
   }
 
   async cancel() {

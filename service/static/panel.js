@@ -23,6 +23,19 @@ function architectureText(a) {
   return parts.join(", ");
 }
 
+// PSNR over all pixels first (a block model's is a lower bound: its blocks' weighted errors), then the training
+// pixels' and the held-out pixels' where they differ from it, then SSIM: the same rows for one model and blocks.
+function qualityRows(metrics, protocol) {
+  const full = metrics.full_psnr ?? (protocol === "full" ? metrics.train_psnr : null);
+  const rows = [["PSNR", typeof full === "number"
+    ? `${db(full)} over all pixels${metrics.full_psnr_is ? " (at least: the blocks' errors)" : ""}` : "–"]];
+  if (metrics.test_psnr != null) {
+    rows.push(["Train PSNR", db(metrics.train_psnr)], ["Test PSNR", `${db(metrics.test_psnr)} (pixels it did not train on)`]);
+  }
+  rows.push(["SSIM", fmt(metrics.ssim, 4)]);
+  return rows;
+}
+
 export function modelRows(model) {
   const m = { ...(model.metadata || {}), metrics: model.metrics };
   const metrics = m.metrics || {};
@@ -34,10 +47,7 @@ export function modelRows(model) {
     ["Architecture", architectureText(m.architecture)],
     ["Encoding", encodingText(m.encoding || m.architecture?.encoding)],
     ["Native size", size ? `${size[0]}×${size[1]} px${m.source?.image ? ` of ‘${m.source.image}’` : ""}` : "–"],
-    ["Train PSNR", db(metrics.train_psnr)],
-    ["Test PSNR", metrics.test_psnr == null && m.training?.protocol === "full"
-      ? "– (trained on every pixel)" : db(metrics.test_psnr)],
-    ["SSIM", fmt(metrics.ssim, 4)],
+    ...qualityRows(metrics, m.training?.protocol),
   ];
 }
 

@@ -31,6 +31,7 @@ from . import memory as sizing
 from .job import JobContext, run_job
 
 log = logging.getLogger(__name__)
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class Heartbeat(threading.Thread):
@@ -93,6 +94,9 @@ def sweep_repository(models) -> None:
 
 
 def serve_jobs(args: argparse.Namespace) -> int:
+    if args.log_level not in LOG_LEVELS:  # from INR_LOG_LEVEL, which argparse's choices do not check
+        raise UsageError(f"--log-level / INR_LOG_LEVEL: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    logging.getLogger().setLevel(args.log_level.upper())  # the worker talks: a line per job's start, piece, end
     start_traces()
     stopping = threading.Event()
     wid = worker_id()
@@ -133,8 +137,8 @@ def serve_jobs(args: argparse.Namespace) -> int:
     seat = store.register_worker(wid, info)
     beat = Heartbeat(store, seat, wid, args.heartbeat_s, info)
     beat.start()
-    log.warning(
-        "worker %s: store %s, models %s, uploads %s, memory %d MiB (one model up to %.1f MP)",
+    log.info(
+        "worker %s ready: store %s, models %s, uploads %s, memory %d MiB (one model up to %.1f MP)",
         wid,
         args.store,
         args.models,
@@ -155,6 +159,8 @@ def serve_jobs(args: argparse.Namespace) -> int:
             idle = 0.05
             ended = store.huey.execute(task)
             done += ended is not None
+            if ended is not None:
+                store.compact()  # the space of its upload (and a published job's pieces) back to the disk
             if args.once and ended is not None:
                 break
     finally:
@@ -217,4 +223,11 @@ def register(sub) -> None:
         "--poll-s", type=positive_float, default=0.25, help="longest wait between queue polls (default: 0.25)"
     )
     p.add_argument("--once", action="store_true", help="exit after one job has ended")
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=os.environ.get("INR_LOG_LEVEL", "info").lower(),
+        help="info (the default, $INR_LOG_LEVEL): a line as each job or piece starts and ends, with its PSNR and "
+        "time; warning: failures only",
+    )
     p.set_defaults(func=serve_jobs)

@@ -120,7 +120,15 @@ def publish(ctx, parent: dict, cfg) -> dict | None:
         return store.finish_parent(
             parent["id"], "failed", reason="error", error=f"publish: {e.__class__.__name__}: {e}"
         )
+    metrics = whole_metrics(pieces)
     log.info(
-        "fit %s: wrote %s version %s from %d pieces", parent["id"], parent["name"], written["version"], len(pieces)
+        "fit %s: %s version %s done in %.1f s from %d pieces: PSNR %s dB over all pixels (at least), SSIM %s",
+        parent["id"],
+        parent["name"],
+        written["version"],
+        store.now() - parent["started"],
+        len(pieces),
+        metrics["full_psnr"],
+        metrics["ssim"],
     )
-    return store.finish_parent(parent["id"], "succeeded", version=written["version"], metrics=whole_metrics(pieces))
+    return store.finish_parent(parent["id"], "succeeded", version=written["version"], metrics=metrics)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Annotated, AsyncIterator, Callable
 
 import anyio
@@ -33,6 +34,7 @@ audit = logging.getLogger("inr.audit")  # one line per fit action, naming the ke
 router = APIRouter(prefix="/v1/fits", tags=["fits"])
 JobId = Annotated[str, Path(description="the job's id", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 KEEPALIVE_S = 15.0
+PIECES_ETA_EVERY_S = 2.0  # a job in pieces: a progress event at least this often, for its ETA
 ERRORS = {c: {"model": ErrorBody} for c in (400, 401, 403, 404, 409, 413, 415, 422, 429)}
 Sha256 = Annotated[
     str | None,
@@ -275,10 +277,13 @@ async def events(
 
 async def stream(request: Request, service: Fits, job_id: str, after: int) -> AsyncIterator[str]:
     """Poll the store every POLL_S while the job runs; after a finished record, one last read of the
-    events (the final one may land just after the state), then the end."""
+    events (the final one may land just after the state), then the end. A job fitted in pieces gets `progress`
+    events made from its pieces (`Fits.pieces_event`), the fields of a one-model job's, with no `id`: they are not
+    stored, and a client that reconnects resumes after the last stored event."""
     yield "retry: 1000\n\n"
     idle, finished_seen = 0.0, False
     drain = request.app.state.drain
+    pieces: tuple = ((), 0.0)  # the last pieces event sent, and when
     while True:
         await service.reap()  # a dead worker's job is retried or failed, never left running
         record = await service.record(job_id)
@@ -287,6 +292,13 @@ async def stream(request: Request, service: Fits, job_id: str, after: int) -> As
             after = event["seq"]
             data = json.dumps(event_data(job_id, event), separators=(",", ":"))
             yield f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+        if record.get("state") == "running" and record.get("children"):
+            event = await service.pieces_event(record)
+            changed = [event[k] for k in ("step", "psnr", "preview", "pieces")]
+            if changed != pieces[0] or time.monotonic() - pieces[1] >= PIECES_ETA_EVERY_S:
+                pieces = (changed, time.monotonic())
+                new = new or [event]
+                yield f"event: progress\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
         if record.get("state") in FINISHED:
             if finished_seen or (new and new[-1]["type"] in FINISHED):
                 return

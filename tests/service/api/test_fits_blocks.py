@@ -209,7 +209,8 @@ def test_the_pieces_of_a_cancelled_fit_are_taken_by_the_next_fit_of_the_same_byt
     assert rec["state"] == "succeeded", rec
     kids = store.children(store.get(second))
     reused = {c["piece"] for c in kids if c.get("reused_from") == first}
-    assert reused == written - {"overview"}, (reused, written)
+    # every piece written is taken (the overview too: it is queued first); with all written, one is fitted again
+    assert reused == (written if len(written) < len(kids) else written - {"overview"}), (reused, written)
     assert all(c["state"] == "succeeded" for c in kids)
     truth = np.asarray(img, np.float64) / 255
     assert psnr(served(client, "again"), truth) >= rec["metrics"]["full_psnr"] - 0.5

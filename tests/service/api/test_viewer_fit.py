@@ -176,7 +176,7 @@ def test_an_uploaded_image_is_fitted_live_and_opens_in_the_viewer_and_deep_zoom(
         assert job["state"] == "succeeded" and job["name"] == "panel-photo"
         m = job["metrics"]
         assert "panel-photo version 1 is in the viewer" in p.message()
-        assert f"train PSNR {m['train_psnr']:.2f} dB" in p.message()
+        assert f"PSNR {m['full_psnr']:.2f} dB over all pixels" in p.message()  # one road: blocks say the same
         assert "test_psnr" not in m and "test PSNR" not in p.message()  # protocol full: every pixel trained on
         assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
 

@@ -161,7 +161,9 @@ def test_a_dropped_file_is_queued_with_its_options_and_the_no_worker_note(browse
             "seed": 0,
             "block": 2048,  # INR_FIT_BLOCK_SIZE: a larger upload is fitted in blocks
             "overlap": 32,
+            "blocks": "auto",  # in blocks only when no worker can hold it as one model
         }
+        assert "--store sqlite:///" in record["note"] and "--models " in record["note"]  # the command, no placeholders
         assert record["source"]["filename"] == "dropped.png"
         assert (record["source"]["width"], record["source"]["height"]) == photo().size
         stored = Image.open(io.BytesIO(store.image(record["id"]))).convert("RGB")
