@@ -57,7 +57,11 @@ class Journey(FitPage):
         self.answers: list[tuple[str, int]] = []
         super().__init__(browser, url)
         self.page.on("response", lambda r: self.answers.append((r.url, r.status)))
-        self.page.on("requestfailed", lambda r: self.answers.append((r.url, 0)))
+        # a request that got no answer, save those the page gave up itself (a stream it closed, a render a newer view
+        # superseded: net::ERR_ABORTED)
+        self.page.on(
+            "requestfailed", lambda r: None if "ABORTED" in (r.failure or "") else self.answers.append((r.url, 0))
+        )
 
     def sample(self) -> dict:
         return self.page.evaluate("""(() => {
