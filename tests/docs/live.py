@@ -93,8 +93,9 @@ def user_files(repo: Path) -> set[str]:
 def make_commands(repo: Path, target: str, **variables: str) -> list[str]:
     """The command lines `make TARGET` runs (`make -n`), without its `pip install`s."""
     out = subprocess.run(
-        ["make", "-n", target, *(f"{k}={v}" for k, v in variables.items())],
+        ["make", "--no-print-directory", "-n", target, *(f"{k}={v}" for k, v in variables.items())],
         cwd=repo,
+        env=outside_make(os.environ),
         capture_output=True,
         text=True,
         check=True,
@@ -104,15 +105,32 @@ def make_commands(repo: Path, target: str, **variables: str) -> list[str]:
 
 def serve_extras(repo: Path) -> set[str]:
     """The extras `make serve` installs: `pip install -e '.[a,b]'`."""
-    out = subprocess.run(["make", "-n", "serve"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-n", "serve"],
+        cwd=repo,
+        env=outside_make(os.environ),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     found = re.search(r"pip install .*\.\[([\w,-]+)\]", out)
     return set(found.group(1).split(",")) if found else set()
+
+
+def outside_make(env) -> dict:
+    """ENV as a shell outside make has it: the suite may run under `make test`, whose MAKEFLAGS and MAKELEVEL
+    a nested make reads (its "Entering directory" lines, the -j server), which a user's shell has not."""
+    return {k: v for k, v in env.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
 
 
 def user_env(port: int) -> dict:
     """A user's shell: no virtual environment active, none of the test run's INR_* settings."""
     venv_bins = {str(Path(sys.prefix) / "bin"), str(ROOT / ".venv" / "bin")}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INR_", "OTEL_", "VIRTUAL_ENV", "PYTHON"))}
+    env = {
+        k: v
+        for k, v in outside_make(os.environ).items()
+        if not k.startswith(("INR_", "OTEL_", "VIRTUAL_ENV", "PYTHON"))
+    }
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p not in venv_bins)
     env["INR_SERVICE_URL"] = f"http://127.0.0.1:{port}"  # the client's default, on the port it was moved to
     return env
