@@ -57,8 +57,9 @@ def submit(http: httpx.Client, name: str, seed: int = 0) -> dict:
     return record
 
 
-def follow(stack: Stack, path: str, timeout: float = 300) -> list[tuple[float, int, str, dict]]:
-    """Read the SSE stream through nginx until the final event: (arrival s, id, type, data) each."""
+def follow(stack: Stack, path: str, timeout: float = 300) -> list[tuple[float, int | None, str, dict]]:
+    """Read the SSE stream through nginx until the final event: (arrival s, id, type, data) each. The id is None
+    for the `progress` events a job fitted in pieces gets from its pieces, which are not stored (docs/fits.md)."""
     events, fields, t0 = [], {}, time.monotonic()
     with httpx.stream("GET", stack.url + path, timeout=httpx.Timeout(10, read=60)) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -71,7 +72,8 @@ def follow(stack: Stack, path: str, timeout: float = 300) -> list[tuple[float, i
                 fields[key] = value.removeprefix(" ")
                 continue
             if "event" in fields:
-                events.append((time.monotonic() - t0, int(fields["id"]), fields["event"], json.loads(fields["data"])))
+                seq = int(fields["id"]) if "id" in fields else None
+                events.append((time.monotonic() - t0, seq, fields["event"], json.loads(fields["data"])))
                 if fields["event"] in FINAL:
                     break
             fields = {}

@@ -107,6 +107,8 @@ def test_a_giant_in_blocks_is_fitted_by_both_trainers_and_served_through_nginx(s
     job = r.json()
     events = follow(stack, job["links"]["events"])
     assert events[-1][2] == "succeeded", stack.diagnose(job["links"]["self"])
+    unstored = [e for e in events if e[1] is None]  # made from the pieces as they go: a one-model job's fields
+    assert unstored and {e[2] for e in unstored} == {"progress"} and "pieces" in unstored[-1][3], unstored[-1:]
     split = [e[3] for e in events if e[2] == "split"]
     assert split and split[0]["pieces"] == 7, split  # 3 × 2 blocks and the overview
     version = stack.models / "giant-blocks" / str(http.get(job["links"]["self"]).json()["version"])
