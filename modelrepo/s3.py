@@ -4,9 +4,9 @@ Layout in the bucket: the local one under the URL's prefix (`NAME/config.pbtxt`,
 object more per version, `NAME/N/.published`, written last by the writer (modelrepo/s3publish.py): a version without
 it is not listed, so nobody ever sees half of one. A model with no published version is not listed either.
 
-* **Listing** (`scan`): paged ListObjectsV2 of the whole prefix (1,000 keys a request), no object read. The keys and
-  ETags make the index: each model's published files, its versions, and its stamp (a rescan compares stamps: an
-  unchanged bucket costs its listing pages and nothing else).
+* **Listing** (`scan`): paged ListObjectsV2 of the whole prefix (1,000 keys a request), ranges of it side by side
+  (modelrepo/s3listing.py), no object read. The keys and ETags make the index: each model's published files, its
+  versions, and its stamp (a rescan compares stamps: an unchanged bucket costs its listing pages and nothing else).
 * **The mirror** (`root`, in INR_MODEL_CACHE): `folder(name)` fetches a model's small files whose ETag differs from
   the mirror's copy (`.etags.json` in each model's folder records them); `fetch` a version's large file on first
   use, written under a temporary name, checked against the sha256 its metadata records, then renamed in. Large files
@@ -34,12 +34,12 @@ from pathlib import Path
 from .diskcache import DiskBudget, is_large
 from .location import parse_s3
 from .repository import Repository, StorageUnavailable
-from .s3layout import CLAIM, MANIFEST, MARKER, ModelIndex
+from .s3layout import MANIFEST, ModelIndex
+from .s3listing import build_index, fast_timestamps, list_all, list_range
 from .s3publish import publish, sweep
 from .spec import NAME_RE, SpecError
 
 log = logging.getLogger(__name__)
-PAGE = 1000
 CHUNK = 1 << 20
 DOWN_S = 2.0  # after S3 did not answer, calls fail at once for this long
 
@@ -52,6 +52,7 @@ def client_for(location, timeout_s: float = 10.0):
     """A boto3 S3 client: credentials, region and AWS_ENDPOINT_URL from the environment as botocore reads them;
     path-style addressing for any endpoint other than AWS's own."""
     import boto3
+    import botocore.session
     from botocore.config import Config
 
     custom = location.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
@@ -67,7 +68,11 @@ def client_for(location, timeout_s: float = 10.0):
         response_checksum_validation="when_required",
     )
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return boto3.session.Session().client("s3", endpoint_url=location.endpoint, region_name=region, config=config)
+    core = botocore.session.get_session()
+    fast_timestamps(core)  # a listing page's times parsed in C (modelrepo/s3listing.py)
+    return boto3.session.Session(botocore_session=core).client(
+        "s3", endpoint_url=location.endpoint, region_name=region, config=config
+    )
 
 
 class S3Repository(Repository):
@@ -104,7 +109,8 @@ class S3Repository(Repository):
         down = self._down
         if down is not None and time.monotonic() < down[0]:
             raise StorageUnavailable(f"{down[1]} (reading {what}; tried again within {DOWN_S:g} s)")
-        self.requests[op] += 1
+        with self._lock:
+            self.requests[op] += 1
         try:
             answer = getattr(self.client, method)(Bucket=self.location.bucket, **kwargs)
         except ClientError as e:
@@ -141,46 +147,12 @@ class S3Repository(Repository):
 
     # -- the index --------------------------------------------------------------------------------------
     def _list(self, prefix: str) -> dict[str, ModelIndex]:
-        """Every key under `prefix`, paged: the index of the models in it."""
-        versions: dict[tuple[str, int], dict] = {}
-        found: dict[str, ModelIndex] = {}
-        token = None
-        base = len(self.location.prefix)
-        while True:
-            page = self.call(
-                "LIST",
-                "list_objects_v2",
-                "the listing",
-                Prefix=prefix,
-                MaxKeys=PAGE,
-                **({"ContinuationToken": token} if token else {}),
-            )
-            for obj in page.get("Contents", ()):
-                name, _, rest = obj["Key"][base:].partition("/")
-                if not NAME_RE.match(name) or not rest or any(p in ("", ".", "..") for p in rest.split("/")):
-                    continue  # not a model's file; never a path out of the model's folder in the mirror
-                entry = (obj["ETag"].strip('"'), int(obj["Size"]))
-                first, _, inner = rest.partition("/")
-                if first.isdigit() and str(int(first)) == first and int(first) > 0 and inner:
-                    v = versions.setdefault((name, int(first)), {"files": {}, "marker": False, "time": 0.0})
-                    v["time"] = max(v["time"], obj["LastModified"].timestamp())
-                    if inner == MARKER:
-                        v["marker"] = True
-                    elif not inner.startswith(CLAIM):
-                        v["files"][f"{first}/{inner}"] = entry
-                elif not any(p.startswith(".") for p in rest.split("/")):
-                    found.setdefault(name, ModelIndex()).files[rest] = entry
-            if not page.get("IsTruncated"):
-                break
-            token = page["NextContinuationToken"]
-        for (name, n), v in sorted(versions.items()):
-            model = found.setdefault(name, ModelIndex())
-            if v["marker"]:
-                model.files.update(v["files"])
-                model.published += (n,)
-            else:
-                model.pending[n] = v["time"]
-        return found
+        """The index of the models under `prefix`: the whole repository's in ranges side by side, one model's (its
+        prefix 'NAME/') in one go (modelrepo/s3listing.py)."""
+        if prefix == self.location.prefix:
+            last = self.index  # a copy: a request's relist (`model`) may add to it meanwhile
+            return list_all(self, prefix, dict(last) if last else None)
+        return build_index(list_range(self, prefix)[0], len(self.location.prefix))
 
     def scan(self) -> dict[str, Path]:
         """The models with a published version, name → mirror folder. A listing that fails keeps the last one (at a
