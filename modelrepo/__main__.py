@@ -1,12 +1,14 @@
 """`python -m modelrepo push FOLDER s3://…`: copy a local model repository (or one model folder) into a repository
 on S3, each version published under its own number (modelrepo/s3publish.py); versions already there are kept.
-Credentials and the endpoint from the AWS_* variables, as the service reads them. A bad argument or a refusal from
-S3 is one line, `error: …`, and exit code 2."""
+Credentials and the endpoint from the AWS_* variables, as the service reads them. `--wait S` waits up to S seconds for
+an S3 server that does not answer yet (a stack's first start: the server and this command start together). A bad
+argument or a refusal from S3 is one line, `error: …`, and exit code 2."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from .location import LocationError
@@ -29,6 +31,26 @@ def create_bucket(repo) -> None:
         print(f"created the bucket {repo.location.bucket}")
 
 
+def ready(repo, create: bool, wait_s: float) -> None:
+    """The bucket there (created first with `create`), S3 answering; tried again for `wait_s` seconds while S3 does not
+    answer. A refusal (no bucket, wrong credentials) is raised at once: waiting would not change it."""
+    from .s3 import RepositoryError
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if create:
+                create_bucket(repo)
+            repo.check()
+            return
+        except RepositoryError:
+            raise
+        except StorageUnavailable as e:
+            if time.monotonic() >= deadline:
+                raise StorageUnavailable(f"{e} (waited {wait_s:g} s: --wait)" if wait_s else str(e)) from None
+            time.sleep(1.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m modelrepo", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -36,16 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     push.add_argument("source", type=Path, help="a model repository folder, or one model's folder")
     push.add_argument("target", help="s3://[host:port/]bucket/path")
     push.add_argument("--create-bucket", action="store_true", help="create the bucket first when it is missing")
+    push.add_argument(
+        "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for S3 to answer (default 0)"
+    )
     args = p.parse_args(argv)
     try:
         if not args.target.startswith("s3://"):
             raise LocationError(f"the target '{args.target[:80]}' must be an s3:// URL")
         if not args.source.is_dir():
             raise LocationError(f"'{args.source}' is not a folder")
+        if not 0 <= args.wait <= 3600:
+            raise LocationError(f"--wait {args.wait:g}: seconds from 0 to 3600")
         repo = open_repository(args.target)
-        if args.create_bucket:
-            create_bucket(repo)
-        repo.check()
+        ready(repo, args.create_bucket, args.wait)
         one = (args.source / "metadata.json").is_file()
         folders = [args.source] if one else sorted(f for f in args.source.iterdir() if f.is_dir())
         for folder in (f for f in folders if NAME_RE.match(f.name)):
