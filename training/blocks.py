@@ -2,10 +2,9 @@
 fitted as overlapping blocks, each a grid model of its crop, plus an overview of the whole image at a quarter of its
 side (at most a block's), and written as one version.
 
-The pieces share the steps one model of the same pixels would take (`piece_steps`): each makes as many passes over
-its pixels as the fit's steps make over the image's (over a one-model fit's largest, `max_pixels`, 25 MP, for a
-larger image), so blocks cost what one model would, plus their overlaps and the overview (docs/fits.md, "Giant
-images").
+The pieces of an image one model could hold share the steps that one model would take (`piece_steps`), so its
+blocks cost what one model would, plus their overlaps and the overview; a giant's pieces each take the steps, as
+photos of their own (docs/fits.md, "Giant images").
 
 Each piece is fitted on its own (`fit_piece`), so the pieces of one image can go to different workers
 (training/worker/blocks.py); `write_blocked_model` publishes them all at once. `fit_blocked` does it all in one
@@ -97,11 +96,14 @@ class Piece:
 
 
 def piece_steps(steps: int, pixels: int, layout: BlockLayout, max_pixels: int, batch: int) -> int:
-    """A piece's steps: as many passes over its `pixels` as `steps` batches of `batch` pixels make over the image
-    (over `max_pixels`, the most one model is fitted on, for a larger image), at least 1 and at most `steps`. So the
-    blocks together cost about what one model of the image would, their overlaps and the overview a few percent
-    more; a piece no larger than a batch takes every step, as the whole image would."""
-    whole = min(layout.width * layout.height, max_pixels)
+    """A piece's steps. An image one model could hold (at most `max_pixels`, 25 MP for the grid preset): the pieces
+    share the steps that one model would take, each making as many passes over its `pixels` as `steps` batches of
+    `batch` pixels make over the image (at least 1; a piece no larger than a batch takes every step, as the whole
+    image would), so its blocks cost about what one model of it would, their overlaps and the overview a few percent
+    more. A larger image: every piece takes the `steps`, fitted as a photo of its own (docs/benchmarks.md, giant)."""
+    whole = layout.width * layout.height
+    if whole > max_pixels:
+        return steps
     passes = steps * min(batch, whole) / whole
     return max(1, min(steps, round(passes * pixels / min(batch, pixels))))
 
