@@ -3,8 +3,9 @@ the same photo, side by side in one run, and what blocks cost beside one model o
 
     python -m bench.blocks compare --photo PHOTO [--rounds 3] [--threads 2] [--variants cli,api,api-blocks]
     python -m bench.blocks memory PHOTO ... [--steps 20]
+    python -m bench.blocks overhead MODELS/NAME/N       # a block model's overview and overlaps against its cores
 
-`compare`: every round runs each variant once, the order rotating from round to round:
+`compare`: every round runs each variant once, the order rotating from round to round, all with the round's seed:
   cli         `python -m training fit-image --image PHOTO --out ...` with the grid preset's options, 280 steps, every
               pixel: one model;
   api         POST /v1/fits with the defaults, fitted by a fresh `python -m training worker` (one model, when the
@@ -104,9 +105,10 @@ def reaped(proc: subprocess.Popen) -> dict:
     }
 
 
-def via_cli(stack: Stack, photo: Path, name: str) -> dict:
+def via_cli(stack: Stack, photo: Path, name: str, seed: int) -> dict:
     argv = [sys.executable, "-m", "training", "fit-image", "--image", str(photo), "--out", str(stack.models / name)]
     argv += [*PRESETS["grid"]["argv"], "--steps", str(PRESETS["grid"]["steps"]), "--protocol", "full", "--no-progress"]
+    argv += ["--seed", str(seed)]
     t0 = time.perf_counter()
     log = stack.work / "logs" / f"{name}.log"
     proc = subprocess.Popen(argv, cwd=ROOT, env=stack.env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
@@ -169,7 +171,29 @@ def served(stack: Stack, name: str, version: int, truth: np.ndarray) -> dict:
     out["files"] = len(onnx)
     if "block_fits" in meta:
         out["pieces"] = meta["block_fits"]
+        out["overhead"] = overhead(stack.models / name / str(version))
     return out
+
+
+def overhead(version: Path) -> dict:
+    """What the overview and the overlaps cost beside the blocks' cores, from a block model's version folder: bytes
+    (the files) and fit seconds (metadata `block_fits`), each block's share of its core's pixels counted as the cost
+    the same pixels would have in one model at the blocks' rate."""
+    meta = json.loads((version / "metadata.json").read_text())
+    layout = BlockLayout.from_metadata(meta["blocks"])
+    xs, ys, fits = layout.x_edges, layout.y_edges, meta["block_fits"]
+    core = {"bytes": 0.0, "seconds": 0.0}
+    extra = {"bytes": float((version / "model.onnx").stat().st_size), "seconds": fits["overview"]["seconds"]}
+    for b in layout.blocks:
+        share = (xs[b.col + 1] - xs[b.col]) * (ys[b.row + 1] - ys[b.row]) / (b.w * b.h)
+        for key, value in (("bytes", (version / b.file).stat().st_size), ("seconds", fits[b.file]["seconds"])):
+            core[key] += value * share
+            extra[key] += value * (1 - share)
+    return {
+        "overview_and_overlaps_bytes": round(extra["bytes"] / core["bytes"], 4),
+        "overview_and_overlaps_fit_seconds": round(extra["seconds"] / core["seconds"], 4),
+        "overview": meta["blocks"].get("overview"),
+    }
 
 
 def db(mse: float) -> float:
@@ -185,10 +209,12 @@ def compare(args) -> dict:
             order = args.variants[r % len(args.variants) :] + args.variants[: r % len(args.variants)]
             for variant in order:
                 name = f"{variant}-r{r}"
+                # a seed per round: the same fit on every path, and no blocks taken from the round before (a job of
+                # the same bytes and options reuses the pieces an earlier one wrote)
                 if variant == "cli":
-                    got = via_cli(stack, args.photo, name)
+                    got = via_cli(stack, args.photo, name, r)
                 else:
-                    fields = {"blocks": "always"} if variant == "api-blocks" else {}
+                    fields = {"seed": str(r)} | ({"blocks": "always"} if variant == "api-blocks" else {})
                     got = via_api(stack, args.photo, name, fields)
                 got |= served(stack, name, got["version"], truth)
                 rows.append({"variant": variant, "round": r, **got})
@@ -239,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--steps", type=int, default=20)
     m.add_argument("--threads", type=int, default=1)
     m.add_argument("--work", type=Path, default=Path("/tmp/bench-blocks-memory"))
+    o = sub.add_parser("overhead", help="the overview's and the overlaps' cost in a block model's version folder")
+    o.add_argument("version", type=Path)
     a = p.parse_args(argv)
+    if a.cmd == "overhead":
+        print(json.dumps(overhead(a.version)))
+        return 0
     result = compare(a) if a.cmd == "compare" else memory(a)
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     data[a.cmd] = {
