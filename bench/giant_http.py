@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     run = args.work / "http"
     (run / "uploads").mkdir(parents=True, exist_ok=True)
     models = args.work / "models"
+    models.mkdir(exist_ok=True)
     store_url = f"sqlite:///{run / 'fits.sqlite'}"
     env = {
         "INR_FIT_STORE": store_url,
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         "OMP_NUM_THREADS": "1",
     }
     port = free_port()
-    api = start([sys.executable, "-m", "service", "--models", str(models), "--port", str(port)], env, run / "api.log")
+    argv = [sys.executable, "-m", "service", "--models", str(models), "--port", str(port), "--grpc-port", "0"]
+    api = start(argv, env, run / "api.log")  # no gRPC: its port may be another server's
     workers = [
         start(
             [sys.executable, "-m", "training", "worker", "--threads", "1", "--nice", "0", "--models", str(models)],
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"workers": args.workers, "torch_threads_per_worker": 1, "file": args.file}
     try:
         while True:
+            if api.poll() is not None:
+                raise SystemExit(f"the service stopped: {(run / 'api.log').read_text()[-1000:]}")
             try:
                 if client.get("/v2/health/ready").status_code == 200 and len(store.workers()) == args.workers:
                     break

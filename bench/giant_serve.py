@@ -49,7 +49,7 @@ class Service:
     def __init__(self, models: Path, budget: str):
         self.port = free_port()
         env = {**os.environ, "INR_RENDER_TIMEOUT_S": "600"}
-        argv = [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port)]
+        argv = [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port), "--grpc-port", "0"]
         self.proc = subprocess.Popen([*argv, "--memory-budget", budget], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=600)
         for _ in range(600):
