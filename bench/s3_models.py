@@ -5,11 +5,14 @@
     python -m bench.s3_models outage --models 8          # S3 stopped and started again under load
 
 `listing` fills a bucket with N small published models (config.pbtxt, metadata.json, 1/model.onnx,
-1/metadata.json, 1/.published), then times `S3Repository.scan` (paged ListObjectsV2) and a second scan of the
-unchanged bucket, counting the requests by operation (no GET may appear). `first-tile` copies the bundled photo model
-`dandelion` under N names into a folder and into a bucket, starts one server on each (fresh caches), and asks each
-model's first IIIF tile of each server in turn, alternating; it reports the medians and their ratio, and the GETs a
-restarted S3 server makes for the same tiles (none: served from its disk cache). `outage` serves N such models from
+1/metadata.json, 1/.published), then, each round, times three listings of it and a second one of the unchanged
+bucket each, in a rotating order, counting the requests by operation (no GET may appear): `before` (paged
+ListObjectsV2 one page after the other, botocore's timestamp parser: main before modelrepo/s3listing.py),
+`sequential` (the same with the fast timestamps) and `ranges` (`S3Repository`'s own: key ranges side by side).
+`first-tile` copies the bundled photo model `dandelion` under N names into a folder and into a bucket, starts one
+server on each (fresh caches), and asks each model's first IIIF tile of each server in turn, alternating; it reports
+the medians and their ratio, and the GETs a restarted S3 server makes for the same tiles (none: served from its disk
+cache). `outage` serves N such models from
 the bucket, loads half of them, then keeps 4 clients asking tiles of all N while the S3 server is stopped for
 --down seconds and started again: the answers of each half, by status, before, during and after.
 Results: bench/results/s3_models.json.
@@ -64,34 +67,65 @@ def fill(s3: S3Server, bucket: str, n: int, threads: int = 8) -> float:
     return time.perf_counter() - t0
 
 
+VARIANTS = ("before", "sequential", "ranges")
+
+
+def plain_client(s3: S3Server):
+    """A boto3 client as modelrepo.s3 made one before its listing got ranges: botocore's own timestamp parser."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3, "mode": "standard"})
+    return boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1", config=config)
+
+
+def scan_with(variant: str, repo) -> dict:
+    """One listing of the repository, its way: `before` and `sequential` page through the whole prefix one page after
+    the other (before: with botocore's timestamp parser, the listing of main before the ranges), `ranges` is
+    S3Repository's own (modelrepo/s3listing.py)."""
+    from modelrepo.s3listing import build_index, list_range
+
+    if variant == "ranges":
+        return repo._list(repo.location.prefix)
+    return build_index(list_range(repo, repo.location.prefix)[0], len(repo.location.prefix))
+
+
 def listing(args) -> dict:
+    """Each round lists the bucket with every variant, in a rotating order: a first listing (a new repository, an
+    empty cache) then a rescan of the unchanged bucket (the same repository, its last index known)."""
     from modelrepo.s3 import S3Repository
 
     s3 = S3Server()
     try:
-        bucket = s3.bucket()
         os.environ.update(s3.env)
+        bucket = s3.bucket()
         filled = fill(s3, bucket, args.models)
         print(f"filled {args.models} models in {filled:.0f} s", file=sys.stderr, flush=True)
         out = {"models": args.models, "objects": 5 * args.models, "fill_s": round(filled, 1), "rounds": []}
-        for _ in range(args.rounds):
-            repo = S3Repository(s3.url(bucket), tempfile.mkdtemp(prefix="inr-bench-s3-"))
-            t0 = time.perf_counter()
-            names = repo.scan()
-            first = time.perf_counter() - t0
-            before = dict(repo.requests)
-            t0 = time.perf_counter()
-            again = repo.scan()
-            rescan = time.perf_counter() - t0
-            if not len(names) == len(again) == args.models:
-                raise SystemExit(
-                    f"listed {len(names)} then {len(again)} of {args.models} models: {dict(repo.requests)}"
-                )
-            during = {k: repo.requests[k] - before.get(k, 0) for k in repo.requests}
-            out["rounds"].append({"list_s": round(first, 2), "rescan_s": round(rescan, 2), "rescan_requests": during})
-            shutil.rmtree(repo.root.parent, ignore_errors=True)
-        out["list_s_median"] = statistics.median(r["list_s"] for r in out["rounds"])
-        out["rescan_s_median"] = statistics.median(r["rescan_s"] for r in out["rounds"])
+        for k in range(args.rounds):
+            row = {}
+            for variant in VARIANTS[k % 3 :] + VARIANTS[: k % 3]:
+                client = plain_client(s3) if variant == "before" else None
+                repo = S3Repository(s3.url(bucket), tempfile.mkdtemp(prefix="inr-bench-s3-"), client=client)
+                t0 = time.perf_counter()
+                index = scan_with(variant, repo)
+                first = time.perf_counter() - t0
+                repo.index, before = index, dict(repo.requests)
+                t0 = time.perf_counter()
+                again = scan_with(variant, repo)
+                rescan = time.perf_counter() - t0
+                listed = [sum(1 for m in i.values() if m.published) for i in (index, again)]
+                if listed != [args.models] * 2 or again != index:
+                    raise SystemExit(f"{variant}: listed {listed} of {args.models} models: {dict(repo.requests)}")
+                during = {op: repo.requests[op] - before.get(op, 0) for op in repo.requests}
+                row[variant] = {"list_s": round(first, 2), "rescan_s": round(rescan, 2), "rescan_requests": during}
+                shutil.rmtree(repo.root.parent, ignore_errors=True)
+            row["load"] = round(os.getloadavg()[0], 1)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            out["rounds"].append(row)
+        for variant in VARIANTS:
+            for what in ("list_s", "rescan_s"):
+                out[f"{variant}_{what}_median"] = statistics.median(r[variant][what] for r in out["rounds"])
         return out
     finally:
         s3.close()
