@@ -12,6 +12,11 @@ input [N, ΣF] in its feature order; a level whose cells sit on the samples (the
 What is left per pixel is the head, run by onnxruntime on the graph's own nodes (lattice_graph.py). An 8-bit
 table is interpolated in its codes and its scale and low applied to the few interpolated rows.
 
+A head of Gemms with ReLU between them (every grid preset's) has a faster road where the service was built with a C
+compiler: the kernel of `_latticekernel.c` (`Kernel`) does the same arithmetic for a whole tile in one pass, the
+rows' interpolation, the head and the pixels in registers, with the GIL released, instead of a pass over memory per
+numpy operation and per layer. Without it (no compiler at install), numpy and onnxruntime render as above.
+
 The positions are rounded as the graph rounds them (float32 coordinates, clipped, (2x − 1) + 1 in float32, times
 r/2 and − ½ in float64, to float32), so a lattice sample and the whole graph's agree to float rounding: `check`
 compares them at load, and a lattice beyond PARITY is not used.
@@ -20,16 +25,22 @@ compares them at load, and a lattice beyond PARITY is not used.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .lattice_graph import GridLevel, read_file
+from .lattice_graph import GridLevel, head_layers, read_file
+
+try:
+    from . import _latticekernel
+except ImportError:  # built without a C compiler (setup.py): numpy and onnxruntime render lattice tiles
+    _latticekernel = None
 
 log = logging.getLogger(__name__)
 PARITY = 1e-5  # the export's gate (training/export.py), rgb in [0, 1]
+LANES = 16  # the kernel's pixels per step; its first layer's inputs are padded to a multiple of it
 
 
 def positions(coords: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,11 +125,55 @@ def level_into(level: GridLevel, cols: Axis, rows: Axis, out: np.ndarray) -> Non
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """The one-pass kernel's arguments for a lattice (_latticekernel.c): the levels' tables, the head's layers."""
+
+    levels: tuple  # (table, scale or None, low or None) per level
+    layers: tuple  # (W [out, in], b [out]) per layer, float32; the first W's columns padded to LANES
+    sigmoid: bool
+
+    @classmethod
+    def of(cls, levels: list[GridLevel], head: bytes) -> "Kernel | None":
+        """The kernel of a lattice whose head it can run; None without the kernel or for another head."""
+        if _latticekernel is None:
+            return None
+        read = head_layers(head)
+        if read is None:
+            return None
+        layers, sigmoid = read
+        w, b = layers[0]
+        width = -(-w.shape[1] // LANES) * LANES
+        padded = np.zeros((w.shape[0], width), np.float32)
+        padded[:, : w.shape[1]] = w
+        return cls(
+            tuple((lv.table, lv.scale, lv.low) for lv in levels),
+            ((padded, b), *layers[1:]),
+            sigmoid,
+        )
+
+    @staticmethod
+    def axes(axes: list[tuple[Axis, Axis]]) -> tuple:
+        """A lattice's axes (`Lattice.axes`) as the kernel takes them: once per render."""
+        return tuple((c.first, c.after, c.weight, r.first, r.after, r.weight) for c, r in axes)
+
+    def tile(self, axes: tuple, x0: int, y0: int, out: np.ndarray) -> None:
+        """The rgb (out float32 [R, C, 3]) or the pixels (uint8 [R, C, 3], rows of an image) of the lattice's
+        (`axes`, the kernel's) columns x0 … x0 + C and rows y0 … y0 + R. A tile outside the axes is refused here
+        (and again in C, with the cells' indices against the tables, before anything is read)."""
+        cols, rows = len(axes[0][0]), len(axes[0][3])
+        if out.ndim != 3 or not (0 <= x0 <= cols - out.shape[1] and 0 <= y0 <= rows - out.shape[0]):
+            raise ValueError(f"lattice kernel: a {out.shape} tile at ({x0}, {y0}) is outside {cols} × {rows}")
+        _latticekernel.tile(self.levels, self.layers, self.sigmoid, axes, x0, y0, out)
+
+
+@dataclass(frozen=True)
 class Lattice:
-    """A dense grid's levels, coarsest first (the head's feature order), and the head's session."""
+    """A dense grid's levels, coarsest first (the head's feature order), the head's session, and the one-pass
+    kernel where the head is one it runs."""
 
     levels: tuple[GridLevel, ...]
     head: object  # onnxruntime.InferenceSession: FEATURES [N, ΣF] → rgb [N, 3]
+    kernel: Kernel | None = None
 
     @property
     def features(self) -> int:
@@ -147,16 +202,27 @@ class Lattice:
         """The head on features [ΣF, N] → rgb [N, 3] (a view of its [3, N] planes)."""
         return self.head.run(None, {"grid_features": features})[0].T
 
+    def rgb(self, axes: list[tuple[Axis, Axis]]) -> np.ndarray:
+        """rgb [R·C, 3] on a lattice (`axes`, or slices of them): by the kernel where there is one."""
+        if self.kernel is None:
+            return self.run(self.grid_features(axes))
+        cols, rows = axes[0]
+        out = np.empty((len(rows.first), len(cols.first), 3), np.float32)
+        self.kernel.tile(self.kernel.axes(axes), 0, 0, out)
+        return out.reshape(-1, 3)
 
-def check(lattice: Lattice, whole) -> float:
-    """The largest difference of rgb between the lattice and the whole graph's session `whole` on a lattice of
-    irregular steps over the unit square and just beyond it."""
+
+def check(lattice: Lattice, whole, kernel: bool = False) -> float:
+    """The largest difference of rgb between the lattice (its kernel's, or numpy's and the head session's) and the
+    whole graph's session `whole` on a lattice of irregular steps over the unit square and just beyond it."""
     xs = np.sort(np.concatenate([np.linspace(-0.01, 1.01, 29), np.random.default_rng(0).random(12)]))
     ys = np.sort(np.concatenate([np.linspace(-0.01, 1.01, 17), np.random.default_rng(1).random(8)]))
     gx, gy = np.meshgrid(xs, ys)
     coords = np.stack([gx, gy], -1).reshape(-1, 2).astype(np.float32)
     exact = whole.run(["rgb"], {whole.get_inputs()[0].name: coords})[0]
-    return float(np.max(np.abs(lattice.run(lattice.grid_features(lattice.axes(xs, ys))) - exact)))
+    axes = lattice.axes(xs, ys)
+    rgb = lattice.rgb(axes) if kernel else lattice.run(lattice.grid_features(axes))
+    return float(np.max(np.abs(rgb - exact)))
 
 
 def load_lattice(onnx_path: Path, make_head: Callable[[bytes], object], whole, name: str) -> Lattice | None:
@@ -171,4 +237,12 @@ def load_lattice(onnx_path: Path, make_head: Callable[[bytes], object], whole, n
     if not diff <= PARITY:
         log.warning("model %s: lattice renders off (differ from the graph by %.3g > %g)", name, diff, PARITY)
         return None
-    return lattice
+    kernel = Kernel.of(levels, head)
+    if kernel is None:
+        return lattice
+    fast = replace(lattice, kernel=kernel)
+    diff = check(fast, whole, kernel=True)
+    if not diff <= PARITY:  # numpy and onnxruntime render it, as without the kernel
+        log.warning("model %s: the lattice kernel is off (differs from the graph by %.3g > %g)", name, diff, PARITY)
+        return lattice
+    return fast

@@ -9,7 +9,8 @@ are in the graph: each level's table is the input of its `grid/lL/fyx` node (an 
 which are evaluated here once), and the head is every node between the features (`grid_features`) and `rgb`.
 
 `read_lattice` returns them, or None for a graph without that layout (hashed or traced grids, Fourier and SineKAN
-models).
+models); `head_layers` reads a head of Gemms with ReLU between them (and a final Sigmoid) as its weights, for the
+one-pass kernel (lattice.py, `Kernel`).
 """
 
 from __future__ import annotations
@@ -160,6 +161,65 @@ def channel_major(nodes: list, inits: dict) -> tuple[list, list]:
             return _transposed(nodes), []
         data.update(n.output)
     return out, [column]
+
+
+def head_layers(head: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool] | None:
+    """The layers (W [out, in], b [out], float32) of a channel-major head (`channel_major`) that is Gemms with a
+    ReLU after each but the last, and whether a Sigmoid ends it; None for any other head."""
+    model = onnx.load_from_string(head)
+    graph = model.graph
+    producers = {out: n for n in graph.node for out in n.output}
+    inits = {i.name: i for i in graph.initializer}
+    readers: dict[str, list] = {}
+    for n in graph.node:
+        for i in set(n.input):
+            readers.setdefault(i, []).append(n)
+
+    def value(name: str) -> np.ndarray | None:
+        """A weight: an initializer, or one reshaped or cast (float16 storage) by nodes; None otherwise."""
+        if name in inits:
+            return numpy_helper.to_array(inits[name]).astype(np.float32)
+        node = producers.get(name)
+        if node is None or node.op_type not in ("Reshape", "Cast"):
+            return None
+        v = value(node.input[0])
+        if v is None or node.op_type == "Cast":
+            return v
+        shape = value(node.input[1])
+        return None if shape is None else v.reshape(shape.astype(np.int64))
+
+    layers, sigmoid, data = [], False, FEATURES
+    while data != "rgb":
+        nodes = readers.get(data, [])
+        if len(nodes) != 1 or sigmoid:
+            return None
+        n = nodes[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if n.op_type == "Gemm" and n.input[1] == data and not attrs.get("transB", 0) and all(r for *_, r in layers):
+            w = value(n.input[0])
+            bias = value(n.input[2]) if len(n.input) > 2 else None
+            if w is None or w.ndim != 2 or (len(n.input) > 2 and n.input[2] and bias is None):
+                return None
+            w = (w.T if attrs.get("transA", 0) else w) * np.float32(attrs.get("alpha", 1.0))
+            b = np.zeros(len(w), np.float32) if bias is None else bias.reshape(-1) * np.float32(attrs.get("beta", 1.0))
+            if b.size == 1:
+                b = np.full(len(w), b[0], np.float32)
+            if b.shape != (len(w),):
+                return None
+            layers.append((np.ascontiguousarray(w, np.float32), np.ascontiguousarray(b, np.float32), False))
+        elif n.op_type == "Relu" and layers and not layers[-1][2]:
+            layers[-1] = (*layers[-1][:2], True)
+        elif n.op_type == "Sigmoid" and layers and not layers[-1][2]:
+            sigmoid = True
+        else:
+            return None
+        data = n.output[0]
+    if not layers or layers[-1][2] or not all(r for _, _, r in layers[:-1]) or len(layers[-1][0]) != 3:
+        return None
+    for (w, _, _), (nxt, _, _) in zip(layers, layers[1:]):
+        if nxt.shape[1] != len(w):
+            return None
+    return [(w, b) for w, b, _ in layers], sigmoid
 
 
 def _transposed(nodes: list) -> list:

@@ -344,10 +344,16 @@ class ModelRuntime:
         (service/render/separable.py). Counted as one run of N rows, like `predict`."""
         return self._counted(self.separable.run, features, len(features))
 
-    def predict_lattice(self, features: np.ndarray) -> np.ndarray:
-        """A lattice render's tile: the head on a dense grid's features [ΣF, N] → rgb [N, 3]
-        (service/render/lattice.py). Counted as one run of N rows, like `predict`."""
-        return self._counted(self.lattice.run, features, features.shape[1])
+    def predict_lattice(self, axes: list) -> np.ndarray:
+        """A lattice render's tile (service/render/lattice.py): a dense grid's rgb [N, 3] on the lattice `axes`
+        (service/engine/lattice.py). Counted as one run of N rows, like `predict`."""
+        lattice = self.lattice
+        return self._counted(lattice.rgb, axes, len(axes[0][0].first) * len(axes[0][1].first))
+
+    def paint_lattice(self, kernel, axes: tuple, x0: int, y0: int, out: np.ndarray) -> None:
+        """A lattice render's tile by the lattice's kernel (`kernel`, its `axes`): the pixels of its columns x0 …
+        and rows y0 … written into `out` (uint8 [R, C, 3]). Counted as one run of R·C rows."""
+        self._counted(lambda _: kernel.tile(axes, x0, y0, out), None, out.shape[0] * out.shape[1])
 
     def _counted(self, run, x: np.ndarray, rows: int) -> np.ndarray:
         start = time.perf_counter()

@@ -31,7 +31,7 @@ from ..memory import trim
 from ..metrics import Metrics
 from ..settings import Settings
 from .imaging import RenderSpec, new_image, plain_sampler, render_tile
-from .lattice import LATTICE_TILE_FACTOR, lattice_sampler
+from .lattice import KERNEL_TILE_FACTOR, LATTICE_TILE_FACTOR, lattice_painter, lattice_sampler
 from .scheduler import TileJob, TileScheduler
 from .separable import separable_sampler
 from .tiling import tiles
@@ -59,6 +59,16 @@ class RenderCore:
 
     def close(self) -> None:
         self.scheduler.close()
+
+
+def painter_for(model: ModelRuntime, spec: RenderSpec, out: np.ndarray, tile_samples: int):
+    """(a tile → its pixels in `out`, samples per tile): the lattice kernel's pixels where it has them
+    (service/render/lattice.py), else `sampler_for`'s samples through render_tile."""
+    paint = lattice_painter(model, spec, out)
+    if paint is not None:
+        return paint, tile_samples * KERNEL_TILE_FACTOR
+    sample, tile_samples = sampler_for(model, spec, tile_samples)
+    return (lambda t: render_tile(spec, t, sample(t), out)), tile_samples
 
 
 def sampler_for(model: ModelRuntime, spec: RenderSpec, tile_samples: int):
@@ -119,7 +129,7 @@ async def _acquire(slots: asyncio.Semaphore, timeout: float) -> bool:
 async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -> bytes:
     settings = core.settings
     out = new_image(spec)
-    sample, tile_samples = sampler_for(model, spec, settings.render_tile_samples)
+    paint, tile_samples = painter_for(model, spec, out, settings.render_tile_samples)
     job: TileJob | None = None
 
     def deadline_error() -> Exception:
@@ -132,7 +142,7 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
 
     job = TileJob(
         tiles(spec.height, spec.width, spec.supersample, tile_samples),
-        lambda t: render_tile(spec, t, sample(t), out),
+        paint,
         deadline=arrived + settings.render_timeout_s,
         on_deadline=deadline_error,
         on_cancel=lambda: ClientGone("the client disconnected; render abandoned"),

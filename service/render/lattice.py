@@ -10,11 +10,17 @@ head's activations, against the packed graph's gathered corners and weights), an
 steps; at 4 times, the heap of a server under 4 clients grew ~30 MiB above the plain path's (docs/benchmarks.md,
 classic).
 
+Where the model's lattice has the one-pass kernel (service/engine/_latticekernel.c) and the render needs nothing of
+`render_tile` but the pixels (no supersamples, no background), the kernel writes a tile's pixels straight into the
+image (`lattice_painter`).
+
 A block model (service/engine/blocks.py) seen finer than its overview blends the blocks a tile touches with the
 same weights as `BlockSet.predict`, per column and per row (`axis_weights`), each block on its own lattice.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -24,7 +30,10 @@ from ..engine.blocks import BlockedView
 from .imaging import RenderSpec, Sampler
 from .tiling import Tile, grid_axes
 
+Painter = Callable[[Tile], None]  # a tile → its pixels written into the render's image
+
 LATTICE_TILE_FACTOR = 2
+KERNEL_TILE_FACTOR = 8
 
 
 def axis_aligned(spec: RenderSpec) -> bool:
@@ -45,19 +54,39 @@ def lattice_sampler(model, spec: RenderSpec) -> Sampler | None:
         return None
     if isinstance(model, BlockedView):
         return _blocks_sampler(model, spec)
-    if getattr(model, "lattice", None) is None:
+    parts = _parts(model, spec)
+    if parts is None:
         return None
-    lattice = model.lattice  # one read: a reload swaps the runtime, not this object
+    return lambda t: model.predict_lattice(parts(t))
+
+
+def lattice_painter(model, spec: RenderSpec, out: np.ndarray) -> Painter | None:
+    """The tiles' pixels written into `out` by the lattice kernel (service/engine/_latticekernel.c), the head and
+    the pixels in one pass; None where render_tile has more to do (supersamples, a background) or the model has no
+    kernel. Its tiles are KERNEL_TILE_FACTOR × `INR_RENDER_TILE_SAMPLES`: it keeps no per-sample intermediates."""
+    if spec.supersample != 1 or spec.background.mode != "extrapolate" or spec.channels != 3:
+        return None
+    lattice = getattr(model, "lattice", None)  # one read: a reload swaps the runtime, not this object
+    if not axis_aligned(spec) or lattice is None or lattice.kernel is None:
+        return None
+    kernel = lattice.kernel
+    axes = kernel.axes(lattice.axes(*model_axes(spec, Tile(0, spec.height, 0, spec.width))))
+    return lambda t: model.paint_lattice(kernel, axes, t.x0, t.y0, out[t.y0 : t.y1, t.x0 : t.x1])
+
+
+def _parts(model, spec: RenderSpec):
+    """A tile → its slices of every level's positions of the render's sample columns and rows (worked out once)."""
+    lattice = getattr(model, "lattice", None)  # one read: a reload swaps the runtime, not this object
+    if lattice is None:
+        return None
     k = spec.supersample
-    # every level's positions of the render's sample columns and rows, once; a tile takes its slices
     axes = lattice.axes(*model_axes(spec, Tile(0, spec.height, 0, spec.width)))
 
-    def sample(t: Tile) -> np.ndarray:
+    def parts(t: Tile) -> list:
         cols, rows = slice(t.x0 * k, t.x1 * k), slice(t.y0 * k, t.y1 * k)
-        part = [(x[cols], y[rows]) for x, y in axes]
-        return model.predict_lattice(lattice.grid_features(part))
+        return [(x[cols], y[rows]) for x, y in axes]
 
-    return sample
+    return parts
 
 
 def _blocks_sampler(view: BlockedView, spec: RenderSpec) -> Sampler:
@@ -82,7 +111,7 @@ def _blocks_sampler(view: BlockedView, spec: RenderSpec) -> Sampler:
             ly = ((py[r0:r1] - b.y) / b.h).astype(np.float32)
             lattice = runtime.lattice
             if lattice is not None:
-                rgb = runtime.predict_lattice(lattice.grid_features(lattice.axes(lx, ly)))
+                rgb = runtime.predict_lattice(lattice.axes(lx, ly))
             else:
                 gx, gy = np.meshgrid(lx, ly)
                 rgb = runtime.render_rgb(np.stack([gx, gy], -1).reshape(-1, 2))
