@@ -25,12 +25,19 @@ COPY commandline ./commandline
 COPY bigimage ./bigimage
 
 FROM shared-src AS serve-src
+COPY setup.py ./
 COPY service ./service
 COPY inr_client ./inr_client
 
 # ---------------------------------------------------------------- builder (CPU serving venv)
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for the lattice kernel (service/engine/_latticekernel.c, setup.py): the runtime image takes the
+# built venv, not the compiler. DL3008: the base image's tag pins the Debian release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=serve-src /src /src
 WORKDIR /src
 RUN python -m venv /opt/venv \
@@ -74,7 +81,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=nonintera
 # drops superseded package versions, so exact pins would break rebuilds rather than fix them.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=serve-src /src /src
 WORKDIR /src

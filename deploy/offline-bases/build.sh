@@ -62,7 +62,9 @@ if ! have "$debian_image"; then  # Debian's own minimal root: the same packages 
   rootfs
   "$engine" tag "$rootfs_image" "$debian_image"
 fi
-standin "$python_image" python.Containerfile
+# the headers: the Dockerfile's builder compiles the lattice kernel (setup.py)
+standin "$python_image" python.Containerfile \
+  "python3 -c 'import os, sysconfig; raise SystemExit(not os.path.isfile(os.path.join(sysconfig.get_config_var(\"INCLUDEPY\"), \"Python.h\")))'"
 standin "$nginx_image" nginx.Containerfile 'command -v busybox'   # deploy/nginx/40-api-shards.sh
 standin "$redis_image" redis.Containerfile
 say "done: $("$engine" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'python:3.11-slim|nginx:1.29|redis:7|debian:bookworm' | tr '\n' ' ')"
