@@ -1,10 +1,13 @@
 """Where the CPU of one uncached 512² IIIF tile of a grid model goes (docs/benchmarks.md, classic): in process,
-this thread's CPU time (time.thread_time, so other processes on a shared machine count little), medians of rounds.
+this thread's CPU time (time.thread_time, so other processes on a shared machine count little), medians of rounds
+in which the parts take turns.
 
 - plain: the whole graph per sample on the service's tiles (`INR_RENDER_TILE_SAMPLES`), split by onnxruntime's
   profiler into operator types (the packed corners' Gather, the weights' Gemm and Mul, the head's Gemm, …);
-- lattice: the levels interpolated per column and row (numpy) and the head per pixel (onnxruntime), on the
-  lattice's tiles (service/render/lattice.py);
+- lattice without the kernel: the levels interpolated per column and row (numpy) and the head per pixel
+  (onnxruntime), on the lattice's tiles (service/render/lattice.py), as a service built without a C compiler renders;
+- the lattice kernel (service/engine/_latticekernel.c): the same arithmetic in one pass, rgb or, as the service
+  renders a tile without supersamples or background, its pixels written into the image, on the kernel's tiles;
 - the pixels (clip, scale, round: `render_tile`) and the JPEG encoding (Pillow, quality 90: its defaults against
   `optimize` and 4:4:4), the same for both paths.
 
@@ -14,6 +17,7 @@ this thread's CPU time (time.thread_time, so other processes on a shared machine
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import tempfile
@@ -29,7 +33,7 @@ from service.engine.runtime import RuntimeOptions
 from service.engine.sessions import session_options
 from service.engine.tasks import runtime_for
 from service.render.imaging import RenderSpec, encode, new_image, render_tile, tile_points
-from service.render.lattice import LATTICE_TILE_FACTOR, lattice_sampler, model_axes
+from service.render.lattice import KERNEL_TILE_FACTOR, LATTICE_TILE_FACTOR, lattice_painter, lattice_sampler, model_axes
 from service.render.tiling import tiles
 
 from .common import RESULTS, log, machine, median, setup_logging, write_json
@@ -37,14 +41,17 @@ from .common import RESULTS, log, machine, median, setup_logging, write_json
 TILE_SAMPLES = 8192  # INR_RENDER_TILE_SAMPLES' default
 
 
-def cpu_ms(fn, rounds: int) -> float:
-    fn()
-    out = []
-    for _ in range(rounds):
-        t = time.thread_time()
+def cpu_ms(parts: dict, rounds: int) -> dict[str, float]:
+    """Each part's median of `rounds`, the parts taking turns round by round (a shared machine's load changes)."""
+    for fn in parts.values():
         fn()
-        out.append((time.thread_time() - t) * 1000)
-    return median(out)
+    times: dict[str, list[float]] = {name: [] for name in parts}
+    for _ in range(rounds):
+        for name, fn in parts.items():
+            t = time.thread_time()
+            fn()
+            times[name].append((time.thread_time() - t) * 1000)
+    return {name: median(ms) for name, ms in times.items()}
 
 
 def op_shares(onnx_path: Path, spec: RenderSpec) -> dict[str, float]:
@@ -85,9 +92,10 @@ def main(argv: list[str] | None = None) -> dict:
     spec = RenderSpec(512, 512, np.eye(3)[:2], viewport=(x0 / w, y0 / h, (x0 + 512) / w, (y0 + 512) / h))
     plain_tiles = list(tiles(512, 512, 1, TILE_SAMPLES))
     lattice_tiles = list(tiles(512, 512, 1, TILE_SAMPLES * LATTICE_TILE_FACTOR))
+    kernel_tiles = list(tiles(512, 512, 1, TILE_SAMPLES * KERNEL_TILE_FACTOR))
     points = [tile_points(spec, t) for t in plain_tiles]
-    sample = lattice_sampler(rt, spec)
     lat = rt.lattice
+    numpy_lattice = dataclasses.replace(lat, kernel=None)  # numpy's and onnxruntime's road
     features = [lat.axes(*model_axes(spec, t)) for t in lattice_tiles]
     feats = [lat.grid_features(f) for f in features]
     out = new_image(spec)
@@ -95,6 +103,25 @@ def main(argv: list[str] | None = None) -> dict:
     for t, r in zip(plain_tiles, rgbs):
         render_tile(spec, t, r.copy(), out)
     img = Image.fromarray(out)
+
+    def without_kernel() -> None:
+        rt.lattice = numpy_lattice
+        try:
+            sample = lattice_sampler(rt, spec)
+            for t in lattice_tiles:
+                render_tile(spec, t, sample(t), out)
+        finally:
+            rt.lattice = lat
+
+    def kernel_rgb() -> None:
+        sample = lattice_sampler(rt, spec)
+        for t in kernel_tiles:
+            render_tile(spec, t, sample(t), out)
+
+    def kernel_pixels() -> None:
+        paint = lattice_painter(rt, spec, out)
+        for t in kernel_tiles:
+            paint(t)
 
     def jpeg(**kw):
         def save() -> int:
@@ -110,9 +137,14 @@ def main(argv: list[str] | None = None) -> dict:
         "plain: all but the encoding": lambda: [
             render_tile(spec, t, rt.render_rgb(tile_points(spec, t)), out) for t in plain_tiles
         ],
-        "lattice: features (numpy)": lambda: [lat.grid_features(f) for f in features],
-        "lattice: head (onnxruntime)": lambda: [lat.run(f) for f in feats],
-        "lattice: all but the encoding": lambda: [render_tile(spec, t, sample(t), out) for t in lattice_tiles],
+        "lattice without the kernel: features (numpy)": lambda: [lat.grid_features(f) for f in features],
+        "lattice without the kernel: head (onnxruntime)": lambda: [lat.run(f) for f in feats],
+        "lattice without the kernel: all but the encoding": without_kernel,
+    }
+    if lat.kernel is not None:
+        parts["lattice kernel: rgb, then samples → pixels"] = kernel_rgb
+        parts["lattice kernel: pixels (the service's road)"] = kernel_pixels
+    parts |= {
         "JPEG q90 (Pillow's defaults: 4:2:0, no optimize)": lambda: encode(out, "jpeg", 90),
         "JPEG q90 optimize": jpeg(optimize=True),
         "JPEG q90 4:4:4": jpeg(subsampling=0),
@@ -123,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
         "4:4:4": jpeg(subsampling=0)(),
     }
     result = {"machine": machine(), "model": str(a.model), "size": [w, h], "tile": [x0, y0, 512, 512]}
-    result["cpu_ms"] = {name: round(cpu_ms(fn, a.rounds), 2) for name, fn in parts.items()}
+    result["cpu_ms"] = {name: round(ms, 2) for name, ms in cpu_ms(parts, a.rounds).items()}
     result["jpeg_bytes"] = sizes
     result["plain_op_shares"] = op_shares(rt.version_dir / "model.onnx", spec)
     write_json(a.name, result, Path(a.out_dir))
