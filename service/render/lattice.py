@@ -15,7 +15,8 @@ Where the model's lattice has the one-pass kernel (service/engine/_latticekernel
 image (`lattice_painter`).
 
 A block model (service/engine/blocks.py) seen finer than its overview blends the blocks a tile touches with the
-same weights as `BlockSet.predict`, per column and per row (`axis_weights`), each block on its own lattice.
+same weights as `BlockSet.predict`, per column and per row (`axis_weights`), each block on its own lattice; with the
+kernel, a tile inside one block's core (weights all 1, most tiles) is that block's kernel's pixels.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 from modelrepo.blocks import axis_weights
 
 from ..engine.blocks import BlockedView
-from .imaging import RenderSpec, Sampler
+from .imaging import RenderSpec, Sampler, render_tile
 from .tiling import Tile, grid_axes
 
 Painter = Callable[[Tile], None]  # a tile → its pixels written into the render's image
@@ -66,6 +67,8 @@ def lattice_painter(model, spec: RenderSpec, out: np.ndarray) -> Painter | None:
     kernel. Its tiles are KERNEL_TILE_FACTOR × `INR_RENDER_TILE_SAMPLES`: it keeps no per-sample intermediates."""
     if spec.supersample != 1 or spec.background.mode != "extrapolate" or spec.channels != 3:
         return None
+    if isinstance(model, BlockedView):
+        return _blocks_painter(model, spec, out) if axis_aligned(spec) else None
     lattice = getattr(model, "lattice", None)  # one read: a reload swaps the runtime, not this object
     if not axis_aligned(spec) or lattice is None or lattice.kernel is None:
         return None
@@ -89,15 +92,55 @@ def _parts(model, spec: RenderSpec):
     return parts
 
 
+def _image_pixels(layout, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The whole image's pixels of the float32 coordinates the plain path would send (BlockSet.predict)."""
+    px = xs.astype(np.float32).astype(np.float64) * layout.width
+    py = ys.astype(np.float32).astype(np.float64) * layout.height
+    return px, py
+
+
+def _blocks_painter(view: BlockedView, spec: RenderSpec, out: np.ndarray) -> Painter | None:
+    """A block model's tiles where every block the render touches has the kernel: a tile inside one block's core
+    (its weights all 1) is that block's kernel's pixels, on that block's axes of the whole render (worked out on its
+    first tile); a tile across a seam blends the blocks' rgb (`_blocks_sampler`) through render_tile."""
+    blocks, layout = view.blocks, view.blocks.layout
+    xs, ys = model_axes(spec, Tile(0, spec.height, 0, spec.width))
+    if not all(getattr(r.lattice, "kernel", None) is not None for r in blocks.in_box(*_box(xs, ys))):
+        return None
+    px, py = _image_pixels(layout, xs, ys)
+    sample = _blocks_sampler(view, spec)
+    axes: dict[str, tuple] = {}  # a block's file → its lattice and its kernel's axes of the render
+
+    def paint(t: Tile) -> None:
+        cols, rows = slice(t.x0, t.x1), slice(t.y0, t.y1)
+        touching = blocks.in_box(*_box(xs[cols], ys[rows]))
+        if len(touching) == 1:
+            runtime = touching[0]
+            b, lattice = runtime.block, runtime.lattice
+            wx = axis_weights(blocks.x_edges, layout.overlap, b.col, px[cols])
+            wy = axis_weights(blocks.y_edges, layout.overlap, b.row, py[rows])
+            if lattice is not None and lattice.kernel is not None and (wx == 1).all() and (wy == 1).all():
+                if axes.get(b.file, (None,))[0] is not lattice:
+                    lx, ly = ((px - b.x) / b.w).astype(np.float32), ((py - b.y) / b.h).astype(np.float32)
+                    axes[b.file] = (lattice, lattice.kernel.axes(lattice.axes(lx, ly)))
+                runtime.paint_lattice(lattice.kernel, axes[b.file][1], t.x0, t.y0, out[rows, cols])
+                return
+        render_tile(spec, t, sample(t), out)
+
+    return paint
+
+
+def _box(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float, float]:
+    return float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())
+
+
 def _blocks_sampler(view: BlockedView, spec: RenderSpec) -> Sampler:
     blocks = view.blocks
     layout = blocks.layout
 
     def sample(t: Tile) -> np.ndarray:
         xs, ys = model_axes(spec, t)
-        # the whole image's pixels of the float32 coordinates the plain path would send (BlockSet.predict)
-        px = xs.astype(np.float32).astype(np.float64) * layout.width
-        py = ys.astype(np.float32).astype(np.float64) * layout.height
+        px, py = _image_pixels(layout, xs, ys)
         out = np.zeros((len(ys), len(xs), 3), np.float32)
         for runtime in blocks.in_box(float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())):
             b = runtime.block

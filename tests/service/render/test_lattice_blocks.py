@@ -8,6 +8,7 @@ finer than its overview blends the blocks a tile touches, each on its own lattic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 
@@ -16,12 +17,13 @@ import pytest
 
 from fitstore import PRESETS
 from modelrepo import read_spec
-from service.engine.blocks import BlockedView, hold
+from service.engine import lattice as lattice_module
+from service.engine.blocks import BlockedView, BlockRuntime, hold
 from service.engine.lattice import PARITY
 from service.engine.runtime import RuntimeOptions
 from service.engine.tasks import runtime_for
-from service.render.imaging import RenderSpec, plain_sampler
-from service.render.lattice import lattice_sampler
+from service.render.imaging import RenderSpec, new_image, plain_sampler, render_tile
+from service.render.lattice import lattice_painter, lattice_sampler
 from service.render.tiling import tiles
 from tests.fits import photo
 from tests.servers import ROOT
@@ -85,3 +87,35 @@ def test_a_block_without_a_lattice_renders_its_points(blocked, monkeypatch):
     spec = RenderSpec(60, 40, np.eye(3)[:2], (0.0, 0.0, 0.5, 0.5))
     diff = np.abs(rgb(lattice_sampler(view_model, spec), spec) - rgb(plain_sampler(view_model.render_rgb, spec), spec))
     assert diff.max() <= PARITY
+
+
+@pytest.mark.parametrize("view", [(W, H, (0, 0, 1, 1)), (97, 61, (0.3, 0.4, 0.62, 0.75))])
+def test_the_kernels_pixels_inside_a_block_and_the_blend_across_its_seams(blocked, view, monkeypatch):
+    view_model = BlockedView(blocked, blocked.blocks)
+    if lattice_module._latticekernel is None:
+        pytest.skip("the lattice kernel is not built here (setup.py): the blocks' samples are blended")
+    w, h, viewport = view
+    spec = RenderSpec(w, h, np.eye(3)[:2], viewport)
+    painted, blended = new_image(spec), new_image(spec)
+    painter = lattice_painter(view_model, spec, painted)
+    assert painter is not None
+    kernel_tiles = []
+    paint_lattice = BlockRuntime.paint_lattice
+    monkeypatch.setattr(
+        BlockRuntime, "paint_lattice", lambda self, *a: kernel_tiles.append(a[-1].shape) or paint_lattice(self, *a)
+    )
+    for t in tiles(h, w, 1, 600):  # small tiles: some inside a block's core, some across its seams
+        painter(t)
+    sample = lattice_sampler(view_model, spec)
+    for t in tiles(h, w, 1, 600):
+        render_tile(spec, t, sample(t), blended)
+    assert kernel_tiles and len(kernel_tiles) < len(list(tiles(h, w, 1, 600)))  # both roads taken
+    diff = np.abs(painted.astype(int) - blended.astype(int))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+
+
+def test_blocks_without_the_kernel_are_blended_from_samples(blocked, monkeypatch):
+    first = blocked.blocks.all_runtimes()[0]
+    monkeypatch.setattr(first, "lattice", dataclasses.replace(first.lattice, kernel=None))
+    spec = RenderSpec(60, 40, np.eye(3)[:2], (0.0, 0.0, 0.5, 0.5))
+    assert lattice_painter(BlockedView(blocked, blocked.blocks), spec, new_image(spec)) is None
