@@ -215,11 +215,11 @@ async def peak_as_large_as_the_budget(repo: Path) -> None:
     registry, residency = await loop.run_in_executor(None, registry_on, repo, budget)
     model = registry.runtime("blocky")
     blocks = model.blocks.all_runtimes()[:3]
-    await residency.acquire(model, 2.0)
+    await residency.acquire(model, 30.0)
     try:
         for b in blocks:  # as a grid's constant folding measures: the peak of its load is the whole budget
             b.load_peak = budget
-        async with hold(residency, blocks, 2.0):  # was QueueTimeout: "no room to load a model in time"
+        async with hold(residency, blocks, 30.0):  # was QueueTimeout: "no room to load a model in time"
             assert all(b.resident for b in blocks)
     finally:
         residency.release(model)
