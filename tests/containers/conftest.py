@@ -92,8 +92,8 @@ def make_stack(images: Engine, tmp_path_factory):
     """Stacks made by a test module; each is taken down, and its leftovers removed, at the end."""
     made: list[Stack] = []
 
-    def make(name: str) -> Stack:
-        stack = Stack(images, tmp_path_factory.mktemp(name), name)
+    def make(name: str, file: str = "docker-compose.yml") -> Stack:
+        stack = Stack(images, tmp_path_factory.mktemp(name), name, file)
         made.append(stack)
         return stack
 

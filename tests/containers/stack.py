@@ -1,4 +1,5 @@
-"""docker-compose.yml as written, brought up by the engine's compose tool in a scratch project folder.
+"""docker-compose.yml as written (or another compose file of the repository, such as docker-compose.s3.yml),
+brought up by the engine's compose tool in a scratch project folder.
 
 The folder holds a byte-for-byte copy of the compose file, the nginx files it mounts and the bundled
 models (the `train` profile writes new versions there; the repository stays clean). Every request
@@ -29,11 +30,13 @@ METRICS = (
 
 
 class Stack:
-    def __init__(self, engine: Engine, folder: Path, name: str):
+    def __init__(self, engine: Engine, folder: Path, name: str, file: str = "docker-compose.yml"):
         self.engine, self.dir, self.project = engine, folder, f"{PREFIX}{name}"
+        self.file = file
         self.profiles: tuple[str, ...] = ()  # compose profiles besides the default services (`up`)
-        shutil.copy2(ROOT / "docker-compose.yml", folder / "docker-compose.yml")
-        shutil.copytree(ROOT / "deploy" / "nginx", folder / "deploy" / "nginx")
+        shutil.copy2(ROOT / file, folder / file)
+        for mounted in ("nginx", "s3"):  # what the compose files mount or build from
+            shutil.copytree(ROOT / "deploy" / mounted, folder / "deploy" / mounted)
         shutil.copytree(ROOT / "models", folder / "models")
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -51,7 +54,11 @@ class Stack:
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True):
         return run(
-            [*self.engine.compose, "-p", self.project, *args], cwd=self.dir, env=self.env, timeout=timeout, check=check
+            [*self.engine.compose, "-f", self.file, "-p", self.project, *args],
+            cwd=self.dir,
+            env=self.env,
+            timeout=timeout,
+            check=check,
         )
 
     def up(self, replicas: int = 1, profiles: tuple[str, ...] = (), scale: str | None = None) -> float:
