@@ -133,6 +133,20 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="round the weights to float16 and store them so (float32 compute; half the file)",
     )
+    p.add_argument(
+        "--target-bytes",
+        type=positive_int,
+        default=None,
+        help="grid preset: the model file's bytes at most; the tables' steps are chosen for the best PSNR within "
+        "them (docs/training.md, Byte and PSNR targets)",
+    )
+    p.add_argument(
+        "--target-psnr",
+        type=positive_float,
+        default=None,
+        help="grid preset: the PSNR over the training pixels at least, in dB, at the fewest bytes; without either "
+        "target the rounding costs at most 0.2 dB",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -191,6 +205,8 @@ def fit_config(args: argparse.Namespace, scale: float | None = None, dims: tuple
         device=args.device,
         progress=not args.no_progress,
         model=model,
+        target_bytes=args.target_bytes,
+        target_psnr=args.target_psnr,
     )
 
 
@@ -228,6 +244,8 @@ def fit_in_blocks(args: argparse.Namespace, cfg, out) -> dict:
         raise UsageError("--block-size needs --out: the blocks are written as one version of a model")
     if args.size or args.crop:
         raise UsageError("--block-size fits the image at its native size: drop --size and --crop")
+    if args.target_bytes is not None:
+        raise UsageError("--target-bytes is for one model; with --block-size give --target-psnr (each block meets it)")
     width, height = image_size(cfg.image)
     source = {"file": portable(cfg.image), "size": [width, height]}
     try:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from fitstore import TARGET_BYTES, TARGET_PSNR
 from modelrepo import Guard
 from telemetry import tracing
 
@@ -54,6 +55,8 @@ class FitConfig:
     compile: bool = False  # torch.compile the training forward/backward
     init: str = "pyramid"  # start the encoding from the image where it can (Encoding.initialise) | random
     model: ImageModelConfig = field(default_factory=ImageModelConfig)
+    target_bytes: int | None = None  # the model file's bytes at most (the encoding's rate control)
+    target_psnr: float | None = None  # or the PSNR over the training pixels at least, in dB
 
     def validate(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -70,6 +73,18 @@ class FitConfig:
             raise UsageError(f"--batch-size must be >= 0 (0 = full batch), got {self.batch_size}")
         check_size(self.size)
         encoding_for(self.model.encoding).validate(self.model.encoding)
+        self.check_target()
+
+    def check_target(self) -> None:
+        if self.target_bytes is not None and self.target_psnr is not None:
+            raise UsageError("--target-bytes and --target-psnr: give one target, not both")
+        low, high = TARGET_BYTES
+        if self.target_bytes is not None and not low <= self.target_bytes <= high:
+            raise UsageError(f"--target-bytes must be {low} … {high} bytes, got {self.target_bytes}")
+        if self.target_psnr is not None and not (0 < self.target_psnr <= TARGET_PSNR):
+            raise UsageError(f"--target-psnr must be a number of dB in (0, {TARGET_PSNR:g}], got {self.target_psnr}")
+        if self.target_bytes is not None or self.target_psnr is not None:
+            encoding_for(self.model.encoding).check_target(self.model.encoding)
 
 
 def split_pixels(img: np.ndarray, protocol: str):
@@ -219,21 +234,26 @@ def graph_opset(model: ImageINR) -> int:
     return max(OPSET, encoding_for(cfg).opset(cfg, model))
 
 
-def image_onnx(model: ImageINR, cfg: FitConfig, size: list[int]) -> tuple[bytes, dict, np.ndarray]:
-    """The model as an ONNX file whose metadata_props record the fitted pixel grid `size` [W, H], its parity with
-    torch checked on random coordinates; with the export's record (opset, parity, storage) and the probe."""
+def image_file(model: ImageINR, cfg: FitConfig, size: list[int]) -> tuple[bytes, dict]:
+    """The model as the ONNX file export writes (its parity not checked here), with the storage's record."""
     opset = graph_opset(model)
     onnx_bytes = export_onnx(model, torch.rand(8, 2), "coords", ["rgb"], opset=opset)
     enc = cfg.model.encoding
     onnx_bytes, stored = encoding_for(enc).store(enc, model, onnx_bytes)  # e.g. 8-bit tables
-    storage = {"weights": "float32", **stored}
+    storage = {"opset": opset, "weights": "float32", **stored}
     if cfg.fp16_weights:
         onnx_bytes, half = store_weights_fp16(onnx_bytes)
         storage = {**storage, **half}
-    onnx_bytes = set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])})
+    return set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])}), storage
+
+
+def image_onnx(model: ImageINR, cfg: FitConfig, size: list[int]) -> tuple[bytes, dict, np.ndarray]:
+    """The model as an ONNX file whose metadata_props record the fitted pixel grid `size` [W, H], its parity with
+    torch checked on random coordinates; with the export's record (opset, parity, storage) and the probe."""
+    onnx_bytes, storage = image_file(model, cfg, size)
     probe = np.random.default_rng(cfg.seed).random((4096, 2), dtype=np.float32) * 1.5 - 0.25
     parity = check_parity(model, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)
-    return onnx_bytes, {"opset": opset, "max_abs_diff_vs_torch": parity, **storage}, probe
+    return onnx_bytes, {"opset": storage.pop("opset"), "max_abs_diff_vs_torch": parity, **storage}, probe
 
 
 def image_metadata(cfg: FitConfig, size: list[int], source: dict, metrics: dict, history: dict, parameters: int):
@@ -313,7 +333,15 @@ def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict) -> I
     if cfg.fp16_weights:
         round_weights_fp16(model)
     enc = cfg.model.encoding
-    fitted = Fitted(img, cfg.fp16_weights, lambda: split_pixels(img, cfg.protocol)[:2])
+    size = [img.shape[1], img.shape[0]]
+    fitted = Fitted(
+        img,
+        cfg.fp16_weights,
+        lambda: split_pixels(img, cfg.protocol)[:2],
+        target_bytes=cfg.target_bytes,
+        target_psnr=cfg.target_psnr,
+        file_bytes=lambda: len(image_file(model, cfg, size)[0]),
+    )
     history.update(encoding_for(enc).finish(enc, model, fitted))
     return model
 

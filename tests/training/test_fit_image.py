@@ -162,6 +162,15 @@ def test_parity_check_refuses_a_model_that_differs_from_torch():
         (["--model", "sinekan", "--hidden-freq", "0"], "--hidden-freq"),
         (["--model", "sinekan", "--hidden-freq", "inf"], "--hidden-freq"),
         (["--model", "sinekan", "--sinekan-init", "xavier"], "invalid choice: 'xavier'"),
+        (["--target-bytes", "0"], "--target-bytes"),
+        (["--target-bytes", "2MB"], "--target-bytes"),
+        (["--target-bytes", "100"], "--target-bytes must be 1024 …"),
+        (["--target-psnr", "nan"], "--target-psnr"),
+        (["--target-psnr", "-3"], "--target-psnr"),
+        (["--target-psnr", "150"], "--target-psnr must be a number of dB in (0, 100]"),
+        (["--target-bytes", "100000"], "the gaussian encoding takes no byte or PSNR target"),
+        (["--target-bytes", "100000", "--target-psnr", "40"], "give one target, not both"),
+        (["--encoding", "grid", "--target-psnr", "30"], "needs the grid's 8-bit tables and a native level"),
     ],
 )
 def test_bad_fit_image_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
@@ -175,6 +184,27 @@ def test_bad_fit_image_input_is_one_line_exit_2_and_writes_nothing(tmp_path, arg
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert message in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fit_image_writes_a_model_within_its_byte_target(tmp_path):
+    """A real grid-preset fit through the CLI with --target-bytes: model.onnx at most that, the rate control's choice
+    in metadata.json; the same fit aiming below its smallest file is one line, exit 2, after training, nothing
+    written."""
+    from fitstore import PRESETS
+
+    base = ["fit-image", "--image", "chelsea", "--size", "192", "--steps", "30", "--protocol", "full"]
+    base += ["--no-progress", *PRESETS["grid"]["argv"]]
+    out = tmp_path / "m"
+    r = run_cli(*base, "--target-bytes", "60000", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    meta = json.loads((out / "1" / "metadata.json").read_text())
+    rate = meta["training"]["native_refit"]["rate"]
+    assert (out / "1" / "model.onnx").stat().st_size == rate["file_bytes"] <= rate["target_bytes"] == 60000
+    assert rate["native_levels"] < 255 and meta["metrics"]["full_psnr"] > 25
+    r = run_cli(*base, "--target-bytes", "20000", "--out", str(tmp_path / "n"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--target-bytes 20000: the smallest file this grid makes is" in r.stderr
+    assert not (tmp_path / "n").exists()
 
 
 def test_unreadable_image_file_is_refused(tmp_path):

@@ -125,6 +125,9 @@ class Fitted:
     image: np.ndarray  # [H, W, 3] the fitted image
     fp16_weights: bool  # the weights are rounded to float16
     pixels: Callable[[], tuple[np.ndarray, np.ndarray]]  # the training pixels (coords [N, 2], rgb [N, 3]), on demand
+    target_bytes: int | None = None  # fit-image --target-bytes: the model file's bytes at most
+    target_psnr: float | None = None  # --target-psnr: dB over the training pixels at least
+    file_bytes: Callable[[], int] | None = None  # the bytes of the model's file as it stands (an export)
 
 
 class ExportPlan(Protocol):
@@ -170,9 +173,15 @@ class Encoding:
         return {}
 
     def finish(self, cfg: EncodingConfig, model: nn.Module, fitted: Fitted) -> dict:
-        """After training and the float16 rounding, before scoring and export: change the model in place; returns
-        entries for the fit's training history."""
+        """After training and the float16 rounding, before scoring and export: change the model in place (to meet
+        `fitted`'s byte or PSNR target, when the encoding has them); returns entries for the fit's training
+        history."""
         return {}
+
+    def check_target(self, cfg: EncodingConfig) -> None:
+        """Refuse (UsageError) a byte or PSNR target the encoding cannot keep to, before training; by default every
+        one: only an encoding whose finish step controls the file's bytes takes them."""
+        raise UsageError(f"the {self.name} encoding takes no byte or PSNR target (the grid preset does)")
 
     # -- export ------------------------------------------------------------------------------------------------------
     def opset(self, cfg: EncodingConfig, model: nn.Module) -> int:

@@ -10,13 +10,15 @@ import argparse
 import numpy as np
 from torch import nn
 
+from ..errors import UsageError
 from .base import Encoding, Fitted
 from .grid import HASH_OPSET, LIMITS, GridConfig, MultiresGrid, validate, validate_options
 from .grid_code import code_tables
 from .grid_export import DenseGridGraph, plan
 from .grid_init import pyramid_init
 from .grid_quant import round_tables_8bit, store_tables_8bit
-from .grid_refit import finish_native
+from .grid_rate import Target, finish_rate
+from .grid_refit import finish_native, refit_native
 from .grid_store import pack_stored
 
 
@@ -43,15 +45,35 @@ class GridEncoding(Encoding):
 
     def finish(self, cfg: GridConfig, model: nn.Module, fitted: Fitted) -> dict:
         """8-bit tables rounded (after float16: they are stored as uint8, their scales float32); a finest level on
-        the native pixels then refitted to the training pixels through that rounding (grid_refit.py)."""
+        the native pixels then refitted to the training pixels through that rounding (grid_refit.py), and every
+        level's steps chosen for the fit's byte or PSNR target, or the default (grid_rate.py)."""
+        originals = [t.detach().clone() for t in model.encoding.tables[:-1]] if cfg.table_bits == 8 else None
         if cfg.table_bits == 8:
             round_tables_8bit(model)
         if cfg.table_bits != 8 and not fitted.fp16_weights:
             return {}
         coords, targets = fitted.pixels()
         h, w = fitted.image.shape[:2]
-        refit = finish_native(model, coords, targets, w, h, cfg.table_bits)
+        rate = None
+        if cfg.table_bits == 8:  # the levels' steps by the target (grid_rate.py)
+            target = Target(fitted.target_bytes, fitted.target_psnr)
+
+            def rate(bounds: tuple[float, float]) -> dict:
+                again = lambda: refit_native(model, coords, targets, w, h, bounds=bounds)  # noqa: E731
+                return finish_rate(model, coords, targets, w, h, bounds, target, fitted.file_bytes, originals, again)
+
+        refit = finish_native(model, coords, targets, w, h, cfg.table_bits, rate)
+        if refit is None and (fitted.target_bytes is not None or fitted.target_psnr is not None):
+            raise UsageError(f"a byte or PSNR target needs a native level; this {w}×{h} image's grid has none")
         return {"native_refit": refit} if refit else {}
+
+    def check_target(self, cfg: GridConfig) -> None:
+        """A byte or PSNR target needs 8-bit tables and a native level of one feature (grid_rate.py)."""
+        if cfg.table_bits != 8 or not cfg.finest_features or cfg.finest_features >= cfg.features:
+            raise UsageError(
+                "a byte or PSNR target needs the grid's 8-bit tables and a native level: --grid-table-bits 8 "
+                "--grid-finest-features 1 (the grid preset)"
+            )
 
     def opset(self, cfg: GridConfig, model: nn.Module) -> int:
         """A hashed level's BitwiseXor needs opset 18."""

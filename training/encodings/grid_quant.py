@@ -21,34 +21,69 @@ from .grid import MultiresGrid
 LEVELS = 255  # q in 0..255
 
 
-def channel_range(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def channel_range(table: torch.Tensor, levels: int = LEVELS) -> tuple[torch.Tensor, torch.Tensor]:
     """(low, scale) per feature channel (dim 1 of both a dense [1, F, ry, rx] and a hashed [T, F] table),
-    shaped to broadcast against the table."""
+    shaped to broadcast against the table: `levels` steps from the channel's least value to its largest."""
     dims = [d for d in range(table.dim()) if d != 1]
     low = table.amin(dim=dims, keepdim=True)
-    scale = (table.amax(dim=dims, keepdim=True) - low) / LEVELS
+    scale = (table.amax(dim=dims, keepdim=True) - low) / levels
     return low, torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
 def exact_8bit(table: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(q uint8, scale, low float32, shaped as `channel_range` gives them) of a table that `round_tables_8bit` rounded:
-    q·scale + low is the table exactly, in float32; None for any other table."""
+    """(q uint8, scale, low float32, shaped as `channel_range` gives them) of a table that `round_tables_8bit` rounded,
+    or that a coarser step rounded (`snap`: a table of one channel on Q < 255 steps, the rate control's native level,
+    grid_rate.py): q·scale + low is the table exactly, in float32; None for any other table."""
     table = table.detach().cpu()
-    low, scale = channel_range(table)
-    q = torch.round((table - low) / scale).clamp(0, LEVELS)
-    if not torch.equal(q * scale + low, table):
-        return None
-    return q.numpy().astype(np.uint8), scale.numpy().astype(np.float32), low.numpy().astype(np.float32)
+    for levels in (LEVELS, *coarser_levels(table)):
+        low, scale = channel_range(table, levels)
+        q = torch.round((table - low) / scale).clamp(0, levels)
+        if torch.equal(q * scale + low, table):
+            return q.numpy().astype(np.uint8), scale.numpy().astype(np.float32), low.numpy().astype(np.float32)
+    return None
+
+
+def coarser_levels(table: torch.Tensor) -> list[int]:
+    """The number of steps Q < 255 a table may be on (every channel on as many: the rate control's coarser steps,
+    grid_rate.py): each channel's range over its smallest gap between values."""
+    if table.dim() < 2 or table.numel() < 2:
+        return []
+    found = set()
+    for c in range(table.shape[1]):
+        values = torch.unique(table.select(1, c))
+        if len(values) < 2:
+            continue
+        found.add(round(float((values[-1] - values[0]) / (values[1:] - values[:-1]).min())))
+    return list(found) if len(found) == 1 and 1 <= min(found) < LEVELS else []
 
 
 @torch.no_grad()
-def round_tables_8bit(model: torch.nn.Module) -> torch.nn.Module:
+def snap(table: torch.Tensor, q: torch.Tensor, levels: int) -> bool:
+    """Write a table as q·scale + low per channel (q in 0..levels, both ends present in each channel) with the scale
+    and low that `exact_8bit` finds in it again, so that it is stored as these codes; whether it is (the float32
+    arithmetic reaches its fixed point within a few rounds)."""
+    for _ in range(8):
+        low, scale = channel_range(table, levels)
+        new = q * scale + low
+        if torch.equal(new, table):
+            return True
+        table.copy_(new)
+    return exact_8bit(table) is not None
+
+
+@torch.no_grad()
+def round_tables_8bit(model: torch.nn.Module, levels: list[int] | None = None) -> torch.nn.Module:
+    """Each table rounded to 255 steps per channel, or to `levels[i]` steps (the rate control's coarser steps,
+    grid_rate.py: written so that `exact_8bit` finds the codes again)."""
     enc = getattr(model, "encoding", None)
     if isinstance(enc, MultiresGrid):
-        for table in enc.tables:
-            low, scale = channel_range(table)
-            q = torch.round((table - low) / scale).clamp(0, LEVELS)
+        for i, table in enumerate(enc.tables):
+            steps = LEVELS if levels is None else levels[i]
+            low, scale = channel_range(table, steps)
+            q = torch.round((table - low) / scale).clamp(0, steps)
             table.copy_(q * scale + low)
+            if steps != LEVELS:
+                snap(table, q, steps)
     return model
 
 

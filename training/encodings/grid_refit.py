@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from .grid import MultiresGrid
+from .grid_quant import snap
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 16  # pixels per pass: [CHUNK, width] floats stay in the CPU's cache
@@ -134,45 +136,68 @@ def clip_bounds(table: torch.Tensor, quantile: float) -> tuple[float, float]:
 
 @torch.no_grad()
 def round_native_8bit(
-    model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int, bounds: tuple[float, float]
-) -> None:
-    """Round the native level to 256 steps over `bounds`, each training pixel's cell to whichever of its two
-    nearest steps gives that pixel the smaller error (the others to the nearest); the table then holds both ends,
-    so that grid_quant's min/max rounding reproduces these steps exactly."""
+    model: torch.nn.Module,
+    coords: np.ndarray,
+    targets: np.ndarray,
+    w: int,
+    h: int,
+    bounds: tuple[float, float],
+    levels: int = LEVELS,
+) -> float:
+    """Round the native level to `levels` steps over `bounds` (255: the finest 8-bit codes; fewer: the rate control's
+    coarser steps, grid_rate.py), each training pixel's cell to whichever of its two nearest steps gives that pixel
+    the smaller error (the others to the nearest); the table then holds both ends, and is written so that
+    grid_quant's rounding finds these codes again (`snap`). Returns the training pixels' summed squared error."""
     layers = mlp_layers(model.body)
     table = model.encoding.tables[-1][0, 0]
     lo, hi = bounds
     if hi - lo <= 1e-6 * max(1.0, abs(lo)):  # one value (a 1×1 photo, a flat one): no steps to choose between
         table.fill_(lo)
-        return
-    scale = (hi - lo) / LEVELS
+        return sum(
+            float(((with_slope(layers, first, table[row, col])[0] - y) ** 2).sum())
+            for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h)
+        )
+    scale = (hi - lo) / levels
     q = torch.round((table.clamp(lo, hi) - lo) / scale)
+    total = 0.0
     for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h):
-        down = torch.floor((table[row, col].clamp(lo, hi) - lo) / scale).clamp(0, LEVELS)
-        up = (down + 1).clamp(max=LEVELS)
+        down = torch.floor((table[row, col].clamp(lo, hi) - lo) / scale).clamp(0, levels)
+        up = (down + 1).clamp(max=levels)
         e_down = ((with_slope(layers, first, lo + down * scale)[0] - y) ** 2).sum(dim=1)
         e_up = ((with_slope(layers, first, lo + up * scale)[0] - y) ** 2).sum(dim=1)
         q[row, col] = torch.where(e_up < e_down, up, down)
+        total += float(torch.minimum(e_up, e_down).sum())
     flat = q.reshape(-1)
     if flat.min() > 0:
         flat[flat.argmin()] = 0
-    if flat.max() < LEVELS:
-        flat[flat.argmax()] = LEVELS
+    if flat.max() < levels:
+        flat[flat.argmax()] = levels
     table.copy_(q * scale + lo)
+    snap(model.encoding.tables[-1], q[None, None], levels)
+    return total
 
 
 def finish_native(
-    model: torch.nn.Module, coords: np.ndarray, targets: np.ndarray, w: int, h: int, table_bits: int
+    model: torch.nn.Module,
+    coords: np.ndarray,
+    targets: np.ndarray,
+    w: int,
+    h: int,
+    table_bits: int,
+    rate: Callable[[tuple[float, float]], dict] | None = None,
 ) -> dict | None:
     """After the head and the other tables are rounded: refit the native level to the training pixels and round
-    it as it will be stored (8 bits over its clipped range, else float16). None when there is no native level."""
+    it as it will be stored (8 bits over its clipped range: by `rate(bounds)`, the rate control's steps, when given;
+    else float16). None when there is no native level."""
     if native_level(model, w, h) is None or mlp_layers(model.body) is None:
         return None
     table = model.encoding.tables[-1]
     bounds = clip_bounds(table, CLIP_QUANTILE) if table_bits == 8 else None
     report = refit_native(model, coords, targets, w, h, bounds=bounds)
     t0 = time.perf_counter()
-    if table_bits == 8:
+    if table_bits == 8 and rate is not None:
+        report["rate"] = rate(bounds)
+    elif table_bits == 8:
         round_native_8bit(model, coords, targets, w, h, bounds)
     else:
         with torch.no_grad():

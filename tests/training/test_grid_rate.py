@@ -1,0 +1,100 @@
+"""The rate control of grid models (training/encodings/grid_rate.py) on a real fit of a small photo: a byte target
+is a file of at most that many bytes, a PSNR target a model of at least that PSNR over its training pixels, a looser
+target gives fewer bytes or more dB, the default keeps within LOSS_DB (and a little) of the finest rounding at fewer
+bytes, the rounded levels are stored as 8-bit codes (entropy-coded), and a target the grid cannot meet is refused
+with one line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from commandline import OneLineParser
+from fitstore import PRESETS
+from training.cli_image import add_image_options, fit_config
+from training.encodings import grid_rate
+from training.encodings.grid_quant import exact_8bit
+from training.errors import UsageError
+from training.fit_image import evaluate, finish, image_file, train
+from training.image_models import ImageINR
+from training.images import load_image
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """(config, image, trained weights) of the grid preset on a 192×128 crop of a built-in photo, a few steps."""
+    p = OneLineParser(prog="test")
+    add_image_options(p)
+    args = p.parse_args(
+        ["--image", "chelsea", "--size", "192", "--steps", "30", "--protocol", "full", "--no-progress"]
+        + PRESETS["grid"]["argv"]
+    )
+    cfg = fit_config(args)
+    img, _ = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
+    model, _ = train(cfg, img)
+    return cfg, img, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def finished(fitted, **target) -> tuple[ImageINR, dict, int, float]:
+    """(model, its rate report, its file's bytes, its full PSNR) finished for `target`."""
+    cfg, img, state = fitted
+    cfg = dataclasses.replace(cfg, **target)
+    model = ImageINR(cfg.model)
+    model.load_state_dict(state)
+    history: dict = {}
+    model = finish(model.eval(), cfg, img, history)
+    data, storage = image_file(model, cfg, [img.shape[1], img.shape[0]])
+    assert storage["tables"]["u8_tables"] == len(model.encoding.tables)  # every level stored as 8-bit codes
+    assert all(exact_8bit(t) is not None for t in model.encoding.tables)
+    return model, history["native_refit"]["rate"], len(data), evaluate(model, img, cfg.protocol)[0]["full_psnr"]
+
+
+@pytest.fixture(scope="module")
+def default(fitted):
+    """The default finish: (its rate report, its file's bytes, its full PSNR)."""
+    return finished(fitted)[1:]
+
+
+def test_the_default_keeps_near_the_finest_at_fewer_bytes(fitted, default, monkeypatch):
+    report, default_bytes, default_psnr = default
+    assert report["loss_db"] == grid_rate.LOSS_DB and report["native_levels"] < 255
+    monkeypatch.setattr(grid_rate, "LOSS_DB", 0.0)  # the finest: every level on its most steps
+    _, finest_report, finest_bytes, finest_psnr = finished(fitted)
+    assert finest_report["native_levels"] == 255 and finest_report["coarse_levels"] == [255] * 7
+    assert default_bytes < finest_bytes
+    assert finest_psnr - 0.5 <= default_psnr <= finest_psnr + 0.05
+
+
+def test_a_byte_target_is_kept_and_more_bytes_buy_more_psnr(fitted, default):
+    _, default_bytes, _ = default
+    loose, tight = default_bytes + 3000, default_bytes - 2000
+    _, _, loose_bytes, loose_psnr = finished(fitted, target_bytes=loose)
+    _, report, tight_bytes, tight_psnr = finished(fitted, target_bytes=tight)
+    assert tight_bytes <= tight and loose_bytes <= loose
+    assert tight_bytes == report["file_bytes"] <= tight  # the file as written
+    assert tight_psnr < loose_psnr
+
+
+def test_a_psnr_target_is_kept_at_fewer_bytes_when_lower(fitted, default):
+    reached = default[0]["psnr_train"]
+    _, high, high_bytes, _ = finished(fitted, target_psnr=reached)
+    _, low, low_bytes, _ = finished(fitted, target_psnr=reached - 3)
+    assert high["psnr_train"] >= reached and low["psnr_train"] >= reached - 3
+    assert low_bytes < high_bytes
+
+
+def test_a_target_the_grid_cannot_meet_is_one_line(fitted):
+    with pytest.raises(UsageError, match=r"--target-bytes 5000: the smallest file this grid makes is \d+ bytes"):
+        finished(fitted, target_bytes=5000)
+    with pytest.raises(UsageError, match=r"--target-psnr 99: this fit reaches [\d.]+ dB at most"):
+        finished(fitted, target_psnr=99.0)
+
+
+def test_the_rounding_keeps_the_weights_it_was_given(fitted):
+    """Only the tables change: the head is the trained one, in float16 numbers."""
+    model, _, _, _ = finished(fitted, target_psnr=20.0)
+    _, _, state = fitted
+    for name, value in model.body.state_dict().items():
+        assert torch.equal(value, state[f"body.{name}"].half().float())

@@ -1,0 +1,260 @@
+"""Rate control of a grid model with a native 8-bit level: how finely its levels are rounded, chosen for a byte
+budget, a PSNR target, or by default the coarsest rounding within LOSS_DB of the finest (docs/training.md, "Byte and
+PSNR targets").
+
+With its tables entropy-coded in the file (grid_code.py), a model's bytes are mostly its levels' codes, and a code
+shrinks by about a bit per value each time its step doubles, while the error it adds grows with the square of the
+step. After training every level is rounded to 255 steps and the native level refitted through that rounding
+(grid_refit.py); then:
+
+  - the file's bytes for the native level on Q steps (any Q ≤ 255) are those of the file at Q = 255
+    (`Fitted.file_bytes`, one export) less that level's code there plus its code at Q (modelrepo/tablecode.py,
+    counted exactly);
+  - the training pixels' error at Q is predicted per pixel from one pass at the refitted values: the error there,
+    plus the slope of the pixel's colour by its native value (Gauss-Newton, as the refit) times the rounding's move,
+    squared;
+  - Q is bisected on those counts and predictions; the coarser levels are then rounded again on steps in proportion
+    (`coarse_levels`), the native level refitted through them and Q chosen again, against the same reference PSNR,
+    and they are kept so only when that pays (`better`);
+  - the native level is rounded for real (each pixel to the better of its two nearest steps, `round_native_8bit`),
+    and Q stepped until the target holds: for a byte target, on the bytes of the file as it will be written.
+
+LOSS_DB and KAPPA were chosen on validation photos, not the benchmark's (docs/benchmarks.md, model_bytes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from modelrepo import tablecode
+
+from ..errors import UsageError
+from .grid_quant import exact_8bit, round_tables_8bit
+from .grid_refit import LEVELS, mlp_layers, pixel_chunks, round_native_8bit, with_slope
+
+log = logging.getLogger(__name__)
+LOSS_DB = 0.2  # no target: the coarsest step within this of the finest (validation photos, benchmarks.md)
+KAPPA = 1.0  # the coarser levels' steps against the native level's (`coarse_levels`; validation photos)
+PSNR_CAP = 100.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the rate control keeps to: at most `bytes` in the file, at least `psnr` dB over the training pixels, or
+    (neither) at most LOSS_DB below the finest step's PSNR."""
+
+    bytes: int | None = None
+    psnr: float | None = None
+
+
+@dataclass
+class Pixels:
+    """Per training pixel: the native cell (row, col), the error at the refitted value, and the squared slope."""
+
+    row: torch.Tensor
+    col: torch.Tensor
+    error: torch.Tensor
+    slope2: torch.Tensor
+
+    @classmethod
+    @torch.no_grad()
+    def measure(cls, model, coords, targets, w, h) -> "Pixels":
+        layers = mlp_layers(model.body)
+        table = model.encoding.tables[-1][0, 0]
+        rows, cols, errors, slopes = [], [], [], []
+        for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h):
+            rgb, slope = with_slope(layers, first, table[row, col])
+            rows.append(row), cols.append(col)
+            errors.append(((rgb - y) ** 2).sum(dim=1)), slopes.append((slope * slope).sum(dim=1))
+        return cls(torch.cat(rows), torch.cat(cols), torch.cat(errors).double(), torch.cat(slopes).double())
+
+
+def psnr(sse: float, values: int) -> float:
+    mse = sse / max(1, values)
+    return PSNR_CAP if mse <= 1e-10 else min(PSNR_CAP, -10 * math.log10(mse))
+
+
+class NativeRate:
+    """The native level's code bytes and the predicted error at Q steps over `bounds`."""
+
+    def __init__(self, model, pixels: Pixels, bounds: tuple[float, float], values: int):
+        self.table = model.encoding.tables[-1][0, 0].detach().clone()
+        self.pixels, self.bounds, self.values = pixels, bounds, values
+        self.z = self.table[pixels.row, pixels.col].double()
+
+    def codes(self, levels: int) -> torch.Tensor:
+        lo, hi = self.bounds
+        return torch.round((self.table.clamp(lo, hi) - lo) / ((hi - lo) / levels)).clamp(0, levels)
+
+    def code_bytes(self, q: torch.Tensor) -> int:
+        return len(tablecode.encode(q.numpy().astype(np.uint8)[None, None]))
+
+    def predicted_psnr(self, levels: int) -> float:
+        lo, hi = self.bounds
+        q = self.codes(levels)[self.pixels.row, self.pixels.col].double()
+        moved = lo + q * ((hi - lo) / levels) - self.z
+        return psnr(float((self.pixels.error + self.pixels.slope2 * moved * moved).sum()), self.values)
+
+
+def stored_code_bytes(table: torch.Tensor) -> int:
+    """The bytes of a rounded table's code, as the file stores it."""
+    exact = exact_8bit(table)
+    if exact is None:
+        raise RuntimeError("rate control: the native level is not on 8-bit steps after its rounding")
+    return len(tablecode.encode(exact[0]))
+
+
+def choose_levels(
+    rate: NativeRate, target: Target, fixed: int, reference: float | None = None, ratio: float = 1.0
+) -> tuple[int, float]:
+    """(Q, the finest step's predicted PSNR): for a byte target the largest Q in 1..255 whose file the counts say
+    keeps to it (the best PSNR within it: `fixed` bytes besides the native code, counted at nearest rounding and
+    scaled by `ratio`), else the smallest Q that the predictions say meets the PSNR target, or without one, the
+    coarsest within LOSS_DB of `reference` (default: the finest step's PSNR)."""
+    finest = rate.predicted_psnr(LEVELS)
+    if target.bytes is None and target.psnr is None and LOSS_DB <= 0:
+        return LEVELS, finest
+    if target.bytes is not None:
+        over = first(lambda levels: fixed + ratio * rate.code_bytes(rate.codes(levels)) > target.bytes)
+        return (LEVELS if over is None else max(1, over - 1)), finest
+    floor = target.psnr if target.psnr is not None else (finest if reference is None else reference) - LOSS_DB
+    enough = first(lambda levels: rate.predicted_psnr(levels) >= floor)
+    return (LEVELS if enough is None else enough), finest
+
+
+def first(test) -> int | None:
+    """The smallest Q in 1..255 for which `test` holds, for a test that holds from some Q on (bisection on log Q);
+    None when it holds for none."""
+    if not test(LEVELS):
+        return None
+    if test(1):
+        return 1
+    lo, hi = 1, LEVELS  # test(lo) is false, test(hi) true
+    while hi - lo > 1:
+        mid = min(max(round(math.sqrt(lo * hi)), lo + 1), hi - 1)
+        if test(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def coarse_levels(sizes: list[tuple[int, int]], pixels: int, native: int) -> list[int]:
+    """Steps for the coarser levels given the native level's `native` steps: a cell of a level of n cells moves about
+    pixels/n pixels, so the error it adds weighs that much more, and the step that balances it is the native's times
+    √(n/pixels). Each level keeps its own range (the 255 steps every level had before, widened as the native's
+    were): Q_l = native / (KAPPA·√(n/pixels)), at most 255."""
+    return [min(LEVELS, max(1, round(native / (KAPPA * math.sqrt(rx * ry / pixels))))) for rx, ry in sizes]
+
+
+def better(target: Target, before: tuple, after: tuple, finest: float) -> bool:
+    """Whether the coarser levels' rounding (`after`: its NativeRate, its Q, its coarse tables) beats keeping them on
+    255 steps (`before`): for a byte target, a higher predicted PSNR within the budget; else, the PSNR floor still
+    met (the target's, or LOSS_DB below the finest) with fewer code bytes in the tables."""
+    (rate0, q0, tables0), (rate1, q1, tables1) = before, after
+    if target.bytes is not None:
+        return rate1.predicted_psnr(q1) > rate0.predicted_psnr(q0)
+    floor = target.psnr if target.psnr is not None else finest - LOSS_DB
+    if rate1.predicted_psnr(q1) < floor:
+        return False
+
+    def code(rate: NativeRate, q: int, tables) -> int:
+        return rate.code_bytes(rate.codes(q)) + sum(stored_code_bytes(t) for t in tables)
+
+    return code(rate1, q1, tables1) < code(rate0, q0, tables0)
+
+
+def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes, originals=None, refit=None) -> dict:
+    """Round the coarser levels and the refitted native level to the steps the target asks for; the report for the
+    fit's history. `originals`: the coarser levels' tables before their 8-bit rounding, `refit()`: the native level
+    refitted again (both to round the coarser levels coarser; without them they keep 255 steps). UsageError when
+    the target cannot be met by this grid (a byte budget below its coarse levels and head, a PSNR above its finest
+    rounding). `file_bytes()`: the bytes of the model's file as it is now."""
+    values, enc = int(targets.size), model.encoding
+    native_table = enc.tables[-1]
+
+    def measured() -> tuple[NativeRate, int]:
+        rate = NativeRate(model, Pixels.measure(model, coords, targets, w, h), bounds, values)
+        if target.bytes is None:
+            return rate, 0
+        round_native_8bit(model, coords, targets, w, h, bounds, LEVELS)  # the file at the finest native rounding,
+        fixed = file_bytes() - stored_code_bytes(native_table)  # less its native code: what the rest takes
+        with torch.no_grad():
+            native_table[0, 0].copy_(rate.table)
+        return rate, fixed
+
+    rate, fixed = measured()
+    levels, finest = choose_levels(rate, target, fixed)
+    coarse = [LEVELS] * (len(enc.tables) - 1)
+    trial = coarse_levels(enc.sizes[:-1], w * h, levels)
+    if originals is not None and refit is not None and min(trial) < LEVELS:
+        kept = [t.detach().clone() for t in enc.tables[:-1]]
+        with torch.no_grad():
+            for table, original in zip(enc.tables[:-1], originals):
+                table.copy_(original)
+        round_tables_8bit(model, trial + [LEVELS])
+        with torch.no_grad():
+            native_table[0, 0].copy_(rate.table)
+        refit()
+        coarser, fixed2 = measured()
+        levels2, _ = choose_levels(coarser, target, fixed2, reference=finest)
+        if better(target, (rate, levels, kept), (coarser, levels2, enc.tables[:-1]), finest):
+            coarse, rate, fixed, levels = trial, coarser, fixed2, levels2
+        else:  # the coarser levels cost more than they save (a photo whose coarse levels carry the detail)
+            with torch.no_grad():
+                for table, old in zip(enc.tables[:-1], kept):
+                    table.copy_(old)
+    good, corrected = None, False  # a byte target: the largest Q whose file kept to it; the counts corrected once
+    for _ in range(LEVELS):  # the real rounding, stepped until it meets the target
+        with torch.no_grad():
+            native_table[0, 0].copy_(rate.table)
+        sse = round_native_8bit(model, coords, targets, w, h, bounds, levels)
+        native, got = stored_code_bytes(native_table), psnr(sse, values)
+        size = file_bytes() if target.bytes is not None else None  # the file as written: tables, decoders, graph
+        if size is not None and size > target.bytes:
+            if good is not None:  # the corrected step went over: back to the last that kept to it
+                levels = good
+                continue
+            if levels == 1:
+                raise UsageError(
+                    f"--target-bytes {target.bytes}: the smallest file this grid makes is {size} bytes (its coarser "
+                    f"levels, head and graph); ask for more, or a smaller grid (--grid-bytes-per-pixel)"
+                )
+            levels -= max(1, levels // 16)
+            continue
+        if size is not None and not corrected:  # within it: the counts scaled to this rounding's, a finer Q if they
+            corrected, good = True, levels  # say one fits (the pixels' better-of-two rounding codes differently)
+            ratio = native / max(1, rate.code_bytes(rate.codes(levels)))
+            finer, _ = choose_levels(rate, target, size - native, ratio=ratio)
+            if finer > levels:
+                levels = finer
+                continue
+        if target.psnr is not None and got < target.psnr:
+            if levels == LEVELS:
+                raise UsageError(
+                    f"--target-psnr {target.psnr:g}: this fit reaches {got:.2f} dB at most; ask for less, or fit "
+                    f"longer (--steps) or a larger grid (--grid-bytes-per-pixel)"
+                )
+            levels = min(LEVELS, levels + max(1, levels // 16))
+            continue
+        break
+    report = {
+        "native_levels": levels,
+        "coarse_levels": coarse,
+        "native_code_bytes": native,
+        "psnr_train": round(got, 3),
+        "psnr_train_finest_predicted": round(finest, 3),
+    }
+    if target.bytes is not None:
+        report["target_bytes"], report["file_bytes"] = target.bytes, size
+    elif target.psnr is not None:
+        report["target_psnr"] = target.psnr
+    else:
+        report["loss_db"] = LOSS_DB
+    log.info("rate control: %s", report)
+    return report
