@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from fitstore import DEFAULT_PRESET
+from fitstore import DEFAULT_PRESET, TARGET_BYTES, TARGET_PSNR
 from modelrepo import NAME_RE, Repository, SpecError, StorageUnavailable, read_spec
 
 from ..errors import BadInput, Conflict, InvalidOption, RepositoryUnavailable, ServiceError, TooLarge
@@ -47,6 +47,8 @@ FIELDS = (
     "skip_existing",
     "block_size",
     "blocks",
+    "target_bytes",  # the model file's bytes at most, or its PSNR at least (the grid preset's rate control)
+    "target_psnr",
     "access",  # the new model's policy, as config.pbtxt's parameters (service/auth/fitaccess.py)
     "access_scopes",
     "access_substitute",
@@ -194,7 +196,37 @@ def options(form: dict, presets: dict, max_size: int, max_steps: int, block: int
         "block": (size := as_int(form, "block_size", block, MIN_SIZE, block, "INR_FIT_BLOCK_SIZE")),
         "overlap": min(overlap, size // 4),
         "blocks": blocks,
+        **targets(form, presets[preset], preset, blocks),
     }
+
+
+def targets(form: dict, preset: dict, name: str, blocks: str) -> dict:
+    """`target_bytes` or `target_psnr` (at most one), checked; only the keys given, so a job without a target keeps
+    the record it had."""
+    low, high = TARGET_BYTES
+    target_bytes = as_int(form, "target_bytes", None, low, high)
+    target_psnr = as_float(form, "target_psnr", 0.0, TARGET_PSNR)
+    if target_bytes is not None and target_psnr is not None:
+        raise InvalidOption("target_bytes and target_psnr: give one target, not both")
+    if (target_bytes is not None or target_psnr is not None) and not preset.get("targets"):
+        raise InvalidOption(f"preset {name!r} takes no target_bytes or target_psnr; the grid preset does")
+    if target_bytes is not None and blocks == "always":
+        raise InvalidOption("target_bytes is for one model; with blocks=always give target_psnr (each block meets it)")
+    return {k: v for k, v in (("target_bytes", target_bytes), ("target_psnr", target_psnr)) if v is not None}
+
+
+def as_float(form: dict, field: str, above: float, high: float) -> float | None:
+    """A number in (above, high], or None when the field is absent or empty."""
+    raw = form.get(field)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise InvalidOption(f"{field} must be a number, got {raw[:40]!r}") from None
+    if not (above < value <= high):  # NaN and the infinities too
+        raise InvalidOption(f"{field} must be more than {above:g} and at most {high:g}, got {raw.strip()[:40]}")
+    return value
 
 
 def check_cost(source: dict, size: int | None, max_pixels: int) -> None:

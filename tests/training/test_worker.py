@@ -93,6 +93,23 @@ def test_the_grid_preset_fits_a_non_square_upload_whole_at_its_native_size(place
         assert im.size == (64, 26)
 
 
+def test_a_job_keeps_its_psnr_target_and_one_it_cannot_meet_fails_naming_it(place):
+    """target_psnr and target_bytes (POST /v1/fits) reach fit-image's rate control through the worker: the model's
+    training PSNR at least the target, its choice in metadata; a byte budget below the smallest file fails the job
+    with that size and writes nothing."""
+    store, models, start = place
+    start()
+    ok = submit(store, "aimed", image=png(photo(60, 24)), preset="grid", size=None, steps=30, target_psnr=20.0)
+    rec = wait_finished(store, ok["id"])
+    assert rec["state"] == "succeeded", rec
+    rate = json.loads((models / "aimed" / "1" / "metadata.json").read_text())["training"]["native_refit"]["rate"]
+    assert rate["target_psnr"] == 20.0 and rate["psnr_train"] >= 20.0
+    job = submit(store, "tiny", image=png(photo(60, 24)), preset="grid", size=None, steps=30, target_bytes=2000)
+    rec = wait_finished(store, job["id"])
+    assert rec["state"] == "failed" and "--target-bytes 2000: the smallest file this grid makes is" in rec["error"]
+    assert not (models / "tiny").exists()
+
+
 def test_cancel_of_a_running_fit_writes_nothing(place):
     store, models, start = place
     start()

@@ -83,6 +83,8 @@ def fit_args(options: dict, image_path: Path, device: str, steps: int | None = N
         device,
         "--no-progress",
         *preset["argv"],
+        *(["--target-bytes", str(options["target_bytes"])] if options.get("target_bytes") is not None else []),
+        *(["--target-psnr", repr(options["target_psnr"])] if options.get("target_psnr") is not None else []),
     ]
     parser = OneLineParser(prog="fit job")
     add_image_options(parser)
@@ -291,6 +293,11 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             cfg = fit_config(args)
             cfg.validate()
         layout = None if rec.get("piece") else pieces.plan(rec["id"], opts, path, ctx.memory, args.max_pixels)
+        if layout is not None and opts.get("target_bytes") is not None:
+            raise UsageError(
+                f"target_bytes is for one model; this {layout.width}×{layout.height} upload is fitted in blocks of "
+                f"{layout.block} (more than one worker's model): give target_psnr (each block meets it)"
+            )
         if layout is not None:  # too large for one model here, or blocks asked for (training/worker/pieces.py)
             done = pieces.split(store, rec, layout, path, Path(tmp), args)
             if done is not None and kept:  # each block's pixels are in the store now

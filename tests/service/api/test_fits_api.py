@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import struct
 import threading
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -16,6 +17,7 @@ from PIL import Image
 from fitstore import PRESETS
 from tests.servers import png_bytes
 from tests.service.api.fitserver import MAX_BODY, MAX_BYTES, MAX_FILE_PIXELS, api, fit_server, store, stored, upload  # noqa: F401
+from training.worker.job import fit_args
 
 
 def noise_png(side: int) -> bytes:
@@ -76,6 +78,21 @@ def test_blocks_are_auto_unless_the_job_asks_for_them(api):
         "auto, with a block size": "auto",
     }
     assert got["by size"]["block"] == 64 and got["by size"]["overlap"] == 16
+
+
+def test_a_target_is_in_the_record_as_given_and_goes_to_fit_image(api):
+    """target_bytes or target_psnr: in the job's options only when given, and passed to fit-image's own flags."""
+    small = png_bytes(Image.new("RGB", (8, 8)))
+    for fields, expected in (
+        ({"target_bytes": "250000"}, {"target_bytes": 250000}),
+        ({"target_psnr": "41.5"}, {"target_psnr": 41.5}),
+    ):
+        rec = upload(api, small, **fields).json()
+        assert {k: rec["options"][k] for k in expected} == expected
+        assert not {"target_bytes", "target_psnr"} - set(expected) & set(rec["options"])
+        args = fit_args(rec["options"], Path("photo.png"), "cpu")
+        assert (args.target_bytes, args.target_psnr) == (expected.get("target_bytes"), expected.get("target_psnr"))
+        assert api.delete(rec["links"]["self"]).status_code == 200
 
 
 def test_a_derived_name_is_unique_against_the_repository_and_active_jobs(api):
@@ -163,6 +180,15 @@ BAD = [  # (file, fields, status, words in the error)
     (None, {"blocks": "sometimes"}, 422, ["blocks 'sometimes' is unknown", "auto, always"]),
     (None, {"blocks": "always", "size": 64}, 422, ["blocks=always", "size", "drop one of them"]),
     (None, {"block_size": 8}, 422, ["block_size", "16 …", "INR_FIT_BLOCK_SIZE"]),
+    (None, {"target_bytes": 100}, 422, ["target_bytes", "1024 …"]),
+    (None, {"target_bytes": "2MB"}, 422, ["target_bytes must be a whole number"]),
+    (None, {"target_psnr": "nan"}, 422, ["target_psnr must be more than 0 and at most 100"]),
+    (None, {"target_psnr": "inf"}, 422, ["target_psnr"]),
+    (None, {"target_psnr": 0}, 422, ["target_psnr"]),
+    (None, {"target_psnr": "loud"}, 422, ["target_psnr must be a number"]),
+    (None, {"target_bytes": 10**6, "target_psnr": 40}, 422, ["give one target, not both"]),
+    (None, {"target_psnr": 40, "preset": "fourier"}, 422, ["preset 'fourier' takes no target_bytes"]),
+    (None, {"target_bytes": 10**6, "blocks": "always"}, 422, ["target_bytes is for one model", "target_psnr"]),
 ]
 
 
@@ -196,6 +222,15 @@ BAD = [  # (file, fields, status, words in the error)
         "blocks-unknown",
         "blocks-with-size",
         "block-size-small",
+        "target-bytes-small",
+        "target-bytes-text",
+        "target-psnr-nan",
+        "target-psnr-inf",
+        "target-psnr-0",
+        "target-psnr-text",
+        "targets-both",
+        "target-fourier",
+        "target-bytes-blocks",
     ],
 )
 def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(
