@@ -15,7 +15,7 @@ from commandline import OneLineParser
 from fitstore import PRESETS
 from training.cli_image import add_image_options, fit_config
 from training.encodings import grid_rate
-from training.encodings.grid_quant import exact_8bit
+from training.encodings.grid_quant import channel_range, exact_8bit
 from training.errors import UsageError
 from training.fit_image import evaluate, finish, image_file, train
 from training.image_models import ImageINR
@@ -98,3 +98,18 @@ def test_the_rounding_keeps_the_weights_it_was_given(fitted):
     _, _, state = fitted
     for name, value in model.body.state_dict().items():
         assert torch.equal(value, state[f"body.{name}"].half().float())
+
+
+def test_a_table_whose_channels_skip_different_steps_is_still_found_on_its_steps():
+    """A coarse level of a small block (2 × 4 cells): on 62 steps, one channel's closest values 1 step apart, the
+    other's 3 (its range over its gap 62/3, not a whole number). `better` reads its code bytes through exact_8bit,
+    which once gave up on it and failed the fit ("not on 8-bit steps after its rounding")."""
+    q = torch.tensor([[0, 5, 62, 30, 17, 8, 44, 61], [0, 3, 7, 13, 20, 40, 52, 62]], dtype=torch.float32)
+    raw = (q * torch.tensor([[0.013], [0.021]]) + torch.tensor([[0.2], [-0.5]])).reshape(1, 2, 2, 4)
+    low, scale = channel_range(raw, 62)
+    table = torch.round((raw - low) / scale).clamp(0, 62) * scale + low
+    found = exact_8bit(table)
+    assert found is not None
+    assert (
+        torch.from_numpy(found[0].astype("float32")) * torch.from_numpy(found[1]) + torch.from_numpy(found[2])
+    ).equal(table)

@@ -44,17 +44,26 @@ def exact_8bit(table: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def coarser_levels(table: torch.Tensor) -> list[int]:
-    """The number of steps Q < 255 a table may be on (every channel on as many: the rate control's coarser steps,
-    grid_rate.py): each channel's range over its smallest gap between values."""
+    """The numbers of steps Q < 255 a table may be on (every channel on as many: the rate control's coarser steps,
+    grid_rate.py). A channel on Q steps whose values are m steps apart at the closest has its range over that gap at
+    Q/m, so Q is a whole multiple of every channel's such ratio; the candidates are those of the channel with the
+    largest ratio that are. A small block's table often leaves steps unused in some channels and not in others."""
     if table.dim() < 2 or table.numel() < 2:
         return []
-    found = set()
+    ratios = []
     for c in range(table.shape[1]):
         values = torch.unique(table.select(1, c))
-        if len(values) < 2:
-            continue
-        found.add(round(float((values[-1] - values[0]) / (values[1:] - values[:-1]).min())))
-    return list(found) if len(found) == 1 and 1 <= min(found) < LEVELS else []
+        if len(values) >= 2:
+            ratios.append(float((values[-1] - values[0]) / (values[1:] - values[:-1]).min()))
+    if not ratios or max(ratios) < 0.5:
+        return []
+    top = max(ratios)
+
+    def whole(x: float) -> bool:
+        return abs(x - round(x)) < 1e-2
+
+    found = (round(m * top) for m in range(1, int(LEVELS / top) + 2))
+    return [q for q in found if 1 <= q < LEVELS and all(whole(q / r) for r in ratios)]
 
 
 @torch.no_grad()
