@@ -37,7 +37,9 @@ PROGRESS_EVENTS = 40  # about this many progress events per fit
 PREVIEW_EVERY = 4  # a preview with every 4th progress event, and with the last
 CHECK_EVERY = 10  # cancel, deadline, SIGTERM and a lost claim are checked at least every 10 steps
 EVENT_EVERY_S = 2.0  # and a progress event goes out at least every 2 s
-FINISH_PER_SETUP = 1.0  # the finish's seconds per second of the start (12 MP grid, 2 cores: 70 s start, 90 s finish)
+# the finish's seconds (refit, rate control, evaluation, export) per second of the start, one torch thread: 3.95 at
+# 3.8 MP, 3.84 at 4 MP, 2.62 at 12 MP (`finish` chooses the tables' steps since the rate control; it was ~1.3 before)
+FINISH_PER_SETUP = 3.3
 MIN_PIXELS = 16 * 16  # the smallest fit a worker must have the memory for
 
 
