@@ -127,8 +127,23 @@ class Residency:
 
     def release(self, runtime: ModelRuntime) -> None:
         runtime.inflight -= 1
-        if runtime.inflight == 0 and self._waiting:
-            self._notify()
+        if runtime.inflight == 0:
+            if self._waiting:
+                self._notify()
+            self._trim()
+
+    def _trim(self) -> None:
+        """Back within the budget once a version can go: a load that measured more than its estimate while the
+        others were held could evict nothing then, and no later load may come to do it (on the event loop)."""
+        if self.bytes <= self.options.budget:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop: the next load or release trims
+            return
+        victims = self._victims(0, None)[0]
+        if victims:
+            loop.create_task(self._evict(victims))
 
     # -- loading ----------------------------------------------------------------------------------
     async def _load(self, runtime: ModelRuntime, timeout: float) -> None:

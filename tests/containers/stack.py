@@ -23,9 +23,10 @@ from bench.serving import free_port
 
 from .engine import PREFIX, ROOT, Engine, EngineError, run
 
+# 60 s: a replica busy optimising its first model on a loaded CI machine once took more than 5 s to answer
 METRICS = (
     'python -c "import urllib.request; '
-    "print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=5).read().decode())\""
+    "print(urllib.request.urlopen('http://127.0.0.1:8000/metrics', timeout=60).read().decode())\""
 )
 
 
