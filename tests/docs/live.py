@@ -90,9 +90,9 @@ def user_files(repo: Path) -> set[str]:
     return set(made)
 
 
-def make_commands(repo: Path, target: str, **variables: str) -> list[str]:
-    """The command lines `make TARGET` runs (`make -n`), without its `pip install`s."""
-    out = subprocess.run(
+def make_dry_run(repo: Path, target: str, **variables: str) -> str:
+    """What `make -n TARGET` prints, as a user's shell outside make runs it."""
+    return subprocess.run(
         ["make", "--no-print-directory", "-n", target, *(f"{k}={v}" for k, v in variables.items())],
         cwd=repo,
         env=outside_make(os.environ),
@@ -100,19 +100,17 @@ def make_commands(repo: Path, target: str, **variables: str) -> list[str]:
         text=True,
         check=True,
     ).stdout
+
+
+def make_commands(repo: Path, target: str, **variables: str) -> list[str]:
+    """The command lines `make TARGET` runs (`make -n`), without its `pip install`s."""
+    out = make_dry_run(repo, target, **variables)
     return [line for line in out.splitlines() if line.strip() and "pip install" not in line]
 
 
 def serve_extras(repo: Path) -> set[str]:
     """The extras `make serve` installs: `pip install -e '.[a,b]'`."""
-    out = subprocess.run(
-        ["make", "--no-print-directory", "-n", "serve"],
-        cwd=repo,
-        env=outside_make(os.environ),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = make_dry_run(repo, "serve")
     found = re.search(r"pip install .*\.\[([\w,-]+)\]", out)
     return set(found.group(1).split(",")) if found else set()
 
