@@ -114,6 +114,16 @@ class Engine:
         )
 
 
+def build_s3_image(engine: Engine, tag: str = "inr-serve:s3") -> float:
+    """The S3 server's image (deploy/s3/s3.Containerfile: Swift's S3 API), as docker-compose.s3.yml builds it;
+    returns the seconds it took."""
+    docker_format = ["--format", "docker"] if engine.cli == "podman" else []  # OCI drops HEALTHCHECK
+    s3 = ROOT / "deploy" / "s3"
+    t0 = time.monotonic()
+    engine("build", *docker_format, "-t", tag, "-f", str(s3 / "s3.Containerfile"), str(s3), timeout=1800)
+    return round(time.monotonic() - t0, 1)
+
+
 def local_torch_wheels() -> list[str]:
     """Build options that let the train stage take torch from this machine's local wheel folder (pip's
     `find-links`, where this CI keeps the CPU wheel) when the default TORCH_INDEX cannot be reached.

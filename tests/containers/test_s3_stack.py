@@ -18,7 +18,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from .engine import ROOT
+from .engine import build_s3_image
 from .stack import Stack
 from .test_fits import OPTIONS, photo
 
@@ -56,11 +56,7 @@ for page in pages.paginate(Bucket='{BUCKET}', Prefix='{PREFIX}'):
 
 @pytest.fixture(scope="module")
 def stack(make_stack, images, report) -> Stack:
-    t0 = time.monotonic()
-    docker_format = ["--format", "docker"] if images.cli == "podman" else []  # OCI drops HEALTHCHECK
-    s3 = ROOT / "deploy" / "s3"
-    images("build", *docker_format, "-t", "inr-serve:s3", "-f", str(s3 / "s3.Containerfile"), str(s3), timeout=1800)
-    report["s3_build_s"] = round(time.monotonic() - t0, 1)
+    report["s3_build_s"] = build_s3_image(images)
     s = make_stack("s3", FILE)
     # the 48×40 photo has more pixels: kept as a file, so it travels through the bucket's uploads/ to the trainer
     s.env["INR_MAX_UPLOAD_PIXELS"] = "1500"

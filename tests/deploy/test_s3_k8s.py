@@ -51,3 +51,17 @@ def test_api_and_workers_read_one_bucket_and_the_job_store(objects):
     cache = {e["name"]: e.get("value") for e in c["env"]}["INR_MODEL_CACHE"]
     mount = next(m for m in c["volumeMounts"] if m["mountPath"] == cache)
     assert "emptyDir" in next(v for v in api["volumes"] if v["name"] == mount["name"])
+
+
+def test_each_pod_keeps_its_tmp_and_mounts_every_volume_it_has(objects):
+    """The overlay deletes the claims' mounts by mountPath, the key volumeMounts merge on: the read-only root's /tmp
+    stays an emptyDir (delete entries keyed by name dropped every mount but the new ones, and neither pod could
+    start: tests/containers/test_kube_s3.py runs them)."""
+    for name, paths in (("inr-serve", {"/cache", "/tmp"}), ("inr-serve-worker", {"/tmp"})):
+        spec = objects["Deployment", name]["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        assert set(mounts) == paths, (name, mounts)
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert set(mounts.values()) == set(volumes), (name, mounts, volumes)
+        assert all("emptyDir" in volumes[v] for v in mounts.values()), (name, volumes)
