@@ -5,6 +5,7 @@ See docs/model-repository.md for the layout and the rules.
 """
 
 from .access import Access, AccessError, Guard, PolicyChanged
+from .diskcache import CacheTooSmall
 from .folder import (
     MODEL_FILE,
     Written,
@@ -46,6 +47,7 @@ from .spec import (
 from .triton import config_json, config_text, parse_config
 
 __all__ = [
+    "CacheTooSmall",
     "LocalRepository",
     "LocationError",
     "Repository",

@@ -9,9 +9,9 @@ it is not listed, so nobody ever sees half of one. A model with no published ver
   versions, and its stamp (a rescan compares stamps: an unchanged bucket costs its listing pages and nothing else).
 * **The mirror** (`root`, in INR_MODEL_CACHE): `folder(name)` fetches a model's small files whose ETag differs from
   the mirror's copy (`.etags.json` in each model's folder records them); `fetch` a version's large file on first
-  use, written under a temporary name, checked against the sha256 its metadata records, then renamed in. Large files
-  stay under INR_MODEL_CACHE_BYTES, least recently used first out (modelrepo/diskcache.py). After a restart the
-  mirror is revalidated by ETag against the listing: nothing unchanged is downloaded again.
+  use, written under a temporary name, checked against the sha256 its metadata records, then renamed in. The mirror
+  stays under INR_MODEL_CACHE_BYTES on disk, large files least recently used first out (modelrepo/diskcache.py).
+  After a restart the mirror is revalidated by ETag against the listing: nothing unchanged is downloaded again.
 * **Faults**: S3 not answering raises StorageUnavailable (the service answers 503 with Retry-After and keeps serving
   what is on local disk); a listing that fails keeps the last one (or, at a start, the mirror's own); a file gone
   while read, truncated or not matching its sha256 is never renamed into the mirror.
@@ -246,6 +246,7 @@ class S3Repository(Repository):
                 if child.is_dir() and child.name.isdigit() and int(child.name) not in m.published:
                     shutil.rmtree(child, ignore_errors=True)
             self._save(name)
+        self.budget.note(mirror)
         return mirror
 
     def sync_file(self, name: str, rel: str) -> None:
@@ -258,6 +259,7 @@ class S3Repository(Repository):
                 (self.root / name).mkdir(exist_ok=True)
                 self._download(name, rel, entry[1])
                 self._save(name)
+                self.budget.note(self.root / name)
 
     def fetch(self, name: str, version: int, rel: str, sha256: str | None = None) -> Path:
         """`N/rel` of the model on local disk: from the mirror when its ETag is the listing's, else downloaded and
@@ -273,11 +275,13 @@ class S3Repository(Repository):
             if self._manifest(name).get(key) == etag and path.is_file():
                 self.budget.touch(path)
                 return path
+            self.budget.check(f"{key} of model '{name}'", size)
             self.budget.make_room(size)
             self._download(name, key, size, sha256)
         with self._lock_of(name):
             self._save(name)
-        self.budget.touch(path, size)
+        self.budget.note(self.root / name)
+        self.budget.touch(path)
         return path
 
     def _download(self, name: str, rel: str, size: int, sha256: str | None = None) -> None:

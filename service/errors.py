@@ -76,6 +76,13 @@ class ModelTooLarge(ServiceError):
         )
 
 
+class ModelTooLargeForCache(ServiceError):
+    """A model version with a file larger than the whole disk cache of models on S3 (INR_MODEL_CACHE_BYTES): it is
+    not downloaded, so not served; the others are (507)."""
+
+    status = 507
+
+
 class NotLoaded(ServiceError):
     status = 503
 

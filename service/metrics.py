@@ -151,7 +151,7 @@ class Metrics:
         )
         self.model_cache_bytes = Gauge(
             "inr_model_cache_bytes",
-            "bytes of version files in the disk cache of the models on S3 (INR_MODEL_CACHE_BYTES bounds it)",
+            "disk bytes of the cache of the models on S3, as du counts them (INR_MODEL_CACHE_BYTES bounds it)",
             registry=self.registry,
         )
         self.cache_info = None  # () -> CacheStore.info(), set by the app

@@ -51,7 +51,8 @@ class Settings(BaseSettings):
     )
     model_cache_bytes: str = Field(
         "4GiB",
-        description="with models on S3: disk bytes of the model cache's version files; least recently used past it",
+        description="with models on S3: the model cache's bytes on disk, as du counts them; past it, the least "
+        "recently used version files go",
     )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

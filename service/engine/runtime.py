@@ -20,6 +20,7 @@ import onnxruntime as ort
 from modelrepo import (
     MODEL_FILE,
     ONNX_TO_V2,
+    CacheTooSmall,
     ContractError,
     ImageSource,
     ModelSpec,
@@ -33,7 +34,7 @@ from modelrepo import (
     read_version,
 )
 
-from ..errors import ModelLoadError, RepositoryUnavailable
+from ..errors import ModelLoadError, ModelTooLargeForCache, RepositoryUnavailable
 from ..metrics import Metrics
 from .lattice import Lattice, load_lattice
 from .runs import RUNS
@@ -98,13 +99,16 @@ class ModelRuntime:
 
     def fetch(self, rel: str, sha256: str | None) -> Path:
         """The version's file `rel` on local disk (from S3 on first use). A storage that does not answer is a 503
-        for the request (RepositoryUnavailable), never a failed version."""
+        for the request (RepositoryUnavailable), a file larger than the whole disk cache a 507
+        (ModelTooLargeForCache), never a failed version."""
         if not self.remote:
             return self.version_dir / rel
         try:
             return self.options.repository.fetch(self.name, self.version, rel, sha256)
         except StorageUnavailable as e:
             raise RepositoryUnavailable(f"model '{self.name}' version {self.version}: {e}") from None
+        except CacheTooSmall as e:
+            raise ModelTooLargeForCache(f"model '{self.name}' version {self.version}: {e}") from None
         except FileNotFoundError as e:
             raise ModelLoadError(f"{self.version}/{rel}: {e}") from None
 

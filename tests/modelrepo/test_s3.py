@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from modelrepo import LocationError, ModelSpec, SpecError, StorageUnavailable, open_repository, parse_s3
+from modelrepo import CacheTooSmall, LocationError, ModelSpec, SpecError, StorageUnavailable, open_repository, parse_s3
 from modelrepo.s3 import RepositoryError, S3Repository
 from modelrepo.s3publish import sweep
 
@@ -127,21 +127,75 @@ def test_tampered_or_deleted_objects_are_clear_errors_and_never_kept(repo, s3_en
     assert not list((repo.root / "tiny" / "1").glob(".part-*"))
 
 
-def test_the_byte_budget_evicts_the_least_recently_used(s3_env, tmp_path, monkeypatch):
-    monkeypatch.setattr("modelrepo.diskcache.RECENT_S", 0.0)
-    url = s3_env.url(s3_env.bucket())
-    size = len(tiny_onnx())
-    repo = S3Repository(url, tmp_path / "cache", max_bytes=2 * size)
-    for n in ("a", "b", "c"):
+def du(folder) -> int:
+    """What `du -s` counts: every file's and folder's blocks."""
+    return sum(p.lstat().st_blocks * 512 for p in [folder, *folder.rglob("*")])
+
+
+def sha_of(repo, name: str) -> str:
+    return __import__("modelrepo").read_version(repo.folder(name), 1, need_file=False).onnx_sha256
+
+
+def budgeted(s3_env, tmp_path, names, files: int, **kwargs) -> S3Repository:
+    """A repository of tiny models whose budget holds their small files and folders and `files` model files."""
+    repo = S3Repository(s3_env.url(s3_env.bucket()), tmp_path / "cache", **kwargs)
+    for n in names:
         publish(repo, n)
     repo.scan()
+    for n in names:
+        repo.folder(n)
+    repo.budget.max_bytes = repo.budget.bytes + files * 4096
+    return repo
+
+
+def test_the_byte_budget_evicts_the_least_recently_used_and_bounds_the_disk(s3_env, tmp_path, monkeypatch):
+    # The budget was of the model files' bytes alone (2 × size here), while the models' small files and folders
+    # took more disk than those: it now bounds all the cache holds, as `du` counts it.
+    monkeypatch.setattr("modelrepo.diskcache.RECENT_S", 0.0)
+    repo = budgeted(s3_env, tmp_path, ("a", "b", "c"), files=2)
     for n in ("a", "b", "c"):
-        sha = __import__("modelrepo").read_version(repo.folder(n), 1, need_file=False).onnx_sha256
-        repo.fetch(n, 1, "model.onnx", sha)
+        repo.fetch(n, 1, "model.onnx", sha_of(repo, n))
         time.sleep(0.01)
-    assert repo.budget.bytes <= 2 * size
+        assert du(tmp_path / "cache") <= repo.budget.max_bytes
+    assert repo.budget.bytes == du(tmp_path / "cache")
     assert not (repo.root / "a" / "1" / "model.onnx").exists()
     assert (repo.root / "c" / "1" / "model.onnx").exists()
+
+
+def test_a_cache_over_its_budget_for_a_moment_is_trimmed_back_and_at_a_start(s3_env, tmp_path, monkeypatch):
+    monkeypatch.setattr("modelrepo.diskcache.RECENT_S", 2.0)
+    repo = budgeted(s3_env, tmp_path, ("a", "b", "c"), files=1)
+    for n in ("a", "b"):  # b's room spares a, used just now: over the budget for a moment
+        repo.fetch(n, 1, "model.onnx", sha_of(repo, n))
+    assert du(tmp_path / "cache") > repo.budget.max_bytes
+    assert until(lambda: du(tmp_path / "cache") <= repo.budget.max_bytes, 10)  # with no later fetch
+    assert (repo.root / "b" / "1" / "model.onnx").exists()
+    time.sleep(2.1)
+    smaller = repo.budget.max_bytes - 4096  # a restart with a smaller budget: trimmed at the start
+    again = S3Repository(repo.url, tmp_path / "cache", max_bytes=smaller)
+    assert du(tmp_path / "cache") <= smaller and not (repo.root / "b" / "1" / "model.onnx").exists()
+    again.scan()
+    again.fetch("b", 1, "model.onnx", sha_of(again, "b"))  # fetched again, as it must be
+    assert again.requests["GET"] == 1
+
+
+def test_a_file_larger_than_the_whole_budget_is_refused_and_not_downloaded(s3_env, tmp_path):
+    repo = S3Repository(s3_env.url(s3_env.bucket()), tmp_path / "cache", max_bytes=1000)
+    publish(repo, "tiny")
+    repo.scan()
+    sha, gets = sha_of(repo, "tiny"), repo.requests["GET"]
+    with pytest.raises(CacheTooSmall, match=r"1/model.onnx of model 'tiny' is \d+ bytes.*INR_MODEL_CACHE_BYTES=1,000"):
+        repo.fetch("tiny", 1, "model.onnx", sha)
+    assert repo.requests["GET"] == gets and not (repo.root / "tiny" / "1" / "model.onnx").exists()
+
+
+def until(check, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_missing_bucket_and_wrong_credentials_name_the_setting(s3_env, tmp_path, monkeypatch):

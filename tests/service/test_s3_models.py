@@ -61,7 +61,7 @@ def bucket_url(s3_server, model_repo, tmp_path):
     return url
 
 
-def serve(url, s3, cache, *args):
+def serve(url, s3, cache, *args, **env):
     return Server(
         url,
         "--model-control-mode",
@@ -69,7 +69,7 @@ def serve(url, s3, cache, *args):
         "--repository-poll-secs",
         "0.5",
         *args,
-        env={**s3.env, "INR_MODEL_CACHE": str(cache), "INR_ACCESS_SECRET": "s" * 40},
+        env={**s3.env, "INR_MODEL_CACHE": str(cache), "INR_ACCESS_SECRET": "s" * 40, **env},
     )
 
 
@@ -129,6 +129,20 @@ def test_served_from_s3_through_the_disk_cache(s3_server, bucket_url, tmp_path):
     with serve(bucket_url, s3_server, cache).running() as srv:
         assert httpx.post(f"{srv.url}/v1/models/astronaut/query", json=QUERY, timeout=60).status_code == 200
         assert gets(srv).get("GET", 0) == 0
+
+
+def test_a_model_larger_than_the_whole_disk_cache_is_a_507_naming_the_setting(s3_server, bucket_url, tmp_path):
+    push(s3_server, bucket_url, ROOT / "models" / "dandelion")  # its model.onnx: 3 MB
+    cache = tmp_path / "cache"  # 1 MB: astronaut's files fit, dandelion's never can
+    with serve(bucket_url, s3_server, cache, INR_MODEL_CACHE_BYTES="1000000").running() as srv:
+        for _ in range(2):  # the same answer each time: the version is not failed, the budget is too small
+            r = httpx.get(f"{srv.url}/iiif/3/dandelion/0,0,64,64/64,/0/default.png", timeout=60)
+            assert r.status_code == 507, r.text
+            error = r.json()["error"]
+            assert "model 'dandelion'" in error and "INR_MODEL_CACHE_BYTES=1,000,000" in error, error
+        assert httpx.post(f"{srv.url}/v1/models/astronaut/query", json=QUERY, timeout=60).status_code == 200
+        assert httpx.get(f"{srv.url}/health/ready", timeout=10).status_code == 200
+    assert not list(cache.rglob("dandelion/1/*.onnx")) and not list(cache.rglob(".part-*"))
 
 
 @pytest.mark.parametrize("case", ["bucket", "credentials"])
