@@ -339,16 +339,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = {"tiles": tiles, "cold": cold, "startup": startup, "make": make}[args.what]
     result = run(args) if args.what == "make" else medians([run(args) for _ in range(args.rounds)])
-    doc = {
-        "machine": machine(),
-        "command": "python -m bench.collection " + " ".join(argv or sys.argv[1:]),
-        "result": result,
-    }
+    emit("bench.collection", argv, result, getattr(args, "json", None))
+    return 0
+
+
+def emit(module: str, argv: list[str] | None, result, path: Path | None) -> None:
+    """The result with the machine and the command, as JSON on stdout and, with a path, in that file."""
+    doc = {"machine": machine(), "command": f"python -m {module} " + " ".join(argv or sys.argv[1:]), "result": result}
     text = json.dumps(doc, indent=1)
     print(text)
-    if getattr(args, "json", None):
-        args.json.write_text(text + "\n")
-    return 0
+    if path:
+        path.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:
+    from . import _tablecode
+except ImportError:  # built without a C compiler (setup.py): numpy decodes
+    _tablecode = None
+
 MAGIC = b"IRC1"
 BLOCK = 64  # values per block: the parameters cost 4 bits per 64 values
 KMAX = 8  # u ≤ 510: with k = 8 the unary part is at most 1
@@ -157,9 +162,24 @@ def layout(data: bytes | np.ndarray) -> Layout:
 
 
 def decode(data: bytes | np.ndarray) -> np.ndarray:
-    """The table [1, F, ry, rx] (uint8) of coded bytes: what the graph's decoding nodes compute."""
+    """The table [1, F, ry, rx] (uint8) of coded bytes: what the graph's decoding nodes compute. In one pass of C
+    where it was built (modelrepo/_tablecode.c, setup.py), else by numpy (`decode_numpy`)."""
     data = bytes(memoryview(np.ascontiguousarray(data)).cast("B")) if isinstance(data, np.ndarray) else data
     lay = layout(data)
+    if _tablecode is None:
+        return decode_numpy(data, lay)
+    _, f, ry, rx = lay.shape
+    try:
+        values = _tablecode.decode(
+            data, [x for s in lay.sections for x in s], lay.counts, lay.block, f, ry, rx, bytes(lay.centres)
+        )
+    except ValueError as e:
+        raise CodeError(str(e)) from None
+    return np.frombuffer(values, np.uint8).reshape(lay.shape)
+
+
+def decode_numpy(data: bytes, lay: Layout) -> np.ndarray:
+    """`decode` by numpy: a pass over memory per operation, with int32 and int64 temporaries per value."""
     raw = np.frombuffer(data, np.uint8)
 
     def section(i: int) -> np.ndarray:

@@ -25,6 +25,7 @@ compares them at load, and a lattice beyond PARITY is not used.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -166,13 +167,31 @@ class Kernel:
         _latticekernel.tile(self.levels, self.layers, self.sigmoid, axes, x0, y0, out)
 
 
+class Head:
+    """The head's onnxruntime session (FEATURES [ΣF, N] → rgb [3, N]), made at its first run: a lattice with the
+    kernel never runs it (the kernel runs the head), and a session made at every load cost a cold tile its making
+    and each resident model its memory."""
+
+    def __init__(self, make: Callable[[], object]):
+        self._make, self._session, self._lock = make, None, threading.Lock()
+
+    def run(self, outputs, feed: dict) -> list:
+        session = self._session
+        if session is None:
+            with self._lock:
+                if self._session is None:
+                    self._session = self._make()
+                session = self._session
+        return session.run(outputs, feed)
+
+
 @dataclass(frozen=True)
 class Lattice:
     """A dense grid's levels, coarsest first (the head's feature order), the head's session, and the one-pass
     kernel where the head is one it runs."""
 
     levels: tuple[GridLevel, ...]
-    head: object  # onnxruntime.InferenceSession: FEATURES [N, ΣF] → rgb [N, 3]
+    head: Head  # FEATURES [ΣF, N] → rgb [3, N]
     kernel: Kernel | None = None
 
     @property
@@ -226,23 +245,24 @@ def check(lattice: Lattice, whole, kernel: bool = False) -> float:
 
 
 def load_lattice(onnx_path: Path, make_head: Callable[[bytes], object], whole, name: str) -> Lattice | None:
-    """The lattice of a version's model.onnx, its head a session made by `make_head`, checked against `whole` (the
-    version's session); None for another layout, or one that disagrees with the graph."""
+    """The lattice of a version's model.onnx, its head a session made by `make_head` when it first runs (`Head`),
+    checked against `whole` (the version's session): by its kernel where it has one that agrees, else by numpy and the
+    head; None for another layout, or one that disagrees with the graph."""
     read = read_file(onnx_path)
     if read is None:
         return None
     levels, head = read
-    lattice = Lattice(tuple(levels), make_head(head))
+    lattice = Lattice(tuple(levels), Head(lambda: make_head(head)))
+    kernel = Kernel.of(levels, head)
+    if kernel is not None:
+        fast = replace(lattice, kernel=kernel)
+        diff = check(fast, whole, kernel=True)
+        if diff <= PARITY:
+            return fast
+        # numpy and onnxruntime render it, as without the kernel, if they agree
+        log.warning("model %s: the lattice kernel is off (differs from the graph by %.3g > %g)", name, diff, PARITY)
     diff = check(lattice, whole)
     if not diff <= PARITY:
         log.warning("model %s: lattice renders off (differ from the graph by %.3g > %g)", name, diff, PARITY)
         return None
-    kernel = Kernel.of(levels, head)
-    if kernel is None:
-        return lattice
-    fast = replace(lattice, kernel=kernel)
-    diff = check(fast, whole, kernel=True)
-    if not diff <= PARITY:  # numpy and onnxruntime render it, as without the kernel
-        log.warning("model %s: the lattice kernel is off (differs from the graph by %.3g > %g)", name, diff, PARITY)
-        return lattice
-    return fast
+    return lattice

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx  # imported with the service, not at a model's first load (a cold tile)
-from onnx import TensorProto, helper, numpy_helper
 
-from modelrepo.onnxfile import decoded
+from modelrepo.onnxfile import FLOAT, UINT8, as_model, attributes, decoded_model, model_class, node, tensor, to_array
+from modelrepo.onnxfile import value_info as add_value_info
 
 log = logging.getLogger(__name__)
 FEATURES = "grid_features"  # the head's input in the dense layout (grid_export.FEATURES)
@@ -60,12 +59,13 @@ class GridLevel:
 
 def read_file(path) -> tuple[list[GridLevel], bytes] | None:
     """The lattice of a model file, its entropy-coded tables decoded first (modelrepo/onnxfile.py): the graph read
-    is the uncoded file's."""
-    return read_lattice(onnx.load_from_string(decoded(Path(path).read_bytes())))
+    is the uncoded file's. Read with protobuf alone: the `onnx` package costs a server ~10 MiB resident."""
+    return read_lattice(decoded_model(Path(path).read_bytes()))
 
 
 def read_lattice(model) -> tuple[list[GridLevel], bytes] | None:
-    """(the levels, the head graph's bytes) of an onnx ModelProto in the dense grid layout; None otherwise."""
+    """(the levels, the head graph's bytes) of an ONNX ModelProto in the dense grid layout; None otherwise."""
+    model = as_model(model)
     graph = model.graph
     producers = {out: n for n in graph.node for out in n.output}
     inits = {i.name: i for i in graph.initializer}
@@ -75,13 +75,13 @@ def read_lattice(model) -> tuple[list[GridLevel], bytes] | None:
     levels = []
     for level in range(len(found)):
         name = found[level]
-        if name in inits and inits[name].data_type == TensorProto.UINT8 and name.endswith("__u8"):
+        if name in inits and inits[name].data_type == UINT8 and name.endswith("__u8"):
             base = name[: -len("__u8")]
             if f"{base}__scale" not in inits or f"{base}__low" not in inits:
                 return None
-            q = numpy_helper.to_array(inits[name])
-            scale = numpy_helper.to_array(inits[f"{base}__scale"]).astype(np.float32).reshape(-1)
-            low = numpy_helper.to_array(inits[f"{base}__low"]).astype(np.float32).reshape(-1)
+            q = to_array(inits[name])
+            scale = to_array(inits[f"{base}__scale"]).astype(np.float32).reshape(-1)
+            low = to_array(inits[f"{base}__low"]).astype(np.float32).reshape(-1)
         else:
             q = _constant(model, name, producers, inits)
             if q is None:
@@ -111,14 +111,12 @@ def read_lattice(model) -> tuple[list[GridLevel], bytes] | None:
     head, consts = channel_major(ordered, inits)
     used = {i for n in head for i in n.input}
     width = sum(level.features for level in levels)
-    graph_out = helper.make_graph(
-        head,
-        "head",
-        [helper.make_tensor_value_info(FEATURES, TensorProto.FLOAT, [width, "N"])],
-        [helper.make_tensor_value_info("rgb", TensorProto.FLOAT, [3, "N"])],
-        [i for i in graph.initializer if i.name in used] + consts,
-    )
-    out = helper.make_model(graph_out, opset_imports=model.opset_import, ir_version=model.ir_version)
+    out = model_class()(ir_version=model.ir_version, opset_import=model.opset_import)
+    out.graph.name = "head"
+    out.graph.node.extend(head)
+    add_value_info(out.graph.input, FEATURES, FLOAT, [width, "N"])
+    add_value_info(out.graph.output, "rgb", FLOAT, [3, "N"])
+    out.graph.initializer.extend([i for i in graph.initializer if i.name in used] + consts)
     return levels, out.SerializeToString()
 
 
@@ -128,20 +126,20 @@ def channel_major(nodes: list, inits: dict) -> tuple[list, list]:
     nodes stay as they are (onnxruntime runs W·Xᵀ with N along the vector lanes); a head with any other node gets
     a Transpose before and after it instead."""
     out, data = [], {FEATURES}
-    column = numpy_helper.from_array(np.array([-1, 1], np.int64), "lattice/column")
+    column = tensor("lattice/column", np.array([-1, 1], np.int64))
     for n in nodes:
         on_data = [i for i in n.input if i in data]
         if not on_data:  # weights rebuilt by nodes (float16 storage): the same in either layout
             out.append(n)
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        attrs = attributes(n)
         if n.op_type == "Gemm" and on_data == [n.input[0]] and not attrs.get("transA", 0):
             bias = []
             if len(n.input) > 2 and n.input[2]:
                 bias = [f"{n.output[0]}/bias_column"]
-                out.append(helper.make_node("Reshape", [n.input[2], column.name], bias))
+                out.append(node("Reshape", [n.input[2], column.name], bias))
             out.append(
-                helper.make_node(
+                node(
                     "Gemm",
                     [n.input[1], n.input[0], *bias],
                     list(n.output),
@@ -166,7 +164,7 @@ def channel_major(nodes: list, inits: dict) -> tuple[list, list]:
 def head_layers(head: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool] | None:
     """The layers (W [out, in], b [out], float32) of a channel-major head (`channel_major`) that is Gemms with a
     ReLU after each but the last, and whether a Sigmoid ends it; None for any other head."""
-    model = onnx.load_from_string(head)
+    model = model_class().FromString(head)
     graph = model.graph
     producers = {out: n for n in graph.node for out in n.output}
     inits = {i.name: i for i in graph.initializer}
@@ -178,7 +176,7 @@ def head_layers(head: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool]
     def value(name: str) -> np.ndarray | None:
         """A weight: an initializer, or one reshaped or cast (float16 storage) by nodes; None otherwise."""
         if name in inits:
-            return numpy_helper.to_array(inits[name]).astype(np.float32)
+            return to_array(inits[name]).astype(np.float32)
         node = producers.get(name)
         if node is None or node.op_type not in ("Reshape", "Cast"):
             return None
@@ -194,7 +192,7 @@ def head_layers(head: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool]
         if len(nodes) != 1 or sigmoid:
             return None
         n = nodes[0]
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        attrs = attributes(n)
         if n.op_type == "Gemm" and n.input[1] == data and not attrs.get("transB", 0) and all(r for *_, r in layers):
             w = value(n.input[0])
             bias = value(n.input[2]) if len(n.input) > 2 else None
@@ -232,41 +230,39 @@ def _transposed(nodes: list) -> list:
         m.input[:] = [rows if i == FEATURES else i for i in n.input]
         m.output[:] = [rgb if o == "rgb" else o for o in n.output]
         renamed.append(m)
-    first = helper.make_node("Transpose", [FEATURES], [rows], perm=[1, 0])
-    return [first, *renamed, helper.make_node("Transpose", [rgb], ["rgb"], perm=[1, 0])]
+    first = node("Transpose", [FEATURES], [rows], perm=[1, 0])
+    return [first, *renamed, node("Transpose", [rgb], ["rgb"], perm=[1, 0])]
 
 
 def _constant(model, name: str, producers: dict, inits: dict) -> np.ndarray | None:
     """The value of a tensor that depends on initializers only (a table stored in another form and rebuilt by
     nodes of the graph), evaluated once by onnx's reference evaluator; None if it reads a graph input."""
-    from onnx.reference import ReferenceEvaluator  # only for such a table: 10 MB resident once imported
+    import onnx  # only for such a table (not the 8-bit grids'): ~10 MiB resident once imported
+    from onnx.reference import ReferenceEvaluator
 
     if name in inits:
-        return numpy_helper.to_array(inits[name])
+        return to_array(inits[name])
     nodes, seen, todo = [], set(), [name]
     while todo:
         t = todo.pop()
         if t in seen or t in inits or not t:
             continue
         seen.add(t)
-        node = producers.get(t)
-        if node is None:
+        producer = producers.get(t)
+        if producer is None:
             return None
-        nodes.append(node)
-        todo.extend(node.input)
+        nodes.append(producer)
+        todo.extend(producer.input)
     keep = {id(n) for n in nodes}
     ordered = [n for n in model.graph.node if id(n) in keep]
     used = {i for n in ordered for i in n.input}
-    graph = helper.make_graph(
-        ordered,
-        "table",
-        [],
-        [helper.make_empty_tensor_value_info(name)],
-        [i for i in model.graph.initializer if i.name in used],
-    )
+    proto = model_class()(ir_version=model.ir_version, opset_import=model.opset_import)
+    proto.graph.name = "table"
+    proto.graph.node.extend(ordered)
+    proto.graph.output.add(name=name)
+    proto.graph.initializer.extend([i for i in model.graph.initializer if i.name in used])
     try:
-        proto = helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-        return np.asarray(ReferenceEvaluator(proto).run(None, {})[0])
+        return np.asarray(ReferenceEvaluator(onnx.load_from_string(proto.SerializeToString())).run(None, {})[0])
     except Exception as e:  # an operator the reference evaluator lacks: the plain path stays
         log.info("lattice: the table %s could not be evaluated (%s)", name, e)
         return None

@@ -1,16 +1,20 @@
 """What onnxruntime is given for a version's ONNX file: its path, or, for a file with entropy-coded tables
-(modelrepo/tablecode.py), the graph with those tables decoded by numpy (modelrepo/onnxfile.py), so that the session
-never runs the decoding nodes the file carries for other runtimes (Triton, a plain onnxruntime), which decode the
-same tables several times slower at load."""
+(modelrepo/tablecode.py), the graph with those tables decoded (modelrepo/onnxfile.py; in C where it was built, else
+by numpy), so that the session never runs the decoding nodes the file carries for other runtimes (Triton, a plain
+onnxruntime), which decode the same tables several times slower at load."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import onnxruntime as ort
+
 from modelrepo.onnxfile import decoded, has_coded_tables
 from modelrepo.tablecode import CodeError
 
 from ..errors import ModelLoadError
+
+CPU = "CPUExecutionProvider"
 
 
 def model_source(onnx_path: Path) -> str | bytes:
@@ -23,3 +27,15 @@ def model_source(onnx_path: Path) -> str | bytes:
         return decoded(data)
     except CodeError as e:
         raise ModelLoadError(f"{Path(onnx_path).name}: {e}") from None
+
+
+def new_session(onnx_path: Path, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+    """A session of the version's file (`model_source`). onnxruntime's Python session keeps the bytes it was made
+    from, for as long as it lives, to make itself again should a run fall back to another provider: a decoded photo
+    model's whole file (5.6 MiB of a 4 MP model's 45 MiB resident, docs/benchmarks.md, collection). A session on the
+    CPU alone has no provider to fall back to, and drops them."""
+    source = model_source(onnx_path)
+    session = ort.InferenceSession(source, sess_options=options, providers=providers)
+    if isinstance(source, bytes) and providers == [CPU] and getattr(session, "_model_bytes", None) is source:
+        session._model_bytes = None
+    return session

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from .modelfile import model_source
+from .modelfile import new_session
 
 log = logging.getLogger(__name__)
 SUFFIX = ".ort"
@@ -69,13 +69,13 @@ class SessionCache:
                 cached.unlink(missing_ok=True)
         options = make_options()
         if not self._ready():
-            return ort.InferenceSession(model_source(onnx_path), sess_options=options, providers=providers)
+            return new_session(onnx_path, options, providers)
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".part-", suffix=SUFFIX)
         os.close(fd)
         try:
             options.optimized_model_filepath = tmp
             options.add_session_config_entry("session.save_model_format", "ORT")
-            session = ort.InferenceSession(model_source(onnx_path), sess_options=options, providers=providers)
+            session = new_session(onnx_path, options, providers)
             os.replace(tmp, cached)
         finally:
             Path(tmp).unlink(missing_ok=True)

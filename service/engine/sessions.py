@@ -10,11 +10,11 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..errors import DeviceError, ModelLoadError
-from .modelfile import model_source
+from .modelfile import CPU, new_session
 from .session_cache import SessionCache
 
 log = logging.getLogger(__name__)
-CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+CUDA = "CUDAExecutionProvider"
 Cached = tuple[SessionCache, str]  # the cache and the ONNX file's sha256
 
 
@@ -48,9 +48,7 @@ def make_session(
             if cached is not None and providers == [CPU]:  # the CPU graph only: CUDA's may not be saved whole
                 cache, digest = cached
                 return cache.session(onnx_path, digest, providers, lambda: session_options(threads, spin))
-            return ort.InferenceSession(
-                model_source(onnx_path), sess_options=session_options(threads, spin), providers=providers
-            )
+            return new_session(onnx_path, session_options(threads, spin), providers)
     except ModelLoadError:
         raise
     except Exception as e:  # onnxruntime raises several types for a bad file

@@ -4,6 +4,7 @@ whole coded table are refused with CodeError, never an IndexError or a huge allo
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -107,3 +108,52 @@ def test_encode_refuses_what_it_cannot_code():
 
 def test_the_header_is_little_endian_and_fixed():
     assert HEADER.format.startswith("<") and struct.calcsize(HEADER.format) == HEADER.size
+
+
+compiled = pytest.mark.skipif(
+    tablecode._tablecode is None and os.environ.get("INR_REQUIRE_LATTICE_KERNEL") != "1",
+    reason="the compiled decoder is not built in this install: `pip install -e .` (make setup) builds it where a C "
+    "compiler is (setup.py); CI requires it (INR_REQUIRE_LATTICE_KERNEL=1)",
+)
+EDGES = [
+    np.zeros((1, 1, 40, 40), np.uint8),
+    np.full((1, 2, 33, 9), 255, np.uint8),
+    np.tile(np.array([0, 255], np.uint8), 800).reshape(1, 2, 20, 40),
+    np.arange(256, dtype=np.uint8).repeat(9).reshape(1, 1, 48, 48),
+]
+
+
+@compiled
+@pytest.mark.parametrize("case", range(len(SHAPES) + len(EDGES)))
+def test_the_compiled_decoder_gives_numpys_values(case):
+    # modelrepo/_tablecode.c decodes in one pass what decode_numpy decodes with numpy (a 4 MP model's tables took
+    # ~150 ms of CPU and ~100 MB of temporaries at a load)
+    qs = [laplace_table(SHAPES[case], seed) for seed in range(3)] if case < len(SHAPES) else [EDGES[case - len(SHAPES)]]
+    for q in qs:
+        data = encode(q)
+        c = decode(data)
+        assert c.dtype == np.uint8 and c.flags.writeable
+        assert np.array_equal(c, tablecode.decode_numpy(data, layout(data))) and np.array_equal(c, q)
+
+
+@compiled
+def test_flipped_bits_decode_to_a_table_or_are_refused_by_both_decoders():
+    data = bytearray(encode(laplace_table((1, 2, 64, 64))))
+    rng = np.random.default_rng(0)
+    body = HEADER.size + 2
+    for _ in range(200):
+        bad = bytearray(data)
+        for i in rng.integers(body, len(bad), 3):
+            bad[i] ^= 1 << int(rng.integers(8))
+        try:
+            c = decode(bytes(bad))
+        except CodeError:
+            continue  # the C decoder also refuses parameters that disagree with the header's counts
+        assert c.shape == (1, 2, 64, 64)
+        assert np.array_equal(c, tablecode.decode_numpy(bytes(bad), layout(bytes(bad))))
+
+
+def test_numpy_refuses_bytes_that_are_not_a_whole_coded_table_too(monkeypatch):
+    monkeypatch.setattr(tablecode, "_tablecode", None)
+    test_bytes_that_are_not_a_whole_coded_table_are_refused()
+    test_every_table_comes_back_exactly(SHAPES[2])

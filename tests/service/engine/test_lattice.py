@@ -11,6 +11,9 @@ keep the plain path, and a lattice that disagrees with its graph is refused at l
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -33,6 +36,7 @@ from training.fit_image import FitConfig, export_image_model
 from training.fp16 import round_weights_fp16
 from training.image_models import ImageINR, ImageModelConfig
 
+ROOT = Path(__file__).resolve().parents[3]
 W, H = 150, 100
 STORAGE = {  # the fit options of each table storage
     "8-bit, native luma": ({"grid_table_bits": 8, "grid_finest_features": 1}, True),
@@ -189,3 +193,18 @@ def test_a_head_of_other_operators_runs_between_transposes(tmp_path):
     spec = RenderSpec(w, h, matrix, viewport, supersample=k)
     diff = np.abs(rgb(lattice_sampler(runtime, spec), spec) - rgb(plain_sampler(runtime.render_rgb, spec), spec)).max()
     assert diff <= PARITY, diff
+
+
+def test_the_server_reads_a_lattice_without_the_onnx_package(models):
+    # the lattice's graph is read with protobuf alone (modelrepo/onnxfile.py): `import onnx` costs a server ~10 MiB
+    # resident, and the service imported it only for this
+    path = models["8-bit, native luma"].version_dir / "model.onnx"
+    code = (
+        "import sys, service.app\n"
+        "from service.engine.lattice_graph import read_file\n"
+        f"levels, head = read_file({str(path)!r})\n"
+        "assert len(levels) == 8 and head\n"
+        "print(sorted(m for m in sys.modules if m == 'onnx' or m.startswith('onnx.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout

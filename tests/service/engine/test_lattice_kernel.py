@@ -250,3 +250,19 @@ def test_one_pixel_tiles_at_the_last_column_and_row_are_the_whole_tiles(kernel_a
         one = np.zeros((1, 1, 3), np.float32)
         kernel.tile(axes, x0, y0, one)
         assert np.array_equal(one[0, 0], whole[y0, x0])
+
+
+def test_a_lattice_with_the_kernel_makes_no_head_session_until_the_head_runs(tmp_path):
+    # the kernel runs the head itself: a session made at every load cost each resident model its memory and a
+    # cold tile its making; the numpy lattice (no kernel, or one that disagrees) makes it on its first run
+    runtime = grid_folder(tmp_path, "lazy", {"grid_table_bits": 8, "grid_finest_features": 1}, True)
+    lattice = runtime.lattice
+    assert lattice.kernel is not None and lattice.head._session is None
+    w, h, matrix, viewport, _ = VIEWS["half scale"]
+    spec = RenderSpec(w, h, matrix, viewport)
+    painted = new_image(spec)
+    for t in tiles(h, w, 1, 1024):
+        lattice_painter(runtime, spec, painted)(t)
+    assert lattice.head._session is None
+    assert np.abs(numpy_pixels(runtime, spec).astype(int) - painted.astype(int)).max() <= 1
+    assert lattice.head._session is not None
