@@ -7,6 +7,7 @@ argument or a refusal from S3 is one line, `error: …`, and exit code 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,9 @@ from .open import open_repository
 from .repository import StorageUnavailable
 from .s3publish import push_model
 from .spec import NAME_RE
+
+POLL_S = 0.2  # --wait: a try this long after S3 did not answer
+ANSWER_S = 5  # --wait: the most one try waits for an answer (less when less of the wait is left)
 
 
 def create_bucket(repo) -> None:
@@ -32,27 +36,48 @@ def create_bucket(repo) -> None:
 
 
 def ready(repo, create: bool, wait_s: float) -> None:
-    """The bucket there (created first with `create`), S3 answering; tried again for `wait_s` seconds while S3 does not
-    answer. A refusal (no bucket, wrong credentials) is raised at once: waiting would not change it."""
+    """The bucket there (created first with `create`), S3 answering; tried again every POLL_S for `wait_s` seconds
+    while S3 does not answer, each try bounded by what is left of them (S3Repository.polling). A refusal (no bucket,
+    wrong credentials) is raised at once: waiting would not change it."""
     from .s3 import RepositoryError
 
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            if create:
-                create_bucket(repo)
-            repo.check()
-            return
-        except RepositoryError:
-            raise
-        except StorageUnavailable as e:
-            if time.monotonic() >= deadline:
-                raise StorageUnavailable(f"{e} (waited {wait_s:g} s: --wait)" if wait_s else str(e)) from None
-            time.sleep(1.0)
+    tries, answer_s = 0, 0.0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if wait_s and (want := max(0.5, min(ANSWER_S, math.ceil(left * 2) / 2))) != answer_s:
+                answer_s = want
+                repo.polling(answer_s)
+            tries += 1
+            try:
+                if create:
+                    create_bucket(repo)
+                repo.check()
+                return
+            except RepositoryError:
+                raise
+            except StorageUnavailable as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waited = f" (waited {wait_s:g} s, {tries} {'try' if tries == 1 else 'tries'}: --wait)"
+                    raise StorageUnavailable(f"{e}{waited if wait_s else ''}") from None
+                time.sleep(min(POLL_S, left))
+    finally:
+        if answer_s:
+            repo.polling(0)  # the pushes: the usual retries and timeouts
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error is one line, `error: …`, and exit code 2, like the refusals below (the convention of
+    commandline.OneLineParser, which modelrepo does not import: it depends on no other package of the project)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"error: {self.prog}: {message}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m modelrepo", description=__doc__)
+    p = Parser(prog="python -m modelrepo", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     push = sub.add_parser("push", help="copy model folders into a repository on S3")
     push.add_argument("source", type=Path, help="a model repository folder, or one model's folder")

@@ -48,9 +48,10 @@ class RepositoryError(StorageUnavailable):
     """S3 answered, and refused: no such bucket, credentials refused. Fatal at a start; later, like a down S3."""
 
 
-def client_for(location, timeout_s: float = 10.0):
+def client_for(location, timeout_s: float = 10.0, connect_s: float = 2.0, retries: int = 3):
     """A boto3 S3 client: credentials, region and AWS_ENDPOINT_URL from the environment as botocore reads them;
-    path-style addressing for any endpoint other than AWS's own."""
+    path-style addressing for any endpoint other than AWS's own. `retries` after a request's first try (botocore's
+    `max_attempts` counts them, not the tries)."""
     import boto3
     import botocore.session
     from botocore.config import Config
@@ -58,8 +59,8 @@ def client_for(location, timeout_s: float = 10.0):
     custom = location.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     config = Config(
         s3={"addressing_style": "path"} if custom else {},
-        retries={"max_attempts": 3, "mode": "standard"},
-        connect_timeout=2,
+        retries={"max_attempts": retries, "mode": "standard"},
+        connect_timeout=connect_s,
         read_timeout=timeout_s,
         max_pool_connections=32,
         # checksums only where S3 requires them: the CRC trailers newer SDKs add by default are not spoken by every
@@ -91,6 +92,8 @@ class S3Repository(Repository):
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._down: tuple[float, str] | None = None  # (until, why): S3 did not answer (`call`)
+        self.pause_s = DOWN_S  # how long `_down` holds
+        self._usual_client = client
         self.budget = DiskBudget(self.root, max_bytes, self._forget)
 
     # -- S3 calls ----------------------------------------------------------------------------------------
@@ -99,6 +102,17 @@ class S3Repository(Repository):
         if self._client is None:
             self._client = client_for(self.location)
         return self._client
+
+    def polling(self, answer_s: float) -> None:
+        """For a caller that polls S3 until it answers (`python -m modelrepo push --wait`): each request tried once,
+        1 s to connect and `answer_s` to answer, and no pause after one that S3 did not answer (DOWN_S), so a try
+        follows another as soon as the caller likes. `polling(0)`: the usual client and pause again."""
+        if answer_s:
+            self._client = client_for(self.location, answer_s, connect_s=min(1.0, answer_s), retries=0)
+            self.pause_s = 0.0
+        else:
+            self._client, self.pause_s = self._usual_client, DOWN_S
+        self._down = None
 
     def call(self, op: str, method: str, what: str, **kwargs):
         """One S3 request, counted; its errors as StorageUnavailable / RepositoryError / FileNotFoundError. After S3
@@ -116,11 +130,11 @@ class S3Repository(Repository):
         except ClientError as e:
             error = self.error(e, what)
             if type(error) is StorageUnavailable:
-                self._down = (time.monotonic() + DOWN_S, str(error))
+                self._down = (time.monotonic() + self.pause_s, str(error))
             raise error from None
         except BotoCoreError as e:
             reason = f"{self.url}: S3 did not answer ({e.__class__.__name__}: {e})"
-            self._down = (time.monotonic() + DOWN_S, reason)
+            self._down = (time.monotonic() + self.pause_s, reason)
             raise StorageUnavailable(f"{reason} reading {what}") from None
         self._down = None
         return answer

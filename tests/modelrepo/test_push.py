@@ -5,12 +5,15 @@ refusals as one line and exit code 2."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.serving import free_port
 from modelrepo import open_repository
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +74,11 @@ def test_bad_arguments_and_refusals_are_one_line_and_exit_2(s3_server, tmp_path)
         (str(tmp_path / "none"), s3_server.url("xbad")): "is not a folder",
         (str(source), s3_server.url("nosuchbucket")): "no bucket 'nosuchbucket'",
         ("--wait", "2", str(source), s3_server.url("xbad").replace(f":{s3_server.port}/", ":9/")): "waited 2 s",
+        # argparse's own refusals: one line too, not its usage text
+        ("--wait", "abc", str(source), s3_server.url("xbad")): "argument --wait: invalid float value: 'abc'",
+        ("--wait",): "argument --wait: expected one argument",
+        (str(source),): "the following arguments are required: target",
+        ("--bogus", str(source), s3_server.url("xbad")): "unrecognized arguments: --bogus",
     }
     for args, message in cases.items():
         result = push(s3_server, *args)
@@ -81,3 +89,28 @@ def test_bad_arguments_and_refusals_are_one_line_and_exit_2(s3_server, tmp_path)
     wrong = push(s3_server, "--wait", "120", str(source), s3_server.url("xbad"), AWS_SECRET_ACCESS_KEY="wrong")
     assert wrong.returncode == 2 and "refused the credentials" in wrong.stderr, wrong.stderr
     assert time.monotonic() - t0 < 60  # a refusal is not waited on: waiting would not change it
+
+
+def test_a_wait_polls_promptly_and_gives_up_after_its_seconds(s3_server, tmp_path):
+    """While S3 does not answer, --wait tries again within a fraction of a second (not once per pause of the
+    repository's, nor after botocore's retries), each try bounded by what is left of the wait; past it, one line and
+    exit code 2."""
+    source = tmp_path / "models"
+    shutil.copytree(ROOT / "models" / "astronaut", source / "astronaut")
+    with socket.socket() as silent:  # accepts connections, never answers: a server that hangs
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        refusing = s3_server.url("xwait").replace(f":{s3_server.port}/", f":{free_port()}/")
+        hanging = s3_server.url("xwait").replace(f":{s3_server.port}/", f":{silent.getsockname()[1]}/")
+        for url, wait_s in ((refusing, 4), (hanging, 4)):
+            t0 = time.monotonic()
+            result = push(s3_server, "--create-bucket", "--wait", str(wait_s), str(source), url, timeout=120)
+            took = time.monotonic() - t0
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and result.stdout == "" and len(lines) == 1, (url, result)
+            assert lines[0].startswith("error: ") and "S3 did not answer" in lines[0], lines
+            tries = int(re.search(rf"waited {wait_s} s, (\d+) tr", lines[0]).group(1))
+            # the interpreter's start is part of `took`; before, a hanging server held one try for 4 x 10 s
+            assert wait_s <= took < wait_s + 15, (url, took)
+            if url == refusing:  # each refused try fails at once: tried again after POLL_S (0.2 s), not every 2 s
+                assert tries >= wait_s, lines[0]  # at least one a second, on a loaded machine too
