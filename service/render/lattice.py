@@ -16,7 +16,8 @@ image (`lattice_painter`).
 
 A block model (service/engine/blocks.py) seen finer than its overview blends the blocks a tile touches with the
 same weights as `BlockSet.predict`, per column and per row (`axis_weights`), each block on its own lattice; with the
-kernel, a tile inside one block's core (weights all 1, most tiles) is that block's kernel's pixels.
+kernel, every part of a tile inside one block's core (weights all 1) is that block's kernel's pixels, and only the
+overlaps are blended.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def _image_pixels(layout, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, n
 def _blocks_painter(view: BlockedView, spec: RenderSpec, out: np.ndarray) -> Painter | None:
     """A block model's tiles where every block the render touches has the kernel: a tile inside one block's core
     (its weights all 1) is that block's kernel's pixels, on that block's axes of the whole render (worked out on its
-    first tile); a tile across a seam blends the blocks' rgb (`_blocks_sampler`) through render_tile."""
+    first tile); a tile across a seam is cut where the blend weights change: its parts inside one core are painted
+    the same way, and only the overlaps blend the blocks' rgb (`_blocks_sampler`) through render_tile."""
     blocks, layout = view.blocks, view.blocks.layout
     xs, ys = model_axes(spec, Tile(0, spec.height, 0, spec.width))
     if not all(getattr(r.lattice, "kernel", None) is not None for r in blocks.in_box(*_box(xs, ys))):
@@ -113,21 +115,35 @@ def _blocks_painter(view: BlockedView, spec: RenderSpec, out: np.ndarray) -> Pai
 
     def paint(t: Tile) -> None:
         cols, rows = slice(t.x0, t.x1), slice(t.y0, t.y1)
-        touching = blocks.in_box(*_box(xs[cols], ys[rows]))
-        if len(touching) == 1:
-            runtime = touching[0]
-            b, lattice = runtime.block, runtime.lattice
-            wx = axis_weights(blocks.x_edges, layout.overlap, b.col, px[cols])
-            wy = axis_weights(blocks.y_edges, layout.overlap, b.row, py[rows])
-            if lattice is not None and lattice.kernel is not None and (wx == 1).all() and (wy == 1).all():
+        touching = {(r.block.row, r.block.col): r for r in blocks.in_box(*_box(xs[cols], ys[rows]))}
+        row_runs = _core_runs(blocks.y_edges, layout.overlap, {k[0] for k in touching}, py[rows], t.y0)
+        col_runs = _core_runs(blocks.x_edges, layout.overlap, {k[1] for k in touching}, px[cols], t.x0)
+        for y0, y1, row in row_runs:
+            for x0, x1, col in col_runs:
+                runtime = touching.get((row, col))
+                lattice = runtime.lattice if runtime is not None else None
+                if lattice is None or lattice.kernel is None:
+                    sub = Tile(y0, y1, x0, x1)
+                    render_tile(spec, sub, sample(sub), out)
+                    continue
+                b = runtime.block
                 if axes.get(b.file, (None,))[0] is not lattice:
                     lx, ly = ((px - b.x) / b.w).astype(np.float32), ((py - b.y) / b.h).astype(np.float32)
                     axes[b.file] = (lattice, lattice.kernel.axes(lattice.axes(lx, ly)))
-                runtime.paint_lattice(lattice.kernel, axes[b.file][1], t.x0, t.y0, out[rows, cols])
-                return
-        render_tile(spec, t, sample(t), out)
+                runtime.paint_lattice(lattice.kernel, axes[b.file][1], x0, y0, out[y0:y1, x0:x1])
 
     return paint
+
+
+def _core_runs(cut: tuple[int, ...], overlap: int, cores: set[int], px: np.ndarray, start: int) -> list:
+    """Along one axis of a tile: its runs of pixels [a, b) (render pixels from `start`) with the core whose blend
+    weight is 1 on all of them, or -1 for a run where two cores blend (then its samples are blended)."""
+    owner = np.full(len(px), -1)
+    for k in cores:
+        owner[axis_weights(cut, overlap, k, px) == 1] = k
+    edges = np.flatnonzero(np.diff(owner)) + 1
+    bounds = [0, *edges.tolist(), len(px)]
+    return [(start + a, start + b, int(owner[a])) for a, b in zip(bounds, bounds[1:])]
 
 
 def _box(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float, float]:
