@@ -147,12 +147,28 @@ INLINE const float *row(Level *lv, Py_ssize_t r, Py_ssize_t keep, Py_ssize_t C, 
 }
 
 /* One hidden layer on nf ≤ 16 features (the grid preset's 15 → 32 → 3): the features stay in registers; nf is a
- * constant where it is inlined, so that the loop over them unrolls */
+ * constant where it is inlined, so that the loop over them unrolls. The hidden units go GROUP at a time, their sums
+ * side by side: one unit's sum is a chain of nf dependent multiply-adds, and GROUP chains keep the FMA units busy
+ * where one would wait on each step's latency. Each unit's sum and the outputs' sums keep their order (bitwise the
+ * same as one unit at a time). */
+#define GROUP 8
 INLINE void head1(const v16 *x, const Head *h, v16 *o, const int nf) {
     const float *w1 = h->w[0], *b1 = h->b[0], *w2 = h->w[1], *b2 = h->b[1];
-    Py_ssize_t H = h->out[0];
+    Py_ssize_t H = h->out[0], j = 0;
     v16 o0 = splat(b2[0]), o1 = splat(b2[1]), o2 = splat(b2[2]);
-    for (Py_ssize_t j = 0; j < H; j++) {
+    for (; j + GROUP <= H; j += GROUP) {
+        v16 a[GROUP];
+        for (int g = 0; g < GROUP; g++) a[g] = splat(b1[j + g]);
+        for (int f = 0; f < nf; f++)
+            for (int g = 0; g < GROUP; g++) a[g] += x[f] * w1[(j + g) * LANES + f];
+        for (int g = 0; g < GROUP; g++) {
+            v16 r = relu(a[g]);
+            o0 += r * w2[j + g];
+            o1 += r * w2[H + j + g];
+            o2 += r * w2[2 * H + j + g];
+        }
+    }
+    for (; j < H; j++) {
         const float *w = w1 + j * LANES;
         v16 a = splat(b1[j]);
         for (int f = 0; f < nf; f++) a += x[f] * w[f];

@@ -44,15 +44,20 @@ PARITY = 1e-5  # the export's gate (training/export.py), rgb in [0, 1]
 LANES = 16  # the kernel's pixels per step; its first layer's inputs are padded to a multiple of it
 
 
-def positions(coords: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
+def positions(coords: np.ndarray, cells) -> tuple[np.ndarray, np.ndarray]:
     """(the first cell, the weight of the next) per coordinate, for a level of `cells` along that axis: the cell
-    clamped to [0, cells − 1] and the weight 0 where the next cell is clamped onto it (grid_sample's border)."""
+    clamped to [0, cells − 1] and the weight 0 where the next cell is clamped onto it (grid_sample's border).
+    `cells` may be a sequence (one per level): then both are [levels, n], every level's in one pass."""
     v = np.clip(coords.astype(np.float32), np.float32(0), np.float32(1))
     v = v * np.float32(2) - np.float32(1) + np.float32(1)
-    p = (v.astype(np.float64) * float(np.float32(cells / 2)) - 0.5).astype(np.float32)
+    many = np.ndim(cells) == 1
+    n = np.asarray(cells, np.intp)
+    half = np.asarray(n / 2, np.float32).astype(np.float64)  # float(np.float32(cells / 2)), per level
+    p = (v.astype(np.float64) * (half[:, None] if many else half) - 0.5).astype(np.float32)
     floor = np.floor(p)
     first = floor.astype(np.intp)
-    lo, hi = np.clip(first, 0, cells - 1), np.clip(first + 1, 0, cells - 1)
+    top = n[:, None] - 1 if many else n - 1
+    lo, hi = np.clip(first, 0, top), np.clip(first + 1, 0, top)
     return lo, np.where(hi == lo, np.float32(0), p - floor).astype(np.float32)
 
 
@@ -70,15 +75,21 @@ class Axis:
 
     @classmethod
     def of(cls, coords: np.ndarray, cells: int) -> "Axis":
+        return cls.each(coords, [cells])[0]
+
+    @classmethod
+    def each(cls, coords: np.ndarray, cells: list[int]) -> list["Axis"]:
+        """One Axis per level of `cells` along that axis, worked out together (a render's painter makes them for
+        every level at each request: one numpy pass each instead of one per level)."""
         first, weight = positions(coords, cells)
-        step = np.diff(first)
-        return cls(
-            first,
-            weight,
-            np.minimum(first + 1, cells - 1),
-            bool(len(first)) and bool(np.all(step == 1)),
-            bool(weight.any()),
-        )
+        after = np.minimum(first + 1, np.asarray(cells, np.intp)[:, None] - 1)
+        n = first.shape[1]
+        consecutive = (np.diff(first, axis=1) == 1).all(axis=1) if n else np.zeros(len(cells), bool)
+        weighted = weight.any(axis=1)
+        return [
+            cls(first[k], weight[k], after[k], bool(n) and bool(consecutive[k]), bool(weighted[k]))
+            for k in range(len(cells))
+        ]
 
     def __getitem__(self, part: slice) -> "Axis":
         return Axis(self.first[part], self.weight[part], self.after[part], self.consecutive, self.weighted)
@@ -204,7 +215,9 @@ class Lattice:
 
     def axes(self, xs: np.ndarray, ys: np.ndarray) -> list[tuple[Axis, Axis]]:
         """Each level's axes of the columns xs and the rows ys (model coordinates)."""
-        return [(Axis.of(xs, level.size[0]), Axis.of(ys, level.size[1])) for level in self.levels]
+        cols = Axis.each(xs, [level.size[0] for level in self.levels])
+        rows = Axis.each(ys, [level.size[1] for level in self.levels])
+        return list(zip(cols, rows))
 
     def grid_features(self, axes: list[tuple]) -> np.ndarray:
         """[ΣF, R·C] float32: the features on a lattice (`axes`, or slices of them), one plane per feature, in the
