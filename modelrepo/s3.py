@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .diskcache import DiskBudget, is_large
+from .diskcache import BLOCK, DiskBudget, is_large, on_disk
 from .location import parse_s3
 from .repository import Repository, StorageUnavailable
 from .s3layout import MANIFEST, ModelIndex
@@ -249,10 +249,16 @@ class S3Repository(Repository):
             return None
         with self._lock_of(name):
             mirror, manifest = self.root / name, self._manifest(name)
+            stale = [
+                (rel, size)
+                for rel, (etag, size) in m.files.items()
+                if not is_large(rel) and (manifest.get(rel) != etag or not (mirror / rel).is_file())
+            ]
+            if stale:  # room for them, and for the model's folders and ETags, within the budget
+                self.budget.make_room(sum(on_disk(size) for _, size in stale) + 3 * BLOCK)
             mirror.mkdir(exist_ok=True)
-            for rel, (etag, size) in m.files.items():
-                if not is_large(rel) and (manifest.get(rel) != etag or not (mirror / rel).is_file()):
-                    self._download(name, rel, size)
+            for rel, size in stale:
+                self._download(name, rel, size)
             for rel in [r for r in manifest if r not in m.files]:
                 (mirror / rel).unlink(missing_ok=True)
                 del manifest[rel]

@@ -162,6 +162,19 @@ def test_the_byte_budget_evicts_the_least_recently_used_and_bounds_the_disk(s3_e
     assert (repo.root / "c" / "1" / "model.onnx").exists()
 
 
+def test_a_new_models_small_files_make_room_too(s3_env, tmp_path, monkeypatch):
+    monkeypatch.setattr("modelrepo.diskcache.RECENT_S", 0.0)
+    repo = budgeted(s3_env, tmp_path, ("a", "b", "c"), files=6)  # d's files and folders take about 6 blocks
+    for n in ("a", "b", "c"):
+        repo.fetch(n, 1, "model.onnx", sha_of(repo, n))
+        time.sleep(0.01)
+    publish(repo, "d")
+    repo.scan()
+    repo.folder("d")
+    assert du(tmp_path / "cache") <= repo.budget.max_bytes
+    assert not (repo.root / "a" / "1" / "model.onnx").exists()
+
+
 def test_a_cache_over_its_budget_for_a_moment_is_trimmed_back_and_at_a_start(s3_env, tmp_path, monkeypatch):
     monkeypatch.setattr("modelrepo.diskcache.RECENT_S", 2.0)
     repo = budgeted(s3_env, tmp_path, ("a", "b", "c"), files=1)
