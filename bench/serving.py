@@ -62,7 +62,8 @@ def free_port() -> int:
 class Server:
     """`python -m service` in a subprocess on a free port: the one helper of the benchmarks and the tests
     (tests/servers.py). `args` are more command-line options; with `capture`, the server's output is kept
-    for the error when it exits early; `cwd` is the checkout whose `service` runs (`bench.floor --baseline`)."""
+    for the error when it exits early; `cwd` is the checkout whose `service` runs (`bench.floor --baseline`); `port`
+    a port to listen on (a replica restarted where nginx expects it), else a free one."""
 
     def __init__(
         self,
@@ -75,8 +76,9 @@ class Server:
         log_level: str = "error",
         capture: bool = False,
         cwd: Path = ROOT,
+        port: int | None = None,
     ):
-        self.name, self.port, self.grpc_port = name, free_port(), free_port()
+        self.name, self.port, self.grpc_port = name, port or free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         cmd = [
