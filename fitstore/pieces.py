@@ -145,7 +145,9 @@ class Pieces:
         workers = len({c["worker"] for c in kids if c["state"] == "running"})
         # the whole image's preview: the overview's latest (the overview is the whole image, smaller)
         overview = kids[-1] if kids and kids[-1].get("preview_seq") else None
-        losses = [c["loss"] for c in kids if c["state"] in ("running", "succeeded") and number(c.get("loss"))]
+        fitting = [c for c in kids if c["state"] in ("running", "succeeded") and number(c.get("loss"))]
+        # the image's pixels are the blocks': the overview's loss (a reduced image) only until a block has one
+        losses = [c["loss"] for c in fitting if c["piece"] != "overview"] or [c["loss"] for c in fitting]
         return {
             "step": sum(c["steps"] if c["state"] == "succeeded" else c.get("step") or 0 for c in kids),
             "steps": sum(c["steps"] for c in kids) or parent["steps"],

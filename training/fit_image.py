@@ -325,10 +325,10 @@ def export_image_model(
         return written
 
 
-def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict) -> ImageINR:
+def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict, soft_target: bool = False) -> ImageINR:
     """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 if asked, then
     its encoding's finish step (e.g. tables rounded to 8 bits and a level refitted through that rounding), what
-    that did recorded in `history`."""
+    that did recorded in `history`. `soft_target`: a PSNR target out of reach keeps the finest rounding."""
     model = rebuild(checkpoint(model, cfg))
     if cfg.fp16_weights:
         round_weights_fp16(model)
@@ -340,6 +340,7 @@ def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict) -> I
         lambda: split_pixels(img, cfg.protocol)[:2],
         target_bytes=cfg.target_bytes,
         target_psnr=cfg.target_psnr,
+        target_soft=soft_target,
         file_bytes=lambda: len(image_file(model, cfg, size)[0]),
     )
     history.update(encoding_for(enc).finish(enc, model, fitted))

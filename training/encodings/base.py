@@ -127,6 +127,7 @@ class Fitted:
     pixels: Callable[[], tuple[np.ndarray, np.ndarray]]  # the training pixels (coords [N, 2], rgb [N, 3]), on demand
     target_bytes: int | None = None  # fit-image --target-bytes: the model file's bytes at most
     target_psnr: float | None = None  # --target-psnr: dB over the training pixels at least
+    target_soft: bool = False  # a target_psnr out of reach keeps the finest rounding (a block model's overview)
     file_bytes: Callable[[], int] | None = None  # the bytes of the model's file as it stands (an export)
 
 

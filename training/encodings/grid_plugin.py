@@ -56,7 +56,7 @@ class GridEncoding(Encoding):
         h, w = fitted.image.shape[:2]
         rate = None
         if cfg.table_bits == 8:  # the levels' steps by the target (grid_rate.py)
-            target = Target(fitted.target_bytes, fitted.target_psnr)
+            target = Target(fitted.target_bytes, fitted.target_psnr, fitted.target_soft)
 
             def rate(bounds: tuple[float, float]) -> dict:
                 again = lambda: refit_native(model, coords, targets, w, h, bounds=bounds)  # noqa: E731

@@ -46,10 +46,12 @@ PSNR_CAP = 100.0
 @dataclass(frozen=True)
 class Target:
     """What the rate control keeps to: at most `bytes` in the file, at least `psnr` dB over the training pixels, or
-    (neither) at most LOSS_DB below the finest step's PSNR."""
+    (neither) at most LOSS_DB below the finest step's PSNR. `soft`: a `psnr` the fit cannot reach keeps the finest
+    step instead of failing the fit (a block model's overview, training/blocks.py)."""
 
     bytes: int | None = None
     psnr: float | None = None
+    soft: bool = False
 
 
 @dataclass
@@ -235,6 +237,8 @@ def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes
                 levels = finer
                 continue
         if target.psnr is not None and got < target.psnr:
+            if levels == LEVELS and target.soft:
+                break
             if levels == LEVELS:
                 raise UsageError(
                     f"--target-psnr {target.psnr:g}: this fit reaches {got:.2f} dB at most; ask for less, or fit "
@@ -254,6 +258,8 @@ def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes
         report["target_bytes"], report["file_bytes"] = target.bytes, size
     elif target.psnr is not None:
         report["target_psnr"] = target.psnr
+        if got < target.psnr:  # a soft target out of reach: the finest step kept
+            report["target_psnr_missed"] = True
     else:
         report["loss_db"] = LOSS_DB
     log.info("rate control: %s", report)
