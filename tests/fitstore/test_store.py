@@ -192,3 +192,19 @@ def test_a_worker_declared_dead_writes_nothing_over_the_retried_record(url):
     got = store.get(rec["id"])
     assert got["state"] == "queued" and got["attempt"] == 2 and got["step"] == 0
     assert store.claim(rec["id"], 2, "w2")["state"] == "running"
+
+
+def test_a_job_in_pieces_shows_its_blocks_psnr_not_the_overviews(url):
+    """A job fitted in blocks (docs/fits.md, "Giant images"): its running `psnr` is the blocks' training PSNR, the
+    image's pixels; the overview's (a reduced image, queued first) only until a block has a loss."""
+    store = FitStore(url)
+    parent = store.claim(submit(store, max_running=2)["id"], 1, "w1")
+    pieces = [("blocks/r0c0.onnx", png(), 10), ("blocks/r0c1.onnx", png(), 10), ("overview", png(), 10)]
+    parent = store.split(parent, {"width": 96, "height": 40, "block": 48, "overlap": 12}, pieces)
+    overview = store.claim(f"{parent['id']}-p2", 1, "w1")
+    store.progress(overview, {"step": 5, "steps": 10, "loss": 1e-2, "psnr": 20.0, "eta_s": 1.0})
+    assert store.pieces_progress(store.get(parent["id"]))["psnr"] == 20.0
+    block = store.claim(f"{parent['id']}-p0", 1, "w2")
+    store.progress(block, {"step": 5, "steps": 10, "loss": 1e-3, "psnr": 30.0, "eta_s": 1.0})
+    progress = store.pieces_progress(store.get(parent["id"]))
+    assert progress["psnr"] == 30.0 and progress["pieces"]["running"] == 2, progress
