@@ -82,11 +82,14 @@ def set_metadata_props(onnx_bytes: bytes, props: dict[str, str]) -> bytes:
     return model.SerializeToString()
 
 
-def ort_session(onnx_bytes: bytes):
+def ort_session(onnx_bytes: bytes, optimize: bool = True):
+    """An onnxruntime CPU session; `optimize=False`: the graph as written, no constant folding or fusion."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(onnx_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -98,12 +101,14 @@ def check_parity(
     output_names: list[str],
     atol: float = 1e-5,
 ) -> dict:
-    """Run torch and onnxruntime on the same inputs; raise if any output differs by more than atol."""
+    """Run torch and onnxruntime on the same inputs; raise if any output differs by more than atol. The session runs
+    the graph as written: its optimisations would fold a grid model's coded tables and packed corners into constants
+    first, 1.5 GB for a 4 MP model (a fit's peak RSS, docs/benchmarks.md "giant"), to run 4,096 points."""
     module = module.eval().cpu()
     with torch.no_grad():
         ref = module(torch.from_numpy(inputs))
     refs = ref if isinstance(ref, tuple) else (ref,)
-    got = ort_session(onnx_bytes).run(output_names, {input_name: inputs})
+    got = ort_session(onnx_bytes, optimize=False).run(output_names, {input_name: inputs})
     report = {}
     for name, r, g in zip(output_names, refs, got):
         diff = float(np.max(np.abs(r.numpy() - g))) if g.size else 0.0
