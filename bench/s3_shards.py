@@ -14,7 +14,7 @@ before, each model's first 512² IIIF tile of both sides, alternating which goes
 every model of the s3 side (CLIENTS clients); 3. `shards`: the models each replica answered (its own request
 metrics); 4. `restart`: the s3 replicas started again on the same ports and caches, the tile of each model still in
 a cache asked again, and the GETs each replica made (its /metrics). The caches' disk (blocks, as `du -s` counts
-them) is sampled all along 1-2 and at the end. Results: bench/results/s3_shards.json (--json).
+them) is sampled all along 1-2, 6 s after 2 and at the end. Results: bench/results/s3_shards.json (--json).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.collection import copy_model
 from bench.serving import ROOT, Server, machine
-from modelrepo.diskcache import on_disk
+from modelrepo.diskcache import RECENT_S, on_disk
 
 RESULTS = ROOT / "bench" / "results" / "s3_shards.json"
 PHOTOS = ("coffee", "rocket")
@@ -90,8 +90,7 @@ class DiskSampler(threading.Thread):
 
 
 def tile(name: str, size: tuple[int, int]) -> str:
-    w, h = min(size[0], 512), min(size[1], 512)
-    return f"/iiif/3/{name}/0,0,{w},{h}/{w},/0/default.jpg"
+    return f"/iiif/3/{name}/0,0,{min(size[0], 512)},{min(size[1], 512)}/{min(size[0], 512)},/0/default.jpg"
 
 
 def scrape(url: str) -> tuple[dict[str, float], set[str]]:
@@ -123,9 +122,10 @@ class Side:
         self.url = self.nginx.url
 
     def start(self, ports: list[int | None]) -> None:
-        for i, port in enumerate(ports):
+        for i, port in enumerate(ports):  # started side by side
             self.replicas.append(Server(self.models, f"{self.label}-{i}", env=self.envs[i], port=port))
-            self.replicas[-1].wait(300)
+        for r in self.replicas:
+            r.wait(300)
 
     def restart(self) -> None:
         """Both stopped, then started again where nginx expects them (the same ports: the same hash ring)."""
@@ -155,9 +155,8 @@ def run(args) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="inr-bench-shards-", dir=args.tmp))
     sources = [p for p in args.sources if (p / "config.pbtxt").is_file()]
-    folder = tmp / "models"
+    folder, names = tmp / "models", []
     folder.mkdir()
-    names = []
     for i in range(args.models):
         src = sources[i % len(sources)]
         names.append(f"{src.name}-{i:05d}")
@@ -190,6 +189,8 @@ def run(args) -> dict:
         sampler.stop.set()
         sampler.join()
         out["disk_during"] = {"samples": sampler.samples, "over_budget": sampler.over, "peak_du_bytes": sampler.peak}
+        time.sleep(RECENT_S + 1)  # a file just fetched is spared that long, then the cache is trimmed
+        out["disk_after_load"] = {k: du(c) for k, c in caches.items()}
         out["shards"] = shards(sides["s3"], names, nbytes, budget)
         out["restart"] = restart(sides["s3"], caches, size)
         out["disk_after"] = {k: {"du_bytes": du(c)} for k, c in caches.items()}

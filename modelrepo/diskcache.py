@@ -100,12 +100,15 @@ class DiskBudget:
     def touch(self, path: Path) -> None:
         now = time.time()
         with self.lock:
-            self.files.pop(path, None)
+            new = self.files.pop(path, None) is None
             self.files[path] = (blocks(path), now)
+            over = new and self._total() > self.max_bytes
         try:
             os.utime(path, (now, now))  # the order survives a restart
         except OSError:
             pass
+        if over:  # a download beside this one took the room it made
+            self.make_room(0)
 
     def check(self, what: str, size: int) -> None:
         """CacheTooSmall when a file of `size` bytes alone takes more than the whole budget."""
@@ -118,21 +121,21 @@ class DiskBudget:
     def make_room(self, size: int) -> None:
         """Delete least recently used files until `size` more bytes fit, sparing those used in the last RECENT_S
         (then trying again once those seconds are over)."""
-        now, gone, spared = time.time(), [], False
+        now, gone, spared = time.time(), [], []
         with self.lock:
             need = on_disk(size)
             total = self._total()
-            for path, (s, used) in list(self.files.items()):
+            for path, (s, used) in list(self.files.items()):  # least recently used first
                 if total + need <= self.max_bytes:
                     break
                 if now - used < RECENT_S:
-                    spared = True
+                    spared.append(used)
                     continue
                 del self.files[path]
                 gone.append(path)
                 total -= s
-            if total + need > self.max_bytes and spared and self._trim is None:
-                self._trim = threading.Timer(RECENT_S, self._trim_later)
+            if total + need > self.max_bytes and spared and self._trim is None:  # when the oldest spared can go
+                self._trim = threading.Timer(spared[0] + RECENT_S - now + 0.05, self._trim_later)
                 self._trim.daemon = True
                 self._trim.start()
         for path in gone:

@@ -28,8 +28,8 @@ def test_first_tiles_restart_and_budgets_through_nginx(tmp_path, capsys):
     budget = result["cache_budget_bytes"]
     # At this size a replica fetches its models within seconds of each other: one just fetched is spared for 5 s
     # (modelrepo/diskcache.py), so the cache may pass its budget for those seconds; it is trimmed back after them.
-    during = result["disk_during"]
-    assert during["samples"] > 0 and max(during["peak_du_bytes"].values()) <= 2 * budget, during
+    assert result["disk_during"]["samples"] > 0
+    assert all(used <= budget for used in result["disk_after_load"].values()), result["disk_after_load"]
     for name in ("s3-0", "s3-1"):
         restart = result["restart"][name]
         assert restart["served_by_it"] == restart["models_in_cache"]
