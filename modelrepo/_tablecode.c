@@ -20,9 +20,23 @@
 
 typedef struct {
     const uint8_t *bytes;
-    Py_ssize_t bits; /* the section's length in bits */
-    Py_ssize_t at;   /* the next bit */
+    Py_ssize_t len;  /* bytes */
+    Py_ssize_t next; /* the next byte to take into buf */
+    uint64_t buf;    /* the next bits, most significant first; the bits below `have` are 0 */
+    int have;
 } Bits;
+
+static inline void refill(Bits *s) {
+    while (s->have <= 56 && s->next < s->len) {
+        s->buf |= (uint64_t)s->bytes[s->next++] << (56 - s->have);
+        s->have += 8;
+    }
+}
+
+static inline void consume(Bits *s, int n) {
+    s->buf = n >= 64 ? 0 : s->buf << n;
+    s->have -= n;
+}
 
 static int read_pairs(PyObject *seq, Py_ssize_t *out, Py_ssize_t n, const char *what) {
     PyObject *fast = PySequence_Fast(seq, what);
@@ -47,31 +61,28 @@ static int read_pairs(PyObject *seq, Py_ssize_t *out, Py_ssize_t n, const char *
 /* the zeros before the next 1 bit, and past it; -1 when the stream ends first */
 static inline int64_t unary(Bits *s) {
     int64_t zeros = 0;
-    while (s->at < s->bits) {
-        Py_ssize_t byte = s->at >> 3, shift = s->at & 7;
-        unsigned v = (unsigned)(uint8_t)(s->bytes[byte] << shift);
-        if (v == 0) { /* the rest of this byte is zeros */
-            Py_ssize_t n = 8 - shift;
-            zeros += n;
-            s->at += n;
-            continue;
+    for (;;) {
+        if (s->buf != 0) { /* a 1 among the bits it has (those below `have` are 0) */
+            int lead = __builtin_clzll(s->buf);
+            zeros += lead;
+            consume(s, lead + 1);
+            return zeros;
         }
-        Py_ssize_t lead = __builtin_clz(v) - 24; /* zeros before the 1, within the byte */
-        zeros += lead;
-        s->at += lead + 1;
-        return zeros;
+        zeros += s->have;
+        s->have = 0;
+        if (s->next >= s->len)
+            return -1;
+        refill(s);
     }
-    return -1;
 }
 
 /* k ≤ 8 bits, most significant first (the caller checked that they are there) */
 static inline uint32_t fixed(Bits *s, int k) {
-    Py_ssize_t byte = s->at >> 3, shift = s->at & 7;
-    uint32_t two = (uint32_t)s->bytes[byte] << 8;
-    if ((s->at + k + 7) >> 3 > byte + 1)
-        two |= s->bytes[byte + 1];
-    s->at += k;
-    return (two >> (16 - shift - k)) & ((1u << k) - 1);
+    if (s->have < k)
+        refill(s);
+    uint32_t v = (uint32_t)(s->buf >> (64 - k));
+    consume(s, k);
+    return v;
 }
 
 static PyObject *decode(PyObject *self, PyObject *args) {
@@ -106,15 +117,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             goto done;
         }
         sec[i].bytes = (const uint8_t *)data.buf + off;
-        sec[i].bits = len * 8;
-        sec[i].at = 0;
+        sec[i].len = len;
+        sec[i].next = 0;
+        sec[i].buf = 0;
+        sec[i].have = 0;
     }
-    if (total != blocks || sec[0].bits < blocks * 4 || block > ((Py_ssize_t)1 << 20)) {
+    if (total != blocks || sec[0].len * 8 < blocks * 4 || block > ((Py_ssize_t)1 << 20)) {
         PyErr_SetString(PyExc_ValueError, "a coded table whose header does not add up");
         goto done;
     }
     for (int k = 1; k <= KMAX; k++) {
-        if (sec[1 + k].bits / k < counts[k + 1] * block) {
+        if (sec[1 + k].len * 8 / k < counts[k + 1] * block) {
             PyErr_SetString(PyExc_ValueError, "a coded table whose low bits are short");
             goto done;
         }
@@ -150,6 +163,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     for (int p = 1; p < PARAMS && !failed; p++) {
         int k = p - 1;
         Bits *low = k ? &sec[1 + k] : NULL;
+        if (low != NULL)
+            refill(low);
         for (Py_ssize_t i = start[p]; i < start[p + 1] && !failed; i++) {
             Py_ssize_t b = order[i], c = b / channel_blocks, first = (b % channel_blocks) * block;
             uint8_t *row = values + c * plane;

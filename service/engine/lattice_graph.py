@@ -59,8 +59,10 @@ class GridLevel:
 
 def read_file(path) -> tuple[list[GridLevel], bytes] | None:
     """The lattice of a model file, its entropy-coded tables decoded first (modelrepo/onnxfile.py): the graph read
-    is the uncoded file's. Read with protobuf alone: the `onnx` package costs a server ~10 MiB resident."""
-    return read_lattice(decoded_model(Path(path).read_bytes()))
+    is the uncoded file's; a load's file (service/engine/modelfile.py, `ModelFile`) that was decoded for its session
+    has it read already. Read with protobuf alone: the `onnx` package costs a server ~10 MiB resident."""
+    read = getattr(path, "lattice_read", None)
+    return read if read is not None else read_lattice(decoded_model(Path(path).read_bytes()))
 
 
 def read_lattice(model) -> tuple[list[GridLevel], bytes] | None:

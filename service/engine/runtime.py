@@ -37,6 +37,7 @@ from modelrepo import (
 from ..errors import ModelLoadError, ModelTooLargeForCache, RepositoryUnavailable
 from ..metrics import Metrics
 from .lattice import Lattice, load_lattice
+from .modelfile import ModelFile
 from .runs import RUNS
 from .separable import SeparableBody, load_separable
 from .session_cache import SessionCache
@@ -228,7 +229,8 @@ class ModelRuntime:
         except OSError as e:  # no permission, an I/O error on a bad disk or mount
             raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
         cached = None if self.options.session_cache is None else (self.options.session_cache, self.record.onnx_sha256)
-        self.session = self._session(onnx_path, self.session_threads, cached)
+        source = ModelFile(onnx_path)  # decoded once, for the session and the lattice
+        self.session = self._session(source, self.session_threads, cached)
         self._check_signature()
         if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
             try:
@@ -239,7 +241,7 @@ class ModelRuntime:
                 )
             except ContractError as e:
                 raise ModelLoadError(str(e)) from None
-        self._render_sessions(onnx_path)
+        self._render_sessions(onnx_path, source)
         if self.task == "image" and self.provider == CPU and self.session_threads == 1:
             self.splitter = self.options.splitter
         # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)
@@ -255,7 +257,7 @@ class ModelRuntime:
             return self.options.render_threads or self.options.threads
         return self.options.threads
 
-    def _render_sessions(self, onnx_path: Path) -> None:
+    def _render_sessions(self, onnx_path: Path, source: ModelFile) -> None:
         """The sessions render tiles run on: the model's own, and for a separable model its body graph
         (service/engine/separable.py), which serves only renders."""
         threads = self.session_threads
@@ -269,9 +271,9 @@ class ModelRuntime:
                 pass  # load_separable says what is wrong
         self.separable = load_separable(entry, onnx_path.parent, lambda path: self._session(path, threads))
         self.render_session = self.session
-        self.lattice = self._lattice(onnx_path, threads)
+        self.lattice = self._lattice(source, threads)
 
-    def _lattice(self, onnx_path: Path, threads: int) -> Lattice | None:
+    def _lattice(self, onnx_path: ModelFile, threads: int) -> Lattice | None:
         """A dense grid model's lattice (service/engine/lattice.py) on a CPU session; None for any other model, and
         for one whose lattice cannot be read (it renders the plain way)."""
         if self.task != "image" or self.provider != CPU:
