@@ -17,6 +17,7 @@ import pytest
 from modelrepo import read_spec, sha256_bytes, tablecode
 from service.engine.modelfile import model_source
 from service.engine.runtime import RuntimeOptions
+from service.engine.session_cache import SessionCache
 from service.engine.tasks import runtime_for
 from tests.servers import Server
 from tests.service.engine.test_residency import PHOTO, copy_model
@@ -135,3 +136,19 @@ def test_a_coded_model_costs_what_the_uncoded_one_costs(repo):
         measured[name] = int(grown)
         assert dropped == "True"
     assert measured["coded"] <= measured["plain"] + 2**20, measured
+
+
+def test_a_coded_models_load_decodes_each_table_once(repo, tmp_path, monkeypatch):
+    # its session and its lattice are made from one decode (service/engine/modelfile.py, ModelFile), on the first
+    # load (the session cache empty) and on a load from the cache (the lattice alone decodes)
+    tables = code_tables((PHOTO / "1" / "model.onnx").read_bytes())[1]["coded_tables"]
+    calls = []
+    real = tablecode.decode
+    monkeypatch.setattr(tablecode, "decode", lambda data: calls.append(1) or real(data))
+    for load in ("first", "from the session cache"):
+        calls.clear()
+        options = RuntimeOptions(session_cache=SessionCache(tmp_path / "sessions", 2**30))
+        runtime = runtime_for(repo / "coded", read_spec(repo / "coded"), 1, options)
+        assert runtime.load(), runtime.error
+        assert runtime.lattice is not None
+        assert len(calls) == tables, (load, len(calls), tables)
