@@ -8,12 +8,13 @@ One path for every render (POST/GET /render and IIIF through service/render/serv
     (service/render/separable.py) when the model ships one, else the whole graph;
   - a deadline, INR_RENDER_TIMEOUT_S from arrival, checked before every tile (503), and the
     client's disconnect, polled, which stops it the same way;
-  - encoding in a worker thread.
+  - encoding by the render worker that finishes the last tile (no hand-off to another thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from dataclasses import dataclass
@@ -140,34 +141,41 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
             f"{job.done} of {job.total} tiles"
         )
 
+    context = contextvars.copy_context()  # inr.render's: the encode's span is its child, as the tiles' is
+
+    def finish() -> bytes:
+        with tracing.span("inr.render.encode"):
+            return encode(out)
+
     job = TileJob(
         tiles(spec.height, spec.width, spec.supersample, tile_samples),
         paint,
         deadline=arrived + settings.render_timeout_s,
         on_deadline=deadline_error,
         on_cancel=lambda: ClientGone("the client disconnected; render abandoned"),
+        finish=lambda: context.run(finish),  # by the worker of the last tile: no other thread's hand-off
     )
     with tracing.span("inr.render.tiles", attributes={"inr.tiles": job.total}):
-        await _tiles(core, job, model, spec, is_disconnected)
-    with tracing.span("inr.render.encode"):
-        data = await anyio.to_thread.run_sync(encode, out)
+        data = await _tiles(core, job, model, spec, is_disconnected)
     if spec.width * spec.height * spec.supersample**2 >= TRIM_SAMPLES:
         await anyio.to_thread.run_sync(trim)  # a large render's tiles leave free pages in the heap: give them back
     return data
 
 
-async def _tiles(core: RenderCore, job: TileJob, model: ModelRuntime, spec: RenderSpec, is_disconnected) -> None:
-    """The job's tiles on the scheduler, stopped when the client disconnects."""
+async def _tiles(core: RenderCore, job: TileJob, model: ModelRuntime, spec: RenderSpec, is_disconnected):
+    """The job's tiles on the scheduler, then its `finish`'s result; stopped when the client disconnects (looked at
+    every DISCONNECT_POLL_S, from the first: most tiles are done before it)."""
     future = asyncio.wrap_future(core.scheduler.submit(job))
 
     async def watch() -> None:
+        await asyncio.sleep(DISCONNECT_POLL_S)
         while not await is_disconnected():
             await asyncio.sleep(DISCONNECT_POLL_S)
         job.cancel()
 
     watcher = asyncio.ensure_future(watch())
     try:
-        await future
+        return await future
     except ClientGone:
         log.info("render of %s %dx%d abandoned: the client disconnected", model.name, spec.width, spec.height)
         raise

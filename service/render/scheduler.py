@@ -9,6 +9,9 @@ instead of waiting for the big ones, while a stream of small renders can only de
 many tiles each. Memory stays bounded: one tile's intermediates per worker, plus each render's
 output image.
 
+A job may have a `finish` (a render's encode): the worker that completes its last tile runs it, outside the
+lock, and its result is the job's future's, so a render needs no other thread after its tiles.
+
 Before each tile the job's deadline and cancel flag are checked: a render past its deadline or
 abandoned by its client stops there and its future fails; tiles already running finish and are
 dropped.
@@ -35,6 +38,7 @@ class TileJob:
         deadline: float | None = None,
         on_deadline: Callable[[], Exception] | None = None,
         on_cancel: Callable[[], Exception] | None = None,
+        finish: Callable[[], object] | None = None,
     ):
         self.pending = deque(tiles)
         self.total = len(self.pending)
@@ -42,6 +46,7 @@ class TileJob:
         self.deadline = deadline  # time.monotonic() value, or None
         self.on_deadline = on_deadline or (lambda: TimeoutError("render deadline passed"))
         self.on_cancel = on_cancel or (lambda: RuntimeError("render cancelled"))
+        self.finish = finish  # run by the worker that completes the last tile: its result is the future's
         self.cancelled = threading.Event()
         self.future: Future = Future()
         self.service = 0  # tiles handed out (the scheduler's priority)
@@ -70,7 +75,7 @@ class TileScheduler:
 
     def submit(self, job: TileJob) -> Future:
         if job.total == 0:
-            job.future.set_result(None)
+            self._finish(job)
             return job.future
         with self.cond:
             if self.closed:
@@ -99,16 +104,29 @@ class TileScheduler:
 
     # -- workers ---------------------------------------------------------------------------------
     @staticmethod
-    def _settle(job: TileJob, error: Exception | None = None) -> None:
+    def _settle(job: TileJob, error: Exception | None = None, result: object = None) -> None:
         """Complete the job's future, unless its waiter has cancelled it (a client gone, or a request
         cut at the end of the shutdown grace period): then there is nobody to tell."""
         try:
             if error is None:
-                job.future.set_result(None)
+                job.future.set_result(result)
             else:
                 job.future.set_exception(error)
         except InvalidStateError:  # cancelled from the event loop's thread since we looked
             pass
+
+    def _finish(self, job: TileJob) -> None:
+        """Every tile done: the job's `finish` (a render's encode) in this thread, outside the lock, then its
+        future; not for a job whose client has gone meanwhile."""
+        if job.cancelled.is_set() or job.future.cancelled():
+            self._settle(job, job.on_cancel())
+            return
+        try:
+            result = job.finish() if job.finish is not None else None
+        except Exception as e:  # an encoding error fails this render only
+            self._settle(job, e)
+            return
+        self._settle(job, result=result)
 
     def _fail(self, job: TileJob, error: Exception) -> None:
         """Under the lock: fail the job once and stop handing out its tiles."""
@@ -152,7 +170,8 @@ class TileScheduler:
                     error = e
             with self.cond:
                 job.done += 1
+                last = error is None and job.done == job.total and not job.failed
                 if error is not None:
                     self._fail(job, error)
-                elif job.done == job.total and not job.failed:
-                    self._settle(job)
+            if last:
+                self._finish(job)
