@@ -86,12 +86,16 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
     box = req.region.resolve(width, height)
     sw, sh = req.size.resolve(box, max_area, max_side)
     rot = req.rotation
-    c, s = abs(_rot_cw(rot.degrees)[0, 0]), abs(_rot_cw(rot.degrees)[1, 0])
+    upright = rot.degrees == 0 and not rot.mirror  # every deep-zoom tile: the transform is the identity
+    c, s = (1.0, 0.0) if upright else (abs(_rot_cw(rot.degrees)[0, 0]), abs(_rot_cw(rot.degrees)[1, 0]))
     ow, oh = max(1, round(sw * c + sh * s)), max(1, round(sw * s + sh * c))
     if ow * oh > max_area:
         raise BadInput(
             f"the rotated image is {ow}×{oh} = {ow * oh} pixels, more than maxArea {max_area} (INR_MAX_RENDER_PIXELS)"
         )
+    if upright:  # what the frames below come to, without their 3×3 products and inverses (a tenth of a tile's
+        # Python time): the render /render would make of this region
+        return _plan(req, box, (sw, sh), (ow, oh), np.eye(3), None, _region_viewport(box, width, height), width, height)
     # Frames: image pixels P; unit o = P / (W, H) (the viewport's frame); scaled region pixels Q.
     to_unit = _affine(1 / width, 0, 0, 0, 1 / height, 0)
     to_pixels = np.linalg.inv(to_unit)
@@ -112,7 +116,17 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
     transform = None if identity else matrix[:2].copy()
     if identity:  # exactly the viewport a /render caller would write for this region
         matrix = np.eye(3)
-        x0, y0, x1, y1 = box.x / width, box.y / height, (box.x + box.w) / width, (box.y + box.h) / height
+        x0, y0, x1, y1 = _region_viewport(box, width, height)
+    return _plan(req, box, (sw, sh), (ow, oh), matrix, transform, (x0, y0, x1, y1), width, height)
+
+
+def _region_viewport(box, width: int, height: int) -> tuple[float, float, float, float]:
+    return box.x / width, box.y / height, (box.x + box.w) / width, (box.y + box.h) / height
+
+
+def _plan(req, box, size, out, matrix, transform, viewport, width: int, height: int) -> Plan:
+    (ow, oh), rot = out, req.rotation
+    x0, y0, x1, y1 = viewport
     right = rot.right_angle
     fmt = FORMATS[req.format]
     background = "extrapolate" if right else ("transparent" if fmt in ("png", "webp") else "white")
@@ -121,7 +135,7 @@ def plan(req: ImageRequest, width: int, height: int, max_area: int, max_side: in
     return Plan(
         render,
         box,
-        (sw, sh),
+        size,
         (ow, oh),
         matrix,
         mask_region=not right and not full,

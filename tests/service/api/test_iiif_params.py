@@ -167,6 +167,29 @@ def _model_point(p, u, v):
     return p.matrix @ np.array([u, v, 1.0])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_an_upright_tile_is_planned_as_the_frames_would_plan_it(seed):
+    """Rotation 0 takes a short road (no 3×3 products); it plans what the frames plan for a full turn (360)."""
+    rng = np.random.default_rng(seed)
+    width, height = int(rng.integers(300, 40000)), int(rng.integers(300, 40000))
+    for _ in range(50):
+        x, y = int(rng.integers(0, width - 2)), int(rng.integers(0, height - 2))
+        w, h = int(rng.integers(1, width - x + 1)), int(rng.integers(1, height - y + 1))
+        size = str(rng.choice(["max", "^max", f"{max(1, w // 3)},", f"^{w * 2},", "pct:50"]))
+        args = (width, height, 10**8, (2 * width, 2 * height))
+        region = f"{x},{y},{w},{h}"
+        try:
+            short = plan(ImageRequest.parse(region, size, "0", "default.jpg"), *args)
+        except BadInput:  # over maxArea: the frames refuse it too
+            with pytest.raises(BadInput):
+                plan(ImageRequest.parse(region, size, "360", "default.jpg"), *args)
+            continue
+        frames = plan(ImageRequest.parse(region, size, "360", "default.jpg"), *args)
+        assert (short.box, short.size, short.out, short.mask_region) == (frames.box, frames.size, frames.out, False)
+        np.testing.assert_allclose(short.render.viewport, frames.render.viewport, rtol=0, atol=1e-12)
+        assert short.render.transform is None and (short.matrix == np.eye(3)).all()
+
+
 def test_rotation_and_mirroring_map_output_corners_to_the_right_image_corners():
     # 90° clockwise: the output's top-left shows the image's bottom-left (x=0, y=1).
     p = plan(ImageRequest.parse("full", "max", "90", "default.png"), 1000, 500, AREA, SIDE)
