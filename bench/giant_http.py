@@ -17,6 +17,7 @@ Results: bench/results/giant.json, key `http` (or `--key`, so that a rerun keeps
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -85,9 +86,13 @@ def upload(client: httpx.Client, path: Path, api_pid: int, **fields) -> tuple[di
     }
 
 
-def pieces_report(store: FitStore, parent: dict) -> dict:
-    """Each piece's wall time on its worker (started → finished in the store) against its fit's own seconds."""
-    fits = {meta["key"]: meta["seconds"] for meta, _ in store.pieces(parent)}
+def pieces_report(store: FitStore, parent: dict, models: Path) -> dict:
+    """Each piece's wall time on its worker (started → finished in the store) against its fit's own seconds (the
+    published version's `block_fits`: the pieces leave the store when it is published)."""
+    meta = json.loads(
+        sorted((models / parent["name"]).glob("*/metadata.json"), key=lambda p: int(p.parent.name))[-1].read_text()
+    )
+    fits = {key: fit["seconds"] for key, fit in meta["block_fits"].items()}
     walls, over = [], []
     for child in store.children(parent):
         wall = child["finished"] - child["started"]
@@ -170,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         parent = wait(client, rec["id"])
         out["wall_s"] = round(time.perf_counter() - t0, 1)
         out["worker_cpu_s"] = round(cpu_s(pids) - c0, 1)
+        out["worker_peak_rss_mib"] = [round(status_kib(pid, "VmHWM") / 1024) for pid in pids]
         out["state"], out["error"], out["metrics"] = parent["state"], parent.get("error"), parent.get("metrics")
         full = store.get(rec["id"])
         out["layout"] = full.get("layout")
         if full.get("children"):
-            out.update(pieces_report(store, full))
+            out.update(pieces_report(store, full, models))
         mp = rec["source"]["width"] * rec["source"]["height"] / 1e6
         ref_mp = 2400 * 1728 / 1e6
         out["worker_s_per_mp"] = round(out["wall_s"] * args.workers / mp, 2)
@@ -184,7 +190,6 @@ def main(argv: list[str] | None = None) -> int:
         out["ref_worker_cpu_s_per_mp"] = round(out["ref_4mp"]["worker_cpu_s"] / ref_mp, 2)
         out["cpu_ratio_to_ref"] = round(out["worker_cpu_s_per_mp"] / out["ref_worker_cpu_s_per_mp"], 3)
         out["uploads_left"] = sorted(p.name for p in (run / "uploads").iterdir())
-        out["worker_peak_rss_mib"] = [round(status_kib(w.pid, "VmHWM") / 1024) for w in workers]
         out["api_peak_rss_mib"] = round(status_kib(api.pid, "VmHWM") / 1024)
     finally:
         save(args.key, out)
