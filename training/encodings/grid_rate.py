@@ -54,12 +54,16 @@ class Target:
     soft: bool = False
 
 
+SUM_CHUNK = 1 << 20  # pixels per pass of a predicted PSNR: its float64 temporaries stay small
+
+
 @dataclass
 class Pixels:
-    """Per training pixel: the native cell (row, col), the error at the refitted value, and the squared slope."""
+    """Per training pixel: its native cell (the table's flat index), the error at the refitted value and the squared
+    slope, in float32 as they are computed (a float64 copy of each per chunk where they are summed): 12 bytes a pixel,
+    where a 14 MP photo's rate control held five float64 or int64 values a pixel, twice, and went past 3 GiB."""
 
-    row: torch.Tensor
-    col: torch.Tensor
+    cell: torch.Tensor
     error: torch.Tensor
     slope2: torch.Tensor
 
@@ -68,12 +72,23 @@ class Pixels:
     def measure(cls, model, coords, targets, w, h) -> "Pixels":
         layers = mlp_layers(model.body)
         table = model.encoding.tables[-1][0, 0]
-        rows, cols, errors, slopes = [], [], [], []
+        n, width = len(coords), table.shape[1]
+        cell = torch.empty(n, dtype=torch.int32 if table.numel() < 2**31 else torch.int64)
+        error, slope2 = torch.empty(n), torch.empty(n)
+        at = 0
         for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h):
             rgb, slope = with_slope(layers, first, table[row, col])
-            rows.append(row), cols.append(col)
-            errors.append(((rgb - y) ** 2).sum(dim=1)), slopes.append((slope * slope).sum(dim=1))
-        return cls(torch.cat(rows), torch.cat(cols), torch.cat(errors).double(), torch.cat(slopes).double())
+            part = slice(at, at + len(y))
+            cell[part] = row * width + col
+            error[part], slope2[part] = ((rgb - y) ** 2).sum(dim=1), (slope * slope).sum(dim=1)
+            at += len(y)
+        return cls(cell, error, slope2)
+
+    def chunks(self):
+        """(slice, cells as int64) per SUM_CHUNK pixels."""
+        for a in range(0, len(self.cell), SUM_CHUNK):
+            part = slice(a, a + SUM_CHUNK)
+            yield part, self.cell[part].long()
 
 
 def psnr(sse: float, values: int) -> float:
@@ -87,7 +102,9 @@ class NativeRate:
     def __init__(self, model, pixels: Pixels, bounds: tuple[float, float], values: int):
         self.table = model.encoding.tables[-1][0, 0].detach().clone()
         self.pixels, self.bounds, self.values = pixels, bounds, values
-        self.z = self.table[pixels.row, pixels.col].double()
+        flat, self.z = self.table.reshape(-1), torch.empty(len(pixels.cell))  # float32: float64 per chunk below
+        for part, cell in pixels.chunks():
+            self.z[part] = flat[cell]
 
     def codes(self, levels: int) -> torch.Tensor:
         lo, hi = self.bounds
@@ -98,9 +115,11 @@ class NativeRate:
 
     def predicted_psnr(self, levels: int) -> float:
         lo, hi = self.bounds
-        q = self.codes(levels)[self.pixels.row, self.pixels.col].double()
-        moved = lo + q * ((hi - lo) / levels) - self.z
-        return psnr(float((self.pixels.error + self.pixels.slope2 * moved * moved).sum()), self.values)
+        codes, px, sse = self.codes(levels).reshape(-1), self.pixels, 0.0
+        for part, cell in px.chunks():
+            moved = lo + codes[cell].double() * ((hi - lo) / levels) - self.z[part].double()
+            sse += float((px.error[part].double() + px.slope2[part].double() * moved * moved).sum())
+        return psnr(sse, self.values)
 
 
 def stored_code_bytes(table: torch.Tensor) -> int:
