@@ -2,10 +2,11 @@
 worker's memory, measured, against the memory the worker has (`--memory`, INR_FIT_WORKER_MEMORY, 2 GiB by default).
 
 The peak resident set of a worker fitting one `grid` model grows about in a line with the pixels (docs/benchmarks.md,
-blocks: a fresh `worker --once` per photo, 2 to 24 MP, one torch thread): BASE + PER_PIXEL · P bounds every measured
+blocks: a fresh `worker --once` per photo, 4 to 24 MP, one torch thread): BASE + PER_PIXEL · P bounds every measured
 peak. A job at its native size is one model when that bound is within the worker's memory (and the image within the
 preset's `max_pixels`, 25 MP); else it is fitted in blocks, of a side whose bound is within it too. A 2 GiB worker
-holds one model of up to 25.7 MP: every photo up to the preset's 25 MP.
+holds one model of up to 11.5 MP (25.7 MP before the tables' rate control, whose finish and export take more per
+pixel: measured again on 2026-12-05).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import math
 
 MiB = 1 << 20
 GiB = 1 << 30
-# The line over the measured peaks (2 to 24 MP: 619 to 1,801 MiB; it passes through 8 and 20 MP, the highest over
-# any line), 5 % above it: torch, onnxruntime and libvips loaded, the export's own buffers; then a pixel's image, table
-# entries and their Adam state, the render and the export's arrays.
-BASE = 870 * MiB
-PER_PIXEL = 48  # bytes
+# A line over the measured peaks since the rate control (4.1, 12.0, 20.0 and 24.0 MP: 948, 1,862, 3,001 and 3,562
+# MiB), at least 5 % above each: torch, onnxruntime and libvips loaded; then a pixel's image, table entries and their
+# Adam state, the rate control's per-pixel errors and the export's arrays.
+BASE = 410 * MiB
+PER_PIXEL = 150  # bytes
 DEFAULT = 2 * GiB  # the worker's memory when none is given: the giants' target (docs/benchmarks.md, giant)
 
 
