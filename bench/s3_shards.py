@@ -247,7 +247,7 @@ def shards(side: Side, names: list[str], nbytes: dict, budget: int) -> dict:
         seen.append(models)
         mine = sum(nbytes[m] for m in models)
         out[f"s3-{i}"] = {"models": len(models), "shard_onnx_bytes": mine,
-                          "budget_over_shard": round(budget / mine, 2), "requests": ops}  # fmt: skip
+                          "budget_over_shard": round(budget / mine, 2) if mine else None, "requests": ops}  # fmt: skip
     out["overlap"] = len(seen[0] & seen[1])
     out["answered_all"] = seen[0] | seen[1] >= set(names)
     return out
