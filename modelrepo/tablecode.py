@@ -81,9 +81,11 @@ class Layout:
 
 
 def zigzag(q: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """u ≥ 0 of q [F, n] (uint8) about each channel's centre, int64."""
-    r = q.astype(np.int64) - centres.astype(np.int64)[:, None]
-    return np.where(r >= 0, 2 * r, -2 * r - 1)
+    """u ≥ 0 of q [F, n] (uint8) about each channel's centre, int16 (u ≤ 510): r ≥ 0 → 2r, r < 0 → −2r − 1, as
+    (r << 1) ^ (r >> 15). Two bytes a value, where int64 took eight in each of the encoder's temporaries (a 12 MP
+    native level's encode held ~600 MiB, docs/benchmarks.md "one-model rule")."""
+    r = q.astype(np.int16) - centres.astype(np.int16)[:, None]
+    return (r << 1) ^ (r >> 15)
 
 
 def blocks_of(u: np.ndarray, block: int = BLOCK) -> np.ndarray:
@@ -110,7 +112,7 @@ def block_bits(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _bits_msb(values: np.ndarray, k: int) -> np.ndarray:
     """The low k bits of each value, most significant first, as packed bytes."""
-    bits = (values[:, None] >> np.arange(k - 1, -1, -1)) & 1
+    bits = (values[:, None] >> np.arange(k - 1, -1, -1, dtype=values.dtype)) & 1
     return np.packbits(bits.astype(np.uint8).ravel())
 
 
@@ -126,10 +128,15 @@ def encode(q: np.ndarray) -> bytes:
     order = np.argsort(param, kind="stable")
     counts = np.bincount(param, minlength=PARAMS)
     us, ps = u[order], param[order]
+    del u
     coded, ks = us[ps > 0], ps[ps > 0] - 1
-    high = (coded >> ks[:, None]).ravel()
+    del us
+    high = (coded >> ks.astype(coded.dtype)[:, None]).ravel()
     unary = np.zeros(int(high.sum()) + high.size, np.uint8)
-    unary[np.cumsum(high + 1) - 1] = 1  # high zeros, then a one
+    ends = np.cumsum(high + 1)
+    ends -= 1
+    unary[ends] = 1  # high zeros, then a one
+    del high, ends
     lows = [_bits_msb(coded[ks == k].ravel(), k) for k in range(1, KMAX + 1)]
     params = np.packbits(((param[:, None] >> np.arange(3, -1, -1)) & 1).astype(np.uint8).ravel())
     sections = [params.tobytes(), np.packbits(unary).tobytes(), *(low.tobytes() for low in lows)]

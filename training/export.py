@@ -82,14 +82,18 @@ def set_metadata_props(onnx_bytes: bytes, props: dict[str, str]) -> bytes:
     return model.SerializeToString()
 
 
-def ort_session(onnx_bytes: bytes, optimize: bool = True):
-    """An onnxruntime CPU session; `optimize=False`: the graph as written, no constant folding or fusion."""
+def ort_session(onnx_bytes: bytes, optimize: bool = True, arena: bool = True):
+    """An onnxruntime CPU session; `optimize=False`: the graph as written, no constant folding or fusion;
+    `arena=False`: each tensor allocated and freed on its own, not from onnxruntime's arena (which grows in powers
+    of two and keeps what it took)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not arena:
+        opts.enable_cpu_mem_arena = False
     return ort.InferenceSession(onnx_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -103,12 +107,14 @@ def check_parity(
 ) -> dict:
     """Run torch and onnxruntime on the same inputs; raise if any output differs by more than atol. The session runs
     the graph as written: its optimisations would fold a grid model's coded tables and packed corners into constants
-    first, 1.5 GB for a 4 MP model (a fit's peak RSS, docs/benchmarks.md "giant"), to run 4,096 points."""
+    first, 1.5 GB for a 4 MP model (a fit's peak RSS, docs/benchmarks.md "giant"), to run 4,096 points. The run
+    still decodes the coded tables (tens of bytes a value in int64 temporaries, a one-model fit's peak), so it runs
+    without onnxruntime's arena, whose doubling kept ~220 MiB more at 12 MP (docs/benchmarks.md, "one-model rule")."""
     module = module.eval().cpu()
     with torch.no_grad():
         ref = module(torch.from_numpy(inputs))
     refs = ref if isinstance(ref, tuple) else (ref,)
-    got = ort_session(onnx_bytes, optimize=False).run(output_names, {input_name: inputs})
+    got = ort_session(onnx_bytes, optimize=False, arena=False).run(output_names, {input_name: inputs})
     report = {}
     for name, r, g in zip(output_names, refs, got):
         diff = float(np.max(np.abs(r.numpy() - g))) if g.size else 0.0

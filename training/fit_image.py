@@ -22,7 +22,7 @@ from .errors import UsageError
 from .export import OPSET, check_parity, export_onnx, set_metadata_props
 from .fp16 import round_weights_fp16, store_weights_fp16
 from .image_models import ImageINR, ImageModelConfig, count_parameters, fold_batchnorm
-from .images import MAX_PIXELS, check_size, load_image, pixel_centres, save_png
+from .images import MAX_PIXELS, check_size, downscaled, load_image, pixel_centres, save_png
 from .metrics import psnr_from_mse, sse, ssim
 from .repository import TensorSpec, write_model_dir
 from .separable import write_separable
@@ -284,6 +284,11 @@ IMAGE_INPUTS = [TensorSpec("coords", "FP32", [-1, 2])]
 IMAGE_OUTPUTS = [TensorSpec("rgb", "FP32", [-1, 3])]
 
 
+def preview_pixels(render: np.ndarray) -> np.ndarray:
+    """preview.png's pixels (uint8, at most PREVIEW_SIDE on the longer side) of a render at the fitted size."""
+    return downscaled(render, PREVIEW_SIDE)
+
+
 def export_image_model(
     model: ImageINR,
     cfg: FitConfig,
@@ -298,8 +303,10 @@ def export_image_model(
 
     `source.size` (else the preview's [W, H]) is the fitted pixel grid: written to the version's metadata and
     to the ONNX file's metadata_props `image_width`, `image_height`. With cfg.fp16_weights the model's weights
-    are already float16 numbers (fit_image rounds them before scoring) and the file stores them so."""
+    are already float16 numbers (fit_image rounds them before scoring) and the file stores them so. `preview`: the
+    render, or its `preview_pixels` (a caller that drops the render before the export lowers its peak)."""
     size = [int(v) for v in source.get("size") or (preview.shape[1], preview.shape[0])]
+    preview = preview_pixels(preview)
     with tracing.span("inr.fit.export"):  # the ONNX file and its parity with torch (docs/deployment.md, "Traces")
         onnx_bytes, export, probe = image_onnx(model, cfg, size)
         meta = image_metadata(cfg, size, source, metrics, history, count_parameters(model))
@@ -356,4 +363,6 @@ def fit_image(cfg: FitConfig, out: Path | None) -> dict:
     log.info("metrics: %s", metrics)
     if out is None:
         return {"metrics": metrics}
-    return export_image_model(model, cfg, out, source, metrics, history, full)
+    preview = preview_pixels(full)
+    del img, full  # the export's peak (its parity run decodes the tables) holds neither the image nor its render
+    return export_image_model(model, cfg, out, source, metrics, history, preview)

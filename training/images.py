@@ -35,6 +35,7 @@ IMAGE_DEFAULTS: dict[str, dict] = {IIIF_TEST: {"scale": 14.0, "width": 128, "fea
 MAX_PIXELS = 25_000_000
 MAX_SIDE = 32768  # --size caps the longer side at most at this
 MAX_DECODE_PIXELS = 300_000_000  # files with more pixels than this are refused before decoding
+UINT8_CHUNK = 1 << 20  # values per chunk of a float image rounded to uint8
 
 
 def image_defaults(image: str) -> dict:
@@ -191,9 +192,16 @@ def image_dims(
 
 
 def _to_uint8(arr: np.ndarray) -> np.ndarray:
+    """Values in [0,1] as uint8, rounded; a chunk of rows at a time (a 25 MP render takes no float copies of it)."""
     if arr.dtype == np.uint8:
         return arr
-    return (np.clip(arr, 0, 1) * 255 + 0.5).astype(np.uint8)
+    if arr.ndim < 2 or arr.size == 0:
+        return (np.clip(arr, 0, 1) * 255 + 0.5).astype(np.uint8)
+    out = np.empty(arr.shape, np.uint8)
+    rows = max(1, UINT8_CHUNK // arr[0].size)
+    for i in range(0, len(arr), rows):
+        out[i : i + rows] = np.clip(arr[i : i + rows], 0, 1) * 255 + 0.5
+    return out
 
 
 def _center_square(img: Image.Image) -> Image.Image:
@@ -211,9 +219,16 @@ def pixel_centres(height: int, width: int) -> np.ndarray:
     return np.stack([gx, gy], axis=-1)
 
 
+def downscaled(arr: np.ndarray, max_side: int | None = None) -> np.ndarray:
+    """[H, W, 3] in [0,1] (or uint8) as uint8, box-downscaled in its aspect to at most `max_side` on its longer side:
+    the pixels save_png writes (a preview made so lets its caller drop the full render)."""
+    pixels = _to_uint8(arr)
+    if not max_side or max(pixels.shape[:2]) <= max_side:
+        return pixels
+    img = Image.fromarray(pixels)
+    return np.asarray(img.resize(fit_dims(img.width, img.height, max_side), Image.BOX))
+
+
 def save_png(arr: np.ndarray, path: Path, max_side: int | None = None) -> None:
     """[H, W, 3] in [0,1] as a PNG; with max_side, box-downscaled in its aspect to at most that longer side."""
-    img = Image.fromarray(_to_uint8(arr))
-    if max_side and max(img.size) > max_side:
-        img = img.resize(fit_dims(img.width, img.height, max_side), Image.BOX)
-    img.save(path)
+    Image.fromarray(downscaled(arr, max_side)).save(path)

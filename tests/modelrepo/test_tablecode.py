@@ -157,3 +157,13 @@ def test_numpy_refuses_bytes_that_are_not_a_whole_coded_table_too(monkeypatch):
     monkeypatch.setattr(tablecode, "_tablecode", None)
     test_bytes_that_are_not_a_whole_coded_table_are_refused()
     test_every_table_comes_back_exactly(SHAPES[2])
+
+
+def test_zigzag_maps_every_residual_as_documented():
+    """zigzag in int16 (the encoder's memory, docs/benchmarks.md "one-model rule"): r ≥ 0 → 2r, r < 0 → −2r − 1 for
+    every value and centre, so the codes are those of the int64 map they replace."""
+    q = np.tile(np.arange(256, dtype=np.uint8), 256).reshape(256, 256)
+    centres = np.arange(256, dtype=np.uint8)
+    u = tablecode.zigzag(q, centres)
+    r = q.astype(np.int64) - centres.astype(np.int64)[:, None]
+    assert np.array_equal(u, np.where(r >= 0, 2 * r, -2 * r - 1)) and u.min() == 0 and u.max() == 510

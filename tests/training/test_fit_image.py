@@ -297,3 +297,48 @@ def test_hidden_freq_scales_the_later_grids_and_first_freq_0_is_the_papers():
     assert torch.allclose(net[0].frequencies, torch.arange(1, net[0].grid_size + 1, dtype=torch.float32))
     g = net[1].grid_size
     assert torch.allclose(net[1].frequencies, 2.5 * torch.arange(1, g + 1, dtype=torch.float32) / (g + 1))
+
+
+def test_fit_image_writes_the_same_version_as_an_export_given_the_whole_render(tmp_path):
+    """fit_image drops the image and its render before the export (its peak: docs/benchmarks.md, "one-model rule"),
+    passing the preview's pixels alone; a real grid-preset fit of a photo wider than the preview exported with the
+    whole render, as before, writes the same model.onnx and preview.png, byte for byte, and the same parity."""
+    from PIL import Image
+
+    from fitstore import PRESETS
+    from training.fit_image import PREVIEW_SIDE, export_image_model, finish, fit_image
+
+    yy, xx = np.mgrid[0:24, 0 : PREVIEW_SIDE + 76]
+    rgb = np.stack([xx / xx.max(), yy / yy.max(), 0.5 + 0.4 * np.sin(xx / 7.0) * np.cos(yy / 3.0)], -1)
+    photo = tmp_path / "wide.png"
+    Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(photo)
+    argv = ["--image", str(photo), "--steps", "6", "--protocol", "full", *PRESETS["grid"]["argv"], "--no-progress"]
+    cfg = fit_config_of(*argv)
+    fit_image(cfg, tmp_path / "dropped")
+    img, source = load_image(str(photo))
+    model, history = train(cfg, img)
+    model = finish(model, cfg, img, history)
+    metrics, full = evaluate(model, img, cfg.protocol)
+    export_image_model(model, cfg, tmp_path / "whole", source, metrics, history, full)
+    for name in ("model.onnx", "preview.png"):
+        assert (tmp_path / "dropped/1" / name).read_bytes() == (tmp_path / "whole/1" / name).read_bytes(), name
+    meta = [json.loads((tmp_path / d / "1/metadata.json").read_text()) for d in ("dropped", "whole")]
+    assert meta[0]["export"] == meta[1]["export"] and meta[0]["metrics"] == meta[1]["metrics"]
+    with Image.open(tmp_path / "dropped/1/preview.png") as im:
+        assert im.size[0] == PREVIEW_SIDE < img.shape[1]
+
+
+def test_the_parity_check_without_the_arena_reports_what_the_arena_session_computes():
+    """check_parity's session runs without onnxruntime's arena (a one-model fit's peak): the same outputs."""
+    from training.export import ort_session
+
+    torch.manual_seed(0)
+    net = ImageINR(ImageModelConfig(depth=2, width=16, encoding=EncodingConfig(name="gaussian", features=8))).eval()
+    onnx_bytes = export_onnx(net, torch.rand(8, 2), "coords", ["rgb"])
+    probe = np.random.default_rng(0).random((512, 2), dtype=np.float32)
+    report = check_parity(net, onnx_bytes, probe, "coords", ["rgb"])
+    with torch.no_grad():
+        ref = net(torch.from_numpy(probe)).numpy()
+    got = ort_session(onnx_bytes, optimize=False, arena=True).run(["rgb"], {"coords": probe})[0]
+    plain = ort_session(onnx_bytes, optimize=False, arena=False).run(["rgb"], {"coords": probe})[0]
+    assert np.array_equal(got, plain) and report["rgb"] == float(np.max(np.abs(ref - plain)))

@@ -149,3 +149,17 @@ def test_tiny_images_are_fitted_with_the_default_preset(tmp_path, w, h):
     meta = json.loads((out / "1" / "metadata.json").read_text())
     assert meta["source"]["size"] == [w, h] and np.isfinite(meta["metrics"]["full_psnr"])
     assert meta["export"]["tables"]["u8_tables"] == 8
+
+
+def test_a_render_is_rounded_to_uint8_by_rows_as_in_one_pass(monkeypatch):
+    """The preview's and an image's uint8 pixels a chunk of rows at a time (no float copies of a 25 MP render): the
+    values of the one-pass rounding, out-of-range values clipped, for chunks that do and do not divide the rows."""
+    from training import images
+
+    rng = np.random.default_rng(0)
+    render = rng.uniform(-0.2, 1.2, (37, 11, 3)).astype(np.float32)
+    want = (np.clip(render, 0, 1) * 255 + 0.5).astype(np.uint8)
+    for chunk in (1, 33, 50, 1 << 20):
+        monkeypatch.setattr(images, "UINT8_CHUNK", chunk)
+        assert np.array_equal(images._to_uint8(render), want)
+    assert np.array_equal(images._to_uint8(render[0, 0]), want[0, 0])

@@ -25,7 +25,7 @@ from .. import regions
 from ..blocks import fit_piece
 from ..cli_image import add_image_options, fit_config
 from ..errors import UsageError
-from ..fit_image import evaluate, export_image_model, finish, predict, train
+from ..fit_image import evaluate, export_image_model, finish, predict, preview_pixels, train
 from ..images import fit_dims, load_image, pixel_centres
 from ..metrics import psnr_from_mse
 from . import memory as sizing
@@ -315,6 +315,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     check_every = max(1, min(CHECK_EVERY, cfg.steps // PROGRESS_EVENTS))
     t0, emitted = time.monotonic(), {"events": 0, "step": 0, "time": time.monotonic()}
     pace: dict = {}
+    dims = (img.shape[1], img.shape[0])  # the previews' aspect (the closure keeps no reference to the image)
 
     def check(step: int) -> None:
         if store.cancel_requested(rec["id"]) or (rec.get("parent") and store.cancel_requested(rec["parent"])):
@@ -341,7 +342,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
             return False
         emitted.update(events=emitted["events"] + 1, step=done, time=now)
         preview = (
-            preview_png(model, next(model.parameters()).device, (img.shape[1], img.shape[0]))
+            preview_png(model, next(model.parameters()).device, dims)
             if emitted["events"] % PREVIEW_EVERY == 1 or last
             else None
         )
@@ -383,5 +384,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     if tracing.ON:  # the API's load of this version joins the fit's trace (service/engine/control.py)
         source["traceparent"] = tracing.current_traceparent()
     guard = Guard.from_json(rec.get("access"))  # the policy the API allowed this fit to publish over
-    written = export_image_model(model, cfg, out, source, metrics, history, full, guard)
+    preview = preview_pixels(full)
+    del img, full  # the export's peak (its parity run decodes the tables) holds neither the image nor its render
+    written = export_image_model(model, cfg, out, source, metrics, history, preview, guard)
     return store.finish(rec, "succeeded", version=written["version"], metrics=metrics)
