@@ -9,7 +9,8 @@
  * load (PARITY), as it does the numpy lattice's.
  *
  * tile(levels, layers, sigmoid, axes, x0, y0, out):
- *   levels  tuple per level of (table [F, ry, rx] uint8 or float32, scale [F] float32 or None, low [F] or None)
+ *   levels  tuple per level of (table [F, ry, rx] uint8 or float32, any strides (a view of the packed corner
+ *           cells the session reads: service/engine/shared_tables.py), scale [F] float32 or None, low [F] or None)
  *   layers  tuple of (W [out, in] float32, b [out] float32); the first layer's in is ΣF rounded up to 16 (its
  *           extra columns 0), the last layer's out is 3
  *   sigmoid a bool: the last layer's Sigmoid
@@ -46,6 +47,7 @@ typedef struct {
     const uint8_t *t8;
     const float *t32;
     Py_ssize_t F, ry, rx;
+    Py_ssize_t sf, sr, sc; /* the table's strides in bytes: a view of packed corner cells is not contiguous */
     const float *scale, *low;
     const int64_t *cf, *ca, *rf, *ra;
     const float *cw, *rw;
@@ -122,12 +124,19 @@ INLINE const float *row(Level *lv, Py_ssize_t r, Py_ssize_t keep, Py_ssize_t C, 
     lv->slot_row[s] = r;
     for (Py_ssize_t f = 0; f < lv->F; f++) {
         float *restrict d = dst + f * Cpad;
-        Py_ssize_t base = (f * lv->ry + r) * lv->rx + lv->c0;
+        Py_ssize_t base = f * lv->sf + r * lv->sr + lv->c0 * lv->sc, sc = lv->sc;
         if (lv->t8) {
             const uint8_t *restrict src = lv->t8 + base;
-            for (Py_ssize_t n = 0; n < width; n++) span[n] = src[n];
+            if (sc == 1)
+                for (Py_ssize_t n = 0; n < width; n++) span[n] = src[n];
+            else
+                for (Py_ssize_t n = 0; n < width; n++) span[n] = src[n * sc];
         } else {
-            memcpy(span, lv->t32 + base, width * sizeof(float));
+            const char *src = (const char *)lv->t32 + base;
+            if (sc == sizeof(float))
+                memcpy(span, src, width * sizeof(float));
+            else
+                for (Py_ssize_t n = 0; n < width; n++) memcpy(span + n, src + n * sc, sizeof(float));
         }
         if (lv->scale) {
             float scale = lv->scale[f], low = lv->low[f];
@@ -354,8 +363,9 @@ static PyObject *tile(PyObject *self, PyObject *args) {
         Level *lv = &levels[l];
         memset(lv, 0, sizeof *lv);
         Py_buffer *table = get(&bufs, PyTuple_GET_ITEM(lt, 0), "Bf", 3, 0, "a table");
-        if (!table || !contiguous(table, "a table")) goto fail;
+        if (!table) goto fail;
         lv->F = table->shape[0], lv->ry = table->shape[1], lv->rx = table->shape[2];
+        lv->sf = table->strides[0], lv->sr = table->strides[1], lv->sc = table->strides[2];
         if (table->itemsize == 1)
             lv->t8 = table->buf;
         else

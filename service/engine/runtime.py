@@ -229,7 +229,8 @@ class ModelRuntime:
         except OSError as e:  # no permission, an I/O error on a bad disk or mount
             raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
         cached = None if self.options.session_cache is None else (self.options.session_cache, self.record.onnx_sha256)
-        source = ModelFile(onnx_path)  # decoded once, for the session and the lattice
+        # decoded once, for the session and the lattice; a photo model's tables shared by both on the CPU
+        source = ModelFile(onnx_path, share=self.task == "image")
         self.session = self._session(source, self.session_threads, cached)
         self._check_signature()
         if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
@@ -242,6 +243,12 @@ class ModelRuntime:
             except ContractError as e:
                 raise ModelLoadError(str(e)) from None
         self._render_sessions(onnx_path, source)
+        if getattr(self.session, "shared_tables", None) is not None and self.lattice is None:
+            # the session on shared tables disagrees with the lattice on them: a defect, so the plain session serves
+            log.warning("model %s version %d: shared tables disagree; loading it unshared", self.name, self.version)
+            source = ModelFile(onnx_path, share=False)
+            self.session = self._session(source, self.session_threads, cached)
+            self._render_sessions(onnx_path, source)
         if self.task == "image" and self.provider == CPU and self.session_threads == 1:
             self.splitter = self.options.splitter
         # config.pbtxt model_warmup: not ready until it has run (service/engine/warmup.py)

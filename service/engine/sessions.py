@@ -10,7 +10,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from ..errors import DeviceError, ModelLoadError
-from .modelfile import CPU, new_session
+from .modelfile import CPU, ModelFile, new_session
 from .session_cache import SessionCache
 
 log = logging.getLogger(__name__)
@@ -40,12 +40,15 @@ def session_options(threads: int, spin: bool) -> ort.SessionOptions:
 
 
 def make_session(
-    onnx_path: Path, providers: list[str], threads: int, spin: bool, cached: Cached | None = None
+    onnx_path: Path | ModelFile, providers: list[str], threads: int, spin: bool, cached: Cached | None = None
 ) -> ort.InferenceSession:
     try:
         with warnings.catch_warnings():  # a missing provider is reported by device_session, not as a warning
             warnings.simplefilter("ignore", UserWarning)
-            if cached is not None and providers == [CPU]:  # the CPU graph only: CUDA's may not be saved whole
+            # the CPU graph only: CUDA's may not be saved whole; a graph sharing its tables with the lattice has no
+            # packing left to skip (service/engine/shared_tables.py)
+            shares = isinstance(onnx_path, ModelFile) and providers == [CPU] and onnx_path.tables() is not None
+            if cached is not None and providers == [CPU] and not shares:
                 cache, digest = cached
                 return cache.session(onnx_path, digest, providers, lambda: session_options(threads, spin))
             return new_session(onnx_path, session_options(threads, spin), providers)

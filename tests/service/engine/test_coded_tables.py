@@ -79,8 +79,8 @@ def test_a_coded_model_renders_the_bytes_of_the_uncoded_one(repo, cache, tmp_pat
         (version,) = httpx.get(f"{srv.url}/v1/models/broken", timeout=60).json()["versions"]
         assert version["status"] == "failed" and "header does not add up" in version["error"]
         assert tile(srv.url, "plain").status_code == 200
-    if cache == "on":
-        assert len(list(Path(folder).glob("*.ort"))) == 2  # plain and coded: both cached, as their graphs
+    if cache == "on":  # their CPU sessions share the tables with the lattice: nothing left to optimise and cache
+        assert not list(Path(folder).glob("*.ort"))
 
 
 def test_model_source_reads_a_plain_file_by_path_and_decodes_a_coded_one(repo):

@@ -1,7 +1,9 @@
-"""The session cache (service/engine/session_cache.py) on the real server: a photo model's first load writes its
+"""The session cache (service/engine/session_cache.py) on the real server: an image model's first load writes its
 optimised graph, a load after an unload reads it and renders the same bytes as a server without the cache; copies
 of one model share one file; a damaged file is written again; the folder stays within its bytes; a folder that
-cannot be written turns the cache off and the models still serve; a bad size is one line at start."""
+cannot be written turns the cache off and the models still serve; a bad size is one line at start. The models are
+copies of the bundled Fourier-feature image: a dense grid's CPU session shares its tables with the lattice and has
+no optimisation left to cache (service/engine/shared_tables.py; tests/service/engine/test_shared_tables.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 
 from service.engine.session_cache import SessionCache
 from tests.servers import Server
-from tests.service.engine.test_residency import PHOTO, copy_model
+from tests.service.engine.test_residency import copy_model
 from tests.service.test_startup_errors import one_line, run_cli
 
 NO_RENDER_CACHE = {"INR_RENDER_CACHE_BYTES": "0"}  # every tile rendered
@@ -21,11 +23,14 @@ EXPLICIT = ("--grpc-port", "0", "--model-control-mode", "explicit", "--load-mode
 TILE = "/iiif/3/{name}/0,0,512,512/256,/0/default.png"
 
 
+FOURIER = Path(__file__).resolve().parents[3] / "models" / "astronaut"
+
+
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("photos")
     for name in ("a", "b"):
-        copy_model(PHOTO, repo / name)
+        copy_model(FOURIER, repo / name)
     return repo
 
 
