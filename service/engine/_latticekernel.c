@@ -110,6 +110,10 @@ INLINE v16 vexp(v16 x) {
     return y * scale;
 }
 
+INLINE void span_u8(float *restrict span, const uint8_t *restrict src, Py_ssize_t width, const Py_ssize_t sc) {
+    for (Py_ssize_t n = 0; n < width; n++) span[n] = src[n * sc];
+}
+
 /* Level `lv`'s table row r interpolated along the tile's C columns into a slot; the slot holding row `keep` stays.
  * The columns the tile touches, [c0, c1), are converted to float32 first (contiguous: in vectors), then each
  * column's two cells gathered from them. */
@@ -127,10 +131,13 @@ INLINE const float *row(Level *lv, Py_ssize_t r, Py_ssize_t keep, Py_ssize_t C, 
         Py_ssize_t base = f * lv->sf + r * lv->sr + lv->c0 * lv->sc, sc = lv->sc;
         if (lv->t8) {
             const uint8_t *restrict src = lv->t8 + base;
-            if (sc == 1)
-                for (Py_ssize_t n = 0; n < width; n++) span[n] = src[n];
-            else
-                for (Py_ssize_t n = 0; n < width; n++) span[n] = src[n * sc];
+            /* the strides of packed corner cells of 1 and 2 features as constants: loops the compiler vectorises */
+            switch (sc) {
+            case 1: span_u8(span, src, width, 1); break;
+            case 4: span_u8(span, src, width, 4); break;
+            case 8: span_u8(span, src, width, 8); break;
+            default: span_u8(span, src, width, sc);
+            }
         } else {
             const char *src = (const char *)lv->t32 + base;
             if (sc == sizeof(float))

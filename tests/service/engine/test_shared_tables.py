@@ -102,6 +102,11 @@ def test_pack_is_the_graphs_layout():
     three = np.arange(3 * 2 * 2, dtype=np.float32).reshape(3, 2, 2)  # 12 bytes a cell corner: no integer view
     out3 = np.empty((9, 12), np.float32)
     assert np.array_equal(pack(three, out3), three)
+    for shape in ((1, 1, 1), (2, 1, 5), (1, 6, 1)):  # one cell, one row, one column: every corner the edge's
+        t = np.arange(np.prod(shape), dtype=np.uint8).reshape(shape)
+        out = np.empty(((shape[1] + 1) * (shape[2] + 1), 4 * shape[0]), np.uint8)
+        assert np.array_equal(pack(t, out), t)
+        assert np.array_equal(out.reshape(shape[1] + 1, shape[2] + 1, 4, shape[0])[0, 0, 3], t[:, 0, 0])
 
 
 def test_a_graph_packed_another_way_or_other_tables_are_not_shared(models):
