@@ -108,6 +108,8 @@ class NativeRate:
 
     def codes(self, levels: int) -> torch.Tensor:
         lo, hi = self.bounds
+        if hi - lo <= 1e-6 * max(1.0, abs(lo)):  # one value (a 1×1 photo, a flat one), as round_native_8bit has it
+            return torch.zeros_like(self.table)
         return torch.round((self.table.clamp(lo, hi) - lo) / ((hi - lo) / levels)).clamp(0, levels)
 
     def code_bytes(self, q: torch.Tensor) -> int:
