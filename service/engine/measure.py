@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .runtime import ModelRuntime
 
 FIRST_RATIO = 6.0  # bytes in memory per byte of ONNX file, before any load has been measured
-FIRST_PEAK_RATIO = 40.0  # the same for the peak during a load (onnxruntime's constant folding of a grid's tables)
+FIRST_PEAK_RATIO = 40.0  # the same for the peak during a load (a graph onnxruntime folds: a float16 grid's tables)
 RATIOS_KEPT = 64
 
 
@@ -40,8 +40,9 @@ class Measure:
         return int(runtime.file_bytes() * high(self.ratios, FIRST_RATIO))
 
     def room(self, runtime: ModelRuntime) -> int:
-        """The bytes its load needs at its peak (what the residency frees before it): onnxruntime folds a grid
-        model's packed corner cells out of its tables at load, with copies that peak at several times the result."""
+        """The bytes its load needs at its peak (what the residency frees before it): the file decoded, and for a graph
+        onnxruntime optimises, the copies its constant folding makes on the way, at several times the result (a dense
+        grid on the CPU is packed by the service instead: service/engine/shared_tables.py)."""
         if runtime.load_peak is not None:
             return max(runtime.load_peak, self.estimate(runtime))
         return max(self.estimate(runtime), int(runtime.file_bytes() * high(self.peak_ratios, FIRST_PEAK_RATIO)))

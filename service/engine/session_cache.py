@@ -1,10 +1,11 @@
 """A disk cache of optimised sessions: a model's graph as onnxruntime left it after its optimisations, in ORT
 format, so that its next load skips them.
 
-A photo model's load is mostly onnxruntime's constant folding of the grid's packed corner cells (a 2 MP model:
-~95 ms of a ~120 ms session; from the cache ~30 ms, with the same warm render speed: docs/benchmarks.md,
-collection). Under a memory budget a model is loaded again each time it comes back after an eviction, so the
-cache serves every load after a version's first on this machine.
+A graph that onnxruntime optimises at load (a float16 or hashed grid folding its tables, a Fourier or SineKAN model)
+pays for it at every load, and under a memory budget a model is loaded again each time it comes back after an
+eviction, so the cache serves every load after a version's first on this machine. A dense grid photo model's CPU
+session skips it: the service packs its corner cells itself (service/engine/shared_tables.py), which left
+onnxruntime's folding of them (a 2 MP model: ~95 ms of a ~120 ms session) nothing to do.
 
 A hit also skips the decoding of a file's entropy-coded tables (service/engine/modelfile.py): the cached graph
 holds them decoded. A file is named by what decides its content: the ONNX file's sha256 (verified by the load
