@@ -46,6 +46,7 @@ SUFFIX = "__coded"  # NAME__u8 is stored as NAME__u8__coded
 PREFIX = "~"  # the decoding nodes' outputs and their constants are named ~N/… (N numbers the coded tables)
 MAX_SIDE = 65_536  # the largest side of a table this reads
 MAX_VALUES = 1 << 28  # and the most values (a 64 MP native level has 2^26)
+ENCODE_CHUNK = 1 << 20  # values per pass of the encoder's bit streams (a multiple of 8)
 # magic, then F, ry, rx, BLOCK, blocks per p (PARAMS), and the lengths of the sections: parameters, unary, and the
 # low bits of k = 1 … KMAX
 HEADER = struct.Struct(f"<4s4I{PARAMS}I{2 + KMAX}I")
@@ -111,9 +112,26 @@ def block_bits(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _bits_msb(values: np.ndarray, k: int) -> np.ndarray:
-    """The low k bits of each value, most significant first, as packed bytes."""
-    bits = (values[:, None] >> np.arange(k - 1, -1, -1, dtype=values.dtype)) & 1
-    return np.packbits(bits.astype(np.uint8).ravel())
+    """The low k bits of each value, most significant first, as packed bytes; ENCODE_CHUNK values at a time (a
+    multiple of 8: each chunk's bits end on a byte)."""
+    shifts = np.arange(k - 1, -1, -1, dtype=values.dtype)
+    parts = [
+        np.packbits(((values[i : i + ENCODE_CHUNK, None] >> shifts) & 1).astype(np.uint8).ravel())
+        for i in range(0, len(values), ENCODE_CHUNK)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def _unary(high: np.ndarray) -> np.ndarray:
+    """The unary stream of `high` (each value h: h zero bits, then a one), one uint8 0/1 per bit; its ends counted
+    ENCODE_CHUNK values at a time (int64 positions of a chunk, not of every value)."""
+    unary = np.zeros(int(high.sum()) + high.size, np.uint8)
+    at = 0
+    for i in range(0, len(high), ENCODE_CHUNK):
+        ends = np.cumsum(high[i : i + ENCODE_CHUNK] + 1)
+        unary[ends + (at - 1)] = 1
+        at += int(ends[-1])
+    return unary
 
 
 def encode(q: np.ndarray) -> bytes:
@@ -131,12 +149,7 @@ def encode(q: np.ndarray) -> bytes:
     del u
     coded, ks = us[ps > 0], ps[ps > 0] - 1
     del us
-    high = (coded >> ks.astype(coded.dtype)[:, None]).ravel()
-    unary = np.zeros(int(high.sum()) + high.size, np.uint8)
-    ends = np.cumsum(high + 1)
-    ends -= 1
-    unary[ends] = 1  # high zeros, then a one
-    del high, ends
+    unary = _unary((coded >> ks.astype(coded.dtype)[:, None]).ravel())
     lows = [_bits_msb(coded[ks == k].ravel(), k) for k in range(1, KMAX + 1)]
     params = np.packbits(((param[:, None] >> np.arange(3, -1, -1)) & 1).astype(np.uint8).ravel())
     sections = [params.tobytes(), np.packbits(unary).tobytes(), *(low.tobytes() for low in lows)]

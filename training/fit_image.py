@@ -180,6 +180,7 @@ def train(cfg: FitConfig, img: np.ndarray, on_step=None, every: int = 25) -> tup
     if not math.isfinite(best.loss):
         raise UsageError(f"training diverged (loss {loss_v}); try a smaller --lr")
     best.restore()
+    model.zero_grad(set_to_none=True)  # the last step's gradients: a table's size again, through the finish
     model = model.cpu().eval()
     if cfg.model.model == "mlp-bn":
         fold_batchnorm(model)

@@ -167,3 +167,13 @@ def test_zigzag_maps_every_residual_as_documented():
     u = tablecode.zigzag(q, centres)
     r = q.astype(np.int64) - centres.astype(np.int64)[:, None]
     assert np.array_equal(u, np.where(r >= 0, 2 * r, -2 * r - 1)) and u.min() == 0 and u.max() == 510
+
+
+@pytest.mark.parametrize("chunk", [8, 64, 4096])
+def test_the_encoder_writes_the_same_bytes_a_chunk_at_a_time(monkeypatch, chunk):
+    """The bit streams are written ENCODE_CHUNK values at a time (bounded memory): any chunk gives the bytes of one
+    pass, and they decode to the table."""
+    q = laplace_table((1, 2, 130, 77), seed=4)
+    whole = encode(q)
+    monkeypatch.setattr(tablecode, "ENCODE_CHUNK", chunk)
+    assert encode(q) == whole and np.array_equal(decode(whole), q)

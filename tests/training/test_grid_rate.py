@@ -113,3 +113,21 @@ def test_a_table_whose_channels_skip_different_steps_is_still_found_on_its_steps
     assert (
         torch.from_numpy(found[0].astype("float32")) * torch.from_numpy(found[1]) + torch.from_numpy(found[2])
     ).equal(table)
+
+
+def test_a_trial_that_loses_a_byte_target_measures_the_dropped_pixels_again_to_the_same_values(fitted, monkeypatch):
+    """The coarser levels' trial does not hold the first rounding's per-pixel errors beside its own (12 bytes a pixel,
+    a 20 MP fit's peak: docs/benchmarks.md, "one-model rule"). When the trial loses under a byte target, whose steps
+    are then counted on them, they are measured again from the model as it was: the very values dropped."""
+    measured = []
+    measure = grid_rate.Pixels.measure
+
+    def record(*args):
+        measured.append(measure(*args))
+        return measured[-1]
+
+    monkeypatch.setattr(grid_rate.Pixels, "measure", record)
+    _, report, size, _ = finished(fitted, target_bytes=50000)
+    assert len(measured) == 3 and report["coarse_levels"] == [255] * 7  # first, the trial's (lost), first again
+    assert all(torch.equal(getattr(measured[0], f), getattr(measured[2], f)) for f in ("cell", "error", "slope2"))
+    assert size == report["file_bytes"] <= 50000

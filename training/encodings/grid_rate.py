@@ -97,29 +97,29 @@ def psnr(sse: float, values: int) -> float:
 
 
 class NativeRate:
-    """The native level's code bytes and the predicted error at Q steps over `bounds`."""
+    """The native level's code bytes and the predicted error at Q steps over `bounds` (from `pixels`: None while
+    another rounding is tried, `finish_rate`)."""
 
     def __init__(self, model, pixels: Pixels, bounds: tuple[float, float], values: int):
         self.table = model.encoding.tables[-1][0, 0].detach().clone()
         self.pixels, self.bounds, self.values = pixels, bounds, values
-        flat, self.z = self.table.reshape(-1), torch.empty(len(pixels.cell))  # float32: float64 per chunk below
-        for part, cell in pixels.chunks():
-            self.z[part] = flat[cell]
 
     def codes(self, levels: int) -> torch.Tensor:
+        """The table's codes on `levels` steps, float32 (one table's copy: the operations in place)."""
         lo, hi = self.bounds
         if hi - lo <= 1e-6 * max(1.0, abs(lo)):  # one value (a 1×1 photo, a flat one), as round_native_8bit has it
             return torch.zeros_like(self.table)
-        return torch.round((self.table.clamp(lo, hi) - lo) / ((hi - lo) / levels)).clamp(0, levels)
+        q = self.table.clamp(lo, hi)
+        return q.sub_(lo).div_((hi - lo) / levels).round_().clamp_(0, levels)
 
     def code_bytes(self, q: torch.Tensor) -> int:
         return len(tablecode.encode(q.numpy().astype(np.uint8)[None, None]))
 
     def predicted_psnr(self, levels: int) -> float:
         lo, hi = self.bounds
-        codes, px, sse = self.codes(levels).reshape(-1), self.pixels, 0.0
-        for part, cell in px.chunks():
-            moved = lo + codes[cell].double() * ((hi - lo) / levels) - self.z[part].double()
+        codes, flat, px, sse = self.codes(levels).reshape(-1), self.table.reshape(-1), self.pixels, 0.0
+        for part, cell in px.chunks():  # each pixel's refitted value gathered per chunk, not held for every pixel
+            moved = lo + codes[cell].double() * ((hi - lo) / levels) - flat[cell].double()
             sse += float((px.error[part].double() + px.slope2[part].double() * moved * moved).sum())
         return psnr(sse, self.values)
 
@@ -175,21 +175,25 @@ def coarse_levels(sizes: list[tuple[int, int]], pixels: int, native: int) -> lis
     return [min(LEVELS, max(1, round(native / (KAPPA * math.sqrt(rx * ry / pixels))))) for rx, ry in sizes]
 
 
-def better(target: Target, before: tuple, after: tuple, finest: float) -> bool:
-    """Whether the coarser levels' rounding (`after`: its NativeRate, its Q, its coarse tables) beats keeping them on
-    255 steps (`before`): for a byte target, a higher predicted PSNR within the budget; else, the PSNR floor still
-    met (the target's, or LOSS_DB below the finest) with fewer code bytes in the tables."""
-    (rate0, q0, tables0), (rate1, q1, tables1) = before, after
+def standing(target: Target, rate: NativeRate, levels: int, tables) -> float:
+    """What `better` weighs a rounding by (its NativeRate, its Q, its coarse tables): for a byte target its predicted
+    PSNR, else the code bytes of its tables."""
     if target.bytes is not None:
-        return rate1.predicted_psnr(q1) > rate0.predicted_psnr(q0)
+        return rate.predicted_psnr(levels)
+    return rate.code_bytes(rate.codes(levels)) + sum(stored_code_bytes(t) for t in tables)
+
+
+def better(target: Target, before: float, after: tuple, finest: float) -> bool:
+    """Whether the coarser levels' rounding (`after`: its NativeRate, its Q, its coarse tables) beats keeping them on
+    255 steps (`before`: that rounding's `standing`): for a byte target, a higher predicted PSNR within the budget;
+    else, the PSNR floor still met (the target's, or LOSS_DB below the finest) with fewer code bytes in the tables."""
+    rate1, q1, tables1 = after
+    if target.bytes is not None:
+        return standing(target, rate1, q1, tables1) > before
     floor = target.psnr if target.psnr is not None else finest - LOSS_DB
     if rate1.predicted_psnr(q1) < floor:
         return False
-
-    def code(rate: NativeRate, q: int, tables) -> int:
-        return rate.code_bytes(rate.codes(q)) + sum(stored_code_bytes(t) for t in tables)
-
-    return code(rate1, q1, tables1) < code(rate0, q0, tables0)
+    return standing(target, rate1, q1, tables1) < before
 
 
 def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes, originals=None, refit=None) -> dict:
@@ -217,6 +221,8 @@ def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes
     trial = coarse_levels(enc.sizes[:-1], w * h, levels)
     if originals is not None and refit is not None and min(trial) < LEVELS:
         kept = [t.detach().clone() for t in enc.tables[:-1]]
+        before = standing(target, rate, levels, kept)
+        rate.pixels = None  # not held beside the trial's (12 bytes a pixel); measured again if the trial loses
         with torch.no_grad():
             for table, original in zip(enc.tables[:-1], originals):
                 table.copy_(original)
@@ -226,12 +232,16 @@ def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes
         refit()
         coarser, fixed2 = measured()
         levels2, _ = choose_levels(coarser, target, fixed2, reference=finest)
-        if better(target, (rate, levels, kept), (coarser, levels2, enc.tables[:-1]), finest):
+        if better(target, before, (coarser, levels2, enc.tables[:-1]), finest):
             coarse, rate, fixed, levels = trial, coarser, fixed2, levels2
         else:  # the coarser levels cost more than they save (a photo whose coarse levels carry the detail)
+            coarser = None
             with torch.no_grad():
                 for table, old in zip(enc.tables[:-1], kept):
                     table.copy_(old)
+                native_table[0, 0].copy_(rate.table)
+            if target.bytes is not None:  # the model as when they were measured: the same pixels, for the counts
+                rate.pixels = Pixels.measure(model, coords, targets, w, h)
     good, corrected = None, False  # a byte target: the largest Q whose file kept to it; the counts corrected once
     for _ in range(LEVELS):  # the real rounding, stepped until it meets the target
         with torch.no_grad():
