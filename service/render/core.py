@@ -131,9 +131,8 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
     settings = core.settings
     out = new_image(spec)
     paint, tile_samples = painter_for(model, spec, out, settings.render_tile_samples)
-    job: TileJob | None = None
 
-    def deadline_error() -> Exception:
+    def deadline_error(job: TileJob) -> Exception:
         core.metrics.render_deadlines.labels(model.name).inc()
         return RenderTimeout(
             f"the render of {spec.width}×{spec.height} ran past its deadline of "

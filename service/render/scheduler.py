@@ -36,7 +36,7 @@ class TileJob:
         tiles: Iterable,
         run_tile: Callable[[object], None],
         deadline: float | None = None,
-        on_deadline: Callable[[], Exception] | None = None,
+        on_deadline: Callable[["TileJob"], Exception] | None = None,
         on_cancel: Callable[[], Exception] | None = None,
         finish: Callable[[], object] | None = None,
     ):
@@ -44,7 +44,10 @@ class TileJob:
         self.total = len(self.pending)
         self.run_tile = run_tile
         self.deadline = deadline  # time.monotonic() value, or None
-        self.on_deadline = on_deadline or (lambda: TimeoutError("render deadline passed"))
+        # given the job, so that its error can say how far it got without closing over it: a job that a callable of
+        # its own refers to is a cycle, and its tiles' painter (the model's tables) lived until Python's cycle
+        # collector ran (~1 GiB of unloaded models' tables over a 1 GiB budget, docs/benchmarks.md, collection)
+        self.on_deadline = on_deadline or (lambda job: TimeoutError("render deadline passed"))
         self.on_cancel = on_cancel or (lambda: RuntimeError("render cancelled"))
         self.finish = finish  # run by the worker that completes the last tile: its result is the future's
         self.cancelled = threading.Event()
@@ -149,7 +152,7 @@ class TileScheduler:
                     self._fail(job, job.on_cancel())
                     continue
                 if job.deadline is not None and time.monotonic() > job.deadline:
-                    self._fail(job, job.on_deadline())
+                    self._fail(job, job.on_deadline(job))
                     continue
                 tile = job.pending.popleft()
                 job.service += 1

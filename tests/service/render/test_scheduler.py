@@ -80,10 +80,15 @@ def test_a_render_past_its_deadline_stops_at_the_next_tile_and_the_others_finish
         ran.append(t)
         late.deadline = time.monotonic()
 
-    late = TileJob(range(100), tile, deadline=time.monotonic() + 3600, on_deadline=lambda: TimeoutError("late"))
+    late = TileJob(
+        range(100),
+        tile,
+        deadline=time.monotonic() + 3600,
+        on_deadline=lambda job: TimeoutError(f"late after {job.done}"),
+    )
     other = TileJob(range(5), lambda t: None)
     f_late, f_other = sched.submit(late), sched.submit(other)
-    with pytest.raises(TimeoutError, match="late"):
+    with pytest.raises(TimeoutError, match="late after 1"):
         f_late.result(30)
     assert f_other.result(30) is None
     assert ran == [0]
