@@ -175,18 +175,8 @@ def head_layers(head: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool]
         for i in set(n.input):
             readers.setdefault(i, []).append(n)
 
-    def value(name: str) -> np.ndarray | None:
-        """A weight: an initializer, or one reshaped or cast (float16 storage) by nodes; None otherwise."""
-        if name in inits:
-            return to_array(inits[name]).astype(np.float32)
-        node = producers.get(name)
-        if node is None or node.op_type not in ("Reshape", "Cast"):
-            return None
-        v = value(node.input[0])
-        if v is None or node.op_type == "Cast":
-            return v
-        shape = value(node.input[1])
-        return None if shape is None else v.reshape(shape.astype(np.int64))
+    def value(name: str) -> np.ndarray | None:  # not recursive itself: a closure that calls itself is a cycle
+        return _weight(name, producers, inits)
 
     layers, sigmoid, data = [], False, FEATURES
     while data != "rgb":
@@ -220,6 +210,20 @@ def head_layers(head: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], bool]
         if nxt.shape[1] != len(w):
             return None
     return [(w, b) for w, b, _ in layers], sigmoid
+
+
+def _weight(name: str, producers: dict, inits: dict) -> np.ndarray | None:
+    """A weight of a head: an initializer, or one reshaped or cast (float16 storage) by nodes; None otherwise."""
+    if name in inits:
+        return to_array(inits[name]).astype(np.float32)
+    node = producers.get(name)
+    if node is None or node.op_type not in ("Reshape", "Cast"):
+        return None
+    v = _weight(node.input[0], producers, inits)
+    if v is None or node.op_type == "Cast":
+        return v
+    shape = _weight(node.input[1], producers, inits)
+    return None if shape is None else v.reshape(shape.astype(np.int64))
 
 
 def _transposed(nodes: list) -> list:
