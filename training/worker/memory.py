@@ -5,8 +5,8 @@ The peak resident set of a worker fitting one `grid` model grows about in a line
 blocks: a fresh `worker --once` per photo, 4 to 24 MP, one torch thread): BASE + PER_PIXEL · P bounds every measured
 peak. A job at its native size is one model when that bound is within the worker's memory (and the image within the
 preset's `max_pixels`, 25 MP); else it is fitted in blocks, of a side whose bound is within it too. A 2 GiB worker
-holds one model of up to 11.5 MP (25.7 MP before the tables' rate control, whose finish and export take more per
-pixel: measured again on 2026-12-05).
+holds one model of up to 15.8 MP (25.7 MP before the tables' rate control, 11.5 MP with it until its finish and the
+export's per-pixel arrays were cut: measured again on 2026-12-05).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import math
 
 MiB = 1 << 20
 GiB = 1 << 30
-# A line over the measured peaks since the rate control (4.1, 12.0, 20.0 and 24.0 MP: 948, 1,862, 3,001 and 3,562
-# MiB), at least 5 % above each: torch, onnxruntime and libvips loaded; then a pixel's image, table entries and their
-# Adam state, the rate control's per-pixel errors and the export's arrays.
-BASE = 410 * MiB
-PER_PIXEL = 150  # bytes
+# A line over the measured peaks (4.0, 12.0, 20.0 and 24.0 MP: at most 964, 1,460, 2,282 and 2,300 MiB), at least
+# 5 % above each: torch, onnxruntime and libvips loaded; then a pixel's image, table entries and their Adam state in
+# the training, the rate control's per-pixel errors, and the export's decode of the coded tables in its parity run.
+BASE = 670 * MiB
+PER_PIXEL = 91  # bytes
 DEFAULT = 2 * GiB  # the worker's memory when none is given: the giants' target (docs/benchmarks.md, giant)
 
 
