@@ -5,9 +5,13 @@ A version's bytes are the growth of the process's resident set across its load a
 the version's only if no session ran meanwhile: a render elsewhere allocates and frees tens of megabytes of
 activations, and the server measured 2-25 MiB for copies of one 13 MiB model under load (docs/benchmarks.md,
 collection). `RUNS` counts the session runs, so a load knows whether it was quiet. A load that overlapped runs
-keeps the version's last quiet measurement, or takes an estimate from its file's size at a high ratio of the quiet
-loads' bytes per file byte. The peak during a load (VmHWM, started again before it) is measured the same way,
-so that the residency frees room for the load's transient memory as well as for its result.
+keeps the version's last quiet measurement, or takes an estimate at a high ratio of the quiet loads' bytes per byte
+of what predicts them: a dense grid's packed corner cells where its export recorded them (its CPU session holds
+them, and little else), else its file's size. A file's size predicts badly since tables are entropy-coded: the
+bytes in memory per file byte ranged from 4 (an uncoded file) to 17, and under a stream of loads that never ran
+quiet the estimates from the first few let the server hold 1.6 GiB under a 1 GiB budget
+(docs/benchmarks.md, collection). The peak during a load (VmHWM, started again before it) is measured and estimated
+the same way, so that the residency frees room for the load's transient memory as well as for its result.
 """
 
 from __future__ import annotations
@@ -24,20 +28,37 @@ if TYPE_CHECKING:
 
 FIRST_RATIO = 6.0  # bytes in memory per byte of ONNX file, before any load has been measured
 FIRST_PEAK_RATIO = 40.0  # the same for the peak during a load (a graph onnxruntime folds: a float16 grid's tables)
+FIRST_PACKED_RATIO = 1.25  # bytes in memory per packed corner byte, before any is measured (1.05-1.09 measured)
+FIRST_PACKED_PEAK_RATIO = 3.0  # the same for the peak (2.3-2.7 measured: the file decoded and the cells packed)
 RATIOS_KEPT = 64
 
 
 class Measure:
     def __init__(self):
         self.lock = threading.Lock()  # one load measured at a time, and no unload during one
-        self.ratios: list[float] = []  # bytes per ONNX byte of the last quiet loads
-        self.peak_ratios: list[float] = []  # the peak during a load per ONNX byte, the same loads
+        # bytes and the peak during a load per byte of what predicts them (`basis`), of the last quiet loads
+        self.ratios: dict[str, list[float]] = {"file": [], "packed": []}
+        self.peak_ratios: dict[str, list[float]] = {"file": [], "packed": []}
+
+    @staticmethod
+    def basis(runtime: ModelRuntime) -> tuple[str, int]:
+        """What predicts a version's bytes before they are measured: (kind, bytes)."""
+        packed = runtime.packed_bytes()
+        return ("packed", packed) if packed is not None else ("file", runtime.file_bytes())
+
+    def _estimate(self, runtime: ModelRuntime, peak: bool = False) -> int:
+        kind, size = self.basis(runtime)
+        if kind == "packed":
+            first = FIRST_PACKED_PEAK_RATIO if peak else FIRST_PACKED_RATIO
+        else:
+            first = FIRST_PEAK_RATIO if peak else FIRST_RATIO
+        return int(size * high((self.peak_ratios if peak else self.ratios)[kind], first))
 
     def estimate(self, runtime: ModelRuntime) -> int:
-        """The bytes a version will take: measured when it was loaded before, else from its file's size."""
+        """The bytes a version will take: measured when it was loaded before, else from what predicts them."""
         if runtime.bytes is not None:
             return runtime.bytes
-        return int(runtime.file_bytes() * high(self.ratios, FIRST_RATIO))
+        return self._estimate(runtime)
 
     def room(self, runtime: ModelRuntime) -> int:
         """The bytes its load needs at its peak (what the residency frees before it): the file decoded, and for a graph
@@ -45,7 +66,7 @@ class Measure:
         grid on the CPU is packed by the service instead: service/engine/shared_tables.py)."""
         if runtime.load_peak is not None:
             return max(runtime.load_peak, self.estimate(runtime))
-        return max(self.estimate(runtime), int(runtime.file_bytes() * high(self.peak_ratios, FIRST_PEAK_RATIO)))
+        return max(self.estimate(runtime), self._estimate(runtime, peak=True))
 
     def load(self, runtime: ModelRuntime) -> tuple[float, int, bool]:
         """Load and warm up `runtime` (blocking) and set its `bytes` and `load_peak`; (seconds, growth, quiet)."""
@@ -60,15 +81,16 @@ class Measure:
             grown, quiet = max(rss() - before, 0), RUNS.quiet_since(mark)
         if runtime.resident:
             size = runtime.file_bytes()
+            kind, basis = self.basis(runtime)
             if quiet:
                 runtime.bytes, runtime.bytes_quiet = max(grown, size), True
-                keep(self.ratios, runtime.bytes / max(size, 1))
+                keep(self.ratios[kind], runtime.bytes / max(basis, 1))
             elif not runtime.bytes_quiet:
-                runtime.bytes = max(size, int(size * high(self.ratios, FIRST_RATIO)))
+                runtime.bytes = max(size, self._estimate(runtime))
             if peaks:  # runs that overlapped add to the peak: too high then, never too low
                 runtime.load_peak = max(peak, runtime.bytes)
                 if quiet:
-                    keep(self.peak_ratios, runtime.load_peak / max(size, 1))
+                    keep(self.peak_ratios[kind], runtime.load_peak / max(basis, 1))
         return seconds, grown, quiet
 
 

@@ -13,7 +13,7 @@ and its warmup. A request holds its version from `acquire` to `release`; a held 
   budget is refused (ModelTooLarge), and the others keep serving.
 * **Bytes, measured.** A version's bytes are the growth of the process's resident set across its load and warmup,
   when no session ran meanwhile (service/engine/measure.py); a version not yet measured that way is estimated
-  from its file's size at the ratio of the measured ones.
+  from its packed corner cells (a grid photo's) or its file's size, at the ratio of the measured ones.
 * **Bounded loads.** At most `--max-concurrent-loads` versions load or wait to load at once; a request that would
   start another, or that finds no room because every resident version is held, waits within its deadline
   (INR_QUEUE_TIMEOUT_S, or the gRPC call's) and then gets 503 with Retry-After.

@@ -131,6 +131,13 @@ class ModelRuntime:
         """Bytes of its ONNX files on disk (model.onnx and a separable body.onnx)."""
         return sum(st[1] for st in self.stamp[:1] + self.stamp[2:] if st is not None)
 
+    def packed_bytes(self) -> int | None:
+        """A dense grid's packed corner cells as its export recorded them (`export.tables.packed_bytes`): what its CPU
+        session holds, whatever its file's coding (service/engine/shared_tables.py); None for another model."""
+        tables = (self.metadata.get("export") or {}).get("tables") if self.record is not None else None
+        packed = tables.get("packed_bytes") if isinstance(tables, dict) else None
+        return packed if isinstance(packed, int) and packed > 0 else None
+
     @property
     def resident(self) -> bool:
         """It holds its sessions now (a listed version does not, until its first use)."""
