@@ -82,6 +82,24 @@ def test_tiny_and_extreme_images_export_and_match(size):
     assert check_parity(net, onnx_bytes, probe, "coords", ["rgb"], atol=1e-5)["rgb"] <= 1e-5
 
 
+def test_the_size_limit_counts_the_corners_in_the_dtype_they_are_stored_in(monkeypatch):
+    """A grid of 8-bit tables packs a byte per corner value: a photo of ~12 MP (the one-model fits of a 2 GiB worker)
+    keeps the dense layout, which the service renders with its lattice kernel, where a limit counted in float32
+    gave it the traced graph (GridSample) and tiles through the whole graph."""
+    from training.encodings.grid_quant import round_tables_8bit
+
+    net = grid_model(90, 60)
+    float32 = grid_export.stored_packed_bytes(net.encoding)
+    round_tables_8bit(net)
+    uint8 = grid_export.stored_packed_bytes(net.encoding)
+    assert uint8 * 4 == float32
+    monkeypatch.setattr(grid_export, "MAX_PACKED", uint8)
+    assert grid_export.plan(net, "coords") is not None
+    assert "GridSample" not in ops(export_onnx(net, torch.rand(8, 2), "coords", ["rgb"]))
+    monkeypatch.setattr(grid_export, "MAX_PACKED", uint8 - 1)
+    assert grid_export.plan(net, "coords") is None
+
+
 def test_large_and_hashed_grids_keep_the_traced_graph(monkeypatch):
     net = grid_model(90, 60)
     monkeypatch.setattr(grid_export, "MAX_PACKED", 3200)

@@ -26,8 +26,8 @@ chosen by grid_store.py when the file is stored): 4·F or 8·F bytes per cell af
 and 8-bit tables dequantised after the corner sum.
 
 The head (everything after the encoding) is traced from the model itself. Grids with a hashed
-level, or more than MAX_PACKED bytes of packed corners (memory: a 24 MP model would need about 290 MB steady),
-keep the traced graph. Export still runs the parity gate against torch on the result.
+level, or more than MAX_PACKED bytes of packed corners in their stored dtype (8-bit tables: ~27 MP), keep the traced
+graph. Export still runs the parity gate against torch on the result.
 """
 
 from __future__ import annotations
@@ -35,15 +35,17 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import torch
 from torch import nn
 
 from .grid import MultiresGrid
 from .grid_quant import exact_8bit
 
 FEATURES = "grid_features"  # the head's input inside the composed graph
-MAX_PACKED = 2**27  # bytes of float32 corners, 16·F per padded cell (128 MiB: a 4 MP model with 8-bit tables
-# has 93 MB), and about 4× that at the peak of the load-time folding; larger grids keep
-# the traced graph
+MAX_PACKED = 160 * 2**20  # bytes of packed corners in the tables' stored dtype, 4·F values per padded cell: 8-bit
+# tables (the grid preset's) reach it at ~27 MP, past any one model the fits make (25 MP), float32 ones at ~6 MP.
+# onnxruntime's constant folding of them peaks at about 4× that where it makes the session (Triton, a plain
+# onnxruntime; this service packs them itself: service/engine/shared_tables.py); larger grids keep the traced graph
 
 
 def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
@@ -51,8 +53,23 @@ def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
     enc = getattr(module, "encoding", None)
     if input_name != "coords" or not isinstance(enc, MultiresGrid) or enc.hashed or not hasattr(module, "body"):
         return None
-    packed = sum((rx + 1) * (ry + 1) * 16 * f for (rx, ry), f in zip(enc.sizes, enc.level_features))
-    return DenseGridGraph(module, enc) if packed <= MAX_PACKED else None
+    return DenseGridGraph(module, enc) if stored_packed_bytes(enc) <= MAX_PACKED else None
+
+
+def stored_packed_bytes(enc: MultiresGrid) -> int:
+    """Bytes of the packed corners in the dtype each run's tables will be stored in (grid_store.py): 1 for tables that
+    are exactly 8-bit numbers, 2 for float16 numbers, else 4 (a traced export's float32 tables: the same as before)."""
+    total = 0
+    for a, b, f in runs(enc.level_features):
+        tables = [enc.tables[level].detach().cpu() for level in range(a, b)]
+        if all(exact_8bit(t) is not None for t in tables):
+            size = 1
+        elif all(torch.equal(t.half().float(), t) for t in tables):
+            size = 2
+        else:
+            size = 4
+        total += sum((rx + 1) * (ry + 1) for rx, ry in enc.sizes[a:b]) * 4 * f * size
+    return total
 
 
 class DenseGridGraph:
