@@ -98,6 +98,9 @@ def test_the_size_limit_counts_the_corners_in_the_dtype_they_are_stored_in(monke
     assert "GridSample" not in ops(export_onnx(net, torch.rand(8, 2), "coords", ["rgb"]))
     monkeypatch.setattr(grid_export, "MAX_PACKED", uint8 - 1)
     assert grid_export.plan(net, "coords") is None
+    monkeypatch.setattr(grid_export, "MAX_PACKED", uint8)  # a run's cells past what float32 indexes exactly
+    monkeypatch.setattr(grid_export, "MAX_CELLS", max(grid_export.run_cells(net.encoding)) - 1)
+    assert grid_export.plan(net, "coords") is None
 
 
 def test_large_and_hashed_grids_keep_the_traced_graph(monkeypatch):

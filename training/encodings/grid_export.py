@@ -26,8 +26,9 @@ chosen by grid_store.py when the file is stored): 4·F or 8·F bytes per cell af
 and 8-bit tables dequantised after the corner sum.
 
 The head (everything after the encoding) is traced from the model itself. Grids with a hashed
-level, or more than MAX_PACKED bytes of packed corners in their stored dtype (8-bit tables: ~27 MP), keep the traced
-graph. Export still runs the parity gate against torch on the result.
+level, more than MAX_PACKED bytes of packed corners in their stored dtype (8-bit tables: ~27 MP) or a run of more
+than MAX_CELLS cells (its index is computed in float32: a native level of ~16.7 MP) keep the traced graph. Export
+still runs the parity gate against torch on the result.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ from .grid_quant import exact_8bit
 
 FEATURES = "grid_features"  # the head's input inside the composed graph
 MAX_PACKED = 160 * 2**20  # bytes of packed corners in the tables' stored dtype, 4·F values per padded cell: 8-bit
-# tables (the grid preset's) reach it at ~27 MP, past any one model the fits make (25 MP), float32 ones at ~6 MP.
+# tables (the grid preset's) reach it at ~27 MP (MAX_CELLS, below, comes first), float32 ones at ~6 MP.
 # onnxruntime's constant folding of them peaks at about 4× that where it makes the session (Triton, a plain
 # onnxruntime; this service packs them itself: service/engine/shared_tables.py); larger grids keep the traced graph
+MAX_CELLS = 2**24  # a run's cells: the graph computes a cell's index in float32, exact up to 2^24 (a native level of
+# ~16.7 MP; past it a 24 MP model's parity failed by 0.04)
 
 
 def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
@@ -53,14 +56,21 @@ def plan(module: nn.Module, input_name: str) -> "DenseGridGraph | None":
     enc = getattr(module, "encoding", None)
     if input_name != "coords" or not isinstance(enc, MultiresGrid) or enc.hashed or not hasattr(module, "body"):
         return None
-    return DenseGridGraph(module, enc) if stored_packed_bytes(enc) <= MAX_PACKED else None
+    if stored_packed_bytes(enc) > MAX_PACKED or max(run_cells(enc)) > MAX_CELLS:
+        return None
+    return DenseGridGraph(module, enc)
+
+
+def run_cells(enc: MultiresGrid) -> list[int]:
+    """Padded cells of each run's packed table."""
+    return [sum((rx + 1) * (ry + 1) for rx, ry in enc.sizes[a:b]) for a, b, _ in runs(enc.level_features)]
 
 
 def stored_packed_bytes(enc: MultiresGrid) -> int:
     """Bytes of the packed corners in the dtype each run's tables will be stored in (grid_store.py): 1 for tables that
     are exactly 8-bit numbers, 2 for float16 numbers, else 4 (a traced export's float32 tables: the same as before)."""
     total = 0
-    for a, b, f in runs(enc.level_features):
+    for (a, b, f), cells in zip(runs(enc.level_features), run_cells(enc)):
         tables = [enc.tables[level].detach().cpu() for level in range(a, b)]
         if all(exact_8bit(t) is not None for t in tables):
             size = 1
@@ -68,7 +78,7 @@ def stored_packed_bytes(enc: MultiresGrid) -> int:
             size = 2
         else:
             size = 4
-        total += sum((rx + 1) * (ry + 1) for rx, ry in enc.sizes[a:b]) * 4 * f * size
+        total += cells * 4 * f * size
     return total
 
 
