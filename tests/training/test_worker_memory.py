@@ -20,7 +20,7 @@ def images(tmp_path_factory):
     """Uniform PNGs of the sizes a camera makes: only their headers are read."""
     folder = tmp_path_factory.mktemp("sizes")
     out = {}
-    for w, h in ((2560, 1600), (6000, 4000), (12000, 9000)):
+    for w, h in ((2560, 1600), (4800, 3200), (6000, 4000), (12000, 9000)):
         out[(w, h)] = folder / f"{w}x{h}.png"
         pyvips.Image.black(w, h, bands=3).pngsave(str(out[(w, h)]), compression=1)
     return out
@@ -48,15 +48,24 @@ def test_a_4mp_photo_is_one_model_in_a_2gib_worker_and_blocks_only_when_asked(im
 
 
 def test_the_memory_decides_not_the_side(images):
-    photo = images[(6000, 4000)]  # 24 MP
-    big = sizing.one_model_peak(6000 * 4000)
+    photo = images[(4800, 3200)]  # 15.4 MP
+    big = sizing.one_model_peak(4800 * 3200)
     assert plan("j", OPTIONS, photo, big, GRID) is None, "a worker that holds it fits one model"
     small = plan("j", OPTIONS, photo, big - 1, GRID)
     assert small is not None and small.block == 2048 and (small.cols, small.rows) == (3, 2)
-    assert small.overview == (1500, 1000)
+    assert small.overview == (1200, 800)
     tight = sizing.one_model_peak(1000**2)  # blocks of a side this worker can hold, overlap included
     layout = plan("j", OPTIONS, photo, tight, GRID)
     assert layout.block == sizing.block_side(tight, 32) and all(b.w * b.h <= 1000**2 for b in layout.blocks)
+
+
+def test_a_photo_past_the_dense_layout_is_blocks_in_a_worker_that_would_hold_it(images):
+    """24 MP: its native level's cells are past what the dense graph indexes (grid_export.MAX_CELLS), so one model
+    would keep the traced graph: blocks of the dense layout instead, whose tiles the service's kernel paints."""
+    photo = images[(6000, 4000)]
+    layout = plan("j", OPTIONS, photo, 64 * sizing.GiB, GRID)
+    assert layout is not None and layout.block == 2048 and (layout.cols, layout.rows) == (3, 2)
+    assert layout.overview == (1500, 1000)
 
 
 def test_a_giant_is_blocks_whatever_the_memory_and_a_worker_too_small_for_a_block_says_so(images):

@@ -10,6 +10,7 @@ from modelrepo import Guard
 from modelrepo.blocks import MIN_BLOCK, BlockLayout
 
 from ..blocks import OVERVIEW, Piece, piece_steps, whole_metrics, write_blocked_model
+from ..encodings.grid_export import MAX_CELLS
 from ..errors import UsageError
 from ..regions import image_size, region_png, scaled_png, tiled
 from . import memory as sizing
@@ -20,13 +21,17 @@ log = logging.getLogger(__name__)
 def plan(job: str, options: dict, path: Path, memory: int, max_pixels: int) -> BlockLayout | None:
     """The job's blocks, or None: one model. A job with a `size` cap is fitted whole, downscaled. At its native size
     an image is one model when this worker can fit it as one (its measured bound within `memory`, the worker's, and
-    at most `max_pixels`, the preset's largest one model), unless the job asks for blocks (`blocks: always`); else
+    at most `max_pixels`, the preset's largest one model) in the dense grid layout (its native level within
+    grid_export.MAX_CELLS cells: ~16.7 MP), unless the job asks for blocks (`blocks: always`); else
     it is fitted in blocks of the job's block size, or of a smaller side when a block of that would not fit."""
     block = options.get("block")
     if not block or options.get("size"):
         return None
     width, height = image_size(str(path))
-    whole = width * height <= min(max_pixels, sizing.one_model_pixels(memory))
+    # and within the dense grid layout, whose tiles the service paints with its kernel: a larger model keeps the
+    # traced graph (every tile through the whole graph, ~12× the CPU, and a parity gate that fails now and then)
+    dense = (width + 1) * (height + 1) <= MAX_CELLS
+    whole = width * height <= min(max_pixels, sizing.one_model_pixels(memory)) and dense
     if whole and options.get("blocks") != "always":
         log.info(
             "fit %s: %d×%d, one model (at most %s of the worker's %s)",
