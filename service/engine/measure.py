@@ -30,6 +30,8 @@ FIRST_RATIO = 6.0  # bytes in memory per byte of ONNX file, before any load has 
 FIRST_PEAK_RATIO = 40.0  # the same for the peak during a load (a graph onnxruntime folds: a float16 grid's tables)
 FIRST_PACKED_RATIO = 1.25  # bytes in memory per packed corner byte, before any is measured (1.05-1.09 measured)
 FIRST_PACKED_PEAK_RATIO = 3.0  # the same for the peak (2.3-2.7 measured: the file decoded and the cells packed)
+PACKED_MIN = 4 * 2**20  # packed cells that predict a version's bytes: below, its fixed costs (its session, head and
+# objects, ~1 MiB) outweigh them, and a block of a few KB measured 100-300× its cells; such versions go by their file
 RATIOS_KEPT = 64
 
 
@@ -44,7 +46,7 @@ class Measure:
     def basis(runtime: ModelRuntime) -> tuple[str, int]:
         """What predicts a version's bytes before they are measured: (kind, bytes)."""
         packed = runtime.packed_bytes()
-        return ("packed", packed) if packed is not None else ("file", runtime.file_bytes())
+        return ("packed", packed) if packed is not None and packed >= PACKED_MIN else ("file", runtime.file_bytes())
 
     def _estimate(self, runtime: ModelRuntime, peak: bool = False) -> int:
         kind, size = self.basis(runtime)

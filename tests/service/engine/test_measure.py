@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from modelrepo import read_spec
-from service.engine.measure import FIRST_PACKED_RATIO, Measure
+from service.engine.measure import FIRST_PACKED_RATIO, PACKED_MIN, Measure
 from service.engine.runtime import RuntimeOptions
 from service.engine.tasks import runtime_for
 from tests.service.engine.test_residency import PHOTO, copy_model
@@ -43,6 +43,12 @@ def test_a_grid_photo_is_estimated_from_its_packed_cells_whatever_its_files_codi
     assert m.room(coded) >= m.estimate(coded)
 
 
-def test_other_models_are_estimated_from_their_files(model_repo):
+def test_other_models_and_small_grids_are_estimated_from_their_files(model_repo, tmp_path):
     digits = runtime(model_repo / "digits")
     assert digits.packed_bytes() is None and Measure.basis(digits) == ("file", digits.file_bytes())
+    small = runtime(coded_copy(tmp_path, "small"))  # a grid whose cells are fewer than its fixed costs predict
+    meta = small.path / "1" / "metadata.json"
+    record = json.loads(meta.read_text())
+    record["export"]["tables"]["packed_bytes"] = PACKED_MIN - 1
+    meta.write_text(json.dumps(record))
+    assert Measure.basis(runtime(small.path)) == ("file", small.file_bytes())

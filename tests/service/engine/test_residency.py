@@ -151,7 +151,7 @@ def test_a_model_in_use_is_not_unloaded_and_a_pinned_one_never(collection, one_m
         "m0",
         "--grpc-port",
         "0",
-        env={"INR_RENDER_TIMEOUT_S": "300"},
+        env={"INR_RENDER_TIMEOUT_S": "300", "INR_MAX_RENDER_PIXELS": "40000000"},
     )
     with srv.running():
         assert resident(srv) == {"m0"}  # pinned: loaded at start
@@ -161,7 +161,9 @@ def test_a_model_in_use_is_not_unloaded_and_a_pinned_one_never(collection, one_m
                 "r",
                 httpx.post(
                     f"{srv.url}/v1/models/m1/render",
-                    json={"width": 1400, "height": 1400, "supersample": 2},
+                    # turned: through the whole graph, seconds long (the lattice kernel paints it in ~0.2 s, and
+                    # m1 went idle, and was the one evicted, before m4 came)
+                    json={"width": 5000, "height": 5000, "transform": {"rotate": 30}, "format": "jpeg"},
                     timeout=300,
                 ),
             )
