@@ -195,7 +195,13 @@ async def random_operations(repo: Path, seed: int) -> None:
     # nothing wedged: every version loads and serves again, one after the other
     for name in PLAIN + ["blocky"]:
         runtime = registry.runtime(name)
-        await residency.acquire(runtime, 5.0)
+        try:
+            await residency.acquire(runtime, 5.0)
+        except ModelTooLarge:
+            # refused by its own count, not wedged: a budget of a few MiB sized from loads measured in a process
+            # whose heap earlier tests left free (CI runs them all in one) can be below a later load's measure
+            assert runtime.bytes > residency.options.budget, (runtime.bytes, residency.options.budget)
+            continue
         try:
             if runtime.blocks is not None:
                 async with hold(residency, runtime.blocks.all_runtimes()[:2], 5.0):
