@@ -334,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=settings.timeout_keep_alive,
         timeout_graceful_shutdown=1,
         http="service.server.guards:HeaderTimeoutProtocol",
+        proxy_headers=False,  # the app's own ForwardedHeaders, from INR_FORWARDED_ALLOW_IPS only
     )
     return 0
 

@@ -53,6 +53,7 @@ from .memory import format_bytes, parse_bytes
 from .metrics import Metrics
 from .render.service import RenderService
 from .server.drain import Drain, DrainGuard
+from .server.forwarded import ForwardedHeaders, Proxies
 from .server.guards import BodyLimit, BodyTimeout
 from .server.heap import Heap, settle
 from .server.hotpath import HotRoutes
@@ -137,7 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     registry = Registry(repository, options, residency)
     registry.access_default = settings.access_default
     secret = settings.access_secret.get_secret_value()
-    trusted = (settings.access_trusted_header, settings.access_trusted_scopes_header or "x-inr-no-scopes")
+    trusted = (settings.access_trusted_header, settings.access_trusted_scopes_header or None)
     authority = Authority(
         Signer(secret.encode() if secret else None),
         KeyStore(settings.access_keys),
@@ -259,8 +260,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)
     app.add_middleware(DrainGuard, drain=drain)  # counts every request in flight
-    if tracing.ON:  # outermost, and only with traces on: the server span and `traceparent` (service/server/spans.py)
+    if tracing.ON:  # only with traces on: the server span and `traceparent` (service/server/spans.py)
         app.add_middleware(TraceRequests)
+    # outermost: forwarded and trusted-proxy headers believed only from INR_FORWARDED_ALLOW_IPS, removed otherwise
+    app.add_middleware(
+        ForwardedHeaders,
+        proxies=Proxies(settings.forwarded_allow_ips),
+        identity=(settings.access_trusted_header, settings.access_trusted_scopes_header),
+    )
     for r in (health, models, query, render, classify, fits, keys, v2, v2_repository, metrics_api, iiif):
         app.include_router(r.router)
     app.include_router(iiif.auth_router)  # IIIF Authorization Flow 2.0 (service/api/iiif/auth.py)

@@ -341,7 +341,9 @@ def iiif_repo(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def iiif_server(iiif_repo):
     """The real server over the IIIF repository; IIIF upscaling (`^`) up to 64× the native size."""
-    srv = Server(iiif_repo, env={"INR_IIIF_ZOOM": "64", "INR_MAX_RENDER_PIXELS": "4194304"})
+    # the tests stand in for the proxy in front (X-Forwarded-*), from the loopback
+    env = {"INR_IIIF_ZOOM": "64", "INR_MAX_RENDER_PIXELS": "4194304", "INR_FORWARDED_ALLOW_IPS": "127.0.0.1"}
+    srv = Server(iiif_repo, env=env)
     with srv.running():
         yield srv
 

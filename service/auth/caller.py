@@ -9,7 +9,8 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl
 
 from .keys import PREFIX, KeyStore
-from .policy import ANONYMOUS, Caller
+from .policy import ANONYMOUS, STALE_SESSION, Caller
+from .quotas import Buckets
 from .tokens import BadToken, Claims, Signer
 
 COOKIE = "inr_session"
@@ -29,11 +30,25 @@ def bearer(value: str) -> str:
 
 class Authority:
     """What verifies credentials: the token signer, the key store, and the headers a trusted proxy sets (IIIF's
-    `external` pattern: INR_ACCESS_TRUSTED_HEADER names the user, INR_ACCESS_TRUSTED_SCOPES_HEADER their scopes)."""
+    `external` pattern: INR_ACCESS_TRUSTED_HEADER names the user, INR_ACCESS_TRUSTED_SCOPES_HEADER their scopes).
+    Without a scopes header the proxy's users have no scopes. Both headers reach this only from the proxies of
+    INR_FORWARDED_ALLOW_IPS: service/server/forwarded.py removes them from every other peer's requests."""
 
-    def __init__(self, signer: Signer, keys: KeyStore | None = None, trusted: tuple[str, str] | None = None):
+    def __init__(self, signer: Signer, keys: KeyStore | None = None, trusted: tuple[str, str | None] | None = None):
         self.signer, self.keys = signer, keys or KeyStore(None)
-        self.trusted = tuple(h.lower().encode("latin-1") for h in trusted) if trusted else None
+        self.buckets = Buckets()  # one per process, shared by HTTP and gRPC
+        self.trusted = tuple(h.lower().encode("latin-1") if h else None for h in trusted) if trusted else None
+
+    def over_quota(self, caller: Caller) -> tuple[float, str] | None:
+        """(seconds to wait, why) when the caller's key is over its requests-a-second quota (service/auth/quotas.py),
+        counted the same for every protocol: HTTP, gRPC and the streams' messages; None when it may go."""
+        sub = caller.claims.sub if caller.claims is not None else ""
+        if not sub.startswith("key:"):
+            return None
+        record = self.keys.get(sub[4:])
+        rps = record.quotas.get("rps") if record is not None else None
+        wait = self.buckets.take(record.id, rps, record.quotas.get("burst")) if rps else 0.0
+        return (wait, f"key {record.id}: over its quota of {rps:g} requests a second") if wait else None
 
     def proxied(self, user: str, scopes: str) -> Caller:
         """A user the proxy in front authenticated: trusted as it says (docs/access.md, "external")."""
@@ -77,11 +92,14 @@ def from_values(
             return authority.live(signer.verify(credential, "access"))
         if proxied is not None:
             return proxied
-        session = _cookie(cookie)
-        if session is not None:
-            return authority.live(signer.verify(session, "session"))
     except BadToken as e:
         raise NotAuthenticated(str(e)) from None
+    session = _cookie(cookie)
+    if session is not None:  # a browser sends it with every request, public ones too: one that fails is no one
+        try:
+            return authority.live(signer.verify(session, "session"))
+        except (BadToken, NotAuthenticated):
+            return STALE_SESSION
     return ANONYMOUS
 
 

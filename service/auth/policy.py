@@ -33,6 +33,9 @@ class Caller:
 
 
 ANONYMOUS = Caller()
+# A browser's session cookie that no longer holds (expired, logged out, its key revoked, signed by an older
+# secret): anonymous, and the cookie is cleared (service/server/model_access.py). Compared by identity.
+STALE_SESSION = Caller()
 
 
 def who(caller: Caller) -> str:

@@ -18,9 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelrepo.access import Access
 
-from ..auth.caller import Authority, NotAuthenticated, from_scope
-from ..auth.policy import decide
-from ..auth.quotas import Buckets
+from ..auth.caller import COOKIE, Authority, NotAuthenticated, from_scope
+from ..auth.policy import ANONYMOUS, STALE_SESSION, decide
 from ..errors import ServiceError, error_response
 
 Route = tuple[re.Pattern, str]
@@ -51,6 +50,21 @@ def model_routes(routes) -> list[Route]:
     return table
 
 
+HEALTH = "/health/"
+
+
+def clearing_cookie(send: Send, secure: bool) -> Send:
+    """`send` with a Set-Cookie that deletes the session cookie on the response's start."""
+    cookie = f"{COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=lax{'; Secure' if secure else ''}".encode()
+
+    async def wrapped(message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"set-cookie", cookie)]}
+        await send(message)
+
+    return wrapped
+
+
 def challenge(status: int, message: str, error: str = "") -> Callable:
     headers = {"WWW-Authenticate": f'Bearer realm="inr-serve"{f", error={chr(34)}{error}{chr(34)}" if error else ""}'}
     return error_response(status, message, headers if status == 401 else None)
@@ -62,7 +76,6 @@ class ModelAccess:
     def __init__(self, app: ASGIApp, authority: Authority, access_of: Callable[[str], Access | None], default: str):
         self.app, self.authority, self.access_of, self.default = app, authority, access_of, default
         self.table: list[Route] | None = None
-        self.buckets = Buckets()
 
     def model(self, scope: Scope) -> tuple[str | None, str]:
         """The model the request's route names (an IIIF identifier's `@VERSION` left out), from the first route
@@ -78,27 +91,22 @@ class ModelAccess:
                 return m.group("name").partition("@")[0], kind
         return None, REFUSE
 
-    def rate(self, caller) -> float:
-        """Seconds to wait when the caller's key is over its requests-a-second quota (service/auth/quotas.py)."""
-        sub = caller.claims.sub if caller.claims is not None else ""
-        if not sub.startswith("key:"):
-            return 0.0
-        record = self.authority.keys.get(sub[4:])
-        rps = record.quotas.get("rps") if record is not None else None
-        return self.buckets.take(record.id, rps, record.quotas.get("burst")) if rps else 0.0
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["path"].startswith(HEALTH):  # probes never need credentials, and bad ones never fail them
+            scope.setdefault("state", {})["caller"] = ANONYMOUS
             return await self.app(scope, receive, send)
         try:
             caller = from_scope(self.authority, scope)
         except NotAuthenticated as e:
             return await challenge(401, str(e), "invalid_token")(scope, receive, send)
         scope.setdefault("state", {})["caller"] = caller
-        wait = self.rate(caller)
-        if wait:
-            kid = caller.claims.sub[4:]
-            message = f"key {kid}: over its quota of {self.authority.keys.get(kid).quotas['rps']} requests a second"
+        if caller is STALE_SESSION:  # answered as anonymous, and the browser told to forget the cookie
+            send = clearing_cookie(send, scope.get("scheme") == "https")
+        over = self.authority.over_quota(caller)
+        if over is not None:
+            wait, message = over
             return await error_response(429, message, {"Retry-After": str(math.ceil(wait))})(scope, receive, send)
         name, kind = self.model(scope)
         try:

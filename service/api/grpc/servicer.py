@@ -21,7 +21,7 @@ from telemetry import tracing
 
 from ...access import carries_key
 from ...auth.caller import NotAuthenticated, from_values
-from ...auth.policy import Caller, decide, who
+from ...auth.policy import ANONYMOUS, Caller, decide, who
 from ...errors import (
     AccessDenied,
     BadInput,
@@ -30,6 +30,7 @@ from ...errors import (
     NotLoaded,
     QueueTimeout,
     ServiceError,
+    TooManyRequests,
     grpc_code,
 )
 from ..v2.infer import config_of, metadata_of, model_version, resolve, run
@@ -40,6 +41,7 @@ from .spans import traced, traced_stream
 log = logging.getLogger(__name__)
 audit = logging.getLogger("inr.audit")
 SERVICE = "inference.GRPCInferenceService"
+UNAUTHENTICATED = ("ServerLive", "ServerReady")  # health never needs credentials, as over HTTP
 
 
 class Malformed:
@@ -72,11 +74,13 @@ def rpc(group: str, infer: bool = False):
                 self.admit(fn.__name__, group, context)
                 if isinstance(request, Malformed):
                     raise BadInput(request.text)
-                self.check_model(getattr(request, "name", "") or getattr(request, "model_name", ""), context)
+                caller = ANONYMOUS if fn.__name__ in UNAUTHENTICATED else self.caller(context)
+                self.check_quota(caller)
+                self.check_model(getattr(request, "name", "") or getattr(request, "model_name", ""), caller)
                 return await fn(self, request, context)
             except ServiceError as e:
                 status = e.status
-                await context.abort(getattr(grpc.StatusCode, grpc_code(e.status)), str(e))
+                await abort(context, e)
             except (grpc.aio.AbortError, grpc.aio.UsageError):
                 raise
             except Exception as e:
@@ -93,6 +97,14 @@ def rpc(group: str, infer: bool = False):
         return handler
 
     return wrap
+
+
+async def abort(context: grpc.aio.ServicerContext, e: ServiceError) -> None:
+    """End the call with the error's gRPC code; its Retry-After (a 429's) as `retry-after` trailing metadata."""
+    retry = (getattr(e, "headers", None) or {}).get("retry-after")
+    if retry is not None:
+        context.set_trailing_metadata((("retry-after", str(retry)),))
+    await context.abort(getattr(grpc.StatusCode, grpc_code(e.status)), str(e))
 
 
 class InferenceService:
@@ -118,11 +130,18 @@ class InferenceService:
         except NotAuthenticated as e:
             raise AccessDenied(401, str(e)) from None
 
-    def check_model(self, name: str, context: grpc.aio.ServicerContext) -> None:
+    def check_quota(self, caller: Caller) -> None:
+        """The key's requests-a-second quota, the one bucket HTTP takes from too: every call and every message of a
+        stream is a request (RESOURCE_EXHAUSTED, with `retry-after` in the trailing metadata)."""
+        over = self.authority.over_quota(caller)
+        if over is not None:
+            raise TooManyRequests(over[1], over[0])
+
+    def check_model(self, name: str, caller: Caller) -> None:
         """The model's access policy against the caller (no substitute over gRPC: no renders here)."""
         access = self.registry.access_of(name) if name else None
         if access is not None:
-            decision = decide(self.caller(context), name, access, self.registry.access_default)
+            decision = decide(caller, name, access, self.registry.access_default)
             if not decision.allowed:
                 raise AccessDenied(decision.status, decision.reason)
 
@@ -210,15 +229,17 @@ class InferenceService:
         """Bidirectional: each request's answer (or its error, as `error_message`) in order, on one stream."""
         try:
             self.admit("ModelStreamInfer", "inference", context)
+            caller = self.caller(context)
         except ServiceError as e:
-            await context.abort(getattr(grpc.StatusCode, grpc_code(e.status)), str(e))
+            await abort(context, e)
         async for request in requests:
             start, status = time.perf_counter(), 200
             self.drain.inflight += 1
             try:
                 if isinstance(request, Malformed):
                     raise BadInput(request.text)
-                self.check_model(request.model_name, context)
+                self.check_quota(caller)
+                self.check_model(request.model_name, caller)
                 yield pb.ModelStreamInferResponse(infer_response=await self._infer(request, context.time_remaining()))
             except ServiceError as e:
                 status = e.status

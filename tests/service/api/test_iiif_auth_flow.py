@@ -176,6 +176,7 @@ def test_the_external_pattern_trusts_the_proxys_headers(repo):  # noqa: F811
         "INR_ACCESS_SECRET": SECRET,
         "INR_ACCESS_TRUSTED_HEADER": "X-Remote-User",
         "INR_ACCESS_TRUSTED_SCOPES_HEADER": "X-Remote-Scopes",
+        "INR_FORWARDED_ALLOW_IPS": "127.0.0.1",  # the test is the proxy
     }
     srv = Server(repo, "--grpc-port", "0", env=env)
     with srv.running():
