@@ -287,7 +287,7 @@ def check_target(name: str, models: Repository) -> None:
 def derive_name(filename: str, taken) -> str:
     """A model name from the file name (NAME_RE), made unique by -2, -3, … against `taken(name)`."""
     stem = Path(filename.replace("\\", "/")).name.rsplit(".", 1)[0] if filename else ""
-    base = NAME_CHARS.sub("-", stem).replace("..", ".")
+    base = re.sub(r"\.{2,}", ".", NAME_CHARS.sub("-", stem))  # no `..` however many dots ran
     base = re.sub(r"^[^A-Za-z0-9]+", "", base)[:56].rstrip("-.") or "image"
     name, n = base, 1
     while taken(name):

@@ -47,6 +47,7 @@ class Stack:
             "INR_GRPC_HOST_PORT": str(self.grpc_port),
             "HOST_UID": str(os.getuid()),
             "HOST_GID": str(os.getgid()),
+            "INR_FIT_ACCESS": "open",  # the tests fit without keys; the files' default is `key`
         }
 
     @property
