@@ -128,6 +128,27 @@ class Settings(BaseSettings):
     render_timeout_s: float = Field(
         60.0, gt=0, description="a render still running after this many seconds stops at its next tile and answers 503"
     )
+    # Admission by estimated cost (service/render/admission.py): a render's cost is its samples × the model's
+    # measured CPU seconds a sample in the render workers (a running estimate per model, version and path).
+    render_max_cost_s: float = Field(
+        10.0,
+        gt=0,
+        description="estimated CPU seconds of rendering one render may cost; more is refused up front (413): a "
+        "4096² render of a grid model is ~1 s, of the bundled Fourier astronaut ~30 s",
+    )
+    render_cheap_cost_s: float = Field(
+        1.0,
+        ge=0,
+        description="renders estimated at most this many CPU seconds (viewer tiles) have their own "
+        "INR_RENDER_CONCURRENCY slots, never queued behind dearer ones",
+    )
+    render_caller_share: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="dearer renders one caller (a key, or an anonymous client's address) may have in flight "
+        "or waiting; more get 429 with Retry-After",
+    )
     render_cache_bytes: int = Field(
         64 * MiB, ge=0, description="bytes of encoded renders kept in memory (LRU); 0 turns the cache off"
     )

@@ -1,13 +1,15 @@
 """The render core: a checked RenderSpec → tiles on the shared scheduler → pixels → encoded bytes.
 
 One path for every render (POST/GET /render and IIIF through service/render/service.py):
-  - a render slot (INR_RENDER_CONCURRENCY renders in flight; waiting longer than
-    INR_QUEUE_TIMEOUT_S answers 503 with Retry-After);
+  - admission by its estimated cost (service/render/admission.py): refused over INR_RENDER_MAX_COST_S (413), a
+    caller's share of the dear renders (429), then a slot of its lane, cheap or dear (INR_RENDER_CONCURRENCY
+    renders in flight each; waiting longer than INR_QUEUE_TIMEOUT_S answers 503 with Retry-After);
   - its tiles on service/render/scheduler.py, taking turns with the other renders' tiles, on a dense grid's
     lattice when the render is axis-aligned (service/render/lattice.py), through the separable body
     (service/render/separable.py) when the model ships one, else the whole graph;
-  - a deadline, INR_RENDER_TIMEOUT_S from arrival, checked before every tile (503), and the
-    client's disconnect, polled, which stops it the same way;
+  - a deadline, INR_RENDER_TIMEOUT_S from arrival, checked before every tile (503), its measured cost against
+    the ceiling (413), and the client's disconnect, polled, which stops it the same way; its tiles' measured
+    cost then updates the model's estimate;
   - encoding by the render worker that finishes the last tile (no hand-off to another thread).
 """
 
@@ -31,6 +33,7 @@ from ..errors import ClientGone, QueueTimeout, RenderTimeout
 from ..memory import trim
 from ..metrics import Metrics
 from ..settings import Settings
+from .admission import OVERRUN, Admission
 from .imaging import RenderSpec, new_image, plain_sampler, render_tile
 from .lattice import KERNEL_TILE_FACTOR, LATTICE_TILE_FACTOR, lattice_painter, lattice_sampler
 from .scheduler import TileJob, TileScheduler
@@ -46,17 +49,18 @@ TRIM_SAMPLES = 2**20
 
 @dataclass
 class RenderCore:
-    """The app's render machinery, made in the lifespan: slots, the tile scheduler and metrics."""
+    """The app's render machinery, made in the lifespan: admission (lanes, shares, costs), the tile scheduler and
+    metrics."""
 
     settings: Settings
     scheduler: TileScheduler
-    slots: asyncio.Semaphore
+    admission: Admission
     metrics: Metrics
 
     @classmethod
     def start(cls, settings: Settings, metrics: Metrics) -> "RenderCore":
         workers = settings.render_workers or max(1, available_cpus() // settings.render_threads)
-        return cls(settings, TileScheduler(workers), asyncio.Semaphore(settings.render_concurrency), metrics)
+        return cls(settings, TileScheduler(workers), Admission(settings, workers), metrics)
 
     def close(self) -> None:
         self.scheduler.close()
@@ -89,46 +93,24 @@ async def compute_render(
     spec: RenderSpec,
     encode: Callable[[np.ndarray], bytes],
     is_disconnected: Callable[[], Awaitable[bool]],
+    caller: str = "",
 ) -> bytes:
-    """Take a slot, render tile by tile on the scheduler, encode. Raises QueueTimeout, RenderTimeout,
-    ClientGone or the model's error."""
-    settings = core.settings
+    """Admit by estimated cost, render tile by tile on the scheduler, encode. Raises TooLarge, TooManyRequests,
+    QueueTimeout, RenderTimeout, ClientGone or the model's error."""
     arrived = time.monotonic()
-    if not await _acquire(core.slots, settings.queue_timeout_s):
+    admission = core.admission
+    est = admission.book.estimate(model, spec)
+    try:
+        async with admission.slot(caller, est, spec, is_disconnected):
+            return await _render_in_slot(core, model, spec, encode, is_disconnected, arrived, est)
+    except QueueTimeout:
         core.metrics.queue_timeout(model.name, "render")
-        raise QueueTimeout(
-            f"no render slot within {settings.queue_timeout_s:g} s (INR_QUEUE_TIMEOUT_S): "
-            f"{settings.render_concurrency} renders are in flight (INR_RENDER_CONCURRENCY)",
-            retry_after=max(1, round(settings.queue_timeout_s)),
-        )
-    try:
-        return await _render_in_slot(core, model, spec, encode, is_disconnected, arrived)
-    finally:
-        core.slots.release()
-
-
-async def _acquire(slots: asyncio.Semaphore, timeout: float) -> bool:
-    """Take a slot within `timeout` seconds. (Not wait_for: before Python 3.12 it can drop an acquire
-    that completes as the timeout fires, and the slot would leak.)"""
-    task = asyncio.ensure_future(slots.acquire())
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-    except asyncio.CancelledError:
-        task.cancel()
-        if task.done() and not task.cancelled():
-            slots.release()
         raise
-    if done:
-        return True
-    task.cancel()
-    try:
-        return await task  # acquired just as the timeout fired: keep it
-    except asyncio.CancelledError:
-        return False
 
 
-async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -> bytes:
+async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived, est) -> bytes:
     settings = core.settings
+    admission = core.admission
     out = new_image(spec)
     paint, tile_samples = painter_for(model, spec, out, settings.render_tile_samples)
 
@@ -153,9 +135,16 @@ async def _render_in_slot(core, model, spec, encode, is_disconnected, arrived) -
         on_deadline=deadline_error,
         on_cancel=lambda: ClientGone("the client disconnected; render abandoned"),
         finish=lambda: context.run(finish),  # by the worker of the last tile: no other thread's hand-off
+        budget_s=settings.render_max_cost_s * OVERRUN / settings.render_threads,
+        on_budget=lambda j: admission.over_budget(spec, j.done, j.total, j.projected_s() * settings.render_threads),
     )
-    with tracing.span("inr.render.tiles", attributes={"inr.tiles": job.total}):
-        data = await _tiles(core, job, model, spec, is_disconnected)
+    try:
+        with tracing.span("inr.render.tiles", attributes={"inr.tiles": job.total}):
+            data = await _tiles(core, job, model, spec, is_disconnected)
+    finally:
+        # what its tiles measured, finished or stopped: CPU seconds of the worker threads (an intra-op pool's other
+        # threads, INR_RENDER_THREADS > 1, counted as busy as the worker)
+        admission.book.observe(est, job.projected_s() * settings.render_threads)
     if spec.width * spec.height * spec.supersample**2 >= TRIM_SAMPLES:
         await anyio.to_thread.run_sync(trim)  # a large render's tiles leave free pages in the heap: give them back
     return data

@@ -14,7 +14,8 @@ lock, and its result is the job's future's, so a render needs no other thread af
 
 Before each tile the job's deadline and cancel flag are checked: a render past its deadline or
 abandoned by its client stops there and its future fails; tiles already running finish and are
-dropped.
+dropped. So is its budget, when it has one: each tile's CPU seconds in its worker are summed (`busy_s`), and a job whose
+tiles so far project more than `budget_s` over all its tiles stops the same way (service/render/admission.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 HEAD_START = 32  # tiles a new render may take before it shares the workers round-robin
+BUDGET_TILES = 4  # tiles done before a job's budget is judged from them (the first may warm up)
 
 
 class TileJob:
@@ -39,6 +41,8 @@ class TileJob:
         on_deadline: Callable[["TileJob"], Exception] | None = None,
         on_cancel: Callable[[], Exception] | None = None,
         finish: Callable[[], object] | None = None,
+        budget_s: float | None = None,
+        on_budget: Callable[["TileJob"], Exception] | None = None,
     ):
         self.pending = deque(tiles)
         self.total = len(self.pending)
@@ -50,6 +54,9 @@ class TileJob:
         self.on_deadline = on_deadline or (lambda job: TimeoutError("render deadline passed"))
         self.on_cancel = on_cancel or (lambda: RuntimeError("render cancelled"))
         self.finish = finish  # run by the worker that completes the last tile: its result is the future's
+        self.budget_s = budget_s  # CPU seconds its tiles may project to; None = no budget
+        self.on_budget = on_budget or (lambda job: RuntimeError("render over its budget"))
+        self.busy_s = 0.0  # CPU seconds of its tiles done, in their workers' threads (time.thread_time)
         self.cancelled = threading.Event()
         self.future: Future = Future()
         self.service = 0  # tiles handed out (the scheduler's priority)
@@ -59,6 +66,10 @@ class TileJob:
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+    def projected_s(self) -> float:
+        """CPU seconds of all its tiles, from those done so far (0 before the first)."""
+        return self.busy_s * self.total / self.done if self.done else 0.0
 
 
 class TileScheduler:
@@ -154,6 +165,9 @@ class TileScheduler:
                 if job.deadline is not None and time.monotonic() > job.deadline:
                     self._fail(job, job.on_deadline(job))
                     continue
+                if job.budget_s is not None and job.done >= BUDGET_TILES and job.projected_s() > job.budget_s:
+                    self._fail(job, job.on_budget(job))
+                    continue
                 tile = job.pending.popleft()
                 job.service += 1
                 job.started.append(self.clock)
@@ -166,13 +180,16 @@ class TileScheduler:
         while (item := self._next()) is not None:
             job, tile = item
             error = None
+            started = time.thread_time()
             if not job.failed:
                 try:
                     job.run_tile(tile)
                 except Exception as e:  # a model or encoding error fails this render only
                     error = e
+            busy = time.thread_time() - started
             with self.cond:
                 job.done += 1
+                job.busy_s += busy
                 last = error is None and job.done == job.total and not job.failed
                 if error is not None:
                     self._fail(job, error)

@@ -109,9 +109,11 @@ class RenderService:
         cache_control: str,
         if_none_match: str | None = None,
         is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+        caller: str = "",
     ) -> Rendered:
         """The encoded image, or 304 when `if_none_match` names its ETag; from the cache when it can be.
-        A caller that disconnects (a viewer that zoomed again) cancels the render at its next tile.
+        A caller that disconnects (a viewer that zoomed again) cancels the render at its next tile. `caller`
+        (service/render/admission.py's `caller_key`) is whose share of the dear renders it counts against.
         Traced as `inr.render` (attribute `inr.cache`: hit, miss or not_modified) over `inr.render.plan`
         and, on a miss, service/render/core.py's `inr.render.tiles` and `inr.render.encode`."""
         spec = job.spec
@@ -126,9 +128,9 @@ class RenderService:
                 "inr.format": job.format,
             },
         ):
-            return await self._render(model, job, cache_control, if_none_match, is_disconnected)
+            return await self._render(model, job, cache_control, if_none_match, is_disconnected or _connected, caller)
 
-    async def _render(self, model, job, cache_control, if_none_match, is_disconnected) -> Rendered:
+    async def _render(self, model, job, cache_control, if_none_match, is_disconnected, caller) -> Rendered:
         start = time.perf_counter()
         with tracing.span("inr.render.plan"):
             check_limits(job.spec, self.settings)
@@ -149,11 +151,11 @@ class RenderService:
         try:
             blocks = getattr(model, "blocks", None)
             if blocks is None or blocks.render_scale(job.spec) >= blocks.overview_pixel:
-                data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected or _connected)
+                data = await compute_render(self.core, model, job.spec, job.encode, is_disconnected, caller)
             else:  # a block model seen finer than its overview: from the blocks the render touches
                 async with hold(self.residency, blocks.in_box(*render_box(job.spec))):
                     view = BlockedView(model, blocks)
-                    data = await compute_render(self.core, view, job.spec, job.encode, is_disconnected or _connected)
+                    data = await compute_render(self.core, view, job.spec, job.encode, is_disconnected, caller)
         finally:
             if self.residency is not None:
                 self.residency.release(model)

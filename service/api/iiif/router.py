@@ -23,6 +23,7 @@ from telemetry import tracing
 
 from ...auth.caching import cache_control
 from ...errors import NotFound, ServiceError, error_response, validation_message
+from ...render.admission import caller_key
 from ...render.cache import etag_matches
 from ...render.imaging import MEDIA_TYPES
 from ...render.service import RenderJob
@@ -57,8 +58,8 @@ class IIIFRoute(APIRoute):
         async def handle(request: Request) -> Response:
             try:
                 response = await handler(request)
-            except ServiceError as e:
-                response = error_response(e.status, str(e))
+            except ServiceError as e:  # with its headers: a 429's or 503's Retry-After
+                response = error_response(e.status, str(e), e.headers)
             except RequestValidationError as e:
                 response = error_response(400, validation_message(e))
             except StarletteHTTPException as e:
@@ -153,7 +154,8 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     responses={
         200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
         **NOT_MODIFIED,
-        413: {"model": ErrorBody, "description": "over maxArea"},
+        413: {"model": ErrorBody, "description": "over maxArea, or estimated over INR_RENDER_MAX_COST_S"},
+        429: {"model": ErrorBody, "description": "over the client's share of dear renders (INR_RENDER_CALLER_SHARE)"},
     },
 )
 async def image(
@@ -196,6 +198,7 @@ async def image(
         cache_control=caching,
         if_none_match=request.headers.get("if-none-match"),
         is_disconnected=request.is_disconnected,
+        caller=caller_key(request.scope),
     )
     return rendered.response({"Link": link})
 

@@ -18,6 +18,7 @@ from ...engine.runtime import ModelRuntime
 from ...errors import BadInput, TooLarge
 from ...geometry import transform as tf
 from ...geometry.sampling import Background
+from ...render.admission import caller_key
 from ...render.imaging import MEDIA_TYPES, RenderSpec
 from ...render.service import RenderJob
 from ...settings import Settings
@@ -29,7 +30,7 @@ router = APIRouter(prefix="/v1/models", tags=["image models"])
 RESPONSES = {
     200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
     304: {"description": "not modified: the If-None-Match ETag is this render's"},
-    **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 503)},
+    **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 429, 503)},
 }
 
 
@@ -65,6 +66,7 @@ async def respond(
         cache_control=request.app.state.registry.caching(model.name, pinned, settings.render_cache_max_age_s),
         if_none_match=request.headers.get("if-none-match"),
         is_disconnected=request.is_disconnected,
+        caller=caller_key(request.scope),
     )
     return rendered.response()
 

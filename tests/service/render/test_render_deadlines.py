@@ -28,6 +28,11 @@ def strict(model_repo):
             "INR_QUEUE_TIMEOUT_S": "0.3",
             "INR_RENDER_TILE_SAMPLES": "256",
             "INR_MAX_RENDER_PIXELS": "16000000",
+            # admission by cost out of the way (tests/security/test_render_flood.py tests it): no ceiling, one lane
+            # for every render, no share, as a deadline and a slot's wait are what this module tests
+            "INR_RENDER_MAX_COST_S": "1000000",
+            "INR_RENDER_CHEAP_COST_S": "0",
+            "INR_RENDER_CALLER_SHARE": "64",
         },
     )
     with srv.running():
