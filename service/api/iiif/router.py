@@ -190,6 +190,9 @@ async def image(
     pinned = ident.version is not None
     caching = registry.caching(model.name, pinned, settings.iiif_max_age)  # private when restricted
     if refused is not None:  # the substitute only: from its fixed raster, never the network (substitute.py)
+        if refused.substitute and req.size.kind == "max":  # the largest size info.json tells them: the substitute's
+            side = substitute.max_side(p.box, width, height, refused.substitute)
+            p = plan(req, width, height, settings.max_render_pixels, side)
         return await substitute.answer(request, model, p, width, height, refused, caching, link)
     job = RenderJob(p.render.spec(), p.render.format, JPEG_QUALITY, post.finisher(p, width, height), post.key(p))
     rendered = await request.app.state.renderer.render(

@@ -55,6 +55,14 @@ def check_scale(p: Plan, width: int, height: int, refused) -> None:
         )
 
 
+def max_side(box, width: int, height: int, long_side: int) -> tuple[int, int]:
+    """(maxWidth, maxHeight) of `max` for a region of the image, for a caller who may see only the substitute: the
+    region at the substitute's scale, as info.json's maxWidth and maxHeight say for the whole image."""
+    limit = min(1.0, long_side / max(width, height))
+    rw, rh = box.pixels
+    return max(1, math.floor(rw * limit)), max(1, math.floor(rh * limit))
+
+
 async def raster(request: Request, model, width: int, height: int, long_side: int) -> np.ndarray:
     """[h, w, 3] uint8: the substitute of this model version, rendered once and kept (BUDGET)."""
     key = (model.name, model.version, model.record.onnx_sha256 if model.record else "", long_side)
