@@ -363,6 +363,12 @@ class Settings(BaseSettings):
     access_trusted_scopes_header: str = Field(
         "", description="the header the proxy sets to that user's scopes, space- or comma-separated"
     )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="addresses or networks (10.0.0.0/8; * for any) of the proxies in front whose X-Forwarded-* "
+        "headers and trusted user and scopes headers are believed; from any other peer they are removed "
+        "(service/server/forwarded.py); comma-separated; empty: no proxy is trusted",
+    )
     access_token_ttl_s: int = Field(300, ge=10, le=86_400, description="seconds an access token lives")
     http_restricted_api: Annotated[list[RestrictedGroup], NoDecode] = Field(
         default_factory=list,
@@ -370,7 +376,9 @@ class Settings(BaseSettings):
         "several groups separated by ';' (or a JSON list)",
     )
 
-    @field_validator("load_model", "pin_model", "http_restricted_api", "access_origins", mode="before")
+    @field_validator(
+        "load_model", "pin_model", "http_restricted_api", "access_origins", "forwarded_allow_ips", mode="before"
+    )
     @classmethod
     def _split(cls, value, info):
         """An environment string: a JSON list, or items separated by ',' (models) or ';' (groups)."""
@@ -390,6 +398,14 @@ class Settings(BaseSettings):
         for origin in value:
             if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin):
                 raise ValueError(f"'{origin[:80]}' is not an origin: scheme://host[:port], no path or slash at the end")
+        return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _forwarded_allow_ips(cls, value: list[str]) -> list[str]:
+        from .server.forwarded import parse_networks
+
+        parse_networks(value)  # ValueError naming the bad item
         return value
 
     @field_validator("access_secret")
@@ -465,6 +481,13 @@ class Settings(BaseSettings):
                 "with several workers)"
             )
         check_groups(self.http_restricted_api)
+        if self.access_trusted_header and not self.forwarded_allow_ips:
+            raise ValueError(
+                "INR_ACCESS_TRUSTED_HEADER needs INR_FORWARDED_ALLOW_IPS, the addresses of the proxy that sets it: "
+                "from any other peer the header is a client's own claim"
+            )
+        if self.access_trusted_scopes_header and not self.access_trusted_header:
+            raise ValueError("INR_ACCESS_TRUSTED_SCOPES_HEADER needs INR_ACCESS_TRUSTED_HEADER")
         return self
 
     def environment(self) -> dict[str, str]:
