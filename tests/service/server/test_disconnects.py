@@ -20,6 +20,7 @@ def one_slot_server(model_repo):
             "INR_RENDER_CONCURRENCY": "1",
             "INR_RENDER_TILE_SAMPLES": "1024",
             "INR_MAX_RENDER_PIXELS": str(2000 * 2000 * 64),
+            "INR_RENDER_MAX_COST_S": "100000",  # dear on purpose: past the default cost ceiling
         },
     )
     with srv.running():

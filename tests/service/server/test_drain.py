@@ -110,6 +110,7 @@ def test_a_render_cut_by_the_grace_period_ends_cleanly(model_repo):
             "INR_BODY_TIMEOUT_S": "60",
             "INR_RENDER_TILE_SAMPLES": "1024",
             "INR_MAX_RENDER_PIXELS": str(2048 * 2048 * 64),
+            "INR_RENDER_MAX_COST_S": "100000",  # dear on purpose: past the default cost ceiling
         },
     )
     srv.wait_ready()
