@@ -151,7 +151,8 @@ def test_a_model_in_use_is_not_unloaded_and_a_pinned_one_never(collection, one_m
         "m0",
         "--grpc-port",
         "0",
-        env={"INR_RENDER_TIMEOUT_S": "300", "INR_MAX_RENDER_PIXELS": "40000000"},
+        # the held render is dear on purpose: past the default cost ceiling (INR_RENDER_MAX_COST_S)
+        env={"INR_RENDER_TIMEOUT_S": "300", "INR_MAX_RENDER_PIXELS": "40000000", "INR_RENDER_MAX_COST_S": "100000"},
     )
     with srv.running():
         assert resident(srv) == {"m0"}  # pinned: loaded at start
