@@ -49,8 +49,9 @@ def on_disk(size: int) -> int:
 
 
 class DiskBudget:
-    def __init__(self, root: Path, max_bytes: int, forget: Callable[[Path], None]):
+    def __init__(self, root: Path, max_bytes: int, forget: Callable[[Path], None], extra: tuple[Path, ...] = ()):
         self.root, self.max_bytes, self.forget = root, max_bytes, forget
+        self.extra = extra  # files of the cache's own beside the models (its key), counted
         self.files: OrderedDict[Path, tuple[int, float]] = OrderedDict()  # path → (bytes, last use), oldest first
         self.kept: dict[str, int] = {}  # model folder → bytes of its small files and folders
         self.lock = threading.Lock()
@@ -94,7 +95,7 @@ class DiskBudget:
             return self._total()
 
     def _total(self) -> int:
-        folders = blocks(self.root) + blocks(self.root.parent)
+        folders = blocks(self.root) + blocks(self.root.parent) + sum(blocks(p) for p in self.extra)
         return folders + sum(self.kept.values()) + sum(size for size, _ in self.files.values())
 
     def touch(self, path: Path) -> None:

@@ -12,6 +12,11 @@ it is not listed, so nobody ever sees half of one. A model with no published ver
   use, written under a temporary name, checked against the sha256 its metadata records, then renamed in. The mirror
   stays under INR_MODEL_CACHE_BYTES on disk, large files least recently used first out (modelrepo/diskcache.py).
   After a restart the mirror is revalidated by ETag against the listing: nothing unchanged is downloaded again.
+* **Trust**: the cache folder is private to this user (modelrepo/private_dir.py: made 0700; another user's, or one
+  group or others can write, refused), and every file in it is checked when it is used, not only when it is
+  downloaded: against the sha256 it had then, in `.etags.json`, signed with the folder's key (modelrepo/s3mirror.py),
+  and a version's graphs also against the sha256 its metadata records. A file that does not match is downloaded
+  again, never used: a `config.pbtxt` or a graph planted in the folder, or left there before it was private.
 * **Faults**: S3 not answering raises StorageUnavailable (the service answers 503 with Retry-After and keeps serving
   what is on local disk); a listing that fails keeps the last one (or, at a start, the mirror's own); a file gone
   while read, truncated or not matching its sha256 is never renamed into the mirror.
@@ -25,7 +30,6 @@ import logging
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -33,15 +37,19 @@ from pathlib import Path
 
 from .diskcache import BLOCK, DiskBudget, is_large, on_disk
 from .location import parse_s3
+from .private_dir import KEY_FILE, default_cache, ensure
+from .private_dir import key as folder_key
 from .repository import Repository, StorageUnavailable
-from .s3layout import MANIFEST, ModelIndex
+from .s3layout import ModelIndex
 from .s3listing import build_index, fast_timestamps, list_all, list_range
+from .s3mirror import Manifests
 from .s3publish import publish, sweep
 from .spec import NAME_RE, SpecError
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20
 DOWN_S = 2.0  # after S3 did not answer, calls fail at once for this long
+SETTING = "INR_MODEL_CACHE"
 
 
 class RepositoryError(StorageUnavailable):
@@ -82,19 +90,18 @@ class S3Repository(Repository):
     def __init__(self, url: str, cache: str | os.PathLike | None = None, max_bytes: int = 4 << 30, client=None):
         self.location = parse_s3(url)
         self.url = self.location.url
-        base = Path(cache) if cache is not None else Path(tempfile.gettempdir()) / "inr-serve-models"
-        self.root = base / f"s3-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}"
-        self.root.mkdir(parents=True, exist_ok=True)
+        base = ensure(cache if cache is not None else default_cache("models"), SETTING)  # private, or refused
+        self.root = ensure(base / f"s3-{hashlib.sha256(self.url.encode()).hexdigest()[:12]}", SETTING)
+        self.manifests = Manifests(self.root, folder_key(self.root, SETTING))  # what the mirror holds, signed
         self._client = client
         self.requests: Counter[str] = Counter()  # S3 requests by operation (GET, LIST, PUT, …): /metrics, benchmarks
         self.index: dict[str, ModelIndex] | None = None
-        self._manifests: dict[str, dict[str, str]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._down: tuple[float, str] | None = None  # (until, why): S3 did not answer (`call`)
         self.pause_s = DOWN_S  # how long `_down` holds
         self._usual_client = client
-        self.budget = DiskBudget(self.root, max_bytes, self._forget)
+        self.budget = DiskBudget(self.root, max_bytes, self._forget, extra=(self.root / KEY_FILE,))
 
     # -- S3 calls ----------------------------------------------------------------------------------------
     @property
@@ -186,8 +193,8 @@ class S3Repository(Repository):
     def _index_from_mirror(self) -> dict[str, ModelIndex]:
         found = {}
         for folder in sorted(p for p in self.root.iterdir() if p.is_dir() and NAME_RE.match(p.name)):
-            manifest = self._manifest(folder.name)
-            files = {rel: (etag, _size(folder / rel)) for rel, etag in manifest.items()}
+            manifest = self.manifests.of(folder.name)
+            files = {rel: (etag, _size(folder / rel)) for rel, (etag, _) in manifest.items()}
             published = tuple(sorted({int(r.split("/")[0]) for r in files if r.split("/")[0].isdigit()}))
             found[folder.name] = ModelIndex(files, published)
         return found
@@ -220,26 +227,12 @@ class S3Repository(Repository):
         with self._lock:
             return self._locks.setdefault(key, threading.Lock())
 
-    def _manifest(self, name: str) -> dict[str, str]:
-        if name not in self._manifests:
-            try:
-                self._manifests[name] = json.loads((self.root / name / MANIFEST).read_text())
-            except (OSError, ValueError):
-                self._manifests[name] = {}
-        return self._manifests[name]
-
-    def _save(self, name: str) -> None:
-        path = self.root / name / MANIFEST
-        tmp = path.with_name(f"{MANIFEST}.{secrets.token_hex(4)}")
-        tmp.write_text(json.dumps(self._manifest(name), sort_keys=True))
-        os.replace(tmp, path)
-
     def _forget(self, path: Path) -> None:
         rel = path.relative_to(self.root).as_posix()
         name, _, rel = rel.partition("/")
         with self._lock_of(name):
-            if self._manifest(name).pop(rel, None) is not None:
-                self._save(name)
+            if self.manifests.of(name).pop(rel, None) is not None:
+                self.manifests.save(name)
 
     def folder(self, name: str) -> Path | None:
         """The model's mirror with its small files current: those whose ETag changed fetched, those gone removed.
@@ -248,11 +241,11 @@ class S3Repository(Repository):
         if m is None:
             return None
         with self._lock_of(name):
-            mirror, manifest = self.root / name, self._manifest(name)
+            mirror, manifest = self.root / name, self.manifests.of(name)
             stale = [
                 (rel, size)
                 for rel, (etag, size) in m.files.items()
-                if not is_large(rel) and (manifest.get(rel) != etag or not (mirror / rel).is_file())
+                if not is_large(rel) and not self.manifests.current(name, rel, etag)
             ]
             if stale:  # room for them, and for the model's folders and ETags, within the budget
                 self.budget.make_room(sum(on_disk(size) for _, size in stale) + 3 * BLOCK)
@@ -265,7 +258,7 @@ class S3Repository(Repository):
             for child in mirror.iterdir():
                 if child.is_dir() and child.name.isdigit() and int(child.name) not in m.published:
                     shutil.rmtree(child, ignore_errors=True)
-            self._save(name)
+            self.manifests.save(name)
         self.budget.note(mirror)
         return mirror
 
@@ -275,10 +268,10 @@ class S3Repository(Repository):
         if entry is None:
             return
         with self._lock_of(name):
-            if self._manifest(name).get(rel) != entry[0] or not (self.root / name / rel).is_file():
+            if not self.manifests.current(name, rel, entry[0]):
                 (self.root / name).mkdir(exist_ok=True)
                 self._download(name, rel, entry[1])
-                self._save(name)
+                self.manifests.save(name)
                 self.budget.note(self.root / name)
 
     def fetch(self, name: str, version: int, rel: str, sha256: str | None = None) -> Path:
@@ -292,17 +285,28 @@ class S3Repository(Repository):
             raise SpecError(f"{key} is not in {self.url}/{name}: not published, or deleted")
         etag, size = m.files[key]
         with self._lock_of(f"{name}/{key}"):
-            if self._manifest(name).get(key) == etag and path.is_file():
-                self.budget.touch(path)
+            if self.manifests.current(name, key, etag, sha256):
+                self._use(name, key, path)
                 return path
             self.budget.check(f"{key} of model '{name}'", size)
             self.budget.make_room(size)
             self._download(name, key, size, sha256)
         with self._lock_of(name):
-            self._save(name)
+            self.manifests.save(name)
         self.budget.note(self.root / name)
-        self.budget.touch(path)
+        self._use(name, key, path)
         return path
+
+    def _use(self, name: str, key: str, path: Path) -> None:
+        """A large file used now: first out of the budget last, and remembered as checked (a touch changes its
+        stat)."""
+        self.budget.touch(path)
+        entry = self.manifests.of(name).get(key)
+        if entry is not None:
+            try:
+                self.manifests.remember(path, entry[1])
+            except OSError:
+                pass  # deleted for room meanwhile: the next use downloads it again
 
     def _download(self, name: str, rel: str, size: int, sha256: str | None = None) -> None:
         """GET one object into the mirror under a temporary name; renamed in only whole and, when given, with its
@@ -332,7 +336,8 @@ class S3Repository(Repository):
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-        self._manifest(name)[rel] = answer["ETag"].strip('"')
+        self.manifests.of(name)[rel] = (answer["ETag"].strip('"'), digest.hexdigest())
+        self.manifests.remember(path, digest.hexdigest())
 
     # -- writing ----------------------------------------------------------------------------------------
     def write_version(self, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=None, guard=None):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 MARKER = ".published"  # NAME/N/.published, written last: the version is listed from then on
 CLAIM = ".claim-"  # NAME/N/.claim-TIME-RANDOM: a writer's claim of the number N
-MANIFEST = ".etags.json"  # in each model's mirror folder: rel → the ETag of the copy there
+MANIFEST = ".etags.json"  # in each model's mirror folder: rel → ETag and sha256 of the copy there, signed
 
 
 @dataclass

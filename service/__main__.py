@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-cache",
         metavar="DIR",
         help="folder of optimised sessions that later loads of a model read instead of optimising it again; "
-        "'off': none (INR_SESSION_CACHE, default: TMPDIR/inr-serve-sessions)",
+        "'off': none; private to this user (INR_SESSION_CACHE, default: $XDG_CACHE_HOME/inr-serve/sessions, else "
+        "~/.cache/inr-serve/sessions)",
     )
     memory.add_argument(
         "--session-cache-bytes", metavar="BYTES", help="its size on disk (INR_SESSION_CACHE_BYTES, default: 2GiB)"
@@ -152,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument(
         "--model-cache",
         metavar="DIR",
-        help="with --models s3://…: the folder models are pulled into on first use, kept across restarts "
-        "(INR_MODEL_CACHE, default: TMPDIR/inr-serve-models)",
+        help="with --models s3://…: the folder models are pulled into on first use, kept across restarts, "
+        "private to this user (INR_MODEL_CACHE, default: $XDG_CACHE_HOME/inr-serve/models, else "
+        "~/.cache/inr-serve/models)",
     )
     memory.add_argument(
         "--model-cache-bytes",

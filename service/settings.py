@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -14,6 +13,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import check_url
 from fitstore.uploads import DEFAULT as DEFAULT_UPLOADS
+from modelrepo.private_dir import check as check_cache
+from modelrepo.private_dir import default_cache
 
 from .access import RestrictedGroup, check_groups
 from .memory import default_budget, parse_bytes
@@ -45,9 +46,11 @@ class Settings(BaseSettings):
         "form (AWS_* variables give the credentials; docs/deployment.md, 'Models on S3')",
     )
     model_cache: str = Field(
-        str(Path(tempfile.gettempdir()) / "inr-serve-models"),
+        default_factory=lambda: str(default_cache("models")),
         description="with models on S3: the local folder the models are pulled into on first use, kept across "
-        "restarts and revalidated by ETag",
+        "restarts and revalidated by ETag; private to this user (modelrepo/private_dir.py; another user's, or one "
+        "that group or others can write, is refused); default: $XDG_CACHE_HOME/inr-serve/models, else "
+        "~/.cache/inr-serve/models",
     )
     model_cache_bytes: str = Field(
         "4GiB",
@@ -327,11 +330,23 @@ class Settings(BaseSettings):
         "it; empty: half the container's memory limit, else half the machine's memory",
     )
     session_cache: str = Field(
-        str(Path(tempfile.gettempdir()) / "inr-serve-sessions"),
+        default_factory=lambda: str(default_cache("sessions")),
         description="folder of optimised sessions, so that a model's later loads skip onnxruntime's optimisation "
-        "(service/engine/session_cache.py); 'off': none",
+        "(service/engine/session_cache.py); 'off': none; private to this user as the model cache is; default: "
+        "$XDG_CACHE_HOME/inr-serve/sessions, else ~/.cache/inr-serve/sessions",
     )
     session_cache_bytes: str = Field("2GiB", description="disk bytes of the session cache; least recently used past it")
+
+    @field_validator("model_cache", "session_cache")
+    @classmethod
+    def _private_cache(cls, value: str, info) -> str:
+        """A cache folder another user could write (theirs, or writable by group or others) is refused at the start,
+        before anything is read from it or written to it (modelrepo/private_dir.py)."""
+        if info.field_name == "session_cache" and value.strip().lower() in ("", "off"):
+            return value
+        check_cache(value, f"INR_{info.field_name.upper()}")
+        return value
+
     pin_model: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="models loaded at start and never unloaded; comma-separated"
     )
