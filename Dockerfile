@@ -50,10 +50,12 @@ FROM ${PYTHON_IMAGE} AS runtime
 # Keep-alive 90 s, above the idle timeout of the proxy in front (nginx 75 s, ALB 60 s); on
 # SIGTERM (`docker stop`) running requests get 20 s, so stop with a longer timeout
 # (compose: stop_grace_period 30s, Kubernetes: terminationGracePeriodSeconds 30).
+# The caches (session, S3 models) in the container's own /tmp, made 0700 by the user (HOME is /nonexistent).
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     INR_HOST=0.0.0.0 INR_PORT=8000 INR_GRPC_PORT=8001 INR_MODELS=/app/models INR_DEVICE=cpu \
     INR_THREADS=2 OMP_NUM_THREADS=2 INR_TIMEOUT_KEEP_ALIVE=90 INR_GRACEFUL_SHUTDOWN_S=20 \
-    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads \
+    XDG_CACHE_HOME=/tmp/.cache
 # The user, and the fit job store's folder (docs/fits.md): a plain `docker run` keeps its jobs here; compose
 # mounts the named volume `fits` here, shared with the trainer. A fresh named volume takes this folder's
 # owner and mode, so uid 10001 (the api) and group 10001 (the trainer runs with it as a supplementary group)
@@ -96,7 +98,8 @@ FROM ${CUDA_IMAGE} AS gpu
 ENV DEBIAN_FRONTEND=noninteractive PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     INR_HOST=0.0.0.0 INR_PORT=8000 INR_GRPC_PORT=8001 INR_MODELS=/app/models INR_DEVICE=cuda \
     INR_THREADS=2 OMP_NUM_THREADS=2 INR_TIMEOUT_KEEP_ALIVE=90 INR_GRACEFUL_SHUTDOWN_S=20 \
-    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads
+    INR_FIT_STORE=sqlite:////app/fits/jobs.sqlite INR_FIT_UPLOADS=/app/fits/uploads \
+    XDG_CACHE_HOME=/tmp/.cache
 # DL3008: see gpu-builder. The user and the fit store's folder: as in the runtime image.
 # hadolint ignore=DL3008
 RUN groupadd --system --gid 10001 inr && useradd --system --uid 10001 --gid inr --no-create-home \

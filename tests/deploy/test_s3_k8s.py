@@ -49,7 +49,8 @@ def test_api_and_workers_read_one_bucket_and_the_job_store(objects):
     api = objects["Deployment", "inr-serve"]["spec"]["template"]["spec"]
     (c,) = api["containers"]
     cache = {e["name"]: e.get("value") for e in c["env"]}["INR_MODEL_CACHE"]
-    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == cache)
+    # a folder inside the emptyDir: the service makes it 0700 (an emptyDir is world-writable; modelrepo/private_dir.py)
+    mount = next(m for m in c["volumeMounts"] if cache.startswith(m["mountPath"].rstrip("/") + "/"))
     assert "emptyDir" in next(v for v in api["volumes"] if v["name"] == mount["name"])
 
 
