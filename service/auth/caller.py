@@ -9,7 +9,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl
 
 from .keys import PREFIX, KeyStore
-from .policy import ANONYMOUS, STALE_SESSION, Caller
+from .policy import ANONYMOUS, Caller, StaleSession
 from .quotas import Buckets
 from .tokens import BadToken, Claims, Signer
 
@@ -98,8 +98,8 @@ def from_values(
     if session is not None:  # a browser sends it with every request, public ones too: one that fails is no one
         try:
             return authority.live(signer.verify(session, "session"))
-        except (BadToken, NotAuthenticated):
-            return STALE_SESSION
+        except (BadToken, NotAuthenticated) as e:
+            return StaleSession(why=f"the session cookie was not used: {e}")
     return ANONYMOUS
 
 

@@ -33,9 +33,14 @@ class Caller:
 
 
 ANONYMOUS = Caller()
-# A browser's session cookie that no longer holds (expired, logged out, its key revoked, signed by an older
-# secret): anonymous, and the cookie is cleared (service/server/model_access.py). Compared by identity.
-STALE_SESSION = Caller()
+
+
+@dataclass(frozen=True)
+class StaleSession(Caller):
+    """A browser's session cookie that no longer holds (expired, logged out, its key revoked, signed by an older
+    secret): anonymous, `why` told beside a refusal, and the cookie cleared (service/server/model_access.py)."""
+
+    why: str = ""
 
 
 def who(caller: Caller) -> str:

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from modelrepo.access import Access
 
 from ..auth.caller import COOKIE, Authority, NotAuthenticated, from_scope
-from ..auth.policy import ANONYMOUS, STALE_SESSION, decide
+from ..auth.policy import ANONYMOUS, StaleSession, decide
 from ..errors import ServiceError, error_response
 
 Route = tuple[re.Pattern, str]
@@ -102,7 +102,7 @@ class ModelAccess:
         except NotAuthenticated as e:
             return await challenge(401, str(e), "invalid_token")(scope, receive, send)
         scope.setdefault("state", {})["caller"] = caller
-        if caller is STALE_SESSION:  # answered as anonymous, and the browser told to forget the cookie
+        if isinstance(caller, StaleSession):  # answered as anonymous, and the browser told to forget the cookie
             send = clearing_cookie(send, scope.get("scheme") == "https")
         over = self.authority.over_quota(caller)
         if over is not None:
@@ -119,5 +119,8 @@ class ModelAccess:
                 if kind == DESCRIBE or (kind == RENDER and decision.substitute):
                     scope["state"]["refused"] = decision  # the route answers, or checks its size against it
                 else:
-                    return await challenge(decision.status, decision.reason)(scope, receive, send)
+                    reason = (
+                        f"{decision.reason} ({caller.why})" if isinstance(caller, StaleSession) else decision.reason
+                    )
+                    return await challenge(decision.status, reason)(scope, receive, send)
         await self.app(scope, receive, send)
