@@ -36,6 +36,7 @@ from .api.v1 import classify, fits, health, keys, models, query, render
 from .api.v2 import repository as v2_repository
 from .auth.caller import Authority
 from .auth.keys import KeyStore
+from .auth.proxies import Proxies
 from .auth.tokens import Signer
 from .engine.cache import CacheStore
 from .engine.control import ModelControl
@@ -53,7 +54,7 @@ from .memory import format_bytes, parse_bytes
 from .metrics import Metrics
 from .render.service import RenderService
 from .server.drain import Drain, DrainGuard
-from .server.forwarded import ForwardedHeaders, Proxies
+from .server.forwarded import ForwardedHeaders
 from .server.guards import BodyLimit, BodyTimeout
 from .server.heap import Heap, settle
 from .server.hotpath import HotRoutes

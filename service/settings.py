@@ -418,7 +418,7 @@ class Settings(BaseSettings):
     @field_validator("forwarded_allow_ips")
     @classmethod
     def _forwarded_allow_ips(cls, value: list[str]) -> list[str]:
-        from .server.forwarded import parse_networks
+        from .auth.proxies import parse_networks
 
         parse_networks(value)  # ValueError naming the bad item
         return value
