@@ -43,6 +43,8 @@ def run_mode(mode: str, args) -> dict:
         "INR_THREADS": str(args.threads),
         "INR_RENDER_WORKERS": str(args.workers),
         "INR_RENDER_CONCURRENCY": "2" if mode == "whole" else "4",
+        "INR_RENDER_MAX_COST_S": "3600",  # its big render is dear on purpose (admission by cost, render/admission.py)
+        "INR_RENDER_CALLER_SHARE": "64",  # every request comes from this one address
     }
     srv = Server(Path(args.models), mode, env).wait()
     try:
