@@ -5,7 +5,11 @@ INR_MAX_UPLOAD_PIXELS, up to INR_FIT_MAX_UPLOAD_PIXELS) is streamed by the API i
 
 INR_FIT_UPLOADS may instead be a bucket, `s3://…` (fitstore/s3uploads.py): the API streams the upload to its own
 scratch folder (`scratch`), then puts it into the bucket; the worker reads it back into its temporary folder. Then
-the API and the workers share no folder.
+the API and the workers share no folder. That scratch folder, and the worker's temporary folder, is this user's
+own, private: SCRATCH under the user's cache folder (`$XDG_CACHE_HOME/inr-serve/fit-uploads`, else
+`~/.cache/inr-serve/fit-uploads`, made 0700 and checked by the caller with modelrepo/private_dir.py, which this
+package may not import), never a name in TMPDIR, where another local user could make the folder first and read or
+swap an upload. The worker uses a kept upload only when its bytes have the sha256 its job's record holds (`fetch`).
 
 The file goes when its job no longer needs it: once the job is split into blocks (each block carries its own
 pixels in the store), or has ended. The worker that splits or ends a job deletes it (`release`); `sweep` deletes
@@ -15,6 +19,7 @@ named a moment before its job is inserted, is younger).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -30,6 +35,8 @@ GRACE_S = 3600.0
 PART = ".part-"  # a file still being streamed in: `.part-RANDOM`
 NAME = re.compile(r"^([0-9a-f]{12})\.(jpg|png|tif)\Z")
 EXTENSIONS = {"jpeg": "jpg", "png": "png", "tiff": "tif"}
+SCRATCH = "fit-uploads"  # the private scratch folder's kind (modelrepo.private_dir.default_cache)
+SCRATCH_SETTING = "XDG_CACHE_HOME"  # what moves it
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +46,17 @@ def file_name(job_id: str, fmt: str) -> str:
     return f"{job_id}.{EXTENSIONS[fmt]}"
 
 
-def scratch(where: str | os.PathLike) -> Path:
-    """Where the API streams an upload as it arrives: the uploads folder itself, or, for a bucket, a folder of this
-    machine's own."""
-    return Path(tempfile.gettempdir()) / "inr-fit-uploads" if is_s3(where) else Path(where)
+class UploadMismatch(ValueError):
+    """A kept upload whose bytes are not those its job's record holds the sha256 of: never fitted."""
+
+
+def scratch(where: str | os.PathLike, private: Path | None = None) -> Path:
+    """Where the API streams an upload as it arrives: the uploads folder itself, or, for a bucket, `private`, this
+    user's private scratch folder (modelrepo.private_dir.ensure(default_cache(SCRATCH), SCRATCH_SETTING)). Without
+    it, a folder of tempfile's: the old `$TMPDIR/inr-fit-uploads`, until the API passes its own."""
+    if not is_s3(where):
+        return Path(where)
+    return Path(private) if private is not None else Path(tempfile.gettempdir()) / "inr-fit-uploads"
 
 
 def name_of(source: dict) -> str | None:
@@ -74,17 +88,38 @@ def keep(where: str | os.PathLike, local: Path, name: str) -> None:
 
 
 def fetch(where: str | os.PathLike, source: dict, folder: Path) -> Path | None:
-    """The worker's copy of the job's upload: the file in the uploads folder, or read from the bucket into `folder`.
-    FileNotFoundError when it is not there."""
+    """The worker's copy of the job's upload: the file in the uploads folder, or read from the bucket into `folder`
+    (the worker's private temporary folder). FileNotFoundError when it is not there; UploadMismatch (the copy
+    deleted) when its bytes do not have the sha256 the record holds."""
     name = name_of(source)
     if name is None:
         return None
     if is_s3(where):
-        return S3Uploads(str(where)).fetch(name, folder)
-    path = Path(where) / name
-    if not path.is_file():
-        raise FileNotFoundError(f"the upload {name} is not in the uploads folder {where}")
+        path = S3Uploads(str(where)).fetch(name, folder)
+    else:
+        path = Path(where) / name
+        if not path.is_file():
+            raise FileNotFoundError(f"the upload {name} is not in the uploads folder {where}")
+    check_sha256(path, source, where)
     return path
+
+
+def check_sha256(path: Path, source: dict, where) -> None:
+    """UploadMismatch when `path` does not have the sha256 of the bytes the API received (`source.sha256`)."""
+    expected = source.get("sha256")
+    if not expected:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    if digest.hexdigest() != expected:
+        if is_s3(where):
+            path.unlink(missing_ok=True)
+        raise UploadMismatch(
+            f"the upload {path.name} in {where} is not the file the API received (its sha256 is not the record's "
+            f"{expected[:12]}…): not fitted"
+        )
 
 
 def release(folder: str | os.PathLike, source: dict) -> None:

@@ -61,3 +61,24 @@ def test_a_records_upload_name_never_leads_out_of_the_folder(tmp_path):
     uploads.release(tmp_path, {"upload": "0123456789ab.png"})
     uploads.release(tmp_path, {"upload": "0123456789ab.png"})  # gone already: no error
     assert not list(tmp_path.iterdir())
+
+
+def test_a_kept_upload_is_used_only_with_the_sha256_its_record_holds(tmp_path):
+    """`fetch` hands the worker the kept file only when its bytes are those the API hashed (`source.sha256`); a file
+    changed since is refused (UploadMismatch), and a record without a sha256 (written before it) is used as it is."""
+    import hashlib
+
+    (tmp_path / "0123456789ab.png").write_bytes(b"the bytes sent")
+    source = {"upload": "0123456789ab.png", "sha256": hashlib.sha256(b"the bytes sent").hexdigest()}
+    assert uploads.fetch(tmp_path, source, tmp_path / "tmp") == tmp_path / "0123456789ab.png"
+    (tmp_path / "0123456789ab.png").write_bytes(b"other bytes")
+    with pytest.raises(uploads.UploadMismatch, match="not the file the API received"):
+        uploads.fetch(tmp_path, source, tmp_path / "tmp")
+    assert uploads.fetch(tmp_path, {"upload": "0123456789ab.png"}, tmp_path / "tmp") == tmp_path / "0123456789ab.png"
+
+
+def test_the_scratch_of_a_bucket_is_the_private_folder_given(tmp_path):
+    """For a bucket, the API streams into the private folder it passes (never a name in TMPDIR); a folder stays
+    itself."""
+    assert uploads.scratch("s3://127.0.0.1:9/b/uploads", tmp_path / "private") == tmp_path / "private"
+    assert uploads.scratch(str(tmp_path / "up"), tmp_path / "private") == tmp_path / "up"

@@ -4,6 +4,12 @@ The loop is huey's primitives (scheduled messages moved to the queue when due, a
 `execute`); it is ours rather than huey's consumer so that SIGTERM lets the current fit hand its job
 back at the next progress step instead of abandoning it. A heartbeat thread keeps the worker's seat in
 the store and reaps jobs whose workers died.
+
+Its folders are this user's alone (issue 54): the S3 model cache (`--model-cache`, by default
+`$XDG_CACHE_HOME/inr-serve/fit-models`, else `~/.cache/inr-serve/fit-models`) and its temporary files (an upload read
+from the bucket, its tiled copy, a version staged for S3: `$XDG_CACHE_HOME/inr-serve/fit-uploads`), made 0700 and
+never in TMPDIR; one another user owns or can write stops the start in one line, exit 2, before anything is read or
+written (modelrepo/private_dir.py).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from pathlib import Path
 from commandline import byte_size, positive_float, positive_int
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import FitStore, StoreError, uploads, worker_id
-from modelrepo import LocationError, StorageUnavailable, open_repository
+from modelrepo import LocationError, StorageUnavailable, is_s3, open_repository
+from modelrepo.private_dir import UnsafeFolder, check, default_cache, ensure
 from modelrepo.s3publish import GRACE_S
 from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
@@ -93,20 +100,42 @@ def sweep_repository(models) -> None:
         log.warning("sweeping %s: %s", models.url, e)
 
 
+MODEL_CACHE = "--model-cache / INR_FIT_MODEL_CACHE"
+
+
+def private_folders(args: argparse.Namespace) -> Path | None:
+    """The worker's own folders, checked and made 0700 before anything is read or written (UsageError, one line,
+    when another user could write one): its temporary folder, which becomes tempfile's (and TMPDIR for what this
+    process runs), and, with models on S3, the model cache, returned (None: models in a folder)."""
+    cache = (args.model_cache, MODEL_CACHE) if is_s3(args.models) else None
+    scratch = (default_cache(uploads.SCRATCH), uploads.SCRATCH_SETTING)
+    try:
+        for folder, setting in filter(None, (cache, scratch)):  # all checked before any is made
+            check(folder, setting)
+        cache_dir, scratch_dir = (ensure(*pair) if pair else None for pair in (cache, scratch))
+    except UnsafeFolder as e:
+        raise UsageError(str(e)) from None
+    tempfile.tempdir = os.environ["TMPDIR"] = str(scratch_dir)
+    return cache_dir
+
+
 def serve_jobs(args: argparse.Namespace) -> int:
     if args.log_level not in LOG_LEVELS:  # from INR_LOG_LEVEL, which argparse's choices do not check
         raise UsageError(f"--log-level / INR_LOG_LEVEL: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     logging.getLogger().setLevel(args.log_level.upper())  # the worker talks: a line per job's start, piece, end
+    cache = private_folders(args)
     start_traces()
     stopping = threading.Event()
     wid = worker_id()
     info = {"host": socket.gethostname(), "pid": os.getpid(), "job": None}
     try:
-        models = open_repository(args.models, Path(tempfile.gettempdir()) / "inr-fit-models")
+        models = open_repository(args.models, cache)
         if models.remote:
             models.check()  # the bucket and the credentials, before the first job
     except (LocationError, StorageUnavailable) as e:
         raise UsageError(f"--models: {e}") from None
+    except UnsafeFolder as e:  # its key, or a folder within it (modelrepo/s3.py)
+        raise UsageError(str(e)) from None
     ctx = JobContext(
         store=None,
         models=models,
@@ -189,6 +218,12 @@ def register(sub) -> None:
         "--models",
         default=os.environ.get("INR_MODELS", "models"),
         help="model repository the fits are written to (default: $INR_MODELS, else models)",
+    )
+    p.add_argument(
+        "--model-cache",
+        default=os.environ.get("INR_FIT_MODEL_CACHE") or str(default_cache("fit-models")),
+        help="with --models on S3: the folder the models are mirrored into, this user's alone (another user's, or "
+        "one group or others can write, is refused) (default: $INR_FIT_MODEL_CACHE, else %(default)s)",
     )
     p.add_argument(
         "--threads",
