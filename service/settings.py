@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import check_url
 from fitstore.uploads import DEFAULT as DEFAULT_UPLOADS
+from fitstore.uploads import SCRATCH, SCRATCH_SETTING
 from modelrepo.private_dir import check as check_cache
 from modelrepo.private_dir import default_cache
 
@@ -438,6 +439,7 @@ class Settings(BaseSettings):
         value = str(value) if isinstance(value, Path) else value
         if is_s3(value):
             S3Uploads(value)  # its form (ValueError names INR_FIT_UPLOADS)
+            check_cache(default_cache(SCRATCH), SCRATCH_SETTING)  # where it is streamed first: private, or refused
         return value
 
     @field_validator("models", mode="before")

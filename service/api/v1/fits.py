@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fitstore import DEFAULT_PRESET, new_id, uploads
 from fitstore.uploads import file_name
+from modelrepo.private_dir import default_cache, ensure
 
 from ...auth.caching import cache_control
 from ...auth.fitaccess import guard_for, may_see, public, requested
@@ -146,7 +147,10 @@ async def submit(request: Request, settings: SettingsDep):
         raise UnsupportedMedia(
             f"content type '{kind or 'none'}' is not accepted; send multipart/form-data with the image as 'file'"
         )
-    reader = Reader(uploads.scratch(settings.fit_uploads), len(FIELDS))
+    private = (
+        ensure(default_cache(uploads.SCRATCH), uploads.SCRATCH_SETTING) if uploads.is_s3(settings.fit_uploads) else None
+    )
+    reader = Reader(uploads.scratch(settings.fit_uploads, private), len(FIELDS))
     items = await reader.read(request)  # the image streamed into INR_FIT_UPLOADS, hashed on the way
     kept = None  # the upload, once kept as the job's file
     try:
