@@ -23,7 +23,6 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,11 +51,13 @@ class UploadMismatch(ValueError):
 
 def scratch(where: str | os.PathLike, private: Path | None = None) -> Path:
     """Where the API streams an upload as it arrives: the uploads folder itself, or, for a bucket, `private`, this
-    user's private scratch folder (modelrepo.private_dir.ensure(default_cache(SCRATCH), SCRATCH_SETTING)). Without
-    it, a folder of tempfile's: the old `$TMPDIR/inr-fit-uploads`, until the API passes its own."""
+    user's private scratch folder (modelrepo.private_dir.ensure(default_cache(SCRATCH), SCRATCH_SETTING)), which a
+    bucket needs: never a folder of $TMPDIR, which another local user could have made."""
     if not is_s3(where):
         return Path(where)
-    return Path(private) if private is not None else Path(tempfile.gettempdir()) / "inr-fit-uploads"
+    if private is None:
+        raise ValueError("an upload for a bucket needs the caller's private scratch folder")
+    return Path(private)
 
 
 def name_of(source: dict) -> str | None:
