@@ -20,6 +20,35 @@ async function checked(response) {
   throw new ApiError(response.status, message, Number.isFinite(retry) ? retry : null);
 }
 
+// A key's quota of requests a second (docs/access.md, "Quotas") is answered 429 with Retry-After. `send` is fetch
+// that honours it: the page sends nothing more until then (every request waits, so parallel ones do not each hit
+// the limit again), and the request goes again, at most RETRIES times. A wait longer than MAX_WAIT_S (a fit quota's
+// day) is not waited for: the 429 is the answer. A 503 with Retry-After (the service busy or draining) likewise.
+export const RETRIES = 6;
+export const MAX_WAIT_S = 30;
+let quietUntil = 0;  // performance.now() before which the page sends nothing
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) { reject(signal.reason ?? new DOMException("aborted", "AbortError")); return; }
+    const timer = setTimeout(() => { signal?.removeEventListener("abort", stop); resolve(); }, ms);
+    const stop = () => { clearTimeout(timer); reject(signal.reason ?? new DOMException("aborted", "AbortError")); };
+    signal?.addEventListener("abort", stop, { once: true });
+  });
+}
+
+export async function send(url, init = {}) {
+  for (let attempt = 0; ; attempt++) {
+    // each held request adds a little spread, so that those held together do not all arrive in the same instant
+    for (let hold; (hold = quietUntil - performance.now()) > 0;) await sleep(hold + Math.random() * 200, init.signal);
+    const r = await fetch(url, init);
+    if ((r.status !== 429 && r.status !== 503) || attempt >= RETRIES) return r;
+    const wait = Number.parseFloat(r.headers.get("Retry-After"));
+    if (!Number.isFinite(wait) || wait > MAX_WAIT_S) return r;
+    quietUntil = Math.max(quietUntil, performance.now() + Math.max(wait, 0.25) * 1000);
+  }
+}
+
 // The service's links are absolute paths ("/v1/…"); the page asks relative to itself, so it also
 // works behind a proxy that serves the service under a prefix.
 export const relative = (url) => url.replace(/^\//, "");
@@ -28,20 +57,20 @@ export const relative = (url) => url.replace(/^\//, "");
 // `more`: the repository has more than the page (search to find the others).
 export async function listModels({ q = "", limit = 200, signal } = {}) {
   const query = new URLSearchParams({ limit: String(limit), ...(q ? { q } : {}) });
-  const body = await (await checked(await fetch(`v1/models?${query}`, { signal }))).json();
+  const body = await (await checked(await send(`v1/models?${query}`, { signal }))).json();
   return { models: Array.isArray(body) ? body : body.models, more: Boolean(body.next), login: body.login || null };
 }
 
 // GET /v1/models/{name}: the detail of one model (its size, metadata, versions).
 export async function modelDetail(name, signal) {
-  return (await checked(await fetch(`v1/models/${encodeURIComponent(name)}`, { signal }))).json();
+  return (await checked(await send(`v1/models/${encodeURIComponent(name)}`, { signal }))).json();
 }
 
 const enc = encodeURIComponent;
 
 // POST /v1/models/{name}/render → an ImageBitmap of exactly width×height pixels.
 export async function render(name, fields, signal) {
-  const r = await checked(await fetch(`v1/models/${enc(name)}/render`, {
+  const r = await checked(await send(`v1/models/${enc(name)}/render`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ format: "png", background: "transparent", ...fields }),
@@ -57,7 +86,7 @@ export async function classifyPng(name, pngBlob, signal) {
   const form = new FormData();
   form.append("files", pngBlob, "drawing.png");
   const url = `v1/models/${enc(name)}/classify?include_input=true`;
-  const r = await checked(await fetch(url, { method: "POST", body: form, signal }));
+  const r = await checked(await send(url, { method: "POST", body: form, signal }));
   const body = await r.json();
   return body.predictions[0];
 }
@@ -101,7 +130,7 @@ export function startFit(form, signal, onUpload = () => {}) {
 
 // GET (or DELETE, to cancel) one of a job's links → the job record.
 export async function fitRecord(url, method = "GET", signal) {
-  const r = await checked(await fetch(relative(url), { method, signal }));
+  const r = await checked(await send(relative(url), { method, signal }));
   return r.json();
 }
 
@@ -115,7 +144,7 @@ export async function modelWhenReady(name, version, { signal, timeoutMs = 120_00
     const s = models.find((x) => x.name === name);
     if (s?.status === "failed") throw new ApiError(500, `the model ${name} failed to load: ${s.error}`);
     if (s?.status === "ready") {
-      const m = await (await checked(await fetch(`v1/models/${enc(name)}`, { signal }))).json();
+      const m = await (await checked(await send(`v1/models/${enc(name)}`, { signal }))).json();
       if (m.status === "ready" && (version == null || (m.version ?? 0) >= version)) return m;
     }
     if (performance.now() > until) {
@@ -125,4 +154,23 @@ export async function modelWhenReady(name, version, { signal, timeoutMs = 120_00
     await new Promise((done) => setTimeout(done, everyMs));
     signal?.throwIfAborted();
   }
+}
+
+// GET /iiif/auth/whoami: who this browser is to the service ({sub, name, scopes}; sub null: no one).
+export async function whoami(signal) {
+  return (await checked(await send("iiif/auth/whoami", { signal }))).json();
+}
+
+// POST to the logout service (its GET is only the page with the button; docs/access.md).
+export async function logout(url = "iiif/auth/logout") {
+  await checked(await send(url, { method: "POST" }));
+}
+
+// Show `url` in `img` through `send` (an image's own request would just break on a 429), as an object URL.
+export async function showImage(img, url, signal) {
+  img.dataset.src = url;
+  const blob = await (await checked(await send(url, { signal }))).blob();
+  if (img.dataset.src !== url) return;  // another image was asked for meanwhile
+  if (img.src.startsWith("blob:")) URL.revokeObjectURL(img.src);
+  img.src = URL.createObjectURL(blob);
 }

@@ -12,8 +12,10 @@
 // A restricted image (IIIF Authorization Flow 2.0, docs/access.md): its info.json names the auth services. The
 // page shows what this browser may see (#osd data-access: public, full, substitute or restricted): the whole
 // image, or the probe's substitute (a public version of limited size) or nothing, with "Log in", which opens the
-// access service's window and shows the image again once it closes; "Log out" calls the logout service.
-import { listModels } from "./api.js";
+// access service's window and shows the image again once it closes; "Log out" POSTs to the logout service (its GET
+// is only a page with a button). Every request of the page, tiles included, waits out a key's quota (a 429 with
+// Retry-After) and goes again (api.js's `send`).
+import { listModels, logout as logOut, send } from "./api.js";
 import { MIN_PIXEL_RATIO, nativeTileSource, tileScale } from "./iiif-levels.js";
 
 const $ = (sel) => document.querySelector(sel);
@@ -60,10 +62,28 @@ function checkSharp() {
   wasSharp = sharp;
 }
 
+// A tile source whose tiles are fetched through `send` (a 429 waits for its Retry-After and the tile is asked
+// again) rather than by an <img>, which would just fail; OpenSeadragon gets the tile's bytes as a blob.
+function retrying(tiles) {
+  if (!tiles) return tiles;
+  tiles.downloadTileStart = (job) => {
+    const controller = new AbortController();
+    job.userData.request = controller;   // OpenSeadragon's downloadTileAbort calls its abort()
+    send(job.src, { signal: controller.signal, credentials: "same-origin" })
+      .then(async (r) => {
+        if (!r.ok) { job.fail(`[tile] ${r.status} ${r.statusText}`, null); return; }
+        // the bytes, then a Blob (Response.blob() would leave DevTools and the tests no copy of the body)
+        job.finish(new Blob([await r.arrayBuffer()], { type: r.headers.get("Content-Type") || "" }), null, "rasterBlob");
+      })
+      .catch((e) => { if (e.name !== "AbortError") job.fail(`[tile] ${e.message}`, null); });
+  };
+  return tiles;
+}
+
 async function tileSourceFor(info) {
   try {
-    const r = await fetch(info);
-    if (r.ok) return nativeTileSource(await r.json(), info);
+    const r = await send(info);
+    if (r.ok) return retrying(nativeTileSource(await r.json(), info));
   } catch (_) { /* OpenSeadragon fetches it again and reports the failure */ }
   return null;
 }
@@ -71,7 +91,7 @@ async function tileSourceFor(info) {
 // What this browser may see of the image, and its auth services (none for a public image).
 async function access(info) {
   let r, doc = null;
-  try { r = await fetch(info); doc = await r.json(); } catch (_) { return { kind: "public" }; }
+  try { r = await send(info); doc = await r.json(); } catch (_) { return { kind: "public" }; }
   const probe = (doc.service || []).find((s) => s.type === "AuthProbeService2");
   if (!probe) return { kind: "public", doc: r.ok ? doc : null };
   const active = (probe.service || []).find((s) => s.type === "AuthAccessService2" && s.profile === "active");
@@ -79,7 +99,7 @@ async function access(info) {
   const full = r.ok && (doc.maxWidth || doc.width) >= doc.width;
   if (full) return { kind: "full", active, logout, doc };
   let substitute = null;
-  try { substitute = ((await (await fetch(probe.id)).json()).substitute || [])[0] || null; } catch (_) { /* none */ }
+  try { substitute = ((await (await send(probe.id)).json()).substitute || [])[0] || null; } catch (_) { /* none */ }
   return { kind: substitute ? "substitute" : "restricted", active, logout, substitute };
 }
 
@@ -91,7 +111,10 @@ function authButtons(name, seen) {
     const w = window.open(`${seen.active.id}?origin=${encodeURIComponent(location.origin)}`, "inr-login");
     const timer = setInterval(() => { if (!w || w.closed) { clearInterval(timer); show(name); } }, 200);
   };
-  logout.onclick = async () => { await fetch(seen.logout.id); show(name); };
+  logout.onclick = async () => {
+    try { await logOut(seen.logout.id); } catch (e) { say(`log out failed: ${e.message}`); return; }
+    show(name);
+  };
 }
 
 async function show(name) {
@@ -110,7 +133,8 @@ async function show(name) {
   }[seen.kind] || "");
   if (seen.kind === "restricted") { $("#osd").dataset.state = "failed"; return; }
   // the information read once: the tile source is made from it (OpenSeadragon fetches it only without one)
-  source = seen.kind === "substitute" ? null : seen.doc ? nativeTileSource(seen.doc, info) : await tileSourceFor(info);
+  source = seen.kind === "substitute" ? null : seen.doc ? retrying(nativeTileSource(seen.doc, info))
+    : await tileSourceFor(info);
   const deepest = source ? 2 ** source.extraLevels : 1;
   animating = false; sharpViews = 0; wasSharp = false;
   viewer = OpenSeadragon({

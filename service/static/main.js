@@ -1,9 +1,11 @@
 // Wires the page together: model list → viewer, model panel and digit pad; the fit panel adds
-// models to the list.
+// models to the list; the session's "Log in" or "Log out" (session.js) lists again what this browser may see.
+// `/?model=NAME` opens that model, or says why not (restricted: log in; no such model), never another in its place.
 import { listModels, modelDetail } from "./api.js";
 import { DigitPad } from "./digits.js";
 import { FitPanel } from "./fit.js";
 import { showModel } from "./panel.js";
+import { Session } from "./session.js";
 import { Viewer } from "./viewer.js";
 
 const $ = (sel) => document.querySelector(sel);
@@ -35,6 +37,16 @@ function say(where, text) {
   $(where).textContent = text;
 }
 
+// Why the model NAME cannot be shown, from GET /v1/models/NAME's refusal. The API answers a restricted model's name
+// 401 (403 to a key without its scope) and an unknown one 404 (docs/access.md, "What a 401 tells"): the page tells
+// no more than that.
+function refusal(name, err, session) {
+  if (err.status === 401) return `${name} is restricted: ${session.loginUrl ? "log in to see it" : "it needs a token"}`;
+  if (err.status === 403) return `${name} is restricted: the key you are logged in with may not see it`;
+  if (err.status === 404) return `no such model: ${name}`;
+  return `cannot open ${name}: ${err.message}`;
+}
+
 async function start() {
   const viewer = new Viewer($("#view"), {
     onChange: readout,
@@ -50,13 +62,25 @@ async function start() {
   $("#zoom-out").addEventListener("click", () => viewer.zoomBy(0.5));
   $("#reset").addEventListener("click", () => viewer.reset());
 
+  const session = new Session({ login: $("#login"), logout: $("#logout"), who: $("#who") }, {
+    onChange: () => relist(),
+    onError: (e) => say("#view-message", `log in or out failed: ${e.message}`),
+  });
+
   let images = [], digits = [], shown = 0;
-  const pickImage = async (remember = false) => {
-    const name = $("#model").value, ticket = ++shown;
-    const m = name ? await modelDetail(name).catch(() => null) : null;
+  // Show the picker's model, or `name` that is not among the listed ones: then why it is not (and no model).
+  const pickImage = async (remember = false, name = $("#model").value) => {
+    const ticket = ++shown;
+    let m = null, why = name ? "" : "no image model is loaded";
+    if (name) m = await modelDetail(name).catch((e) => { why = refusal(name, e, session); return null; });
+    if (m && (m.task !== "image" || (m.status || "ready") !== "ready")) {
+      why = m.task !== "image" ? `${name} is not an image model` : `${name} is not loaded: ${m.error || m.status}`;
+      m = null;
+    }
     if (ticket !== shown) return;    // another pick came meanwhile
     showModel($("#panel"), m);
-    say("#view-message", m ? "" : "no image model is loaded");
+    if (!m) { $("#model").value = ""; viewer.setModel(null); }  // never another model in its place
+    say("#view-message", why);
     if (m) viewer.setModel(m);
     $("#iiif-link").href = m ? `iiif.html?id=${encodeURIComponent(m.name)}` : "iiif.html";
     if (m && remember) {             // /?model=NAME (also a finished fit's "viewer" link) opens it again
@@ -74,12 +98,10 @@ async function start() {
   $("#digit-model").addEventListener("change", pickDigits);
 
   // (Re)list the models (a page; `q` searches the names); keep each picker's choice where it is still listed, or
-  // take `image`, found by its name when it is not on the page.
-  let loginUrl = null;  // the access service, when the service has API keys (GET /v1/models says)
+  // take `image`, found by its name when it is not on the page. The access service's URL where the service has keys.
   const refresh = async (image = null, q = "") => {
     const { models, more, login } = await listModels({ q });
-    $("#login").hidden = $("#logout").hidden = !login;  // only where the service has keys (docs/access.md)
-    loginUrl = login;
+    session.loginUrl = login;
     if (image && !models.some((m) => m.name === image)) {
       models.push(...(await listModels({ q: image })).models.filter((m) => m.name === image));
     }
@@ -96,13 +118,15 @@ async function start() {
     if (more) notes.push("more models: search by name");
     say("#models-message", notes.join("; "));
   };
-  // Log in (the IIIF access service's window) or out: the restricted models this browser may see come and go.
-  const relist = async () => { await refresh(); await pickImage(true); };
-  $("#login").addEventListener("click", () => {
-    const w = window.open(`${loginUrl}?origin=${encodeURIComponent(location.origin)}`, "inr-login");
-    const timer = setInterval(() => { if (!w || w.closed) { clearInterval(timer); relist(); } }, 200);
-  });
-  $("#logout").addEventListener("click", async () => { await fetch("iiif/auth/logout"); await relist(); });
+  // The model asked for (/?model=NAME, or the picker's), shown when listed, else why it is not.
+  const wanted = () => params.get("model") || $("#model").value;
+  const open = (name) => {
+    if (!images.some((m) => m.name === name)) return pickImage(true, name);
+    $("#model").value = name;
+    return pickImage(true);
+  };
+  // After a log in or out: the restricted models this browser may see come and go.
+  async function relist() { const name = wanted(); await refresh(name); await open(name); }
   let typing = null;
   $("#model-search").addEventListener("input", (e) => {
     clearTimeout(typing);
@@ -127,7 +151,9 @@ async function start() {
     say("#view-message", `cannot list models: ${e.message}`);
     return;
   }
-  await Promise.all([pickImage(), pickDigits()]);
+  await session.update(session.loginUrl);
+  const name = params.get("model");
+  await Promise.all([name ? open(name) : pickImage(), pickDigits()]);
 }
 
 start();

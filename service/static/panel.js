@@ -1,5 +1,5 @@
 // The model panel: what the image model is and how well it fits, from GET /v1/models.
-import { previewOf } from "./api.js";
+import { previewOf, showImage } from "./api.js";
 import { psnrText as db } from "./fitplot.js";
 
 const fmt = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : "–");
@@ -68,7 +68,8 @@ export function showModel(panel, model) {
   const preview = previewOf(model);
   figure.hidden = !preview;
   if (preview) {
-    figure.querySelector("img").src = preview.url;
+    const img = figure.querySelector("img");
+    showImage(img, preview.url).catch(() => { img.src = preview.url; });  // the browser's own try shows why
     figure.querySelector("figcaption").textContent = preview.caption;
   }
 }

@@ -54,6 +54,7 @@ export class Viewer {
 
   setModel(model) {
     this.model = model;
+    if (!model) delete this.canvas.dataset.state;  // nothing shown: no render state either
     this.camera = camera.initialCamera(this.nativeSize);
     this.frame = null;
     this.renders = 0;
@@ -154,7 +155,8 @@ export class Viewer {
 
   // The sharp render in strips requested together. Below the native resolution 2×2
   // supersampling anti-aliases; if the service refuses it (a 4xx naming its limit), the
-  // strips still in flight are cancelled and the plain render is fetched instead.
+  // strips still in flight are cancelled and the plain render is fetched instead. A key over its
+  // requests-a-second quota (429) is waited for in api.js's `send`, the same request sent again.
   async sharpen(name, cam, W, H, fields, signal, draw) {
     for (let ss = this.detail(cam) < 1 ? 2 : 1; ; ss = 1) {
       const local = new AbortController();
@@ -170,7 +172,7 @@ export class Viewer {
       } catch (err) {
         local.abort();
         if (signal.aborted) throw new DOMException("superseded", "AbortError");
-        if (ss === 1 || !(err.status >= 400 && err.status < 500)) throw err;
+        if (ss === 1 || !(err.status >= 400 && err.status < 500) || err.status === 429) throw err;  // 429: a quota
       } finally {
         signal.removeEventListener("abort", cancel);
       }

@@ -11,32 +11,28 @@ restricted image models, at /iiif/auth.
 - **Token** `GET /iiif/auth/token?messageId=…&origin=…`: a page for an iframe that posts an AuthAccessToken2 (or
   AuthAccessTokenError2) to `origin` with `postMessage`, and to no other: an origin that is neither this service's
   nor in INR_ACCESS_ORIGINS gets `invalidOrigin` and no token.
-- **Logout** `GET /iiif/auth/logout`: forgets the cookie. Access tokens already issued stay valid until their expiry
-  (INR_ACCESS_TOKEN_TTL_S, 300 s by default): they are signed, not stored.
+- **Logout** `GET /iiif/auth/logout`: a page with a "Log out" button; its `POST`, from this service's pages or an
+  allowed origin only, forgets the cookie and ends the key's sessions (service/api/iiif/session.py, with `whoami`).
 """
 
 from __future__ import annotations
 
 import html
-import json
-import logging
 import re
 import time
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from modelrepo.access import Access
 
 from ...auth.caller import COOKIE, Authority, NotAuthenticated, from_scope, from_values
-from ...auth.keys import KeyError_
 from ...auth.policy import ANONYMOUS, decide
 from ..deps import RegistryDep, SettingsDep
-from .info import PREFIX, base_url
+from . import session
+from .authpage import AUTH, allowed_origin, js, lang, page, service_root
+from .info import base_url
 
-AUTH = "/iiif/auth"
 CONTEXT = "http://iiif.io/api/auth/2/context.json"
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+\Z")
 SESSION_TTL_S = 8 * 3600
@@ -46,25 +42,6 @@ CORS = {
     "Access-Control-Allow-Methods": "GET, OPTIONS",
 }
 router = APIRouter(prefix=AUTH, tags=["IIIF Authorization Flow 2.0"])
-log = logging.getLogger(__name__)
-audit = logging.getLogger("inr.audit")
-
-
-def lang(text: str) -> dict:
-    return {"en": [text]}
-
-
-def service_root(request: Request, settings) -> str:
-    return base_url(request, settings).removesuffix(PREFIX)
-
-
-def own_origin(request: Request, settings) -> str:
-    parts = urlsplit(service_root(request, settings))
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def allowed_origin(origin: str, request: Request, settings) -> bool:
-    return origin == own_origin(request, settings) or origin in settings.access_origins
 
 
 def services(request: Request, settings, name: str) -> list[dict]:
@@ -148,28 +125,6 @@ def substitute(request: Request, settings, name: str, access: Access) -> dict:
     }
 
 
-def page(title: str, body: str, script: str = "", frames: list[str] | None = None) -> HTMLResponse:
-    """An HTML page of the flow. `frames`: the origins that may show it in an iframe (the token and logout pages,
-    for the allowed origins); otherwise only this service's own pages may (the login form: no clickjacking)."""
-    doc = (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
-        f"<body>{body}{f'<script>{script}</script>' if script else ''}</body></html>"
-    )
-    ancestors = " ".join(["'self'", *(frames or [])])
-    headers = {"Cache-Control": "no-store", "Content-Security-Policy": f"frame-ancestors {ancestors}"}
-    if frames is None:
-        headers["X-Frame-Options"] = "SAMEORIGIN"
-    return HTMLResponse(doc, headers=headers)
-
-
-def js(value) -> str:
-    """A JSON value safe inside <script>: no '<', '>', '&' or line separators that could end it."""
-    text = json.dumps(value)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(ch, esc)
-    return text
-
-
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(origin: str = Query("", max_length=300)) -> HTMLResponse:
     """The access service: a form for an API key, in a window the client opened."""
@@ -247,23 +202,4 @@ def error(profile: str, note: str) -> dict:
     return {"type": "AuthAccessTokenError2", "profile": profile, "heading": lang("No access"), "note": lang(note)}
 
 
-@router.get("/logout", response_class=HTMLResponse)
-async def logout(request: Request, settings: SettingsDep) -> HTMLResponse:
-    """Forget the session cookie, and end the session on the server: a key's sessions are refused from the next
-    request on, a copy of the cookie included (service/auth/keys.py). Access tokens already made from it live until
-    their expiry (INR_ACCESS_TOKEN_TTL_S): they are signed, not stored."""
-    authority: Authority = request.app.state.authority
-    try:
-        caller = from_values(authority, None, request.headers.get("cookie"))
-    except NotAuthenticated:
-        caller = ANONYMOUS  # already ended, or not ours
-    sub = caller.claims.sub if caller.claims is not None else ""
-    if sub.startswith("key:"):
-        try:
-            await run_in_threadpool(authority.keys.end_sessions, sub[4:])
-            audit.info("sessions ended key=%s by=logout", sub[4:])
-        except (KeyError_, OSError) as e:  # the cookie is still forgotten; its copies live until they expire
-            log.warning("logout of key %s: the keys file could not be written (%s)", sub[4:], e)
-    response = page("Logged out", "<p>Logged out.</p>", frames=settings.access_origins)
-    response.delete_cookie(COOKIE, httponly=True, samesite="lax", secure=request.url.scheme == "https")
-    return response
+router.include_router(session.router)  # GET/POST /logout and GET /whoami (service/api/iiif/session.py)

@@ -1,8 +1,9 @@
 """IIIF Authorization Flow 2.0 in headless Chromium (Debian's /usr/bin/chromium via Playwright), as a viewer runs it,
 from a page on another origin (tests/service/api/pages/auth_client.html, served by a small HTTP server here):
 probe (401) → open the access service and log in with an API key → a token from the token service's iframe →
-probe (200) → the tiles load → log out (the tiles are refused again; a token issued before lives until it expires).
-Then the attacks on the pages: an origin not allowed, a messageId that carries script, a login with no Origin."""
+probe (200) → the tiles load → log out in the logout service's window (the tiles are refused again; a token issued
+before lives until it expires). Then the attacks on the pages: an origin not allowed, a messageId that carries script,
+a login with no Origin, a logout forced by another site's page (tests/security/test_logout.py: the same over HTTP)."""
 
 from __future__ import annotations
 
@@ -25,15 +26,26 @@ PAGES = __import__("pathlib").Path(__file__).parent / "pages"
 TILE = "/iiif/3/secret/full/16,/0/default.png"  # the test model is 32²
 
 
-@pytest.fixture(scope="module")
-def client_origin():
-    """The client page's own origin: a plain static server on another port."""
+def static_origin():
+    """The pages of tests/service/api/pages from a plain static server on a port of its own: its origin."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(PAGES))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     handler.log_message = lambda *a: None
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client_origin():
+    """The client page's own origin, among INR_ACCESS_ORIGINS."""
+    yield from static_origin()
+
+
+@pytest.fixture(scope="module")
+def other_origin():
+    """A page of another site, not among INR_ACCESS_ORIGINS (any page: the attack is its script)."""
+    yield from static_origin()
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +115,15 @@ def log_in(page, key: str) -> None:
     assert page.evaluate("window.accessClosed") is True  # the page closed itself
 
 
+def open_logout(page):
+    """What the user's click on "Log out" does: the logout service in a new window; the window."""
+    with page.context.expect_page() as popup:
+        page.evaluate("() => { window.logoutClosed = flow.logout(); }")
+    window = popup.value
+    window.wait_for_load_state()
+    return window
+
+
 def test_the_whole_flow(page, service, client_origin):
     described = page.evaluate("flow.describe()")
     assert described["status"] == 401 and described["services"]["profile"] == "active"
@@ -120,7 +141,11 @@ def test_the_whole_flow(page, service, client_origin):
     assert page.evaluate(f"flow.probe({json.dumps(token)})")["status"] == 200
     assert page.evaluate(f"flow.tile({json.dumps(service.url + TILE)})") == {"loaded": True, "width": 16}
 
-    page.evaluate("flow.logout()")
+    window = open_logout(page)  # opening the logout service changes nothing: a page with a button
+    assert "logged in as curator" in window.inner_text("body")
+    assert page.evaluate(f"flow.tile({json.dumps(service.url + TILE)})") == {"loaded": True, "width": 16}
+    window.click("button[type=submit]")
+    assert page.evaluate("window.logoutClosed") is True  # logged out, the window closed itself
     assert page.evaluate(f"flow.tile({json.dumps(service.url + TILE)})") == {"loaded": False}
     after = page.evaluate("flow.token('m2')")
     assert after["data"]["type"] == "AuthAccessTokenError2" and after["data"]["profile"] == "missingAspect"
@@ -237,3 +262,30 @@ def test_the_viewer_lists_the_restricted_models_once_logged_in(browser, service)
         page.wait_for_function(f"!{options}.includes('secret')")
     finally:
         context.close()
+
+
+def test_another_site_cannot_log_the_visitor_out(page, service, other_origin):
+    """A page of a site not among INR_ACCESS_ORIGINS sends the logged-in browser to the logout service: a top-level
+    navigation (the SameSite=Lax cookie goes with it) shows the page with the button, and a form it posts is refused
+    (403); the session lives on."""
+    page.evaluate("flow.describe()")
+    log_in(page, service.key)
+    tile = f"flow.tile({json.dumps(service.url + TILE)})"
+    assert page.evaluate(tile) == {"loaded": True, "width": 16}
+    evil = page.context.new_page()
+    evil.goto(f"{other_origin}/auth_client.html")
+    logout = f"{service.url}/iiif/auth/logout"
+    with evil.expect_navigation():
+        evil.evaluate(f"location.href = {json.dumps(logout)}")
+    assert "Log out" in evil.inner_text("body")
+    assert page.evaluate(tile) == {"loaded": True, "width": 16}
+    evil.goto(f"{other_origin}/auth_client.html")
+    with evil.expect_navigation():
+        evil.evaluate(
+            """(url) => { const f = document.createElement("form"); f.method = "post"; f.action = url;
+                          document.body.appendChild(f); f.submit(); }""",
+            logout,
+        )
+    assert "logout refused" in evil.inner_text("body") and "INR_ACCESS_ORIGINS" in evil.inner_text("body")
+    assert page.evaluate(tile) == {"loaded": True, "width": 16}
+    assert page.evaluate("flow.token('still')")["data"]["type"] == "AuthAccessToken2"
