@@ -256,7 +256,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     # the caller, and each model's access policy on the routes that name one; a refused body is never read
-    app.add_middleware(ModelAccess, authority=authority, access_of=registry.access_of, default=settings.access_default)
+    static = frozenset({"/"} | {f"/{p.relative_to(STATIC).as_posix()}" for p in STATIC.rglob("*") if p.is_file()})
+    app.add_middleware(
+        ModelAccess, authority=authority, access_of=registry.access_of, default=settings.access_default, static=static
+    )
     if settings.http_restricted_api:  # outside BodyLimit: a refused request's body is never read
         app.add_middleware(RestrictedApi, groups=settings.http_restricted_api)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_models=lambda: registry.models)

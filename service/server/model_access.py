@@ -73,8 +73,16 @@ def challenge(status: int, message: str, error: str = "") -> Callable:
 class ModelAccess:
     """ASGI middleware: the caller in `scope["state"]["caller"]`; 401/403 for a model it may not read."""
 
-    def __init__(self, app: ASGIApp, authority: Authority, access_of: Callable[[str], Access | None], default: str):
+    def __init__(
+        self,
+        app: ASGIApp,
+        authority: Authority,
+        access_of: Callable[[str], Access | None],
+        default: str,
+        static: frozenset[str] = frozenset(),
+    ):
         self.app, self.authority, self.access_of, self.default = app, authority, access_of, default
+        self.static = static  # the viewer's own files: a page load is not the key's requests (no rps quota)
         self.table: list[Route] | None = None
 
     def model(self, scope: Scope) -> tuple[str | None, str]:
@@ -104,7 +112,7 @@ class ModelAccess:
         scope.setdefault("state", {})["caller"] = caller
         if isinstance(caller, StaleSession):  # answered as anonymous, and the browser told to forget the cookie
             send = clearing_cookie(send, scope.get("scheme") == "https")
-        over = self.authority.over_quota(caller)
+        over = None if scope["path"] in self.static else self.authority.over_quota(caller)
         if over is not None:
             wait, message = over
             return await error_response(429, message, {"Retry-After": str(math.ceil(wait))})(scope, receive, send)

@@ -166,3 +166,16 @@ def test_the_rps_quota_counts_grpc_calls(stack, keys):
         assert codes[0] == "OK" and codes.count("StatusCode.RESOURCE_EXHAUSTED") >= 3, codes
         assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": slow["authorization"]}).status_code == 429
         c.close()
+
+
+def test_the_viewers_own_files_do_not_spend_the_rps_quota(stack, keys):
+    """Secure answer, and the viewer's: a key's requests-a-second quota counts its API requests, not the service's
+    own page and scripts (a reload of /iiif.html with an `rps=5` key got a 429 on a module script, which the browser
+    never fetches again: a dead page); the API calls after them still have the whole bucket."""
+    slow = {"Authorization": f"Bearer {keys[1]['slow']}"}
+    with serve(stack, keys).running() as srv:
+        for path in ("/", "/index.html", "/iiif.html", "/api.js", "/style.css") * 2:
+            assert httpx.get(srv.url + path, headers=slow).status_code == 200, path
+        assert httpx.get(f"{srv.url}/v1/models", headers=slow).status_code == 200
+        assert httpx.get(f"{srv.url}/v1/models", headers=slow).status_code == 429
+        assert httpx.get(f"{srv.url}/iiif/3/open/info.json", headers=slow).status_code == 429  # the API counts
