@@ -18,8 +18,8 @@ import time
 import httpx
 import pytest
 
-from bench.render_flood import ATTACKERS
-from bench.render_flood import attack as flood
+from bench.fairness import ATTACKERS
+from bench.fairness import attack as flood
 from tests.servers import ROOT, Server, in_flight, wait_for
 from tests.service.engine.test_residency import copy_model
 

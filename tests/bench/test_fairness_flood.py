@@ -1,15 +1,15 @@
-"""`python -m bench.render_flood --smoke`: this tree under one flood, the bystander's tiles and the attackers'
+"""`python -m bench.fairness flood --smoke`: this tree under one flood, the bystander's tiles and the attackers'
 answers written to its result file. Timing is never asserted."""
 
 import json
 
-from bench import render_flood
+from bench import fairness
 
 
 def test_the_smoke_run_records_the_bystander_and_every_attacker(tmp_path):
-    assert render_flood.main(["--smoke", "--out", str(tmp_path)]) == 0
+    assert fairness.main(["flood", "--smoke", "--out", str(tmp_path)]) == 0
     (tree,) = json.loads((tmp_path / "render_flood.json").read_text())["trees"]
     (row,) = tree["rows"]
     assert tree["tree"] == "this" and len(row["bystander_statuses"]) == 3
-    assert len(row["attackers"]) == render_flood.ATTACKERS and all("status" in a for a in row["attackers"])
+    assert len(row["attackers"]) == fairness.ATTACKERS and all("status" in a for a in row["attackers"])
     assert row["bystander_median_s"] > 0 and row["bystander_p95_s"] >= row["bystander_median_s"]
