@@ -135,10 +135,11 @@ class Settings(BaseSettings):
     # Admission by estimated cost (service/render/admission.py): a render's cost is its samples × the model's
     # measured CPU seconds a sample in the render workers (a running estimate per model, version and path).
     render_max_cost_s: float = Field(
-        10.0,
+        20.0,
         gt=0,
         description="estimated CPU seconds of rendering one render may cost; more is refused up front (413): a "
-        "4096² render of a grid model is ~1 s, of the bundled Fourier astronaut ~30 s",
+        "4096² render of a grid model is ~1 s, of the bundled Fourier astronaut ~33 s (1024² at supersample 2: "
+        "~8-12 s, which the API docs show)",
     )
     render_cheap_cost_s: float = Field(
         1.0,

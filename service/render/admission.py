@@ -35,6 +35,10 @@ from .lattice import axis_aligned
 # CPU seconds a sample before a model's first render on a path; measured on 2 EPYC cores: a grid's lattice
 # kernel ~50 ns, the bundled Fourier astronaut (an MLP of width 128) ~2 µs, the tests' tiny MLP ~0.3 µs
 PRIORS = {"lattice": 2e-7, "separable": 1e-6, "graph": 1e-6}
+# A network's prior from its size, where its metadata counts its parameters (about one multiply-add each a sample):
+# the bundled astronaut's 66,307 at ~2 µs a sample. Without it, an MLP's first render was assumed at 1 µs, so a
+# dear upscale before any render of size (~17 of its ~33 s) passed the ceiling and stopped only after some tiles.
+SECONDS_PER_PARAMETER = 3e-11
 ALPHA = 0.3  # the running estimate's weight of a new measurement (a render of FULL_WEIGHT_SAMPLES or more)
 FULL_WEIGHT_SAMPLES = 2**18  # smaller renders weigh less: their tiles' fixed costs are a larger share
 OVERRUN = 1.25  # a render admitted under the ceiling stops when its tiles measure this far over it
@@ -57,6 +61,19 @@ def path_of(model, spec: RenderSpec) -> str:
     if axis_aligned(spec) and (isinstance(model, BlockedView) or getattr(model, "lattice", None) is not None):
         return "lattice"
     return "separable" if getattr(model, "separable", None) is not None else "graph"
+
+
+def prior(model, path: str) -> float:
+    """CPU seconds a sample before the model's first render on `path`: by the path, or for a network by its
+    parameters (its metadata's `architecture.parameters`), never under the lattice's."""
+    if path == "lattice":
+        return PRIORS[path]
+    metadata = getattr(model, "metadata", None)
+    architecture = metadata.get("architecture") if isinstance(metadata, dict) else None
+    params = architecture.get("parameters") if isinstance(architecture, dict) else None
+    if isinstance(params, (int, float)) and params > 0:
+        return max(PRIORS["lattice"], float(params) * SECONDS_PER_PARAMETER)
+    return PRIORS[path]
 
 
 @dataclass(frozen=True)
@@ -83,7 +100,7 @@ class CostBook:
         key = (model.name, model.version, path)
         samples = spec.width * spec.height * spec.supersample**2
         known = self.per_sample.get(key)
-        return Estimate(key, samples, PRIORS[path] if known is None else known, known is not None)
+        return Estimate(key, samples, prior(model, path) if known is None else known, known is not None)
 
     def observe(self, est: Estimate, projected_s: float) -> None:
         """A render's tiles measured (`projected_s` over all its tiles): the estimate moves toward it, the prior

@@ -46,6 +46,20 @@ def test_the_estimate_is_samples_times_the_paths_cost_a_sample_and_learns_from_r
     assert moved < 3e-6 * 1.5
 
 
+def test_a_network_s_prior_comes_from_its_parameters():
+    """Before its first render, an MLP's cost a sample is its parameters' (~3e-11 s each): the bundled astronaut's
+    66,307 at ~2 µs, so its ^4096 upscale is over the ceiling from the first request on."""
+    book = CostBook()
+    mlp = SimpleNamespace(**vars(MODEL), metadata={"architecture": {"parameters": 66_307}})
+    est = book.estimate(mlp, spec(4096))
+    assert est.per_sample == pytest.approx(2e-6, rel=0.01) and est.seconds > Settings().render_max_cost_s
+    assert book.estimate(mlp, spec(1024, supersample=2)).seconds < Settings().render_max_cost_s  # the API docs' one
+    tiny = SimpleNamespace(**vars(MODEL), metadata={"architecture": {"parameters": 10}})
+    assert book.estimate(tiny, spec(8)).per_sample == PRIORS["lattice"]  # never under the lattice's
+    odd = SimpleNamespace(**vars(MODEL), metadata={"architecture": {"parameters": "many"}})
+    assert book.estimate(odd, spec(8)).per_sample == PRIORS["graph"]
+
+
 def test_a_render_over_the_ceiling_is_refused_naming_the_setting():
     async def main():
         adm = Admission(Settings(render_max_cost_s=2.0), workers=2)
