@@ -26,6 +26,7 @@ from ...auth.caller import COOKIE, Authority, NotAuthenticated, from_scope, from
 from ...auth.keys import KeyError_
 from ...auth.policy import ANONYMOUS, Caller
 from ..deps import SettingsDep
+from ..schemas import ErrorBody
 from .authpage import allowed_origin, cross_site, page, wants_html
 
 router = APIRouter(tags=["IIIF Authorization Flow 2.0"])
@@ -70,7 +71,11 @@ async def logout_page(request: Request, settings: SettingsDep) -> HTMLResponse:
     return page("Log out", form, frames=settings.access_origins)
 
 
-@router.post("/logout", response_model=None)
+@router.post(
+    "/logout",
+    response_model=None,
+    responses={403: {"model": ErrorBody, "description": "not from this service's pages or an allowed origin"}},
+)
 async def logout(request: Request, settings: SettingsDep) -> Response:
     """Forget the session cookie, and end the session on the server: a key's sessions are refused from the next
     request on, a copy of the cookie included (service/auth/keys.py). Only from this service's pages or an allowed
@@ -103,7 +108,7 @@ async def logout(request: Request, settings: SettingsDep) -> Response:
     return response
 
 
-@router.get("/whoami")
+@router.get("/whoami", responses={403: {"model": ErrorBody, "description": "an Origin that is not allowed"}})
 async def whoami(request: Request, settings: SettingsDep) -> JSONResponse:
     """Who the caller is (its session cookie, bearer token or a trusted proxy's user): its own subject, its key's
     name and its scopes. A request with an Origin that is not allowed is a 403."""
