@@ -91,7 +91,10 @@ def repository_gets(stack: Stack, container: str) -> float:
 
 def test_s3_init_pushed_the_bundled_models_and_no_volume_is_shared(stack, report):
     (init,) = stack.containers("s3-init", all_states=True)
-    state = stack.engine.inspect(init)["State"]
+    # Podman starts the finished push again with each service that depends on it (below): it may be running now
+    deadline = time.monotonic() + 120
+    while (state := stack.engine.inspect(init)["State"])["Status"] == "running" and time.monotonic() < deadline:
+        time.sleep(1)
     assert state["Status"] == "exited" and state["ExitCode"] == 0, stack.diagnose("/v1/models")
     log = stack.engine("logs", init).stdout
     # Podman starts a finished dependency again with each service that depends on it (podman-compose's --requires):
