@@ -57,6 +57,7 @@ OPTIONS = (
     "model_cache_bytes",
     "access_default",
     "access_keys",
+    "forwarded_allow_ips",
     "http_restricted_api",
 )
 SECRET = {"http_restricted_api", "access_secret"}  # never echoed in an error
@@ -170,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--access-keys", metavar="FILE", help="the API keys' file (INR_ACCESS_KEYS; python -m service.admin)"
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="the proxies in front whose X-Forwarded-* and trusted user headers are believed, comma-separated "
+        "addresses or networks (INR_FORWARDED_ALLOW_IPS, default: none; docs/security.md)",
     )
     control.add_argument(
         "--http-restricted-api",
