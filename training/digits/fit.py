@@ -119,10 +119,11 @@ def make_schedule(cfg: FitConfig, opt: torch.optim.Optimizer, steps_per_epoch: i
     return torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg.gamma), False
 
 
-def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifier, dict]:
+def train(cfg: FitConfig, data: DigitData, on_epoch=None, keep_best: bool = False) -> tuple[DigitClassifier, dict]:
     """Train for cfg.epochs on the training digits minus the validation slice (with `refit`: on all of
     them, so the per-epoch score on the slice is on seen digits); score every epoch on that slice.
-    Return the model (the weight average with `ema`; CPU, eval mode) and its history."""
+    Return the model (the weight average with `ema`; CPU, eval mode) and its history; with `keep_best`,
+    the weights of the epoch that scored best on the slice (the number of epochs chosen on validation)."""
     cfg.validate()
     torch.manual_seed(cfg.seed)
     device = pick_device(cfg.device)
@@ -140,7 +141,7 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched, per_step = make_schedule(cfg, opt, math.ceil(len(x) / cfg.batch_size))
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    history, epoch_seconds = [], []
+    history, epoch_seconds, best = [], [], (-1.0, 0, None)
     for epoch in range(1, cfg.epochs + 1):
         model.train()
         order = torch.randperm(len(x), generator=gen, device=device)
@@ -196,6 +197,8 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
             "seconds": round(epoch_seconds[-1], 3),
         }
         history.append(row)
+        if keep_best and row["val_accuracy"] > best[0]:
+            best = (row["val_accuracy"], epoch, {k: v.detach().clone() for k, v in scored.state_dict().items()})
         bar.set_postfix(
             loss=f"{row['train_loss']:.4f}", acc=f"{row['train_accuracy']:.4f}", val_acc=f"{row['val_accuracy']:.4f}"
         )
@@ -204,11 +207,14 @@ def train(cfg: FitConfig, data: DigitData, on_epoch=None) -> tuple[DigitClassifi
         if on_epoch is not None:
             on_epoch(row)
     final = average.module if average is not None else model
+    if keep_best:
+        final.load_state_dict(best[2])
     info = {
         "train_seconds": round(sum(epoch_seconds), 3),
         "seconds_per_epoch": round(float(np.median(epoch_seconds)), 3),
         "device": str(device),
-        "validation": {**val_info, "accuracy": history[-1]["val_accuracy"]},
+        "validation": {**val_info, "accuracy": best[0] if keep_best else history[-1]["val_accuracy"]},
+        "epoch_kept": best[1] if keep_best else cfg.epochs,
         "history": history,
     }
     return final.cpu().eval(), info
