@@ -1,4 +1,7 @@
-"""`python -m modelrepo push FOLDER s3://…`: copy a local model repository (or one model folder) into a repository
+"""`python -m modelrepo import FILE.onnx --name NAME [--image …]`: an ONNX graph made elsewhere made a model folder
+(modelrepo/importer.py), the graph checked and what was inferred printed.
+
+`python -m modelrepo push FOLDER s3://…`: copy a local model repository (or one model folder) into a repository
 on S3, each version published under its own number (modelrepo/s3publish.py); versions already there are kept.
 Credentials and the endpoint from the AWS_* variables, as the service reads them. `--wait S` waits up to S seconds for
 an S3 server that does not answer yet (a stack's first start: the server and this command start together). A bad
@@ -76,9 +79,55 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
+CONVENTION = {  # option → config.pbtxt parameter (modelrepo/convention.py)
+    "coordinate_range": "coordinate_range",
+    "coordinate_order": "coordinate_order",
+    "y_axis": "y_axis",
+    "pixel_grid": "pixel_grid",
+    "output_range": "output_range",
+    "width": "image_width",
+    "height": "image_height",
+}
+
+
+def add_import(sub) -> None:
+    imp = sub.add_parser("import", help="make a model folder of an ONNX file made elsewhere")
+    imp.add_argument("file", type=Path, help="the ONNX file")
+    imp.add_argument("--name", required=True, help="the model's name (its folder)")
+    imp.add_argument("--repository", type=Path, default=Path("models"), help="the model repository (default models)")
+    imp.add_argument("--max-batch-size", type=int, help="rows per request (default: Triton's 4, an image's 262144)")
+    imp.add_argument("--image", action="store_true", help="an image network: [N, 2] coordinates to [N, 1|3|4] values")
+    imp.add_argument("--coordinate-range", metavar="LO,HI", help="its coordinates' range (default 0,1)")
+    imp.add_argument("--coordinate-order", choices=("xy", "yx"), help="x first, or y first (default xy)")
+    imp.add_argument("--y-axis", choices=("down", "up"), help="the way y grows (default down)")
+    imp.add_argument("--pixel-grid", choices=("centers", "corners"), help="the range's ends (default centers)")
+    imp.add_argument("--output-range", metavar="LO,HI", help="its values' range, black to full (default 0,1)")
+    imp.add_argument("--width", type=int, help="native width in pixels (IIIF's full size)")
+    imp.add_argument("--height", type=int, help="native height in pixels")
+
+
+def run_import(args) -> int:
+    from .importer import ImportRefused, import_onnx
+
+    params = {key: str(getattr(args, opt)) for opt, key in CONVENTION.items() if getattr(args, opt) is not None}
+    if args.image:
+        params["task"] = "image"
+    try:
+        folder, text, found = import_onnx(args.file, args.repository, args.name, params, args.max_batch_size)
+    except ImportRefused as e:
+        print(f"error: {args.file.name}: {e}", file=sys.stderr)
+        return 2
+    print(f"{folder}: {'image model' if params else 'generic model (V2 only)'}")
+    for line in found:
+        print(f"  {line}")
+    print(f"  {folder / 'config.pbtxt'}: {' '.join(text.split())}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m modelrepo", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    add_import(sub)
     push = sub.add_parser("push", help="copy model folders into a repository on S3")
     push.add_argument("source", type=Path, help="a model repository folder, or one model's folder")
     push.add_argument("target", help="s3://[host:port/]bucket/path")
@@ -87,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for S3 to answer (default 0)"
     )
     args = p.parse_args(argv)
+    if args.command == "import":
+        return run_import(args)
     try:
         if not args.target.startswith("s3://"):
             raise LocationError(f"the target '{args.target[:80]}' must be an s3:// URL")

@@ -74,6 +74,10 @@ def read_spec(folder: Path) -> ModelSpec:
     """The spec of a model folder: metadata.json, then config.pbtxt's Triton fields (when present).
     Raises SpecError naming the file and field at fault."""
     folder = Path(folder)
+    if not (folder / "metadata.json").exists():  # a model made elsewhere: config.pbtxt and the graph
+        from .autocomplete import read_foreign_spec
+
+        return read_foreign_spec(folder)
     meta = _json(folder / "metadata.json", "metadata.json")
     if not isinstance(meta, dict):
         raise SpecError("metadata.json is not a JSON object")
@@ -140,6 +144,13 @@ def read_version(folder: Path, version: int, need_file: bool = True) -> VersionR
     """`N/metadata.json` of one version, validated; the ONNX file must exist (its hash is checked by
     `check_version`), unless `need_file` is False (a mirror of S3, which fetches it at the load)."""
     vdir = Path(folder) / str(version)
+    if not (vdir / "metadata.json").exists() and not (Path(folder) / "metadata.json").exists():
+        # a model made elsewhere: what is there is the record (its sha256 the file's own, once it is on local disk)
+        if not (vdir / MODEL_FILE).is_file():
+            if need_file:
+                raise SpecError(f"missing {version}/{MODEL_FILE}")
+            return VersionRecord(version, "", {}, recorded=False)
+        return VersionRecord(version, sha256_file(vdir / MODEL_FILE), {}, recorded=False)
     record = VersionRecord.from_json(_json(vdir / "metadata.json", f"{version}/metadata.json"), version)
     if need_file and not (vdir / MODEL_FILE).is_file():
         raise SpecError(f"missing {version}/{MODEL_FILE}")
@@ -149,6 +160,8 @@ def read_version(folder: Path, version: int, need_file: bool = True) -> VersionR
 def check_version(folder: Path, record: VersionRecord) -> Path:
     """The version's ONNX path once its sha256 equals the recorded one; SpecError otherwise."""
     path = Path(folder) / str(record.version) / MODEL_FILE
+    if not record.recorded:
+        return path  # nothing recorded to compare with: read_version took the file's own digest
     digest = sha256_file(path)
     if digest != record.onnx_sha256:
         raise SpecError(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from .access import Access
+from .convention import CHANNELS, Convention
 from .warmup import TASK_WARMUPS
 
 NAME_MAX = 64  # characters of a model name
@@ -50,6 +51,8 @@ ONNX_TO_V2 = {
 # W×H is the version's native pixel grid, `source.size` (or `source.native_size`), modelrepo.ImageSource; a model that
 # records none is square. The text is unchanged since the first models, so every model written before stays valid.
 IMAGE_COORDINATES = "x right, y down, unit square [0,1]^2, pixel centres at ((j+0.5)/W, (i+0.5)/H)"
+# Any ONNX graph with config.pbtxt alone (no metadata.json), served over V2 as Triton serves it (autocomplete.py)
+GENERIC = "generic"
 
 
 class SpecError(ValueError):
@@ -151,6 +154,7 @@ class ModelSpec:
     warmups: tuple = ()  # modelrepo.warmup.Warmup entries (config.pbtxt model_warmup)
     response_cache: bool = False  # config.pbtxt response_cache { enable: true }
     access: Access = Access()  # config.pbtxt parameters access, access_scopes, access_substitute
+    convention: Convention | None = None  # an image network made elsewhere: config.pbtxt parameters (convention.py)
     metadata: dict = field(default_factory=dict, compare=False)  # free-form: description, ...
 
     @classmethod
@@ -197,6 +201,24 @@ class ModelSpec:
         """Raise SpecError unless the spec is one the service can serve."""
         if not NAME_RE.match(self.name):
             raise SpecError(f"model name '{self.name}' must be letters, digits, '_', '-' or '.' (at most 64)")
+        if self.task == GENERIC or self.convention is not None:
+            self._validate_foreign()
+        else:
+            self._validate_task()
+        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+            raise SpecError(
+                f"config.pbtxt: max_batch_size must be at least 1 for a batched '{self.task}' model, "
+                f"got {self.max_batch_size}"
+            )
+        p = self.version_policy
+        if (
+            p.kind not in ("latest", "all", "specific")
+            or (p.kind == "latest" and p.num_versions < 1)
+            or (p.kind == "specific" and not p.versions)
+        ):
+            raise SpecError(f"config.pbtxt: version_policy {p.describe()} serves no version")
+
+    def _validate_task(self) -> None:
         if self.task not in TASKS:
             raise SpecError(f"metadata.json: unknown task '{self.task}'; valid: {', '.join(TASKS)}")
         want = TASKS[self.task]
@@ -213,18 +235,42 @@ class ModelSpec:
                     f"{[t.to_json() for t in want.outputs]}, the spec says "
                     f"{[t.to_json() for t in self.outputs]}"
                 )
-        if not isinstance(self.max_batch_size, int) or self.max_batch_size < 1:
+
+    def _validate_foreign(self) -> None:
+        """A graph made elsewhere (modelrepo/autocomplete.py): one input, every dimension but the batch fixed; an image
+        network's input [N, 2] and first output [N, 1|3|4], float."""
+        if self.task not in (GENERIC, "image"):
+            raise SpecError(f"config.pbtxt: unknown task '{self.task}'")
+        if len(self.inputs) != 1:
             raise SpecError(
-                f"config.pbtxt: max_batch_size must be at least 1 for a batched '{self.task}' model, "
-                f"got {self.max_batch_size}"
+                f"config.pbtxt input: the graph takes {len(self.inputs)} inputs "
+                f"({', '.join(t.name for t in self.inputs) or 'none'}); this server serves graphs of one input"
+                + (" (an image model's is its [N, 2] coordinates)" if self.convention else "")
             )
-        p = self.version_policy
-        if (
-            p.kind not in ("latest", "all", "specific")
-            or (p.kind == "latest" and p.num_versions < 1)
-            or (p.kind == "specific" and not p.versions)
-        ):
-            raise SpecError(f"config.pbtxt: version_policy {p.describe()} serves no version")
+        if not self.outputs:
+            raise SpecError("config.pbtxt output: the graph has no outputs")
+        if self.inputs[0].datatype == "BYTES":
+            raise SpecError(f"config.pbtxt input '{self.inputs[0].name}': TYPE_STRING inputs are not served")
+        for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
+            for t in tensors:
+                if len(t.shape) < 1 or t.shape[0] != -1 or any(d < 1 for d in t.shape[1:]):
+                    raise SpecError(
+                        f"config.pbtxt {kind} '{t.name}': shape {list(t.shape)} must have a dynamic batch dimension "
+                        "first and every other dimension fixed (batched requests are joined along the first)"
+                    )
+        if self.convention is None:
+            return
+        x, out = self.inputs[0], self.outputs[0]
+        if x.datatype not in ("FP32", "FP16", "FP64") or x.shape != (-1, 2):
+            raise SpecError(
+                f"config.pbtxt input '{x.name}': an image model's input is float coordinates [N, 2], the graph's is "
+                f"{x.datatype} {list(x.shape)}"
+            )
+        if out.datatype not in ("FP32", "FP16", "FP64") or len(out.shape) != 2 or out.shape[1] not in CHANNELS:
+            raise SpecError(
+                f"config.pbtxt output '{out.name}': an image model's first output is float values [N, 1], [N, 3] or "
+                f"[N, 4], the graph's is {out.datatype} {list(out.shape)}"
+            )
 
     def to_json(self) -> dict:
         """metadata.json's contents (the Triton fields go to config.pbtxt)."""
@@ -255,6 +301,7 @@ class VersionRecord:
     version: int
     onnx_sha256: str
     metadata: dict = field(default_factory=dict, compare=False)
+    recorded: bool = True  # False: no N/metadata.json (a model made elsewhere), the sha256 is the file's own
 
     def to_json(self) -> dict:
         return {

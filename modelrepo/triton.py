@@ -13,6 +13,7 @@ from pathlib import Path
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool, json_format, message_factory, text_format
 
 from .access import Access, AccessError
+from .convention import Convention, ConventionError
 from .spec import TRITON_TO_V2, V2_TO_TRITON, ModelSpec, SpecError, Tensor, VersionPolicy
 from .warmup import Warmup, WarmupInput
 
@@ -75,6 +76,8 @@ def config_of(spec: ModelSpec):
         cfg.response_cache.enable = True
     for key, value in spec.access.parameters().items():
         cfg.parameters[key].string_value = value
+    for key, value in (spec.convention.parameters() if spec.convention else {}).items():
+        cfg.parameters[key].string_value = value
     p = spec.version_policy
     if p.kind == "latest":
         cfg.version_policy.latest.num_versions = p.num_versions
@@ -115,12 +118,15 @@ def apply_config(spec: ModelSpec, cfg) -> ModelSpec:
         n = cfg.version_policy.latest.num_versions if which == "latest" else 1
         policy = VersionPolicy("latest", num_versions=n)
     delay = cfg.dynamic_batching.max_queue_delay_microseconds if cfg.HasField("dynamic_batching") else None
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
     try:
-        access = Access.from_parameters({k: v.string_value for k, v in cfg.parameters.items()})
-    except AccessError as e:
+        access = Access.from_parameters(params)
+        convention = Convention.from_parameters(params) if Convention.declared(params) else None
+    except (AccessError, ConventionError) as e:
         raise SpecError(str(e)) from None
     return spec.with_(
         access=access,
+        convention=convention,
         max_batch_size=cfg.max_batch_size,
         max_queue_delay_us=delay,
         version_policy=policy,

@@ -184,8 +184,9 @@ def add_broken_models(repo: Path) -> None:
     text = (truncated / "config.pbtxt").read_text()
     (truncated / "config.pbtxt").write_text(text[: len(text) // 2])
 
-    (repo / "no-metadata" / "1").mkdir(parents=True)
+    (repo / "no-metadata" / "1").mkdir(parents=True)  # a plain Triton folder, but for a backend other than ONNX's
     shutil.copy(repo / "astronaut" / "1" / "model.onnx", repo / "no-metadata" / "1" / "model.onnx")
+    (repo / "no-metadata" / "config.pbtxt").write_text('platform: "tensorrt_plan"\nmax_batch_size: 8\n')
     (repo / ".half-written.tmp-1").mkdir()
 
 

@@ -93,7 +93,7 @@ class DataPlane:
         """RGB at the coordinates, sampled at their inverse-mapped model coordinates."""
         self.check_rows(model, len(coords))
         src = model.preprocess(coords, matrix)
-        out = await self._run(model, src.astype(np.float32))
+        out = await self._run(model, model.graph_input(src))
         return model.postprocess(out, src, background)
 
     async def classify_json(self, model: DigitsRuntime, images: list, include_input: bool = False) -> list[dict]:

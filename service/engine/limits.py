@@ -10,13 +10,14 @@ from .runtime import ModelRuntime
 CAPS = {
     "image": ("max_query_coords", "INR_MAX_QUERY_COORDS", "coordinates"),
     "digits": ("max_classify_images", "INR_MAX_CLASSIFY_IMAGES", "images"),
+    "generic": (None, None, "rows"),  # any graph made elsewhere: its config.pbtxt's max_batch_size alone
 }
 
 
 def row_limit(model: ModelRuntime, settings: Settings) -> tuple[int, str]:
     """The most rows one request may send to `model`, and the setting that raises it."""
     field, env, _ = CAPS[model.task]
-    cap = getattr(settings, field)
+    cap = getattr(settings, field) if field else None
     if cap is not None and cap < model.max_batch_size:
         return cap, env
     return model.max_batch_size, f"max_batch_size in {model.name}/config.pbtxt"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +32,13 @@ from modelrepo import (
     check_onnx_geometry,
     check_version,
     read_version,
+    sha256_file,
 )
+from modelrepo.autocomplete import check_external_data
 
 from ..errors import ModelLoadError, ModelTooLargeForCache, RepositoryUnavailable
 from ..metrics import Metrics
+from .foreign import DTYPES, ForeignImage
 from .lattice import Lattice, load_lattice
 from .modelfile import ModelFile
 from .runs import RUNS
@@ -92,6 +95,10 @@ class ModelRuntime:
         self.bytes_quiet = False  # measured at a load that no session run overlapped (measure.py)
         self.load_peak: int | None = None  # the resident set's peak growth during that load (measure.py)
         self.inflight = 0  # requests holding it (residency.py)
+        # an image network made elsewhere: its declared convention (service/engine/foreign.py); None for ours
+        self.foreign = ForeignImage(spec) if spec.convention is not None else None
+        # what every run is fed: float32 for our tasks, any graph's own input datatype (modelrepo.spec.GENERIC)
+        self.input_dtype = DTYPES[spec.input.datatype] if spec.task == "generic" else np.float32
 
     @property
     def remote(self) -> bool:
@@ -230,9 +237,12 @@ class ModelRuntime:
 
     def _load(self) -> None:
         self.record = read_version(self.path, self.version, need_file=not self.remote)
-        self.fetch(MODEL_FILE, self.record.onnx_sha256)
+        self.fetch(MODEL_FILE, self.record.onnx_sha256 or None)
         try:
             onnx_path = check_version(self.path, self.record)
+            if not self.record.onnx_sha256:  # made elsewhere, fetched from S3 now: its digest is its caches' key
+                self.record = replace(self.record, onnx_sha256=sha256_file(onnx_path))
+            check_external_data(onnx_path, self.path)
         except OSError as e:  # no permission, an I/O error on a bad disk or mount
             raise ModelLoadError(f"unreadable {self.version}/model.onnx: {e.strerror or e}") from None
         cached = None if self.options.session_cache is None else (self.options.session_cache, self.record.onnx_sha256)
@@ -243,12 +253,15 @@ class ModelRuntime:
         if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
             try:
                 check_onnx_geometry(
-                    ImageSource.from_metadata(self.record.metadata),
+                    ImageSource.from_metadata(self.record.metadata if self.record.recorded else self.metadata),
                     self.session.get_modelmeta().custom_metadata_map,
                     self.version,
                 )
             except ContractError as e:
-                raise ModelLoadError(str(e)) from None
+                declared = "" if self.record.recorded else " (config.pbtxt parameters image_width, image_height)"
+                raise ModelLoadError(f"{e}{declared}") from None
+        if self.foreign is not None:
+            self.foreign.probe(self.session, self.name, self.version)
         self._render_sessions(onnx_path, source)
         if getattr(self.session, "shared_tables", None) is not None and self.lattice is None:
             # the session on shared tables disagrees with the lattice on them: a defect, so the plain session serves
@@ -290,7 +303,7 @@ class ModelRuntime:
     def _lattice(self, onnx_path: ModelFile, threads: int) -> Lattice | None:
         """A dense grid model's lattice (service/engine/lattice.py) on a CPU session; None for any other model, and
         for one whose lattice cannot be read (it renders the plain way)."""
-        if self.task != "image" or self.provider != CPU:
+        if self.task != "image" or self.provider != CPU or self.foreign is not None:
             return None
         opts = session_options(threads, self.options.spin)
         # the head's activations are bounded by a lattice tile: its own arena keeps them, instead of the heap
@@ -337,7 +350,7 @@ class ModelRuntime:
         (rows, runs, compute time). Synchronous and thread-safe: call it from a worker thread."""
         if self.session is None:
             raise RuntimeError(f"model {self.name} version {self.version} is not loaded")
-        names, feed = [o.name for o in self.spec.outputs], np.ascontiguousarray(x, np.float32)
+        names, feed = [o.name for o in self.spec.outputs], np.ascontiguousarray(x, self.input_dtype)
         session, name, splitter = self.session, self.spec.input.name, self.splitter
         start = time.perf_counter()
         with RUNS:
@@ -354,7 +367,10 @@ class ModelRuntime:
         N rows, like `predict`."""
         start = time.perf_counter()
         with RUNS:
-            rgb = self.render_session.run(["rgb"], {self.spec.input.name: np.ascontiguousarray(x, np.float32)})[0]
+            if self.foreign is not None:  # a network made elsewhere, in its declared convention
+                rgb = self.foreign.run(self.render_session, x)
+            else:
+                rgb = self.render_session.run(["rgb"], {self.spec.input.name: np.ascontiguousarray(x, np.float32)})[0]
         if self.options.metrics is not None:
             self.options.metrics.execution(self.name, len(x), 1, time.perf_counter() - start, self.version)
         return rgb

@@ -73,9 +73,16 @@ class ImageRuntime(ModelRuntime):
         except ValueError as e:
             raise BadInput(str(e)) from None
 
+    def graph_input(self, src: np.ndarray) -> np.ndarray:
+        """What the graph is fed for the model coordinates `src`: themselves as float32, or a network made
+        elsewhere's own coordinates (its declared convention, service/engine/foreign.py)."""
+        return src.astype(np.float32) if self.foreign is None else self.foreign.coords(src)
+
     def postprocess(self, outputs: dict[str, np.ndarray], src: np.ndarray, background: Background) -> np.ndarray:
         """RGB in [0,1] per point, the background painted where `src` is outside the unit square."""
-        return fill_points(outputs["rgb"], src, background)
+        foreign = self.foreign
+        rgb = outputs["rgb"] if foreign is None else foreign.rgb(outputs[foreign.output])
+        return fill_points(rgb, src, background)
 
 
 class DigitsRuntime(ModelRuntime):
@@ -118,7 +125,8 @@ class DigitsRuntime(ModelRuntime):
         return preds
 
 
-RUNTIMES: dict[str, type[ModelRuntime]] = {"image": ImageRuntime, "digits": DigitsRuntime}
+# "generic": any graph made elsewhere, served over V2 alone (modelrepo/autocomplete.py)
+RUNTIMES: dict[str, type[ModelRuntime]] = {"image": ImageRuntime, "digits": DigitsRuntime, "generic": ModelRuntime}
 
 
 def runtime_for(path: Path, spec: ModelSpec, version: int, options: RuntimeOptions) -> ModelRuntime:

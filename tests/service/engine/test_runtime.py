@@ -74,7 +74,7 @@ def test_auto_falls_back_to_cpu_and_reports_it(model_repo):
         ("broken-onnx", "unreadable ONNX file"),
         ("tampered", "does not match 1/metadata.json onnx_sha256"),
         ("wrong-inputs", "the ONNX graph of version 1 disagrees with the spec: inputs [('images'"),
-        ("no-metadata", "missing metadata.json"),
+        ("no-metadata", "config.pbtxt: platform 'tensorrt_plan' is not onnxruntime_onnx"),
         ("junk-metadata", "metadata.json: 'inputs' must be a non-empty list of tensors, got 'x'"),
         ("no-inputs", "metadata.json: 'inputs' must be a non-empty list of tensors, got None"),
         ("truncated-config", "config.pbtxt does not parse as Triton's ModelConfig"),
