@@ -1,8 +1,10 @@
 """A model repository on S3 (`--models s3://…`, modelrepo/location.py), read through a local mirror on disk.
 
-Layout in the bucket: the local one under the URL's prefix (`NAME/config.pbtxt`, `NAME/N/model.onnx`, …), and one
-object more per version, `NAME/N/.published`, written last by the writer (modelrepo/s3publish.py): a version without
-it is not listed, so nobody ever sees half of one. A model with no published version is not listed either.
+Layout in the bucket: the local one under the URL's prefix (`NAME/config.pbtxt`, `NAME/N/model.onnx`, …), and, from
+this project's writers, one object more per version, `NAME/N/.published`, written last (modelrepo/s3publish.py): a
+version with it is listed at once. A version uploaded by any other tool has none, and is listed once it has settled:
+no writer's claim, complete, and quiet for INR_S3_SETTLE_S by S3's clock (modelrepo/s3settle.py); so nobody ever
+sees half of one. A model with no listed version is not listed either.
 
 * **Listing** (`scan`): paged ListObjectsV2 of the whole prefix (1,000 keys a request), ranges of it side by side
   (modelrepo/s3listing.py), no object read. The keys and ETags make the index: each model's published files, its
@@ -33,6 +35,7 @@ import shutil
 import threading
 import time
 from collections import Counter
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 from .diskcache import BLOCK, DiskBudget, is_large, on_disk
@@ -44,6 +47,7 @@ from .s3layout import ModelIndex
 from .s3listing import build_index, fast_timestamps, list_all, list_range
 from .s3mirror import Manifests
 from .s3publish import publish, sweep
+from .s3settle import Settler
 from .spec import NAME_RE, SpecError
 
 log = logging.getLogger(__name__)
@@ -87,7 +91,14 @@ def client_for(location, timeout_s: float = 10.0, connect_s: float = 2.0, retrie
 class S3Repository(Repository):
     remote = True
 
-    def __init__(self, url: str, cache: str | os.PathLike | None = None, max_bytes: int = 4 << 30, client=None):
+    def __init__(
+        self,
+        url: str,
+        cache: str | os.PathLike | None = None,
+        max_bytes: int = 4 << 30,
+        client=None,
+        settle_s: float = 30.0,
+    ):
         self.location = parse_s3(url)
         self.url = self.location.url
         base = ensure(cache if cache is not None else default_cache("models"), SETTING)  # private, or refused
@@ -102,6 +113,8 @@ class S3Repository(Repository):
         self.pause_s = DOWN_S  # how long `_down` holds
         self._usual_client = client
         self.budget = DiskBudget(self.root, max_bytes, self._forget, extra=(self.root / KEY_FILE,))
+        self.settler = Settler(self, settle_s)  # versions without a marker: listed once settled
+        self._skew = 0.0  # S3's clock minus this host's, from the Date of the last listing's answer
 
     # -- S3 calls ----------------------------------------------------------------------------------------
     @property
@@ -144,7 +157,18 @@ class S3Repository(Repository):
             self._down = (time.monotonic() + self.pause_s, reason)
             raise StorageUnavailable(f"{reason} reading {what}") from None
         self._down = None
+        if op == "LIST":
+            self._clock(answer)
         return answer
+
+    def _clock(self, answer) -> None:
+        """S3's clock against this host's, from the Date of an answer (a second's resolution, so S3's now is read
+        up to a second early: a version is only ever held longer)."""
+        date = answer.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        try:
+            self._skew = parsedate_to_datetime(date).timestamp() - time.time()
+        except (TypeError, ValueError):
+            pass
 
     def error(self, e, what: str) -> Exception:
         err = e.response.get("Error", {})
@@ -170,10 +194,13 @@ class S3Repository(Repository):
     def _list(self, prefix: str) -> dict[str, ModelIndex]:
         """The index of the models under `prefix`: the whole repository's in ranges side by side, one model's (its
         prefix 'NAME/') in one go (modelrepo/s3listing.py)."""
+        last = dict(self.index) if self.index else None  # a copy: a request's relist (`model`) may add to it
         if prefix == self.location.prefix:
-            last = self.index  # a copy: a request's relist (`model`) may add to it meanwhile
-            return list_all(self, prefix, dict(last) if last else None)
-        return build_index(list_range(self, prefix)[0], len(self.location.prefix))
+            index = list_all(self, prefix, last)
+        else:
+            index = build_index(list_range(self, prefix)[0], len(self.location.prefix))
+        self.settler.settle(index, last, time.time() + self._skew)
+        return index
 
     def scan(self) -> dict[str, Path]:
         """The models with a published version, name → mirror folder. A listing that fails keeps the last one (at a
@@ -258,6 +285,8 @@ class S3Repository(Repository):
             for child in mirror.iterdir():
                 if child.is_dir() and child.name.isdigit() and int(child.name) not in m.published:
                     shutil.rmtree(child, ignore_errors=True)
+            for n in m.published:  # a version of large files alone (no N/metadata.json) is a folder there too
+                (mirror / str(n)).mkdir(exist_ok=True)
             self.manifests.save(name)
         self.budget.note(mirror)
         return mirror

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 
-from .s3layout import CLAIM, MARKER, ModelIndex
+from .s3layout import CLAIM, MARKER, ModelIndex, Unmarked
 from .spec import NAME_RE
 
 PAGE = 1000
@@ -128,7 +128,8 @@ def _keys(model: ModelIndex) -> int:
 
 def build_index(objects: list[dict], base: int) -> dict[str, ModelIndex]:
     """Keys (with their ETags, sizes and times) into models: each one's published files and versions, and the
-    versions without their marker. `base`: the length of the repository's prefix in each key."""
+    versions without their marker (modelrepo/s3settle.py serves those that settled). `base`: the length of the
+    repository's prefix in each key."""
     versions: dict[tuple[str, int], dict] = {}
     found: dict[str, ModelIndex] = {}
     for obj in objects:
@@ -138,19 +139,24 @@ def build_index(objects: list[dict], base: int) -> dict[str, ModelIndex]:
         entry = (obj["ETag"].strip('"'), int(obj["Size"]))
         first, _, inner = rest.partition("/")
         if first.isdigit() and str(int(first)) == first and int(first) > 0 and inner:
-            v = versions.setdefault((name, int(first)), {"files": {}, "marker": False, "time": 0.0})
+            v = versions.setdefault((name, int(first)), {"files": {}, "marker": False, "time": 0.0, "claim": False})
             v["time"] = max(v["time"], obj["LastModified"].timestamp())
             if inner == MARKER:
                 v["marker"] = True
-            elif not inner.startswith(CLAIM):
+            elif inner.startswith(CLAIM):
+                v["claim"] = True
+            else:
                 v["files"][f"{first}/{inner}"] = entry
         elif not any(p.startswith(".") for p in rest.split("/")):
-            found.setdefault(name, ModelIndex()).files[rest] = entry
+            model = found.setdefault(name, ModelIndex())
+            model.files[rest] = entry
+            model.newest = max(model.newest, obj["LastModified"].timestamp())
     for (name, n), v in sorted(versions.items()):
         model = found.setdefault(name, ModelIndex())
         if v["marker"]:
             model.files.update(v["files"])
             model.published += (n,)
-        else:
+        else:  # served only once settled (modelrepo/s3settle.py)
             model.pending[n] = v["time"]
+            model.unmarked[n] = Unmarked(v["files"], v["claim"], v["time"])
     return found

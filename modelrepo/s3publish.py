@@ -5,11 +5,14 @@
 2. uploads the version's files (the same files `write_version` writes into a folder: model.onnx, metadata.json,
    a preview, blocks/; multipart above MULTIPART_BYTES), then the model's config.pbtxt and metadata.json when they
    change (a new model, a new spec);
-3. writes `NAME/N/.published` last: the version's files with their sizes and sha256. Listings ignore a version
-   without it, and a model without any.
+3. writes `NAME/N/.published` last: the version's files with their sizes and sha256, and then deletes its claim.
+   A listing serves a version with its marker at once; one without (uploaded by another tool) only once it has
+   settled, and never while a claim is in it (modelrepo/s3settle.py).
 
-A worker that dies before step 3 leaves a version nobody lists; `sweep` (the fit workers run it) deletes such
-leftovers, and unfinished multipart uploads, once they are older than a grace period.
+A writer that fails before step 3 deletes what it uploaded, then its claim; one that dies leaves its claim, so its
+version is never served, and `sweep` (the fit workers run it) deletes such claimed leftovers, and unfinished
+multipart uploads, once they are older than a grace period. A version without a claim is another tool's: never
+swept.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=Non
         spec, config, meta = next_spec_files(name, old, old_config, spec, guard)
         new_files = {"metadata.json": meta, "config.pbtxt": config}
     version, claim = _claim(repo, name, max([*model.published, *model.pending], default=0) + 1)
+    uploaded: list[str] = []  # deleted again if the marker is never written, before the claim is
     try:
         with tempfile.TemporaryDirectory(prefix="inr-publish-") as tmp:
             vdir = Path(tmp) / str(version)
@@ -110,6 +114,7 @@ def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=Non
                 rel = path.relative_to(vdir).as_posix()
                 key = repo.location.key(name, str(version), rel)
                 repo.requests["PUT"] += 1
+                uploaded.append(key)
                 repo.client.upload_file(str(path), repo.location.bucket, key, Config=transfer_config())
                 files[rel] = {"size": path.stat().st_size, "sha256": _sha256(path)}
             for rel, text in new_files.items():  # the model's own files only when they change
@@ -123,8 +128,11 @@ def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=Non
             }
             key = repo.location.key(name, str(version), MARKER)
             repo.call("PUT", "put_object", key, Key=key, Body=json.dumps(marker, indent=1).encode())
+            uploaded = []
     finally:
         try:
+            for key in uploaded:  # without their claim they could pass for another tool's version
+                repo.call("DELETE", "delete_object", key, Key=key)
             repo.call("DELETE", "delete_object", claim, Key=claim)
         except Exception:  # noqa: BLE001 - a claim left behind is swept with the leftovers
             log.warning("publish %s version %d: the claim %s stays until the sweep", name, version, claim)
@@ -133,14 +141,16 @@ def publish(repo, name: str, spec, onnx_bytes: bytes, metadata: dict, extras=Non
 
 
 def sweep(repo, grace_s: float = GRACE_S, now: float | None = None) -> list[str]:
-    """Delete the versions that have no marker and no object newer than `grace_s` (a writer that died), and abort
-    the multipart uploads started before that; the versions deleted, as NAME/N."""
+    """Delete the versions that have a writer's claim, no marker and no object newer than `grace_s` (a writer of ours
+    that died; a version without a claim is another tool's, and stays), and abort the multipart uploads into such
+    versions started before that; the versions deleted, as NAME/N, and the uploads aborted, as their keys."""
     now = time.time() if now is None else now
-    gone = []
+    gone, dead = [], []
     for name, model in repo._list(repo.location.prefix).items():
-        for n, newest in sorted(model.pending.items()):
-            if now - newest < grace_s:
+        for n, version in sorted(model.unmarked.items()):
+            if not version.claimed or now - version.newest < grace_s:
                 continue
+            dead.append(repo.location.key(name, str(n)) + "/")
             for key in _keys(repo, repo.location.key(name, str(n)) + "/"):  # one by one: a few objects, and every
                 repo.call("DELETE", "delete_object", key, Key=key)  # S3-compatible server has DeleteObject
             gone.append(f"{name}/{n}")
@@ -148,7 +158,8 @@ def sweep(repo, grace_s: float = GRACE_S, now: float | None = None) -> list[str]
     while True:
         page = repo.call("LIST", "list_multipart_uploads", "the uploads", Prefix=repo.location.prefix, **token)
         for up in page.get("Uploads", ()):
-            if now - up["Initiated"].timestamp() >= grace_s:
+            mine = any(up["Key"].startswith(folder) for folder in dead)  # another tool's may take hours
+            if mine and now - up["Initiated"].timestamp() >= grace_s:
                 repo.call("DELETE", "abort_multipart_upload", up["Key"], Key=up["Key"], UploadId=up["UploadId"])
                 gone.append(up["Key"])
         if not page.get("IsTruncated"):

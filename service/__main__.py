@@ -228,7 +228,9 @@ def s3_models(settings: Settings, listed: bool) -> set[str]:
     listed."""
     from modelrepo.s3 import RepositoryError, S3Repository
 
-    repo = S3Repository(settings.models, settings.model_cache, parse_bytes(settings.model_cache_bytes))
+    repo = S3Repository(
+        settings.models, settings.model_cache, parse_bytes(settings.model_cache_bytes), settle_s=settings.s3_settle_s
+    )
     try:
         repo.check()
     except RepositoryError as e:

@@ -114,8 +114,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tracing.install(traces, "inr-serve", on_drop=metrics.spans_dropped)
         for reason in ("queue_full", "export_failed"):
             metrics.trace_drops.labels(reason)  # both series at 0 from the start
+    s3 = {"settle_s": settings.s3_settle_s} if settings.models.startswith("s3://") else {}
     repository = open_repository(
-        settings.models, settings.model_cache, max_bytes=parse_bytes(settings.model_cache_bytes)
+        settings.models, settings.model_cache, max_bytes=parse_bytes(settings.model_cache_bytes), **s3
     )  # a folder, or S3 through the disk cache (modelrepo/s3.py)
     options = RuntimeOptions(
         repository=repository,

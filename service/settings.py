@@ -58,6 +58,15 @@ class Settings(BaseSettings):
         description="with models on S3: the model cache's bytes on disk, as du counts them; past it, the least "
         "recently used version files go",
     )
+    s3_settle_s: float = Field(
+        30.0,
+        ge=1.0,
+        le=86400.0,
+        description="with models on S3: a version uploaded without this project's .published marker (aws s3 sync, "
+        "boto3, rclone) is served once it has no writer's claim, its model.onnx and the files its metadata.json "
+        "names are there, and nothing in it or its model's own files is younger than this, by S3's clock "
+        "(docs/deployment.md, 'Models on S3')",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     grpc_port: int = Field(8001, ge=0, le=65535, description="KServe V2 gRPC port (Triton's 8001); 0 turns gRPC off")

@@ -1,6 +1,7 @@
 """The model repository on a real S3 server (tests/s3server.py: Swift's S3 API): publishing with a marker, listings
-that ignore what is not published, the disk cache (sha256, ETag revalidation, the byte budget), leftovers swept,
-and the faults: missing bucket, refused credentials, a tampered or deleted object, S3 stopped."""
+that ignore a writer's work in progress (versions without a marker: tests/modelrepo/test_s3_sync.py), the disk cache
+(sha256, ETag revalidation, the byte budget), a dead writer's leftovers swept, and the faults: missing bucket, refused
+credentials, a tampered or deleted object, S3 stopped."""
 
 from __future__ import annotations
 
@@ -65,18 +66,21 @@ def test_published_versions_are_listed_and_fetched_checked(repo):
     assert repo.requests["GET"] == gets  # from the disk cache
 
 
-def test_a_version_without_its_marker_is_never_listed_and_is_swept(repo, s3_env):
+def test_a_dead_writers_leftovers_are_never_listed_and_are_swept_another_tools_stay(repo, s3_env):
     publish(repo, "tiny")
     client, bucket = s3_env.client(), repo.location.bucket
-    client.put_object(Bucket=bucket, Key=repo.location.key("tiny", "2", "model.onnx"), Body=b"half")
-    client.put_object(Bucket=bucket, Key=repo.location.key("half", "1", "model.onnx"), Body=b"half")  # a new model
-    client.put_object(Bucket=bucket, Key=repo.location.key("half", "config.pbtxt"), Body=b"")
+    dead = {"2/.claim-00000000000000000001-dead": b"", "2/metadata.json": b"{}", "2/model.onnx": b"half"}
+    for rel, body in dead.items():  # a writer of ours that died halfway: its claim stays
+        client.put_object(Bucket=bucket, Key=repo.location.key("tiny", rel), Body=body)
+    client.put_object(Bucket=bucket, Key=repo.location.key("other", "1", "model.onnx"), Body=b"x")  # another tool's
     repo.scan()
     assert list(repo.scan()) == ["tiny"] and repo.model("tiny").published == (1,)
+    assert "a writer's claim is in it" in repo.index["tiny"].held[2]
+    assert "written" in repo.index["other"].held[1]  # quiet for 30 s first (INR_S3_SETTLE_S)
     assert sweep(repo, grace_s=3600) == []  # young: a writer may still be at it
-    assert sorted(sweep(repo, grace_s=60, now=time.time() + 120)) == ["half/1", "tiny/2"]
+    assert sweep(repo, grace_s=60, now=time.time() + 120) == ["tiny/2"]  # the claimed one only
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
-    assert not any("/2/" in k or "half/1/" in k for k in keys)
+    assert not any("tiny/2/" in k for k in keys) and repo.location.key("other", "1", "model.onnx") in keys
     assert publish(repo, "tiny").record.version == 2  # the number is free again
 
 
