@@ -5,7 +5,7 @@ What config.pbtxt leaves out is read from the graph of the highest version folde
 datatypes, dimensions), and `max_batch_size` when every tensor's first dimension is dynamic (Triton's default of 4
 rows for a generic model, 262,144 coordinates for an image model), with `dynamic_batching {}`. What it declares is
 checked against the graph. `parameters` that declare an image convention (modelrepo/convention.py) make it an image
-model; else it is `generic`, served over V2 alone. The graph is read with protobuf (modelrepo/onnxfile.py), so
+model; else it is `generic`, served over V2 alone. The graph is read with protobuf (modelrepo/onnxproto.py), so
 nothing here needs onnx or onnxruntime.
 """
 
@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from .convention import Convention
-from .onnxfile import model_class
+from .onnxproto import model_class
 from .spec import GENERIC, TRITON_TO_V2, V2_TO_TRITON, ModelSpec, SpecError, Tensor
 from .triton import apply_config, model_config_class, parse_config
 

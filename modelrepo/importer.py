@@ -115,7 +115,8 @@ def import_onnx(
             raise ImportRefused(f"{lead}: {e}") from None
         found = [f"inputs {[t.to_json() for t in spec.inputs]}", f"outputs {[t.to_json() for t in spec.outputs]}"]
         if spec.convention is not None:
-            found.append(f"image model: {spec.outputs[0].shape[1]} channel(s) of {CHANNELS}")
+            kinds = dict(zip(CHANNELS, ("grey", "rgb", "rgba, the alpha not drawn")))
+            found.append(f"image model: {kinds[spec.outputs[0].shape[1]]}, {spec.convention.parameters()}")
             found.append(test_render(tmp, spec))
         text = text_format.MessageToString(config_of(spec))
         (tmp / "config.pbtxt").write_text(text)

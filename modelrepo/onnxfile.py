@@ -7,17 +7,13 @@ regen_descriptor.py and NOTICE-onnx.txt).
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
-
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from . import tablecode
+from .onnxproto import DESCRIPTOR_FILE, message_class, model_class  # noqa: F401 - this module's names too
 from .tablecode import CodeError
 
-DESCRIPTOR_FILE = Path(__file__).resolve().parent / "onnx_ml.pb"
 UINT8, FLOAT, INT64 = 2, 1, 7  # TensorProto.DataType
 # TensorProto.DataType → numpy, and the typed field that holds values without raw_data (onnx's numpy_helper)
 DTYPES = {
@@ -36,25 +32,6 @@ DTYPES = {
 }
 ATTRIBUTE = {1: "f", 2: "i", 3: "s", 4: "t", 5: "g", 6: "floats", 7: "ints", 8: "strings"}  # AttributeProto.type
 MARKER = tablecode.SUFFIX.encode()  # in the bytes of every file with a coded table
-
-
-@lru_cache(maxsize=None)
-def message_class(name: str = "ModelProto"):
-    """ONNX's message class `onnx.NAME` (ModelProto, NodeProto, TensorProto, …)."""
-    return message_factory.GetMessageClass(_pool().FindMessageTypeByName(f"onnx.{name}"))
-
-
-@lru_cache(maxsize=1)
-def _pool():
-    fdp = descriptor_pb2.FileDescriptorProto.FromString(DESCRIPTOR_FILE.read_bytes())
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return pool
-
-
-def model_class():
-    """ONNX's `onnx.ModelProto` message class."""
-    return message_class("ModelProto")
 
 
 def as_model(model):
@@ -114,6 +91,10 @@ def _decode(model) -> bool:
     graph.initializer.extend(kept)
     for name, q in tables.items():
         graph.initializer.add(name=name, data_type=UINT8, dims=list(q.shape), raw_data=q.tobytes())
+    ours = [o for o in model.opset_import if o.domain != "ai.inr-serve"]  # the context code's DecodeTable nodes'
+    if len(ours) != len(model.opset_import):
+        del model.opset_import[:]
+        model.opset_import.extend(ours)
     return True
 
 
