@@ -140,3 +140,11 @@ def centre_grid(width: int, height: int) -> np.ndarray:
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def ort_values(onnx_bytes: bytes, x: np.ndarray) -> np.ndarray:
+    """The network's first output on `x`, by onnxruntime."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
