@@ -156,15 +156,30 @@ def _merge(declared, graph: tuple[Tensor, ...] | None, kind: str, where: str) ->
     return tuple(out)
 
 
+def _declares_all(cfg) -> bool:
+    """Whether the config declares every input and output in full (no graph is needed to complete it)."""
+    return bool(cfg.input and cfg.output and all(e.dims and e.data_type for e in (*cfg.input, *cfg.output)))
+
+
+def needs_graph(folder: Path) -> bool:
+    """Whether the spec of the folder is read from a graph: no metadata.json, and a config.pbtxt that is missing or
+    declares its tensors only in part (a repository on S3 fetches the highest version's model.onnx first)."""
+    if (Path(folder) / "metadata.json").exists():
+        return False
+    try:
+        return not _declares_all(_config(folder)[0])
+    except SpecError:
+        return False  # read_spec says what is wrong
+
+
 def read_foreign_spec(folder: Path) -> ModelSpec:
     """The spec of a model folder without metadata.json: config.pbtxt (when present) completed from the graph."""
     folder = Path(folder)
     cfg, present = _config(folder)
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     task = "image" if Convention.declared(params) else GENERIC
-    complete = not (cfg.input and cfg.output and all(e.dims and e.data_type for e in (*cfg.input, *cfg.output)))
     path = graph_file(folder)
-    if path is None and (complete or not present):
+    if path is None and not (present and _declares_all(cfg)):
         raise SpecError("no metadata.json, and no version's model.onnx to complete config.pbtxt from")
     graph = None
     if path is not None:

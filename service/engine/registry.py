@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from modelrepo import (
     NAME_RE,
+    CacheTooSmall,
     LocalRepository,
     ModelSpec,
     Repository,
@@ -35,6 +36,7 @@ from modelrepo import (
     version_numbers,
 )
 from modelrepo.access import PUBLIC, RESTRICTED, Access
+from modelrepo.autocomplete import needs_graph
 
 from ..auth.caching import render_cache_control
 from ..auth.policy import ANONYMOUS, Caller
@@ -276,6 +278,8 @@ class Registry:
     def _build(self, name: str, path: Path, old: ModelState | None, load: bool = True) -> ModelState:
         previous = [v for v in (old.versions if old else ()) if v.ready and v.version_dir.is_dir()]
         try:
+            if self.repo.remote and needs_graph(path):  # a config completed from the graph: the graph from S3 first
+                self._fetch_graph(name, path)
             spec = read_spec(path)
         except SpecError as e:
             log.warning("model %s: failed: %s", name, e)
@@ -296,6 +300,18 @@ class Registry:
                 name, path, old.spec, tuple(versions), "no new version became ready; the previous ones keep serving"
             )
         return ModelState(name, path, spec, tuple(versions))
+
+    def _fetch_graph(self, name: str, path: Path) -> None:
+        """The highest version's model.onnx of a model on S3 into its mirror (modelrepo/autocomplete.py reads it)."""
+        versions = version_numbers(path)
+        if not versions:
+            return  # read_spec says there is none
+        try:
+            self.repo.fetch(name, versions[-1], "model.onnx", None)
+        except StorageUnavailable as e:
+            raise RepositoryUnavailable(f"model '{name}': {e}") from None
+        except (CacheTooSmall, OSError) as e:
+            raise SpecError(f"version {versions[-1]}'s model.onnx, to complete config.pbtxt from: {e}") from None
 
     def _version(self, path: Path, spec: ModelSpec, n: int, old: ModelState | None, load: bool) -> ModelRuntime:
         current = old.version(n) if old else None
