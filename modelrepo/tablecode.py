@@ -183,8 +183,13 @@ def layout(data: bytes | np.ndarray) -> Layout:
 
 def decode(data: bytes | np.ndarray) -> np.ndarray:
     """The table [1, F, ry, rx] (uint8) of coded bytes: what the graph's decoding nodes compute. In one pass of C
-    where it was built (modelrepo/_tablecode.c, setup.py), else by numpy (`decode_numpy`)."""
+    where it was built (modelrepo/_tablecode.c, setup.py), else by numpy (`decode_numpy`). A table in the context
+    code (`IRC2`, modelrepo/ctxcode.py) is decoded by that code."""
     data = bytes(memoryview(np.ascontiguousarray(data)).cast("B")) if isinstance(data, np.ndarray) else data
+    if data[:4] == b"IRC2":
+        from . import ctxcode
+
+        return ctxcode.decode(data)
     lay = layout(data)
     if _tablecode is None:
         return decode_numpy(data, lay)

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from modelrepo import Guard, sha256_bytes
+from modelrepo import Guard, onnxfile, sha256_bytes
 from modelrepo.blocks import BlockLayout, axis_weights
 
 from .errors import UsageError
@@ -212,7 +212,7 @@ def overview_render(onnx: bytes, size: list[int], side: int = PREVIEW_SIDE) -> n
     import onnxruntime as ort
 
     w, h = fit_dims(size[0], size[1], min(side, max(size)))
-    session = ort.InferenceSession(onnx, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(onnxfile.decoded(onnx), providers=["CPUExecutionProvider"])  # its coded tables
     coords = pixel_centres(h, w).reshape(-1, 2)
     rgb = [session.run(["rgb"], {"coords": coords[i : i + 65536]})[0] for i in range(0, len(coords), 65536)]
     return np.concatenate(rgb).reshape(h, w, 3)

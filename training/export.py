@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from modelrepo import ctxcode, onnxfile
+
 log = logging.getLogger(__name__)
 OPSET = 17
 
@@ -94,6 +96,8 @@ def ort_session(onnx_bytes: bytes, optimize: bool = True, arena: bool = True):
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if not arena:
         opts.enable_cpu_mem_arena = False
+    if ctxcode.DOMAIN.encode() in onnx_bytes:  # context-coded tables: this service's DecodeTable, done here
+        onnx_bytes = onnxfile.decoded(onnx_bytes)
     return ort.InferenceSession(onnx_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 
 

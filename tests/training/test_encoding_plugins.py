@@ -167,7 +167,8 @@ def test_the_flat_form_reads_into_the_typed_config_of_the_encoding_named(tiny):
     grid = EncodingConfig.from_dict(old)
     assert (type(grid).__name__, grid.levels, grid.finest_features, grid.table_bits) == ("GridConfig", 6, 1, 8)
     assert grid.to_dict() == {
-        k: v for k, v in old.items() if k.startswith("grid_") or k in ("name", "in_dim", "seed", "image_size")
+        **{k: v for k, v in old.items() if k.startswith("grid_") or k in ("name", "in_dim", "seed", "image_size")},
+        "grid_table_code": "rice",  # what every file before the context code (modelrepo/ctxcode.py) was coded by
     }
     assert EncodingConfig(name="tiny", tiny_width=2, features=64) == TinyConfig(width=2)  # features: not its own
     with pytest.raises(UsageError, match="unknown option.*tiny_widht"):

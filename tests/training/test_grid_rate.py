@@ -131,3 +131,20 @@ def test_a_trial_that_loses_a_byte_target_measures_the_dropped_pixels_again_to_t
     assert len(measured) == 3 and report["coarse_levels"] == [255] * 7  # first, the trial's (lost), first again
     assert all(torch.equal(getattr(measured[0], f), getattr(measured[2], f)) for f in ("cell", "error", "slope2"))
     assert size == report["file_bytes"] <= 50000
+
+
+def test_the_context_code_counts_its_own_bytes_and_keeps_targets_in_fewer(fitted, default):
+    """--grid-table-code ans (modelrepo/ctxcode.py): the rate control counts the context code, so a byte target is
+    kept by the file as written, and the default and a PSNR target take fewer bytes than the Rice code's."""
+    cfg, img, state = fitted
+    enc = dataclasses.replace(cfg.model.encoding, table_code="ans")
+    ans = (dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoding=enc)), img, state)
+    report, default_bytes, default_psnr = default
+    _, ans_report, ans_bytes, ans_psnr = finished(ans)
+    assert ans_bytes < default_bytes and abs(ans_psnr - default_psnr) < 0.3
+    tight = ans_bytes - 2000
+    _, tight_report, tight_bytes, _ = finished(ans, target_bytes=tight)
+    assert tight_bytes == tight_report["file_bytes"] <= tight
+    _, _, rice_low, _ = finished(fitted, target_psnr=report["psnr_train"] - 4)
+    _, _, ans_low, _ = finished(ans, target_psnr=report["psnr_train"] - 4)
+    assert ans_low < 0.95 * rice_low

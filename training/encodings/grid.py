@@ -52,6 +52,7 @@ LIMITS = {
     "bytes_per_pixel": (0.01, 64.0),
 }
 TABLE_BITS = (8, 16)
+TABLE_CODES = ("rice", "ans")  # grid_code.py
 HASH_OPSET = 18
 
 
@@ -72,6 +73,7 @@ class GridConfig(EncodingConfig):
     finest: int = 0
     bytes_per_pixel: float = 1.45  # tables; with the head and the graph a 4 MP file is about 1.46 B/px
     table_bits: int = 16  # bits per table entry in the file: 16 (float16) or 8 (encodings/grid_quant.py)
+    table_code: str = "rice"  # how 8-bit tables are coded in the file: rice (any onnxruntime) or ans (grid_code.py)
 
 
 # The messages name each option by its flag, as tests/training/test_grid.py and test_grid_refit.py expect of this
@@ -96,6 +98,11 @@ def validate_options(cfg: GridConfig) -> None:
     check_range("base", cfg.base)
     check_range("finest", cfg.finest, allow_zero=True)
     check_range("bytes_per_pixel", float(cfg.bytes_per_pixel))
+    if cfg.table_code not in TABLE_CODES:
+        codes = ", ".join(TABLE_CODES)
+        raise OptionError(
+            "grid", "table_code", f"must be one of {codes}, got {cfg.table_code!r}", subject="--grid-table-code"
+        )
     if cfg.table_bits not in TABLE_BITS:
         bits = ", ".join(map(str, TABLE_BITS))
         raise OptionError(

@@ -15,30 +15,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelrepo import tablecode
+from modelrepo import ctxcode, tablecode
 from modelrepo.tablecode import Layout
 
 MIN_VALUES = 4096  # smaller tables stay as they are (the decoding nodes alone take several kB)
+ANS_MIN_VALUES = 256  # the context code's one node costs ~60 bytes
+CODES = ("rice", "ans")  # --grid-table-code
 
 
-def code_tables(onnx_bytes: bytes) -> tuple[bytes, dict]:
+def code_tables(onnx_bytes: bytes, code: str = "rice") -> tuple[bytes, dict]:
     """(the graph with its large 8-bit tables coded, a report for the export's metadata); the bytes unchanged and
     {} when no table is worth coding: a table is coded when its code and its decoding nodes take fewer bytes than
-    the table."""
+    the table. `code`: "rice", the adaptive Rice code the graph decodes (any onnxruntime loads the file), or "ans",
+    the context code (modelrepo/ctxcode.py) behind one `DecodeTable` node of this project's domain that the service
+    decodes at load (`python -m modelrepo portable` rewrites a file for another server)."""
     import onnx
     from onnx import numpy_helper
 
+    if code not in CODES:
+        raise ValueError(f"table code {code!r} is not one of {', '.join(CODES)}")
     proto = onnx.load_from_string(onnx_bytes)
     graph = proto.graph
     nodes, kept, coded, raw, stored = [], [], 0, 0, 0
+    least = ANS_MIN_VALUES if code == "ans" else MIN_VALUES
     for init in graph.initializer:
-        if not (init.name.endswith("__u8") and len(init.dims) == 4 and int(np.prod(init.dims)) >= MIN_VALUES):
+        if not (init.name.endswith("__u8") and len(init.dims) == 4 and int(np.prod(init.dims)) >= least):
             kept.append(init)
             continue
         q = numpy_helper.to_array(init)
-        data = tablecode.encode(q)
+        data = ctxcode.encode(q) if code == "ans" else tablecode.encode(q)
         source = init.name + tablecode.SUFFIX
-        new_nodes, consts = decoder(source, tablecode.layout(data), init.name, f"{tablecode.PREFIX}{coded}/")
+        if code == "ans":
+            new_nodes, consts = [onnx.helper.make_node("DecodeTable", [source], [init.name], domain=ctxcode.DOMAIN)], []
+        else:
+            new_nodes, consts = decoder(source, tablecode.layout(data), init.name, f"{tablecode.PREFIX}{coded}/")
         extra = sum(len(x.SerializeToString()) for x in new_nodes + consts)  # the decoder's own bytes
         if len(data) + extra >= q.size:
             kept.append(init)
@@ -53,12 +63,16 @@ def code_tables(onnx_bytes: bytes) -> tuple[bytes, dict]:
     del graph.node[:], graph.initializer[:]
     graph.node.extend(nodes + old)
     graph.initializer.extend(kept)
+    if code == "ans":
+        proto.opset_import.append(onnx.helper.make_opsetid(ctxcode.DOMAIN, 1))
     onnx.checker.check_model(proto)
     return proto.SerializeToString(), {
         "coded_tables": coded,
         "coded_bytes": stored,
         "uncoded_bytes": raw,
-        "code": "adaptive Rice, decoded by the graph at load (modelrepo/tablecode.py)",
+        "code": "context-coded (ANS), decoded by the service at load (modelrepo/ctxcode.py)"
+        if code == "ans"
+        else "adaptive Rice, decoded by the graph at load (modelrepo/tablecode.py)",
     }
 
 

@@ -60,7 +60,9 @@ class GridEncoding(Encoding):
 
             def rate(bounds: tuple[float, float]) -> dict:
                 again = lambda: refit_native(model, coords, targets, w, h, bounds=bounds)  # noqa: E731
-                return finish_rate(model, coords, targets, w, h, bounds, target, fitted.file_bytes, originals, again)
+                return finish_rate(
+                    model, coords, targets, w, h, bounds, target, fitted.file_bytes, originals, again, cfg.table_code
+                )
 
         refit = finish_native(model, coords, targets, w, h, cfg.table_bits, rate)
         if refit is None and (fitted.target_bytes is not None or fitted.target_psnr is not None):
@@ -91,7 +93,7 @@ class GridEncoding(Encoding):
         if cfg.table_bits != 8:
             return onnx_bytes, ({"tables": {"tables": "float16 storage", **packed}} if packed else {})
         onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
-        onnx_bytes, coded = code_tables(onnx_bytes)  # entropy-coded in the file, decoded at load (grid_code.py)
+        onnx_bytes, coded = code_tables(onnx_bytes, cfg.table_code)  # entropy-coded, decoded at load (grid_code.py)
         return onnx_bytes, {"tables": {**tables, **packed, **coded}}
 
     def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
@@ -148,6 +150,14 @@ class GridEncoding(Encoding):
             "out of range, refused (default: %(default)s)",
         )
         p.add_argument(
+            "--grid-table-code",
+            default="rice",
+            help="grid: how 8-bit tables are entropy-coded in the file: rice (an adaptive Rice code the graph "
+            "decodes: any onnxruntime, Triton's included, loads the file) or ans (a context model and an ANS coder, "
+            "modelrepo/ctxcode.py: 4 %% to 40 %% smaller, decoded by this service at load; `python -m modelrepo "
+            "portable` rewrites such a file for another server) (default: %(default)s)",
+        )
+        p.add_argument(
             "--grid-bytes-per-pixel",
             type=float,
             default=1.45,
@@ -165,6 +175,7 @@ class GridEncoding(Encoding):
             finest=args.grid_finest,
             bytes_per_pixel=args.grid_bytes_per_pixel,
             table_bits=args.grid_table_bits,
+            table_code=args.grid_table_code,
             seed=args.seed,
             image_size=list(image_size),
         )

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from modelrepo import tablecode
+from modelrepo import ctxcode, tablecode
 
 from ..errors import UsageError
 from .grid_quant import exact_8bit, round_tables_8bit
@@ -100,9 +100,9 @@ class NativeRate:
     """The native level's code bytes and the predicted error at Q steps over `bounds` (from `pixels`: None while
     another rounding is tried, `finish_rate`)."""
 
-    def __init__(self, model, pixels: Pixels, bounds: tuple[float, float], values: int):
+    def __init__(self, model, pixels: Pixels, bounds: tuple[float, float], values: int, code: str = "rice"):
         self.table = model.encoding.tables[-1][0, 0].detach().clone()
-        self.pixels, self.bounds, self.values = pixels, bounds, values
+        self.pixels, self.bounds, self.values, self.code = pixels, bounds, values, code
 
     def codes(self, levels: int) -> torch.Tensor:
         """The table's codes on `levels` steps, float32 (one table's copy: the operations in place)."""
@@ -113,7 +113,7 @@ class NativeRate:
         return q.sub_(lo).div_((hi - lo) / levels).round_().clamp_(0, levels)
 
     def code_bytes(self, q: torch.Tensor) -> int:
-        return len(tablecode.encode(q.numpy().astype(np.uint8)[None, None]))
+        return code_length(q.numpy().astype(np.uint8)[None, None], self.code)
 
     def predicted_psnr(self, levels: int) -> float:
         lo, hi = self.bounds
@@ -124,12 +124,18 @@ class NativeRate:
         return psnr(sse, self.values)
 
 
-def stored_code_bytes(table: torch.Tensor) -> int:
+def code_length(q: np.ndarray, code: str) -> int:
+    """The bytes of a table's code: the Rice code's exactly, the context code's within a few bytes (ctxcode.size,
+    without running the ANS coder)."""
+    return ctxcode.size(q) if code == "ans" else len(tablecode.encode(q))
+
+
+def stored_code_bytes(table: torch.Tensor, code: str = "rice") -> int:
     """The bytes of a rounded table's code, as the file stores it."""
     exact = exact_8bit(table)
     if exact is None:
         raise RuntimeError("rate control: the native level is not on 8-bit steps after its rounding")
-    return len(tablecode.encode(exact[0]))
+    return code_length(exact[0], code)
 
 
 def choose_levels(
@@ -180,7 +186,7 @@ def standing(target: Target, rate: NativeRate, levels: int, tables) -> float:
     PSNR, else the code bytes of its tables."""
     if target.bytes is not None:
         return rate.predicted_psnr(levels)
-    return rate.code_bytes(rate.codes(levels)) + sum(stored_code_bytes(t) for t in tables)
+    return rate.code_bytes(rate.codes(levels)) + sum(stored_code_bytes(t, rate.code) for t in tables)
 
 
 def better(target: Target, before: float, after: tuple, finest: float) -> bool:
@@ -196,7 +202,9 @@ def better(target: Target, before: float, after: tuple, finest: float) -> bool:
     return standing(target, rate1, q1, tables1) < before
 
 
-def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes, originals=None, refit=None) -> dict:
+def finish_rate(
+    model, coords, targets, w, h, bounds, target: Target, file_bytes, originals=None, refit=None, code: str = "rice"
+) -> dict:
     """Round the coarser levels and the refitted native level to the steps the target asks for; the report for the
     fit's history. `originals`: the coarser levels' tables before their 8-bit rounding, `refit()`: the native level
     refitted again (both to round the coarser levels coarser; without them they keep 255 steps). UsageError when
@@ -206,11 +214,11 @@ def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes
     native_table = enc.tables[-1]
 
     def measured() -> tuple[NativeRate, int]:
-        rate = NativeRate(model, Pixels.measure(model, coords, targets, w, h), bounds, values)
+        rate = NativeRate(model, Pixels.measure(model, coords, targets, w, h), bounds, values, code)
         if target.bytes is None:
             return rate, 0
         round_native_8bit(model, coords, targets, w, h, bounds, LEVELS)  # the file at the finest native rounding,
-        fixed = file_bytes() - stored_code_bytes(native_table)  # less its native code: what the rest takes
+        fixed = file_bytes() - stored_code_bytes(native_table, code)  # less its native code: what the rest takes
         with torch.no_grad():
             native_table[0, 0].copy_(rate.table)
         return rate, fixed
@@ -247,7 +255,7 @@ def finish_rate(model, coords, targets, w, h, bounds, target: Target, file_bytes
         with torch.no_grad():
             native_table[0, 0].copy_(rate.table)
         sse = round_native_8bit(model, coords, targets, w, h, bounds, levels)
-        native, got = stored_code_bytes(native_table), psnr(sse, values)
+        native, got = stored_code_bytes(native_table, code), psnr(sse, values)
         size = file_bytes() if target.bytes is not None else None  # the file as written: tables, decoders, graph
         if size is not None and size > target.bytes:
             if good is not None:  # the corrected step went over: back to the last that kept to it

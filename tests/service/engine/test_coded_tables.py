@@ -43,14 +43,18 @@ def with_file(folder: Path, onnx_bytes: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    """`plain`: the bundled photo; `coded`: the same with its tables coded; `broken`: a coded table damaged."""
+    """`plain`: the bundled photo; `coded`: the same with its tables coded; `ans`: context-coded
+    (modelrepo/ctxcode.py); `broken`: a coded table damaged."""
     repo = tmp_path_factory.mktemp("coded")
     copy_model(PHOTO, repo / "plain")
     coded, report = code_tables((PHOTO / "1" / "model.onnx").read_bytes())
-    assert report["coded_tables"] >= 1
-    for name in ("coded", "broken"):
+    ans, report_ans = code_tables((PHOTO / "1" / "model.onnx").read_bytes(), "ans")
+    assert report["coded_tables"] >= 1 and report_ans["coded_tables"] >= report["coded_tables"]
+    assert report_ans["coded_bytes"] < report["coded_bytes"]
+    for name in ("coded", "broken", "ans"):
         copy_model(PHOTO, repo / name)
     with_file(repo / "coded", coded)
+    with_file(repo / "ans", ans)
     at = coded.index(tablecode.MAGIC) + 6  # the table's shape in the header: no longer what its bytes hold
     with_file(repo / "broken", coded[:at] + bytes([coded[at] ^ 0x40]) + coded[at + 1 :])
     return repo
@@ -67,12 +71,14 @@ def test_a_coded_model_renders_the_bytes_of_the_uncoded_one(repo, cache, tmp_pat
     with srv.running():
         expected = tile(srv.url, "plain")
         assert expected.status_code == 200
-        got = tile(srv.url, "coded")
-        assert got.status_code == 200 and got.content == expected.content
+        for name in ("coded", "ans"):
+            got = tile(srv.url, name)
+            assert got.status_code == 200 and got.content == expected.content
         body = {"inputs": [{"name": "coords", "shape": [3, 2], "datatype": "FP32", "data": [0, 0, 0.5, 0.5, 1, 1]}]}
-        answers = [httpx.post(f"{srv.url}/v2/models/{n}/infer", json=body, timeout=60) for n in ("plain", "coded")]
-        assert answers[0].status_code == answers[1].status_code == 200
-        assert answers[0].json()["outputs"] == answers[1].json()["outputs"]
+        names = ("plain", "coded", "ans")
+        answers = [httpx.post(f"{srv.url}/v2/models/{n}/infer", json=body, timeout=60) for n in names]
+        assert [a.status_code for a in answers] == [200] * 3
+        assert answers[0].json()["outputs"] == answers[1].json()["outputs"] == answers[2].json()["outputs"]
         broken = tile(srv.url, "broken")  # failed at its load, with the reason; the server stays up
         assert broken.status_code == 503
         assert "model.onnx: encoding.tables." in broken.json()["error"] and "coded table" in broken.json()["error"]
@@ -94,16 +100,17 @@ def test_model_source_reads_a_plain_file_by_path_and_decodes_a_coded_one(repo):
 def test_a_coded_model_has_the_lattice_of_the_uncoded_one(repo):
     """The lattice renders (service/engine/lattice.py) read the decoded tables: the same levels, codes and all."""
     lattices = []
-    for name in ("plain", "coded"):
+    for name in ("plain", "coded", "ans"):
         runtime = runtime_for(repo / name, read_spec(repo / name), 1, RuntimeOptions())
         assert runtime.load(), runtime.error
         assert runtime.lattice is not None
         lattices.append(runtime.lattice.levels)
-    plain, coded = lattices
-    assert len(plain) == len(coded)
-    for a, b in zip(plain, coded):
-        assert a.table.dtype == b.table.dtype == np.uint8 and np.array_equal(a.table, b.table)
-        assert np.array_equal(a.scale, b.scale) and np.array_equal(a.low, b.low)
+    plain = lattices[0]
+    for coded in lattices[1:]:
+        assert len(plain) == len(coded)
+        for a, b in zip(plain, coded):
+            assert a.table.dtype == b.table.dtype == np.uint8 and np.array_equal(a.table, b.table)
+            assert np.array_equal(a.scale, b.scale) and np.array_equal(a.low, b.low)
 
 
 MEASURED = """

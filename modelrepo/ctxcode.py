@@ -1,0 +1,289 @@
+"""Grid tables coded by a context model and an ANS coder (constriction): the format `IRC2` (docs/model-repository.md,
+"Coded tables").
+
+The adaptive Rice code (`tablecode.py`, IRC1) spends at least one bit on a value in any block that is not all
+zeros, and it sees no neighbours: at a coarse rounding most of a native level is zero with a few ±1 near edges,
+where the Rice code pays about 1.5× what the values carry. This code learns per table how a value's spread
+depends on its neighbours, and codes each value with the distribution of its context by asymmetric numeral
+systems (constriction's `AnsCoder`, within bytes of the model's ideal length).
+
+**The order and the contexts** (the same on both sides, so the decoder knows every context before the value):
+each channel's values are taken in passes over ever finer lattices: the corner (0, 0) first, then for each
+half-step h (a power of two, coarse to fine) the *centres* (i ≡ h, j ≡ h mod 2h), whose four diagonal
+neighbours at distance h are known, then the *edges* (one of i, j ≡ h, the other ≡ 0 mod 2h), whose four
+axis neighbours at distance h are known. A value's context is its known neighbours' mean absolute deviation
+from the channel's centre (in quarter steps, an integer), put in one of `BUCKETS` by `THRESHOLDS`; bucket 0
+holds the values with no known neighbour. Three quarters of the values (h = 1) see their four adjacent
+neighbours, on both sides: better contexts than a raster order's causal ones, and a pass decodes as vectors.
+
+**The model** of a channel maps each bucket to one of its distributions (`groups`, chosen by the encoder for the
+fewest bytes: a small table shares one distribution among several buckets), and each distribution is a
+categorical over a range of deviations with weights on a log scale (1/16 octave, `weights`): integers, so that
+encoder and decoder build bit-identical probabilities on any machine (no transcendental function on either side).
+
+The bytes: `HEADER` (magic, F, ry, rx, the CRC-32 of the table, the coded stream's length in 32-bit words), then
+per channel its centre, its group of each bucket and its distributions (lo as int16, n as uint16, n weight
+codes), then the ANS stream. `decode` checks the stream ends where its length says and the CRC of what it made.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+from .tablecode import CodeError
+
+MAGIC = b"IRC2"
+DOMAIN = "ai.inr-serve"  # the domain of the graph's DecodeTable node, which the service replaces by the table
+HEADER = struct.Struct("<4s3IIII")  # magic, F, ry, rx, crc32, stream words, model bytes
+THRESHOLDS = np.array([1, 2, 3, 4, 6, 8, 11, 16, 22, 32, 45, 64, 90, 128, 181, 256, 362, 512, 724, 1024], np.int64)
+BUCKETS = len(THRESHOLDS) + 2  # 0: no known neighbour; 1 … 21 by activity
+# 2^(i/16)·1024, rounded: a weight code c ≥ 1 weighs ROOTS[(c − 1) % 16] << ((c − 1) // 16); 0 weighs nothing
+ROOTS = np.array(
+    [1024, 1069, 1116, 1165, 1217, 1270, 1326, 1385, 1448, 1510, 1576, 1646, 1722, 1797, 1875, 1958], np.int64
+)
+MAX_SIDE = 65_536
+MAX_VALUES = 1 << 28
+MERGES = (1, 2, 3, 4, 6, 11, 22)  # buckets per distribution the encoder tries
+
+
+def weights(codes: np.ndarray) -> np.ndarray:
+    """float64 weights of weight codes (uint8): exact integers below 2^53, the same on every machine."""
+    c = codes.astype(np.int64)
+    w = ROOTS[np.maximum(c - 1, 0) % 16] << (np.maximum(c - 1, 0) // 16)
+    return np.where(c > 0, w, 0).astype(np.float64)
+
+
+def code_of(counts: np.ndarray) -> np.ndarray:
+    """Weight codes for symbol counts (encoder only): 255 for the most frequent, 16 codes an octave below it, at
+    least 1 for a seen symbol (an 1/61,000 of the top one or rarer is weighed as that), 0 for an unseen one."""
+    out = np.zeros(len(counts), np.uint8)
+    seen = counts > 0
+    out[seen] = np.clip(np.round(255 + 16 * np.log2(counts[seen] / counts.max())), 1, 255).astype(np.uint8)
+    return out
+
+
+LUT = 1 + np.searchsorted(THRESHOLDS, np.arange(4 * 255 + 1), side="right")  # bucket of each activity
+
+
+def schedule(ry: int, rx: int) -> list[tuple[int, int, int, list[tuple[int, int, int, int]]]]:
+    """The passes of a ry × rx table, each a regular sub-lattice (r0, c0, s): the values at (r0 + r·s, c0 + c·s), with
+    the neighbours they see, each (r1, c1, dr, dc): the value at (r1 + (r + dr)·s, c1 + (c + dc)·s), known before."""
+    side = 1
+    while side < max(ry, rx):
+        side *= 2
+    out = [(0, 0, 2 * side, [])]
+    h = side // 2
+    while h >= 1:
+        s = 2 * h
+        out.append((h, h, s, [(0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 0, 1, 1)]))
+        out.append((0, h, s, [(0, 0, 0, 0), (0, 0, 0, 1), (h, h, -1, 0), (h, h, 0, 0)]))
+        out.append((h, 0, s, [(0, 0, 0, 0), (0, 0, 1, 0), (h, h, 0, -1), (h, h, 0, 0)]))
+        h //= 2
+    return [p for p in out if p[0] < ry and p[1] < rx]
+
+
+def buckets(dev: np.ndarray, r0: int, c0: int, s: int, nbrs: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """The bucket of each value of the sub-lattice (r0, c0, s) of `dev` (2-D, int32), from its known neighbours
+    `nbrs` (those inside the table)."""
+    shape = dev[r0::s, c0::s].shape
+    if not nbrs:
+        return np.zeros(shape, np.int64)
+    total = np.zeros(shape, np.int32)
+    count = np.zeros(shape, np.int32)
+    for r1, c1, dr, dc in nbrs:
+        known = dev[r1::s, c1::s]
+        rows = slice(max(0, -dr), min(shape[0], known.shape[0] - dr))
+        cols = slice(max(0, -dc), min(shape[1], known.shape[1] - dc))
+        if rows.start >= rows.stop or cols.start >= cols.stop:
+            continue
+        part = known[rows.start + dr : rows.stop + dr, cols.start + dc : cols.stop + dc]
+        total[rows, cols] += np.abs(part)
+        count[rows, cols] += 1
+    activity = (4 * total) // np.maximum(count, 1)
+    return np.where(count > 0, LUT[np.minimum(activity, len(LUT) - 1)], 0)
+
+
+def _contexts(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the values in decoding order, their buckets) of one channel's deviations dev (2-D, all known: the encoder)."""
+    syms, ctx = [], []
+    for r0, c0, s, nbrs in schedule(*dev.shape):
+        syms.append(dev[r0::s, c0::s].ravel())
+        ctx.append(buckets(dev, r0, c0, s, nbrs).ravel())
+    return np.concatenate(syms), np.concatenate(ctx)
+
+
+def _bits(counts: np.ndarray, codes: np.ndarray | None = None) -> float:
+    """Ideal bits of symbols with these counts under their own frequencies, or under the weights of `codes`."""
+    seen = counts > 0
+    if codes is None:
+        p = counts[seen] / counts.sum()
+    else:
+        w = weights(codes)
+        p = w[seen] / w.sum()
+    return float(-(counts[seen] * np.log2(p)).sum())
+
+
+def _choose_groups(hist: np.ndarray) -> np.ndarray:
+    """The group of each bucket (hist: [BUCKETS, symbols] counts): adjacent used buckets merged `m` at a time, for
+    the m of the fewest bytes (each distribution's range and its 4 bytes counted)."""
+    used = np.flatnonzero(hist.sum(axis=1))
+    best, best_groups = None, None
+    for m in MERGES:
+        groups = np.zeros(BUCKETS, np.uint8)
+        groups[used] = np.arange(len(used)) // m
+        total = 0.0
+        for g in range(int(groups[used].max()) + 1):
+            counts = hist[used[groups[used] == g]].sum(axis=0)
+            seen = np.flatnonzero(counts)
+            total += _bits(counts) / 8 + 4 + (seen[-1] - seen[0] + 1)
+        if best is None or total < best:
+            best, best_groups = total, groups
+        if len(used) <= m:
+            break
+    return best_groups
+
+
+def _channel(plane: np.ndarray) -> tuple[bytes, list[tuple[np.ndarray, np.ndarray]], float]:
+    """(the model bytes of one channel [ry, rx] (uint8), its runs to code in decoding order: (symbols, weights),
+    their ideal bits under the stored weights)."""
+    centre = int(np.median(plane).round())
+    dev = plane.astype(np.int32) - centre
+    sym, ctx = _contexts(dev)
+    low = int(sym.min())
+    width = int(sym.max()) - low + 1
+    hist = np.bincount(ctx * width + (sym - low), minlength=BUCKETS * width).reshape(BUCKETS, width)
+    groups = _choose_groups(hist)
+    models, dists, bits = bytearray(struct.pack("<B", centre) + groups.tobytes()), [], 0.0
+    for g in range(int(groups.max()) + 1):
+        counts = hist[groups == g].sum(axis=0)
+        seen = np.flatnonzero(counts)
+        lo, hi = (int(seen[0]), int(seen[-1])) if seen.size else (0, -1)
+        codes = code_of(counts[lo : hi + 1])
+        models += struct.pack("<hH", low + lo, len(codes)) + codes.tobytes()
+        dists.append((low + lo, weights(codes)))
+        if len(codes) > 1:
+            bits += _bits(counts[lo : hi + 1], codes)
+    runs, start = [], 0
+    for r0, c0, s, _ in schedule(*plane.shape):
+        n = len(range(r0, plane.shape[0], s)) * len(range(c0, plane.shape[1], s))
+        g = groups[ctx[start : start + n]]
+        vals = sym[start : start + n][np.argsort(g, kind="stable")]
+        at = 0
+        for k, count in enumerate(np.bincount(g, minlength=len(dists))):
+            if count:
+                lo, w = dists[k]
+                runs.append((vals[at : at + count] - lo, w))
+                at += int(count)
+        start += n
+    return bytes(models), runs, bits
+
+
+def _checked(q: np.ndarray) -> np.ndarray:
+    if q.dtype != np.uint8 or q.ndim != 4 or q.shape[0] != 1 or 0 in q.shape:
+        raise CodeError(f"a coded table is a uint8 [1, F, ry, rx] array, got {q.dtype} {list(q.shape)}")
+    _, f, ry, rx = q.shape
+    if max(ry, rx) > MAX_SIDE or f * ry * rx > MAX_VALUES:
+        raise CodeError(f"a table of {f}×{ry}×{rx} values is larger than this code holds")
+    return q
+
+
+def size(q: np.ndarray) -> int:
+    """About the bytes `encode` writes for q (within ~8 + F·4 bytes: the stream's ideal length under the stored
+    weights, without running the coder): what the rate control counts for each rounding it tries."""
+    _checked(q)
+    total = HEADER.size
+    for plane in q[0]:
+        models, _, bits = _channel(plane)
+        total += len(models) + 4 * int(np.ceil(bits / 32))
+    return total + 4
+
+
+def encode(q: np.ndarray) -> bytes:
+    """The coded bytes of a dense table q [1, F, ry, rx] (uint8)."""
+    import constriction
+
+    _, f, ry, rx = _checked(q).shape
+    models, parts = bytearray(), []
+    for plane in q[0]:
+        m, runs, _ = _channel(plane)
+        models += m
+        parts += runs
+    coder = constriction.stream.stack.AnsCoder()
+    for symbols, w in reversed(parts):
+        if len(w) == 1:  # one symbol: known without a bit
+            continue
+        coder.encode_reverse(symbols.astype(np.int32), constriction.stream.model.Categorical(w, perfect=False))
+    stream = coder.get_compressed()
+    crc = zlib.crc32(q.tobytes())
+    return HEADER.pack(MAGIC, f, ry, rx, crc, len(stream), len(models)) + bytes(models) + stream.tobytes()
+
+
+def is_coded(data: bytes) -> bool:
+    return data[:4] == MAGIC
+
+
+def decode(data: bytes | np.ndarray) -> np.ndarray:
+    """The table [1, F, ry, rx] (uint8) of coded bytes (CodeError when they are not a whole table in this code)."""
+    import constriction
+
+    data = bytes(memoryview(np.ascontiguousarray(data)).cast("B")) if isinstance(data, np.ndarray) else data
+    if len(data) < HEADER.size or data[:4] != MAGIC:
+        raise CodeError("not a coded table (no IRC2 header)")
+    _, f, ry, rx, crc, words, model_bytes = HEADER.unpack_from(data)
+    if not (1 <= f <= 64 and 1 <= ry <= MAX_SIDE and 1 <= rx <= MAX_SIDE and f * ry * rx <= MAX_VALUES):
+        raise CodeError(f"a coded table whose header names a {f}×{ry}×{rx} table")
+    if HEADER.size + model_bytes + 4 * words != len(data):
+        raise CodeError(f"a coded table of {len(data)} bytes whose header does not add up")
+    at, end = HEADER.size, HEADER.size + model_bytes
+    stream = np.frombuffer(data, np.uint32, count=words, offset=end).copy()
+    coder = constriction.stream.stack.AnsCoder(stream)
+    out = np.empty((f, ry * rx), np.uint8)
+    plan = schedule(ry, rx)
+    try:
+        for c in range(f):
+            centre = data[at]
+            groups8 = np.frombuffer(data, np.uint8, BUCKETS, at + 1)
+            groups = groups8.astype(np.intp)
+            at += 1 + BUCKETS
+            models = []
+            for _ in range(int(groups.max()) + 1):
+                lo, n = struct.unpack_from("<hH", data, at)
+                codes = np.frombuffer(data, np.uint8, n, at + 4)
+                at += 4 + n
+                w = weights(codes)
+                if not w.sum():
+                    models.append((lo, None))
+                else:
+                    models.append((lo, constriction.stream.model.Categorical(w, perfect=False) if n > 1 else 1))
+            if at > end:
+                raise CodeError("a coded table whose models run past their length")
+            dev = np.zeros((ry, rx), np.int32)
+            for r0, c0, s, nbrs in plan:
+                g = groups8[buckets(dev, r0, c0, s, nbrs)].ravel()
+                order = np.argsort(g, kind="stable")
+                counts = np.bincount(g, minlength=len(models))
+                vals, at_value = np.empty(g.size, np.int32), 0
+                for k in np.flatnonzero(counts):
+                    lo, model = models[k]
+                    if model is None:
+                        raise CodeError("a coded table with values in a context that has no distribution")
+                    n = int(counts[k])
+                    vals[at_value : at_value + n] = lo if model == 1 else coder.decode(model, n) + lo
+                    at_value += n
+                sub = np.empty(g.size, np.int32)
+                sub[order] = vals
+                dev[r0::s, c0::s] = sub.reshape(dev[r0::s, c0::s].shape)
+            values = dev.ravel() + centre
+            if values.min() < 0 or values.max() > 255:
+                raise CodeError("a coded table whose values leave 0 … 255")
+            out[c] = values
+    except (ValueError, IndexError, struct.error) as e:
+        if isinstance(e, CodeError):
+            raise
+        raise CodeError(f"a coded table that does not decode ({e})") from None
+    if at != end or not coder.is_empty() or zlib.crc32(out.tobytes()) != crc:
+        raise CodeError("a coded table whose stream does not decode to the table it was made of")
+    return out.reshape(1, f, ry, rx)

@@ -1,0 +1,130 @@
+"""Context-coded 8-bit tables (modelrepo/ctxcode.py, IRC2): every table comes back exactly, a table whose values
+depend on their neighbours codes smaller than the Rice code, the decoding order sees only values decoded before, and
+bytes that are not a whole coded table are refused with CodeError (never a wrong table, an IndexError or a huge
+allocation)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from modelrepo import ctxcode, tablecode
+from modelrepo.ctxcode import HEADER, decode, encode, schedule
+from modelrepo.tablecode import CodeError
+from tests.modelrepo.test_tablecode import SHAPES, laplace_table
+
+
+def textured(shape, seed=0, step=1) -> np.ndarray:
+    """A native level as the rate control leaves it: zero in smooth regions, wide near edges, rounded on `step`."""
+    rng = np.random.default_rng(seed)
+    _, f, ry, rx = shape
+    yy, xx = np.mgrid[0:ry, 0:rx]
+    spread = 0.3 + 12 * (np.sin(yy / 9.0) * np.cos(xx / 13.0) > 0.6)  # textured patches, smooth elsewhere
+    q = 60 + rng.laplace(0, spread[None], (f, ry, rx)) / step
+    return np.clip(np.round(q), 0, 255).astype(np.uint8)[None]
+
+
+@pytest.mark.parametrize("shape", SHAPES + [(1, 1, 1, 300), (1, 1, 257, 1), (1, 2, 129, 65)])
+def test_every_table_comes_back_exactly(shape):
+    for seed in range(3):
+        q = laplace_table(shape, seed)
+        assert np.array_equal(decode(encode(q)), q)
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        np.zeros((1, 1, 40, 40), np.uint8),
+        np.full((1, 2, 33, 9), 255, np.uint8),
+        np.tile(np.array([0, 255], np.uint8), 800).reshape(1, 2, 20, 40),
+        np.arange(256, dtype=np.uint8).repeat(9).reshape(1, 1, 48, 48),
+    ],
+    ids=["zeros", "full", "extremes", "ramp"],
+)
+def test_edge_values_come_back(q):
+    assert np.array_equal(decode(encode(q)), q)
+    assert np.array_equal(tablecode.decode(encode(q)), q)  # the one decoder the service calls reads both codes
+
+
+def test_the_schedule_visits_every_cell_once_and_reads_only_cells_visited_before():
+    for ry, rx in [(1, 1), (5, 3), (16, 16), (37, 100)]:
+        seen = np.zeros((ry, rx), bool)
+        for r0, c0, s, nbrs in schedule(ry, rx):
+            here = np.zeros((ry, rx), bool)
+            here[r0::s, c0::s] = True
+            assert not (seen & here).any()
+            rows, cols = np.nonzero(here)
+            for r1, c1, dr, dc in nbrs:
+                r = r1 + ((rows - r0) // s + dr) * s
+                c = c1 + ((cols - c0) // s + dc) * s
+                inside = (r >= 0) & (r < ry) & (c >= 0) & (c < rx)
+                assert seen[r[inside], c[inside]].all()
+                assert (np.abs(r - rows) <= s // 2).all() and (np.abs(c - cols) <= s // 2).all()  # neighbours
+            seen |= here
+        assert seen.all()
+
+
+@pytest.mark.parametrize("step", [1, 4, 16])
+def test_neighbours_make_the_code_smaller_than_the_rice_code(step):
+    """The coarser the rounding, the more the Rice code's bit a value costs: the context code wins most there."""
+    q = textured((1, 1, 300, 400), step=step)
+    ours, rice = len(encode(q)), len(tablecode.encode(q))
+    assert ours < rice * (0.97 if step == 1 else 0.85)
+
+
+def test_the_header_counts_the_stream_and_the_crc_is_the_tables():
+    q = laplace_table((1, 2, 40, 50))
+    data = encode(q)
+    magic, f, ry, rx, crc, words, models = HEADER.unpack_from(data)
+    assert (magic, f, ry, rx) == (b"IRC2", 2, 40, 50)
+    assert crc == zlib.crc32(q.reshape(2, -1).tobytes())
+    assert HEADER.size + models + 4 * words == len(data)
+
+
+def test_bytes_that_are_not_a_whole_coded_table_are_refused():
+    q = laplace_table((1, 2, 64, 64))
+    data = encode(q)
+    with pytest.raises(CodeError, match="no IRC2 header"):
+        decode(b"IRC1" + data[4:])
+    for cut in (10, HEADER.size, len(data) - 4, len(data) - 1):
+        with pytest.raises(CodeError):
+            decode(data[:cut])
+    huge = HEADER.pack(b"IRC2", 64, 65536, 65536, 0, 0, 0)
+    with pytest.raises(CodeError, match="names a 64×65536×65536 table"):
+        decode(huge)
+    lying = bytearray(data)
+    struct.pack_into("<I", lying, 8, 65)  # ry: the models and stream no longer describe the table
+    with pytest.raises(CodeError):
+        decode(bytes(lying))
+
+
+def test_flipped_bits_are_refused_or_caught_by_the_crc():
+    """A damaged stream or model decodes to garbage at worst, which the table's CRC refuses: never a wrong table."""
+    q = textured((1, 1, 60, 70))
+    data = encode(q)
+    rng = np.random.default_rng(1)
+    for at in rng.integers(HEADER.size, len(data), 200):
+        damaged = bytearray(data)
+        damaged[at] ^= 1 << int(rng.integers(8))
+        try:
+            back = decode(bytes(damaged))
+        except CodeError:
+            continue
+        assert np.array_equal(back, q)  # a bit no value depends on (the unused high bits of a weight code)
+
+
+def test_encode_refuses_what_it_cannot_code():
+    with pytest.raises(CodeError, match="uint8"):
+        encode(np.zeros((1, 1, 4, 4), np.int16))
+    with pytest.raises(CodeError, match="uint8"):
+        encode(np.zeros((2, 4, 4), np.uint8))
+
+
+def test_weights_are_exact_integers_an_octave_apart_every_16_codes():
+    w = ctxcode.weights(np.arange(256, dtype=np.uint8))
+    assert w[0] == 0 and w[1] == 1024
+    assert np.array_equal(w[17:], 2 * w[1:-16])
+    assert (np.diff(w[1:]) > 0).all() and (w == np.round(w)).all()
