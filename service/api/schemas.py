@@ -257,7 +257,7 @@ class ModelInfo(BaseModel):
     history stay in the model folder; `metadata` is the rest of the free-form training record."""
 
     name: str
-    task: str | None = Field(description="image or digits")
+    task: str | None = Field(description="image, digits or generic (a graph made elsewhere, served over V2)")
     version: int | None = Field(description="the version that /v1 and unversioned /v2 calls use")
     status: Literal["loading", "ready", "failed"]
     error: str | None = Field(description="why the model failed to load")
@@ -288,7 +288,7 @@ class ModelInfo(BaseModel):
 
 class ModelSummary(BaseModel):
     name: str
-    task: str | None = Field(description="image or digits")
+    task: str | None = Field(description="image, digits or generic (a graph made elsewhere, served over V2)")
     status: Literal["loading", "ready", "failed"]
     error: str | None = Field(None, description="why the model failed to load")
     versions: list[int] = Field(description="the ready versions")

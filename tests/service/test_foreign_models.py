@@ -146,6 +146,8 @@ def test_versions_batching_and_statistics_come_from_the_config(foreign):
     t.set_data_from_numpy(big)
     with pytest.raises(Exception, match="max_batch_size"):
         h.infer("classifier", [t])
+    wrong = httpx.post(f"{srv.url}/v1/models/classifier/query", json={"coords": [[0.5, 0.5]]})
+    assert 400 <= wrong.status_code < 500 and "generic" in wrong.json()["error"], wrong.text
     cfg = httpx.get(f"{srv.url}/v2/models/siren/config").json()
     assert cfg["parameters"]["coordinate_range"]["string_value"] == "-1,1"
     assert cfg["parameters"]["image_width"]["string_value"] == "40" and cfg["max_batch_size"] == 262144
