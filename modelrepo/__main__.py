@@ -124,6 +124,18 @@ def run_import(args) -> int:
     return 0
 
 
+def run_decode(args) -> int:
+    from .uncoded import DecodeRefused, write_uncoded
+
+    try:
+        dest, changed = write_uncoded(args.model, args.out)
+    except (DecodeRefused, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{dest}: {', '.join(changed) + ' decoded' if changed else 'no context-coded file: copied as it is'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m modelrepo", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -135,9 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     push.add_argument(
         "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for S3 to answer (default 0)"
     )
+    dec = sub.add_parser("decode", help="copy a model folder with its context-coded tables decoded, for Triton")
+    dec.add_argument("model", type=Path, help="a model folder (config.pbtxt, N/model.onnx)")
+    dec.add_argument("--out", type=Path, required=True, help="the repository to copy it into, under its name")
     args = p.parse_args(argv)
     if args.command == "import":
         return run_import(args)
+    if args.command == "decode":
+        return run_decode(args)
     try:
         if not args.target.startswith("s3://"):
             raise LocationError(f"the target '{args.target[:80]}' must be an s3:// URL")

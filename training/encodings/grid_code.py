@@ -28,7 +28,8 @@ def code_tables(onnx_bytes: bytes, code: str = "rice") -> tuple[bytes, dict]:
     {} when no table is worth coding: a table is coded when its code and its decoding nodes take fewer bytes than
     the table. `code`: "rice", the adaptive Rice code the graph decodes (any onnxruntime loads the file), or "ans",
     the context code (modelrepo/ctxcode.py) behind one `DecodeTable` node of this project's domain that the service
-    decodes at load (`python -m modelrepo portable` rewrites a file for another server)."""
+    decodes at load (`python -m modelrepo decode` copies
+    such a model for another server)."""
     import onnx
     from onnx import numpy_helper
 

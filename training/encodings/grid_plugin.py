@@ -155,7 +155,7 @@ class GridEncoding(Encoding):
             help="grid: how 8-bit tables are entropy-coded in the file: rice (an adaptive Rice code the graph "
             "decodes: any onnxruntime, Triton's included, loads the file) or ans (a context model and an ANS coder, "
             "modelrepo/ctxcode.py: 4 %% to 40 %% smaller, decoded by this service at load; `python -m modelrepo "
-            "portable` rewrites such a file for another server) (default: %(default)s)",
+            "decode` copies such a model for another server) (default: %(default)s)",
         )
         p.add_argument(
             "--grid-bytes-per-pixel",
