@@ -181,11 +181,8 @@ def read_foreign_spec(folder: Path) -> ModelSpec:
     path = graph_file(folder)
     if path is None and not (present and _declares_all(cfg)):
         raise SpecError("no metadata.json, and no version's model.onnx to complete config.pbtxt from")
-    graph = None
-    if path is not None:
-        where = f"the graph of version {path.parent.name}"
-        graph = signature(read_graph(path), where)
     where = f"the graph of version {path.parent.name}" if path is not None else "the graph"
+    graph = signature(read_graph(path), where) if path is not None else None
     batched = cfg.max_batch_size > 0
     inputs = _merge(_declared(cfg.input, batched, "input"), graph and graph[0], "input", where)
     outputs = _merge(_declared(cfg.output, batched, "output"), graph and graph[1], "output", where)
