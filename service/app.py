@@ -28,7 +28,7 @@ from modelrepo import open_repository
 from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
 
-from .api import iiif, v2
+from .api import docs, iiif, v2
 from .api import metrics as metrics_api
 from .api.grpc import GrpcServer
 from .api.jsonbody import add_body_schemas
@@ -225,6 +225,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         description=DESCRIPTION,
         telemetry={"tracing": False, "metrics": False, "logs": False, "auto_configure": False},
+        docs_url=None,  # /docs and /redoc with their assets served here, not from a CDN (service/api/docs.py)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.version = app.version
@@ -258,6 +260,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyTimeout, seconds=settings.body_timeout_s)
     # the caller, and each model's access policy on the routes that name one; a refused body is never read
     static = frozenset({"/"} | {f"/{p.relative_to(STATIC).as_posix()}" for p in STATIC.rglob("*") if p.is_file()})
+    static |= docs.asset_paths()
     app.add_middleware(
         ModelAccess, authority=authority, access_of=registry.access_of, default=settings.access_default, static=static
     )
@@ -273,11 +276,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         proxies=Proxies(settings.forwarded_allow_ips),
         identity=(settings.access_trusted_header, settings.access_trusted_scopes_header),
     )
-    for r in (health, models, query, render, classify, fits, keys, v2, v2_repository, metrics_api, iiif):
+    for r in (health, models, query, render, classify, fits, keys, v2, v2_repository, metrics_api, iiif, docs):
         app.include_router(r.router)
     app.include_router(iiif.auth_router)  # IIIF Authorization Flow 2.0 (service/api/iiif/auth.py)
     openapi = app.openapi
     app.openapi = lambda: app.openapi_schema or document_common_codes(add_body_schemas(openapi()))
+    app.mount(docs.ASSETS, docs.assets(), name="docs-assets")
     if STATIC.is_dir():
         app.mount("/", StaticFiles(directory=STATIC, html=True), name="static")
     return app

@@ -175,12 +175,13 @@ def ld_json(resource, settings, pinned: bool, per_caller: bool = False) -> Respo
     )
 
 
-def add_routes(router: APIRouter, get_head: list[str]) -> None:
-    """Registered on the IIIF router (its CORS and error bodies), before its catch-all route."""
+def add_routes(router: APIRouter, get_head) -> None:
+    """Registered on the IIIF router (its CORS and error bodies), before its catch-all route; `get_head(router, path,
+    **kwargs)` registers an endpoint for GET and for HEAD (service/api/iiif/router.py)."""
 
-    @router.api_route(
+    @get_head(
+        router,
         "/collection.json",
-        methods=get_head,
         response_class=Response,
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Collection"}},
     )
@@ -205,9 +206,9 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
             Collection(id=f"{base}/collection.json", label=LABEL, items=refs), settings, False, not caller.anonymous
         )
 
-    @router.api_route(
+    @get_head(
+        router,
         "/collection/{page}.json",
-        methods=get_head,
         response_class=Response,
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "a page of the Collection"}},
     )
@@ -233,9 +234,9 @@ def add_routes(router: APIRouter, get_head: list[str]) -> None:
             not caller.anonymous,
         )
 
-    @router.api_route(
+    @get_head(
+        router,
         "/{name}/manifest.json",
-        methods=get_head,
         response_class=Response,
         responses={200: {"content": {MEDIA_TYPE: {}}, "description": "IIIF Presentation 3 Manifest"}},
     )

@@ -72,6 +72,20 @@ class IIIFRoute(APIRoute):
 
 
 GET_HEAD = ["GET", "HEAD"]
+
+
+def get_head(router: APIRouter, path: str, **kwargs):
+    """A GET route and a HEAD route of one endpoint, each with an operation id of its own in the schema (one route
+    of both methods gives both operations one id: a duplicate, which the schema's generation warns about)."""
+
+    def register(endpoint):
+        for method in GET_HEAD:
+            router.api_route(path, methods=[method], **kwargs)(endpoint)
+        return endpoint
+
+    return register
+
+
 # Every code an IIIF route answers: a bad identifier or parameter (400), an unknown model (404), a
 # format it does not make (501), a model not ready or a render queue full (503); the image routes also
 # a region over maxArea (413) and 304.
@@ -83,7 +97,7 @@ ERRORS = {
 }
 NOT_MODIFIED = {304: {"description": "not modified: If-None-Match names this response's ETag"}}
 router = APIRouter(prefix=PREFIX, tags=["IIIF Image API 3.0"], route_class=IIIFRoute, responses=ERRORS)
-manifest.add_routes(router, GET_HEAD)  # Presentation 3: /collection.json and /{name}/manifest.json, first
+manifest.add_routes(router, get_head)  # Presentation 3: /collection.json and /{name}/manifest.json, first
 
 
 def limit_to(doc: dict, long_side: int) -> dict:
@@ -112,7 +126,7 @@ def _etag(model, key: str) -> str:
     return f'"{digest[:32]}"'
 
 
-@router.api_route("/{name}", methods=GET_HEAD, status_code=303, response_class=RedirectResponse)
+@get_head(router, "/{name}", status_code=303, response_class=RedirectResponse)
 async def base(request: Request, name: str, registry: RegistryDep, settings: SettingsDep):
     """The base URI redirects (303) to the image information document."""
     ident = Identifier.parse(name)
@@ -120,7 +134,7 @@ async def base(request: Request, name: str, registry: RegistryDep, settings: Set
     return RedirectResponse(f"{image_id(request, settings, ident)}/info.json", status_code=303)
 
 
-@router.api_route("/{name}/info.json", methods=GET_HEAD, responses=NOT_MODIFIED)
+@get_head(router, "/{name}/info.json", responses=NOT_MODIFIED)
 async def info(request: Request, name: str, registry: RegistryDep, settings: SettingsDep) -> Response:
     """Image information: size, tiles, sizes, maxArea, the qualities, formats and features."""
     ident = Identifier.parse(name)
@@ -147,9 +161,9 @@ async def info(request: Request, name: str, registry: RegistryDep, settings: Set
     return JSONResponse(doc, media_type=media, headers=headers)
 
 
-@router.api_route(
+@get_head(
+    router,
     "/{name}/{region}/{size}/{rotation}/{quality_format}",
-    methods=GET_HEAD,
     response_class=Response,
     responses={
         200: {"content": {t: {} for t in MEDIA_TYPES.values()}, "description": "the image"},
