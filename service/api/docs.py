@@ -52,31 +52,31 @@ def _secured(page: HTMLResponse) -> HTMLResponse:
     return page
 
 
+def _page(request: Request, make, title: str, assets: dict[str, str], **options) -> HTMLResponse:
+    """A docs page from FastAPI's own template, its assets (argument → file) under this service's ASSETS."""
+    root = request.scope.get("root_path", "").rstrip("/")
+    urls = {arg: f"{root}{ASSETS}/{name}" for arg, name in assets.items()}
+    page = make(
+        openapi_url=f"{root}{request.app.openapi_url}", title=f"{request.app.title} - {title}", **urls, **options
+    )
+    return _secured(page)
+
+
 @router.get("/docs")
 async def swagger(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "").rstrip("/")
-    return _secured(
-        get_swagger_ui_html(
-            openapi_url=f"{root}{request.app.openapi_url}",
-            title=f"{request.app.title} - Swagger UI",
-            swagger_js_url=f"{root}{ASSETS}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{ASSETS}/favicon.png",
-            oauth2_redirect_url=None,
-            swagger_ui_parameters={"validatorUrl": None},  # no badge from validator.swagger.io
-        )
+    assets = {"swagger_js_url": "swagger-ui-bundle.js", "swagger_css_url": "swagger-ui.css"}
+    assets["swagger_favicon_url"] = "favicon.png"
+    return _page(
+        request,
+        get_swagger_ui_html,
+        "Swagger UI",
+        assets,
+        oauth2_redirect_url=None,
+        swagger_ui_parameters={"validatorUrl": None},  # no badge from validator.swagger.io
     )
 
 
 @router.get("/redoc")
 async def redoc(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "").rstrip("/")
-    return _secured(
-        get_redoc_html(
-            openapi_url=f"{root}{request.app.openapi_url}",
-            title=f"{request.app.title} - ReDoc",
-            redoc_js_url=f"{root}{ASSETS}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS}/favicon.png",
-            with_google_fonts=False,
-        )
-    )
+    assets = {"redoc_js_url": "redoc.standalone.js", "redoc_favicon_url": "favicon.png"}
+    return _page(request, get_redoc_html, "ReDoc", assets, with_google_fonts=False)
