@@ -233,6 +233,11 @@ def write_blocked_model(
     metrics = whole_metrics(pieces)
     meta = image_metadata_for(cfg, size, source, metrics, overview)
     meta["blocks"] = layout.with_digests(digests).with_overview(overview.size).to_metadata()
+    meta["whole"] = {  # the version as a whole, where architecture and export describe the overview alone
+        "parameters": sum(p.parameters for p in pieces),
+        "bytes": sum(int(p.export.get("bytes", 0)) for p in pieces),
+        "files": len(pieces),
+    }
     meta["block_fits"] = {  # each piece's fit: its PSNR, time, pixels and the pixel grid its encoding was sized for
         p.key: {
             "psnr": p.metrics["full_psnr"],

@@ -85,6 +85,7 @@ def by_region(file: StreamedFile, header: bigimage.Header, filename: str, max_fi
         "format": header.format.upper(),
         "frames": 1,
         "sha256": file.sha256,
+        "bytes": file.size,
         "orientation": header.orientation,
         "levels": len(header.levels),
     }

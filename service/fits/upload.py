@@ -118,6 +118,7 @@ def decode(data: bytes, filename: str, max_bytes: int, max_pixels: int, sha256: 
         "format": fmt,
         "frames": int(frames),
         "sha256": sha256 or digest(data),
+        "bytes": len(data),  # the file as uploaded (the model panel shows the model's bytes beside it)
     }
     return Upload(buf.getvalue(), source)
 

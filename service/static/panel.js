@@ -13,14 +13,31 @@ function encodingText(e) {
   return parts.join(", ");
 }
 
-function architectureText(a) {
+function architectureText(a, whole) {
   if (!a) return "–";
   const parts = [a.model ?? "?"];
   if (a.depth) parts.push(`depth ${a.depth}`);
   if (a.width) parts.push(`width ${a.width}`);
   if (a.model === "sinekan" && a.grid_size) parts.push(`grid ${a.grid_size}`);
-  if (a.parameters) parts.push(`${a.parameters.toLocaleString("en")} parameters`);
+  // a block model's architecture is its overview's: its parameters are those of every file (metadata `whole`)
+  const parameters = whole?.parameters ?? a.parameters;
+  if (parameters) parts.push(`${parameters.toLocaleString("en")} parameters${whole ? ` in ${whole.files} files` : ""}`);
   return parts.join(", ");
+}
+
+const megabytes = (n) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)} MB` : `${(n / 1e3).toFixed(1)} kB`);
+
+// The model's bytes at rest, per native pixel, beside the file it was fitted from (metadata source.bytes, uploads).
+export function sizeText(m, size) {
+  const bytes = m.whole?.bytes ?? m.export?.bytes;
+  if (typeof bytes !== "number" || bytes <= 0) return "–";
+  const parts = [megabytes(bytes)];
+  if (size) parts[0] += ` (${(bytes / (size[0] * size[1])).toFixed(2)} B/px)`;
+  const upload = m.source?.bytes;
+  if (typeof upload === "number" && upload > 0) {
+    parts.push(`the uploaded file ${megabytes(upload)}: ${(bytes / upload).toFixed(2)}×`);
+  }
+  return parts.join(" · ");
 }
 
 // PSNR over all pixels first (a block model's is a lower bound: its blocks' weighted errors), then the training
@@ -44,9 +61,10 @@ export function modelRows(model) {
   return [
     ["Model", model.name],
     ["Status", [model.status, model.provider].filter(Boolean).join(" · ")],
-    ["Architecture", architectureText(m.architecture)],
+    ["Architecture", architectureText(m.architecture, m.whole)],
     ["Encoding", encodingText(m.encoding || m.architecture?.encoding)],
     ["Native size", size ? `${size[0]}×${size[1]} px${m.source?.image ? ` of ‘${m.source.image}’` : ""}` : "–"],
+    ["File", sizeText(m, size)],
     ...qualityRows(metrics, m.training?.protocol),
   ];
 }

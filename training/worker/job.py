@@ -378,7 +378,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     source = {
         "kind": "upload",
         "job": rec["id"],
-        **{k: rec["source"][k] for k in ("filename", "width", "height", "sha256") if k in rec["source"]},
+        **{k: rec["source"][k] for k in ("filename", "width", "height", "sha256", "bytes") if k in rec["source"]},
         "size": loaded["size"],
     }
     if tracing.ON:  # the API's load of this version joins the fit's trace (service/engine/control.py)

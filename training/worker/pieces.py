@@ -114,7 +114,11 @@ def publish(ctx, parent: dict, cfg) -> dict | None:
         source = {
             "kind": "upload",
             "job": parent["id"],
-            **{k: parent["source"][k] for k in ("filename", "width", "height", "sha256") if k in parent["source"]},
+            **{
+                k: parent["source"][k]
+                for k in ("filename", "width", "height", "sha256", "bytes")
+                if k in parent["source"]
+            },
             "size": [layout.width, layout.height],
         }
         cfg.image = parent["source"].get("filename") or parent["name"]

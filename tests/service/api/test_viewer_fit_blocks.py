@@ -5,6 +5,7 @@ shows its pieces as they are done, and the blocked model opens in the viewer. A 
 low) goes the kept-file way: the worker reads it by region."""
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -73,6 +74,16 @@ def test_the_panel_shows_the_upload_then_the_pieces_and_opens_the_blocked_model(
         assert "panel-blocks version 1 is in the viewer" in p.message()
         assert p.page.locator("#model").input_value() == "panel-blocks"
         assert (blocks_stack.models / "panel-blocks" / "1" / "blocks").is_dir()
+        # the model panel: every file's parameters and bytes (not the overview's alone), beside the upload's bytes
+        meta = json.loads((blocks_stack.models / "panel-blocks" / "1" / "metadata.json").read_text())
+        assert meta["source"]["bytes"] == len(data) and meta["whole"]["files"] == 7
+        assert meta["whole"]["parameters"] > meta["architecture"]["parameters"]
+        p.page.wait_for_function("[...document.querySelectorAll('#panel dt')].some(d => d.textContent === 'File')")
+        rows = dict(zip(p.page.locator("#panel dt").all_inner_texts(), p.page.locator("#panel dd").all_inner_texts()))
+        assert f"{meta['whole']['parameters']:,} parameters in 7 files" in rows["Architecture"], rows
+        assert rows["File"].endswith(
+            f"the uploaded file {len(data) / 1e3:.1f} kB: {meta['whole']['bytes'] / len(data):.2f}×"
+        )
         assert p.errors == []
     finally:
         p.close()
