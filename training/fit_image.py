@@ -336,7 +336,8 @@ def export_image_model(
 def finish(model: ImageINR, cfg: FitConfig, img: np.ndarray, history: dict, soft_target: bool = False) -> ImageINR:
     """What is scored and exported: the model a checkpoint restores, its weights rounded to float16 if asked, then
     its encoding's finish step (e.g. tables rounded to 8 bits and a level refitted through that rounding), what
-    that did recorded in `history`. `soft_target`: a PSNR target out of reach keeps the finest rounding."""
+    that did recorded in `history`. `soft_target`: a PSNR target out of reach keeps the finest rounding, a byte
+    target the coarsest (grid_rate.Target.soft)."""
     model = rebuild(checkpoint(model, cfg))
     if cfg.fp16_weights:
         round_weights_fp16(model)

@@ -335,7 +335,9 @@ export class FitPanel {
     this.zoomLink.href = `iiif.html?id=${enc(record.name)}`;
     this.zoomLink.hidden = false;
     this.setState("ready");
-    this.say(`${record.name} version ${record.version} is in the viewer · ${qualityText(record)}`);
+    // a target out of reach keeps the closest model: the job's warning says which (docs/fits.md, target_psnr)
+    const warning = record.warning ? ` · ${record.warning}` : "";
+    this.say(`${record.name} version ${record.version} is in the viewer · ${qualityText(record)}${warning}`);
   }
 
   async cancel() {

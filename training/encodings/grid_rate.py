@@ -47,7 +47,8 @@ PSNR_CAP = 100.0
 class Target:
     """What the rate control keeps to: at most `bytes` in the file, at least `psnr` dB over the training pixels, or
     (neither) at most LOSS_DB below the finest step's PSNR. `soft`: a `psnr` the fit cannot reach keeps the finest
-    step instead of failing the fit (a block model's overview, training/blocks.py)."""
+    step, and `bytes` it cannot keep to keeps the coarsest, instead of failing the fit (the report says it missed:
+    a job over HTTP, training/worker/job.py, and a block model's overview, training/blocks.py)."""
 
     bytes: int | None = None
     psnr: float | None = None
@@ -261,6 +262,8 @@ def finish_rate(
             if good is not None:  # the corrected step went over: back to the last that kept to it
                 levels = good
                 continue
+            if levels == 1 and target.soft:  # the smallest file this grid makes, over the target: kept, and said
+                break
             if levels == 1:
                 raise UsageError(
                     f"--target-bytes {target.bytes}: the smallest file this grid makes is {size} bytes (its coarser "
@@ -295,6 +298,8 @@ def finish_rate(
     }
     if target.bytes is not None:
         report["target_bytes"], report["file_bytes"] = target.bytes, size
+        if size is not None and size > target.bytes:  # a soft target out of reach: the coarsest step kept
+            report["target_bytes_missed"] = True
     elif target.psnr is not None:
         report["target_psnr"] = target.psnr
         if got < target.psnr:  # a soft target out of reach: the finest step kept
@@ -303,3 +308,18 @@ def finish_rate(
         report["loss_db"] = LOSS_DB
     log.info("rate control: %s", report)
     return report
+
+
+def missed(report: dict) -> str | None:
+    """What a soft target's report says it missed, in one line (None when it kept to its target)."""
+    if report.get("target_psnr_missed"):
+        return (
+            f"target_psnr {report['target_psnr']:g} is beyond this fit: it reaches {report['psnr_train']:.2f} dB at "
+            f"most, and that model was kept (fit longer, or a larger grid, for more)"
+        )
+    if report.get("target_bytes_missed"):
+        return (
+            f"target_bytes {report['target_bytes']} is below the smallest file this grid makes: the smallest, "
+            f"{report['file_bytes']} bytes at {report['psnr_train']:.2f} dB, was kept"
+        )
+    return None

@@ -24,6 +24,7 @@ from telemetry import tracing
 from .. import regions
 from ..blocks import fit_piece
 from ..cli_image import add_image_options, fit_config
+from ..encodings.grid_rate import missed
 from ..errors import UsageError
 from ..fit_image import evaluate, export_image_model, finish, predict, preview_pixels, train
 from ..images import fit_dims, load_image, pixel_centres
@@ -372,7 +373,7 @@ def fit(ctx: JobContext, rec: dict) -> dict:
         check(cfg.steps)
         return pieces.after_piece(ctx, rec, piece, cfg)
     model, history = train(cfg, img, on_step=on_step, every=check_every)
-    model = finish(model, cfg, img, history)
+    model = finish(model, cfg, img, history, soft_target=True)  # a target out of reach: the closest model, said
     metrics, full = evaluate(model, img, cfg.protocol)
     check(cfg.steps)  # the last moment a cancel or a lost claim keeps the repository untouched
     source = {
@@ -387,4 +388,6 @@ def fit(ctx: JobContext, rec: dict) -> dict:
     preview = preview_pixels(full)
     del img, full  # the export's peak (its parity run decodes the tables) holds neither the image nor its render
     written = export_image_model(model, cfg, out, source, metrics, history, preview, guard)
-    return store.finish(rec, "succeeded", version=written["version"], metrics=metrics)
+    warning = missed(((history.get("native_refit") or {}).get("rate")) or {})
+    extra = {"warning": warning} if warning else {}
+    return store.finish(rec, "succeeded", version=written["version"], metrics=metrics, **extra)
