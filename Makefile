@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 # unless given; 0 turns gRPC off).
 PORT ?= 8000
 GRPC_PORT ?= $(shell expr $(PORT) + 1)
+# Where `make worker` writes fitted models and `make serve` serves them from, beside models/ (git ignores build/).
+FITS ?= build/fitted
 
 .PHONY: setup serve worker lint format test models photo-model bench clean
 
@@ -19,12 +21,13 @@ setup: $(BIN)/python
 # The server, and the clients the README's examples use beside it (the `client` extra: Triton's HTTP client).
 serve: $(BIN)/python
 	$(BIN)/pip install -q -e '.[serve,client]'
-	$(BIN)/python -m service --models models --host 127.0.0.1 --port $(PORT) --grpc-port $(GRPC_PORT) --device auto --model-control-mode poll --repository-poll-secs 2
+	$(BIN)/python -m service --models models --fit-models $(FITS) --host 127.0.0.1 --port $(PORT) --grpc-port $(GRPC_PORT) --device auto --model-control-mode poll --repository-poll-secs 2
 
-# A fit worker for POST /v1/fits (docs/fits.md), on the same job store and models/ as `make serve`.
+# A fit worker for POST /v1/fits (docs/fits.md), on the same job store as `make serve`, writing into the fits'
+# folder `make serve` serves beside models/ (INR_FIT_MODELS), so the bundled models stay as git has them.
 worker: $(BIN)/python
 	$(BIN)/pip install -q -e '.[train]'
-	$(BIN)/python -m training worker --store sqlite:///build/fits.sqlite --models models
+	$(BIN)/python -m training worker --store sqlite:///build/fits.sqlite --models $(FITS)
 
 # Ruff (pyproject.toml): the format, then the lint rules and import order; `make format` rewrites in place.
 lint: setup

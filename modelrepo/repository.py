@@ -8,6 +8,7 @@ model folder (the spec, the versions, the access policy, warmups, block layouts)
 
     scan()            name → local folder of every model there (S3: paged listings, no model file read)
     folder(name)      the model's local folder with its small files current (S3: those whose ETag changed fetched)
+    path(name)        where that folder is, without looking (the access policy's stat on each request)
     sync_file(n, f)   one small file of the model current (the access policy's config.pbtxt)
     stamp(name)       what changes when any file of the model changes (a rescan compares it)
     version_stamp     the same for one version's files, in ModelRuntime.files_stamp's shape
@@ -63,6 +64,10 @@ class Repository:
 
     def folder(self, name: str) -> Path | None:
         raise NotImplementedError
+
+    def path(self, name: str) -> Path:
+        """Where model `name`'s folder is on local disk, whether or not there is one (no I/O)."""
+        return self.root / name
 
     def sync_file(self, name: str, rel: str) -> None:
         """Make `root/name/rel` current (a no-op on a local folder)."""

@@ -35,6 +35,7 @@ from .settings import Settings
 
 OPTIONS = (
     "models",
+    "fit_models",
     "host",
     "port",
     "grpc_port",
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--models",
         help="model repository: a folder, or s3://[host:port/]bucket/path in Triton's form, credentials from AWS_* "
         "(INR_MODELS, default: models)",
+    )
+    p.add_argument(
+        "--fit-models",
+        metavar="DIR",
+        help="the folder fits are written into, served beside --models as Triton serves several repositories; "
+        "the fit workers' --models (INR_FIT_MODELS, default: none, fits go into --models)",
     )
     p.add_argument("--host", help="bind address (INR_HOST, default: 127.0.0.1)")
     p.add_argument("--port", help="port (INR_PORT, default: 8000)")

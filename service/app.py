@@ -24,7 +24,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from modelrepo import open_repository
+from modelrepo import LocalRepository, open_repository
+from modelrepo.union import UnionRepository
 from telemetry import tracing
 from telemetry.config import TraceConfigError, read_config
 
@@ -118,6 +119,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     repository = open_repository(
         settings.models, settings.model_cache, max_bytes=parse_bytes(settings.model_cache_bytes), **s3
     )  # a folder, or S3 through the disk cache (modelrepo/s3.py)
+    if settings.fit_models:  # fits written into a folder of their own, served beside the models (modelrepo/union.py)
+        Path(settings.fit_models).mkdir(parents=True, exist_ok=True)
+        repository = UnionRepository([repository, LocalRepository(settings.fit_models)])
     options = RuntimeOptions(
         repository=repository,
         device=settings.device,

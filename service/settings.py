@@ -46,6 +46,27 @@ class Settings(BaseSettings):
         description="model repository: a folder of one folder per model, or s3://[host:port/]bucket/path in Triton's "
         "form (AWS_* variables give the credentials; docs/deployment.md, 'Models on S3')",
     )
+    fit_models: str = Field(
+        "",
+        description="the folder fits are written into, served beside --models as Triton serves several model "
+        "repositories (modelrepo/union.py); the fit workers' --models names the same folder. `make serve` and `make "
+        "worker` use build/fitted, so the bundled models/ stay as git has them; empty: fits go into --models",
+    )
+
+    @field_validator("fit_models")
+    @classmethod
+    def _fit_folder(cls, value: str, info) -> str:
+        """A folder beside a folder of models: with models on S3 fits are published into the bucket."""
+        models = str(info.data.get("models", ""))
+        if value and (value.startswith("s3://") or models.startswith("s3://")):
+            raise ValueError(
+                "a folder beside a --models folder; with models on S3 the fit workers publish into the bucket "
+                "(leave INR_FIT_MODELS empty)"
+            )
+        if value and Path(value).resolve() == Path(models).resolve():
+            return ""  # the same folder: one repository
+        return value
+
     model_cache: str = Field(
         default_factory=lambda: str(default_cache("models")),
         description="with models on S3: the local folder the models are pulled into on first use, kept across "

@@ -123,6 +123,13 @@ class Worker:
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def registered(self, store: FitStore, seconds: float = 120) -> None:
+        """Wait until the store lists a worker: this one imports torch, then sends its first heartbeat."""
+        deadline = time.monotonic() + seconds
+        while not store.workers() and time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.2)
+        assert store.workers(), self.output()[-3000:]
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(30)

@@ -288,7 +288,7 @@ class ModelControl:
     def _fingerprint(self, name: str) -> Fingerprint | tuple:
         """What the model holds now: its files' sizes and times in a folder, their ETags on S3 (the listing)."""
         repo = self.registry.repo
-        return repo.stamp(name) if repo.remote else fingerprint(self.registry.root / name)
+        return repo.stamp(name) if repo.remote else fingerprint(repo.path(name))
 
     def _unload(self, name: str) -> None:
         if name not in self.registry.models and name in self.registry.scan():

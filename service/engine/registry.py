@@ -126,7 +126,7 @@ class Registry:
         if not NAME_RE.match(name):
             return None  # no model has this name; never a path out of the repository
         state = self._models.get(name)
-        path = self.root / name
+        path = self.repo.path(name)  # a folder of the model's repository (modelrepo/union.py: one of several)
         if self.repo.remote:
             try:  # the policy is in config.pbtxt: fetched when it changed; never guessed while S3 does not answer
                 self.repo.sync_file(name, "config.pbtxt")

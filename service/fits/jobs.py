@@ -114,6 +114,17 @@ class Fits:
         record = await self.call("fitted", sha256, visible)
         return None if record is None else await self.present(record)
 
+    def _fits_folder_may_hold(self, name: str) -> None:
+        """409 for a name another repository holds when fits have a folder of their own (INR_FIT_MODELS): its
+        version would be written beside the model, never served over it."""
+        fits = getattr(self.repository, "writable", None)  # modelrepo/union.py
+        if fits is None or fits.folder(name) is not None or self.repository.folder(name) is None:
+            return
+        raise Conflict(
+            f"model '{name}' is in {self.repository.part(name).url} (INR_MODELS), which fits do not write; fits go "
+            f"into {fits.url} (INR_FIT_MODELS): choose another name"
+        )
+
     async def _submit(
         self, upload: Upload, options: dict, name: str | None, reuse: bool, job_id: str | None, visible, admit, access
     ) -> dict:
@@ -123,6 +134,7 @@ class Fits:
         derived, passed = name is None, set()
         if not derived:
             await anyio.to_thread.run_sync(check_target, name, self.repository)
+            await anyio.to_thread.run_sync(self._fits_folder_may_hold, name)
         async with self._naming:
             while True:
                 if derived:

@@ -11,9 +11,9 @@ worker started with the commands `make serve` and `make worker` run, and the fil
   `b.png`, `trip/…`. Small ones are made from the bundled photo.
 * **What fails an example.** A non-zero exit (shell blocks run with `set -e -o pipefail`); a request it made that the
   service answered 4xx or 5xx (from the service's access log), unless the block's marker allows that status; a file
-  with an image's extension that is no image (`curl -o x.jpg` of a JSON error); a file written outside `build/` and
-  `models/` (the repository stays clean). A Python example runs where only what the extras `make serve` installs can
-  be imported (tests/docs/pyexample.py).
+  with an image's extension that is no image (`curl -o x.jpg` of a JSON error); a file written outside `build/`
+  (the repository stays clean, `models/` included: fits go to `build/fitted/`, INR_FIT_MODELS). A Python example
+  runs where only what the extras `make serve` installs can be imported (tests/docs/pyexample.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ except ModuleNotFoundError:  # Python 3.10: pip's own copy of tomli
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".tif", ".tiff", ".bmp"}
-WRITABLE = ("build/", "models/")  # where an example may write; anything else would dirty a clone
+WRITABLE = ("build/",)  # where an example may write (fits: build/fitted); anything else would dirty a clone
 STATUS = re.compile(r'"[A-Z]+ (\S+) HTTP/[\d.]+" (\d{3})')
 EXAMPLE_TIMEOUT_S = 420
 

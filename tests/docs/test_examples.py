@@ -71,9 +71,10 @@ def test_every_fit_the_examples_queued_succeeded(stack):
             "no image",
         ),
         ("sh", "curl -s localhost:8000/health/ready -o ready.json", "it wrote ready.json into the repository"),
+        ("sh", "mkdir -p models/x && touch models/x/y", "it wrote models/x/y into the repository"),
         ("python", "import torch  # the training extra's, not `make serve`'s\n", "`make serve` does not install it"),
     ],
-    ids=["fails", "error-status", "error-as-image", "dirties-the-clone", "outside-the-serve-extras"],
+    ids=["fails", "error-status", "error-as-image", "dirties-the-clone", "dirties-models", "outside-the-serve-extras"],
 )
 def test_a_broken_example_is_caught(lang, code, caught, stack):
     """The guard itself: each way an example can be wrong fails it."""

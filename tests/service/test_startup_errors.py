@@ -122,3 +122,10 @@ def test_a_bad_otel_setting_under_plain_uvicorn_is_one_line_and_exit_2():
         env={**os.environ, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"},
     )
     one_line(r, 2, "OTEL_TRACES_SAMPLER: unknown sampler 'sometimes'")
+
+
+@pytest.mark.parametrize(("models", "fits"), [("models", "s3://bucket/fits"), ("s3://bucket/models", "build/x")])
+def test_a_fits_folder_beside_models_on_s3_is_one_line_and_exit_2(models, fits):
+    r = run_cli("--models", models, "--port", str(free_port()), env={"INR_FIT_MODELS": fits})
+    one_line(r, 2, "error: ")
+    assert "INR_FIT_MODELS" in r.stderr and "S3" in r.stderr
