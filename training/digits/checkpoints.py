@@ -83,8 +83,53 @@ CHOSEN = (
 )
 
 
+def calibrate(model: nn.Module, val, test) -> dict:
+    """The temperature fitted on the validation slice, with NLL and ECE there and on the test split."""
+    from .calibrate import fit_temperature, report
+    from .fit import predict_logits, to_tensor
+
+    cpu = torch.device("cpu")
+    val_logits = predict_logits(model, to_tensor(val.images), cpu).numpy()
+    temperature = fit_temperature(val_logits, val.labels)
+    test_logits = predict_logits(model, to_tensor(test.images), cpu).numpy()
+    return {
+        "method": "temperature scaling, fitted on the validation slice (NLL); ECE with 15 equal-width bins",
+        "temperature": round(temperature, 5),
+        "validation": report(val_logits, val.labels, temperature),
+        "test": report(test_logits, test.labels, temperature),
+    }
+
+
+def rejection(detector_path: Path, data: DigitData, items: DigitData, fp16_weights: bool) -> tuple[nn.Module, dict]:
+    """The detector (rounded like the classifier) and what the metadata says of it: the threshold chosen on
+    validation, its validation rates, and its rates on the test splits (read here, once)."""
+    from .reject import load_detector, measure
+
+    detector, info = load_detector(detector_path)
+    if fp16_weights:
+        detector = round_weights_fp16(detector)
+    threshold = float(info["threshold"])
+    return detector, {
+        "output": "is_digit",
+        "threshold": round(threshold, 6),
+        "rule": "an image whose is_digit is below the threshold is not a digit (label null)",
+        "chosen_on": "validation: the classifier's slice of the training digits, the last 10,000 items of "
+        f"{info['items']}'s train split, generated pages and letters (training.digits.reject)",
+        "detector": {"checkpoint": portable(detector_path), **info["config"]},
+        "validation": info["validation"]["rates"],
+        "test": measure(detector, threshold, data, items, n=1000),
+    }
+
+
 def export_checkpoint(
-    paths: list[Path], data: DigitData, out: Path, fp16_weights: bool = False, chosen_with: list[Path] | None = None
+    paths: list[Path],
+    data: DigitData,
+    out: Path,
+    fp16_weights: bool = False,
+    chosen_with: list[Path] | None = None,
+    calibrated: bool = False,
+    detector: Path | None = None,
+    items: DigitData | None = None,
 ) -> dict:
     """Export one checkpoint, or the logit mean of several trained with one recipe and validation slice
     (different seeds). The validation accuracy is the exported model's (with `fp16_weights`: the model
@@ -92,7 +137,11 @@ def export_checkpoint(
 
     Refit checkpoints (`fit-digits --refit`) saw the slice, so they need `chosen_with`: the held-out
     checkpoints of the same recipe that it was chosen with; their logit mean's validation accuracy is
-    the one the metadata reports."""
+    the one the metadata reports.
+
+    `calibrated`: fit a temperature on the validation slice (not for refits: they saw it). `detector` (a
+    fit-digit-detector checkpoint) with `items` (the other data set it was trained against): ship it in the
+    graph (is_digit) with its threshold."""
     loaded = [load_checkpoint(p) for p in paths]
     check_same_recipe(paths, loaded, loaded[0])
     cfg, info = loaded[0][1], loaded[0][2]
@@ -103,6 +152,10 @@ def export_checkpoint(
         )
     if chosen_with and not cfg.refit:
         raise UsageError("--chosen-with is for refit checkpoints (fit-digits --refit)")
+    if calibrated and cfg.refit:
+        raise UsageError("--calibrate needs held-out checkpoints: refit ones saw the validation slice")
+    if detector is not None and items is None:
+        raise UsageError("--detector needs --outliers-dir, the images it was trained to reject")
     _, val, _ = stratified_split(data.train, cfg.val_fraction, cfg.val_seed)
     metrics: dict = {}
     if chosen_with:
@@ -121,6 +174,10 @@ def export_checkpoint(
     metrics["members"] = members(paths, loaded)
     metrics["train_accuracy_last_epoch"] = info["history"][-1]["train_accuracy"]
     info, kw = {**info, "checkpoints": [portable(p) for p in paths]}, {}
+    if calibrated:
+        kw["calibration"] = calibrate(model, val, data.test)
+    if detector is not None:
+        kw["detector"], kw["rejection"] = rejection(detector, data, items, fp16_weights)
     if chosen_with:
         kw["selection"] = CHOSEN.format(held=len(data.train.labels) - len(val.labels), all=len(data.train.labels))
         info["validation"] = {

@@ -141,12 +141,16 @@ def cmd_export_digits(args: argparse.Namespace) -> int:
 
     out = check_out_dir(args.out)
     data = load_dataset(args.data_dir, args.dataset, download=args.download)
+    items = load_dataset(args.outliers_dir, "fashion-mnist") if args.outliers_dir else None
     result = export_checkpoint(
         [Path(c) for c in args.checkpoint],
         data,
         out,
         fp16_weights=args.fp16_weights,
         chosen_with=[Path(c) for c in args.chosen_with or []],
+        calibrated=args.calibrate,
+        detector=Path(args.detector) if args.detector else None,
+        items=items,
     )
     metrics = {k: v for k, v in result["metrics"].items() if k not in ("confusion_matrix", "members", "chosen_with")}
     sys.stdout.write(f"{json.dumps(metrics)} -> {out}\n")
@@ -193,6 +197,22 @@ def cmd_compare_digits(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit_detector(args: argparse.Namespace) -> int:
+    from .reject import DetectorConfig, save_detector, train_detector
+
+    names = ("epochs", "seed", "generated", "max_false_rejection", "items_held_out")
+    cfg = DetectorConfig(**{k: getattr(args, k) for k in names})
+    if not 0.0 <= cfg.max_false_rejection < 0.5:
+        raise UsageError(f"--max-false-rejection must be in [0, 0.5), got {cfg.max_false_rejection}")
+    data = load_dataset(args.data_dir, args.dataset, download=args.download)
+    items = load_dataset(args.outliers_dir, "fashion-mnist")
+    out = Path(args.checkpoint)
+    model, info = train_detector(data, items, cfg)
+    save_detector(model, info, out)
+    sys.stdout.write(f"{json.dumps({'threshold': info['threshold'], **info['validation']['rates']})} -> {out}\n")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("fit-digits", help="train a digit classifier on IDX data and export it")
     add_data_options(p)
@@ -231,11 +251,25 @@ def register(sub) -> None:
         help="for --refit checkpoints: the held-out checkpoints of the same recipe it was chosen with "
         "(their validation accuracy goes into the metadata)",
     )
+    p.add_argument("--calibrate", action="store_true", help="fit a temperature on the validation slice (logits / T)")
+    p.add_argument("--detector", help="a fit-digit-detector checkpoint: ship its is_digit output and threshold")
+    p.add_argument("--outliers-dir", help="with --detector: the IDX files of the images it was trained to reject")
     p.set_defaults(func=cmd_export_digits)
+
+    p = sub.add_parser("fit-digit-detector", help="train the 'not a digit' detector and choose its threshold")
+    add_data_options(p)
+    p.add_argument("--outliers-dir", required=True, help="IDX files of images that are not digits (Fashion-MNIST)")
+    p.add_argument("--checkpoint", required=True, help="where to save the detector (for export-digits --detector)")
+    p.add_argument("--epochs", type=positive_int, default=2)
+    p.add_argument("--generated", type=positive_int, default=4000, help="generated pages of each kind and letters")
+    p.add_argument("--items-held-out", type=positive_int, default=10_000, help="last N outliers: for the threshold")
+    p.add_argument("--max-false-rejection", type=float, default=0.005, help="of the validation digits, at most")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_fit_detector)
 
     p = sub.add_parser("compare-digits", help="all models × widths × depths on the same data and budget")
     add_data_options(p)
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated model names")
+    p.add_argument("--models", default="sinekan,mlp,bspline-kan,fourier-kan", help="comma-separated model names")
     p.add_argument("--hidden", default="16,32,64,128,256", help="comma-separated hidden widths")
     p.add_argument("--depths", default="1,2,3", help="comma-separated numbers of hidden layers")
     add_training_options(p)

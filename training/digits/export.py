@@ -13,34 +13,41 @@ from ..export import ExportParityError, export_onnx, ort_session
 from ..repository import TensorSpec, write_model_dir
 from .fit import MAX_BATCH, PARITY_ATOL, FitConfig, checkpoint, evaluate, rebuild, save_checkpoint, to_tensor, train
 from .idx import CLASS_NAMES, DigitData
-from .models import DigitClassifier, WithProbabilities, count_parameters
+from .models import WithProbabilities, count_parameters
 
 log = logging.getLogger(__name__)
 
 
-def export_digits(model: DigitClassifier) -> tuple[WithProbabilities, bytes]:
-    graph = WithProbabilities(model).eval()
-    return graph, export_onnx(graph, torch.rand(2, 1, 28, 28), "images", ["logits", "probabilities"])
+def output_names(detector: torch.nn.Module | None) -> list[str]:
+    return ["logits", "probabilities"] + (["is_digit"] if detector is not None else [])
+
+
+def export_digits(
+    model: torch.nn.Module, temperature: float = 1.0, detector: torch.nn.Module | None = None
+) -> tuple[WithProbabilities, bytes]:
+    graph = WithProbabilities(model, temperature, detector).eval()
+    return graph, export_onnx(graph, torch.rand(2, 1, 28, 28), "images", output_names(detector))
 
 
 def check_digits_parity(graph: WithProbabilities, onnx_bytes: bytes, images: np.ndarray) -> dict:
-    """torch vs onnxruntime on `images` (float32 [N,1,28,28]): same argmax, |Δp| ≤ 1e-5."""
+    """torch vs onnxruntime on `images` (float32 [N,1,28,28]): same argmax, |Δp| ≤ 1e-5 (and |Δ is_digit|)."""
+    names = output_names(graph.detector)
     with torch.no_grad():
-        logits, probs = (t.numpy() for t in graph(torch.from_numpy(images)))
+        want = [t.numpy() for t in graph(torch.from_numpy(images))]
     sess = ort_session(onnx_bytes)
-    got_l, got_p = [], []
-    for i in range(0, len(images), MAX_BATCH):
-        a, b = sess.run(["logits", "probabilities"], {"images": images[i : i + MAX_BATCH]})
-        got_l.append(a)
-        got_p.append(b)
-    got_l, got_p = np.concatenate(got_l), np.concatenate(got_p)
+    runs = [sess.run(names, {"images": images[i : i + MAX_BATCH]}) for i in range(0, len(images), MAX_BATCH)]
+    got = [np.concatenate([r[k] for r in runs]) for k in range(len(names))]
+    probs, got_p = want[1], got[1]
     report = {
         "samples": len(images),
         "max_abs_diff_probabilities": float(np.max(np.abs(probs - got_p))),
-        "max_abs_diff_logits": float(np.max(np.abs(logits - got_l))),
+        "max_abs_diff_logits": float(np.max(np.abs(want[0] - got[0]))),
         "argmax_mismatches": int(np.sum(probs.argmax(1) != got_p.argmax(1))),
     }
-    if report["argmax_mismatches"] or not report["max_abs_diff_probabilities"] <= PARITY_ATOL:
+    if graph.detector is not None:
+        report["max_abs_diff_is_digit"] = float(np.max(np.abs(want[2] - got[2])))
+    worst = max(report["max_abs_diff_probabilities"], report.get("max_abs_diff_is_digit", 0.0))
+    if report["argmax_mismatches"] or not worst <= PARITY_ATOL:
         raise ExportParityError(f"onnxruntime differs from torch on the test split: {report}")
     log.info("export parity: %s", report)
     return report
@@ -62,11 +69,18 @@ def export_digit_model(
     ensemble: int = 1,
     fp16_weights: bool = False,
     selection: str = SELECTED,
+    calibration: dict | None = None,
+    detector: torch.nn.Module | None = None,
+    rejection: dict | None = None,
 ) -> dict:
     """`ensemble` > 1: `model` averages the logits of that many members trained with `cfg` but for the seed.
-    `fp16_weights`: `model`'s weights are already rounded to float16 (training.fp16.round_weights_fp16, before it
-    was scored); the file stores them as float16."""
-    graph, onnx_bytes = export_digits(model)
+    `fp16_weights`: `model`'s weights (and the detector's) are already rounded to float16
+    (training.fp16.round_weights_fp16, before they were scored); the file stores them as float16.
+    `calibration` (training.digits.calibrate: its `temperature` divides the logits in the graph) and
+    `rejection` (training.digits.reject, with `detector`: the graph's is_digit output and its `threshold`)
+    go into the metadata, where the service reads them."""
+    temperature = (calibration or {}).get("temperature", 1.0)
+    graph, onnx_bytes = export_digits(model, temperature, detector)
     storage = {"weights": "float32"}
     if fp16_weights:
         from ..fp16 import store_weights_fp16
@@ -102,12 +116,19 @@ def export_digit_model(
         "selection": selection,
         "export": {"opset": 17, "parity": parity, **storage},
     }
+    if calibration is not None:
+        meta["calibration"] = calibration
+    if rejection is not None:
+        meta["rejection"] = rejection
+    outputs = [TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])]
+    if detector is not None:
+        outputs.append(TensorSpec("is_digit", "FP32", [-1, 1]))
     return write_model_dir(
         out,
         task="digits",
         onnx_bytes=onnx_bytes,
         inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-        outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
+        outputs=outputs,
         metadata=meta,
         max_batch_size=MAX_BATCH,
         dynamic_batching_us=2000,

@@ -4,6 +4,7 @@
     BSplineKANLayer      efficient-kan: SiLU base branch + B-spline branch
     FourierKANLayer      Σ_k a·cos(kx) + b·sin(kx), k = 1..G
     body builders        a [784, hidden…, 10] stack per model name (registry MODELS)
+    conv-sinekan         two small convolutions (a stem of 784 features), then a SineKAN
     DigitClassifier      images [N,1,28,28] in [0,1] → normalise to [−1,1] → body → logits
     WithProbabilities    (logits, softmax) for export
 
@@ -25,7 +26,7 @@ from ..sinekan import SineKAN
 
 IN_DIM = 28 * 28
 NUM_CLASSES = 10
-DEFAULT_GRID = {"sinekan": 8, "bspline-kan": 5, "fourier-kan": 5, "mlp": 0}
+DEFAULT_GRID = {"sinekan": 8, "bspline-kan": 5, "fourier-kan": 5, "mlp": 0, "conv-sinekan": 2}
 SPLINE_ORDER = 3  # cubic
 GRID_RANGE = (-1.0, 1.0)  # efficient-kan's default grid range
 SPLINE_NOISE = 0.1  # efficient-kan scale_noise
@@ -161,6 +162,38 @@ def sinekan_body(dims: list[int], grid_size: int) -> nn.Sequential:
     return SineKAN(dims, grid_size=grid_size)
 
 
+STEM_CHANNELS = (8, 16)  # two 5×5 convolutions, each ReLU and 2×2 max-pool: 16 × 7 × 7 = 784 features
+STEM_KERNEL = 5
+
+
+class AsImages(nn.Module):
+    """[N, 784] → [N, 1, 28, 28], the batch left free (nn.Unflatten's export fixes it to the traced one)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1, 1, 28, 28)
+
+
+def conv_stem() -> nn.Sequential:
+    """[N, 784] pixels in [−1, 1] → [N, 784] features: the image's local strokes, found wherever they are."""
+    a, b = STEM_CHANNELS
+    pad = STEM_KERNEL // 2
+    return nn.Sequential(
+        AsImages(),
+        nn.Conv2d(1, a, STEM_KERNEL, padding=pad),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(a, b, STEM_KERNEL, padding=pad),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+    )
+
+
+def conv_sinekan_body(dims: list[int], grid_size: int) -> nn.Sequential:
+    """The convolutional stem, then a SineKAN on its 784 features (dims[0] is the stem's output)."""
+    return nn.Sequential(conv_stem(), SineKAN(dims, grid_size=grid_size))
+
+
 def bspline_kan_body(dims: list[int], grid_size: int) -> nn.Sequential:
     return nn.Sequential(*[BSplineKANLayer(a, b, grid_size) for a, b in zip(dims[:-1], dims[1:])])
 
@@ -169,7 +202,13 @@ def fourier_kan_body(dims: list[int], grid_size: int) -> nn.Sequential:
     return nn.Sequential(*[FourierKANLayer(a, b, grid_size) for a, b in zip(dims[:-1], dims[1:])])
 
 
-MODELS = {"sinekan": sinekan_body, "mlp": mlp_body, "bspline-kan": bspline_kan_body, "fourier-kan": fourier_kan_body}
+MODELS = {
+    "sinekan": sinekan_body,
+    "mlp": mlp_body,
+    "bspline-kan": bspline_kan_body,
+    "fourier-kan": fourier_kan_body,
+    "conv-sinekan": conv_sinekan_body,
+}
 
 
 @dataclass
@@ -213,12 +252,18 @@ class DigitClassifier(nn.Module):
 
 
 class WithProbabilities(nn.Module):
-    """The exported graph: (logits, softmax(logits))."""
+    """The exported graph: (logits, softmax(logits)), the logits divided by the calibration temperature
+    (training.digits.calibrate) when it is not 1; with a detector (training.digits.reject) also is_digit,
+    P(the image is a digit) [N, 1]."""
 
-    def __init__(self, net: nn.Module):
+    def __init__(self, net: nn.Module, temperature: float = 1.0, detector: nn.Module | None = None):
         super().__init__()
-        self.net = net
+        self.net, self.temperature, self.detector = net, float(temperature), detector
 
     def forward(self, images: torch.Tensor):
         logits = self.net(images)
-        return logits, torch.softmax(logits, dim=-1)
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        if self.detector is None:
+            return logits, torch.softmax(logits, dim=-1)
+        return logits, torch.softmax(logits, dim=-1), torch.sigmoid(self.detector(images))

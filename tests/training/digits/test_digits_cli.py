@@ -126,7 +126,9 @@ def test_mismatched_image_and_label_counts_are_one_line_error(make_data_dir, gly
 
 def test_unknown_model_is_one_line_error_listing_valid_models(glyph_dir, tmp_path, capsys):
     rc, err = run_cli(fit_args(glyph_dir, tmp_path / "m", "--model", "transformer"), capsys)
-    assert_one_line_error(rc, err, "unknown model 'transformer'", "bspline-kan, fourier-kan, mlp, sinekan")
+    assert_one_line_error(
+        rc, err, "unknown model 'transformer'", "bspline-kan, conv-sinekan, fourier-kan, mlp, sinekan"
+    )
     assert not (tmp_path / "m").exists()
 
 

@@ -105,7 +105,9 @@ def test_parameter_counts_follow_the_layer_formulas():
 
 
 def test_unknown_model_name_lists_the_valid_ones():
-    with pytest.raises(UsageError, match="unknown model 'resnet'; valid: bspline-kan, fourier-kan, mlp, sinekan"):
+    with pytest.raises(
+        UsageError, match="unknown model 'resnet'; valid: bspline-kan, conv-sinekan, fourier-kan, mlp, sinekan"
+    ):
         DigitModelConfig(model="resnet")
 
 
@@ -113,3 +115,18 @@ def test_grid_zero_means_the_model_default():
     assert DigitModelConfig(model="bspline-kan").grid_size == 5
     assert DigitModelConfig(model="sinekan").grid_size == 8
     assert DigitModelConfig(model="fourier-kan", grid_size=3).grid_size == 3
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_exported_graph_takes_any_batch_size(name):
+    """The graph is traced at batch 2; onnxruntime must run it at 1 and 7 (a batch fixed in the trace fails)."""
+    from training.digits.export import export_digits
+    from training.export import ort_session
+
+    graph, onnx_bytes = export_digits(DigitClassifier(DigitModelConfig(model=name, hidden=[8])).eval())
+    sess = ort_session(onnx_bytes)
+    for n in (1, 7):
+        x = torch.rand(n, 1, 28, 28)
+        logits, probs = sess.run(["logits", "probabilities"], {"images": x.numpy()})
+        with torch.no_grad():
+            assert probs.shape == (n, 10) and torch.allclose(torch.from_numpy(logits), graph(x)[0], atol=1e-4)
