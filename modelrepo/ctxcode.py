@@ -33,7 +33,7 @@ import zlib
 
 import numpy as np
 
-from .tablecode import CodeError
+from .codeerror import CodeError
 
 MAGIC = b"IRC2"
 DOMAIN = "ai.inr-serve"  # the domain of the graph's DecodeTable node, which the service replaces by the table

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .codeerror import CodeError
+
 try:
     from . import _tablecode
 except ImportError:  # built without a C compiler (setup.py): numpy decodes
@@ -50,10 +52,6 @@ ENCODE_CHUNK = 1 << 20  # values per pass of the encoder's bit streams (a multip
 # magic, then F, ry, rx, BLOCK, blocks per p (PARAMS), and the lengths of the sections: parameters, unary, and the
 # low bits of k = 1 … KMAX
 HEADER = struct.Struct(f"<4s4I{PARAMS}I{2 + KMAX}I")
-
-
-class CodeError(ValueError):
-    """Bytes that are not a coded table, or a table this code does not hold."""
 
 
 @dataclass(frozen=True)
