@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelrepo import ModelSpec
+from modelrepo import ONNX_HEIGHT, ONNX_WIDTH, ModelSpec
 
 from ..errors import ModelLoadError
 
@@ -53,6 +53,20 @@ class ForeignImage:
     def run(self, session, x: np.ndarray) -> np.ndarray:
         """rgb at the service's coordinates `x` on `session`."""
         return self.rgb(session.run([self.output], {self.input: self.coords(x)})[0])
+
+    def check(self, session, name: str, version: int) -> None:
+        """ModelLoadError when the graph's `image_width`/`image_height` metadata (ONNX metadata_props, when it has
+        them) are not the declared size, or when its values are not finite (`probe`)."""
+        props = session.get_modelmeta().custom_metadata_map
+        if ONNX_WIDTH in props or ONNX_HEIGHT in props:
+            says = f"{props.get(ONNX_WIDTH)}×{props.get(ONNX_HEIGHT)}"
+            declared = f"{self.size[0]}×{self.size[1]}" if self.size else "none (a square image)"
+            if self.size is None or says != declared:
+                raise ModelLoadError(
+                    f"model '{name}' version {version}: the ONNX metadata says {says} pixels, config.pbtxt parameters "
+                    f"image_width and image_height say {declared}: the declared convention contradicts the graph"
+                )
+        self.probe(session, name, version)
 
     def probe(self, session, name: str, version: int) -> None:
         """ModelLoadError when the graph gives NaN or Inf on a PROBE_SIDE² grid of pixel centres."""

@@ -250,18 +250,17 @@ class ModelRuntime:
         source = ModelFile(onnx_path, share=self.task == "image")
         self.session = self._session(source, self.session_threads, cached)
         self._check_signature()
-        if self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
+        if self.foreign is not None:  # a network made elsewhere: its declared size, and finite values
+            self.foreign.check(self.session, self.name, self.version)
+        elif self.task == "image":  # the graph's recorded geometry, when the export wrote one, is the version's
             try:
                 check_onnx_geometry(
-                    ImageSource.from_metadata(self.record.metadata if self.record.recorded else self.metadata),
+                    ImageSource.from_metadata(self.record.metadata),
                     self.session.get_modelmeta().custom_metadata_map,
                     self.version,
                 )
             except ContractError as e:
-                declared = "" if self.record.recorded else " (config.pbtxt parameters image_width, image_height)"
-                raise ModelLoadError(f"{e}{declared}") from None
-        if self.foreign is not None:
-            self.foreign.probe(self.session, self.name, self.version)
+                raise ModelLoadError(str(e)) from None
         self._render_sessions(onnx_path, source)
         if getattr(self.session, "shared_tables", None) is not None and self.lattice is None:
             # the session on shared tables disagrees with the lattice on them: a defect, so the plain session serves
