@@ -97,8 +97,8 @@ class ModelRuntime:
         self.inflight = 0  # requests holding it (residency.py)
         # an image network made elsewhere: its declared convention (service/engine/foreign.py); None for ours
         self.foreign = ForeignImage(spec) if spec.convention is not None else None
-        # what every run is fed: float32 for our tasks, any graph's own input datatype (modelrepo.spec.GENERIC)
-        self.input_dtype = DTYPES[spec.input.datatype] if spec.task == "generic" else np.float32
+        # what every run is fed: float32 for our own models, a graph made elsewhere its own input's datatype
+        self.input_dtype = DTYPES[spec.input.datatype] if spec.task == "generic" or self.foreign else np.float32
 
     @property
     def remote(self) -> bool:
