@@ -224,8 +224,14 @@ class ClassifyRequest(BaseModel):
 
 
 class Prediction(BaseModel):
-    label: int = Field(description="the most probable digit")
-    probabilities: list[float] = Field(description="10 probabilities, digits 0–9")
+    label: int | None = Field(description="the most probable digit; null when the image is not a digit (see reason)")
+    probabilities: list[float] = Field(description="10 probabilities, digits 0–9 (calibrated where the model is)")
+    reason: str | None = Field(
+        None, description="why the image is not a digit: a blank or solid page, or is_digit below the threshold"
+    )
+    is_digit: float | None = Field(
+        None, description="P(the image is a digit), from models with a detector (metadata rejection)"
+    )
     input: list[list[float]] | None = Field(None, description="the 28×28 model input (with ?include_input=true)")
 
 

@@ -85,8 +85,11 @@ class ImageRuntime(ModelRuntime):
         return fill_points(rgb, src, background)
 
 
+BLANK_SPREAD = 1e-3  # an image whose pixels all lie within this of each other is a blank (or solid) page
+
+
 class DigitsRuntime(ModelRuntime):
-    """images [N, 1, 28, 28] → logits, probabilities [N, 10]."""
+    """images [N, 1, 28, 28] → logits, probabilities [N, 10] (and is_digit [N, 1] with a "not a digit" rule)."""
 
     def preprocess(self, images: list, limit: int) -> np.ndarray:
         """MNIST-style pixels from JSON (28×28 nested or 784 flat lists in [0,1]), as they are: well-formed
@@ -114,18 +117,55 @@ class DigitsRuntime(ModelRuntime):
         """Uploaded PNG/JPEG files made MNIST-like (see service/engine/preprocess.py)."""
         return np.stack([mnist_like(decode(data, name, max_pixels), name) for data, name in files])[:, None]
 
+    def rejection(self) -> tuple[str, float] | None:
+        """(output, threshold) of the version's "not a digit" rule (metadata `rejection`, written by
+        training.digits.reject), or None when it has none or the model lacks that output."""
+        rule = self.metadata.get("rejection")
+        if not isinstance(rule, dict) or rule.get("output") not in {t.name for t in self.spec.outputs}:
+            return None
+        try:
+            return str(rule["output"]), float(rule["threshold"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def reasons(self, outputs: dict[str, np.ndarray], x: np.ndarray) -> list[str | None]:
+        """Why each image is not a digit, None for a digit: a page of one value (blank, solid), or the model's
+        is_digit below its threshold. Colon-free: the classification extension's strings carry them."""
+        flat = x.reshape(len(x), -1)
+        lo, hi = flat.min(axis=1), flat.max(axis=1)
+        rule = self.rejection()
+        score = outputs[rule[0]].reshape(len(x), -1)[:, 0] if rule is not None else None
+        out: list[str | None] = []
+        for i in range(len(x)):
+            if hi[i] - lo[i] < BLANK_SPREAD:
+                out.append(f"blank page (every pixel is {float(lo[i]):.3g})")
+            elif score is not None and score[i] < rule[1]:
+                out.append(f"not a digit (is_digit {float(score[i]):.3f} is below the threshold {rule[1]:.3f})")
+            else:
+                out.append(None)
+        return out
+
     def postprocess(self, outputs: dict[str, np.ndarray], x: np.ndarray, include_input: bool = False) -> list[dict]:
-        """One prediction per image: the label and the rounded probabilities (and the input, if asked), as
-        numpy arrays for `jsonbody.json_response` (orjson writes them without a Python list)."""
+        """One prediction per image: the label (null, with the reason, for what is not a digit), the rounded
+        probabilities, is_digit where the model has it (and the input, if asked), as numpy arrays for
+        `jsonbody.json_response` (orjson writes them without a Python list)."""
         probs = np.round(outputs["probabilities"].astype(np.float64), 6)
-        preds = [{"label": label, "probabilities": p} for label, p in zip(np.argmax(probs, axis=1).tolist(), probs)]
+        rule = self.rejection()
+        digit = np.round(outputs[rule[0]].reshape(len(x), -1)[:, 0].astype(np.float64), 6) if rule else None
+        preds = []
+        for i, (label, p, why) in enumerate(zip(np.argmax(probs, axis=1).tolist(), probs, self.reasons(outputs, x))):
+            pred = {"label": label if why is None else None, "probabilities": p}
+            if why is not None:
+                pred["reason"] = why
+            if digit is not None:
+                pred["is_digit"] = float(digit[i])
+            preds.append(pred)
         if include_input:
             for pred, img in zip(preds, np.round(x[:, 0].astype(np.float64), 4)):
                 pred["input"] = img
         return preds
 
 
-# "generic": any graph made elsewhere, served over V2 alone (modelrepo/autocomplete.py)
 RUNTIMES: dict[str, type[ModelRuntime]] = {"image": ImageRuntime, "digits": DigitsRuntime, "generic": ModelRuntime}
 
 

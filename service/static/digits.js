@@ -1,6 +1,7 @@
 // The digit pad: draw with mouse, pen or touch; each finished stroke is uploaded as a PNG
 // to the classify endpoint (the service crops, scales and centres it MNIST-style) and the
-// ten probabilities are drawn as a bar chart. A newer stroke aborts the request in flight.
+// ten probabilities are drawn as a bar chart. A newer stroke aborts the request in flight. What the
+// model declines as no digit (label null, with a reason) shows as "not a digit", no bar highlighted.
 import { classifyPng } from "./api.js";
 
 const LINE_WIDTH = 0.075;  // of the pad's side; about an MNIST stroke after scaling to 20 px
@@ -84,7 +85,7 @@ export class DigitPad {
       const blob = await new Promise((resolve) => this.canvas.toBlob(resolve, "image/png"));
       const prediction = await classifyPng(this.model.name, blob, controller.signal);
       this.show(prediction);
-      this.canvas.dataset.state = "classified";
+      this.canvas.dataset.state = prediction.label === null ? "rejected" : "classified";
       this.onResult(prediction);
     } catch (err) {
       if (err.name === "AbortError") return;
@@ -96,11 +97,13 @@ export class DigitPad {
   show(prediction) {
     showInput(this.seen, prediction?.input);
     const probs = prediction ? prediction.probabilities : new Array(10).fill(0);
-    this.chart.dataset.label = prediction ? String(prediction.label) : "";
+    const label = prediction?.label ?? null;
+    this.chart.dataset.label = !prediction ? "" : label === null ? "not a digit" : String(label);
+    this.chart.classList.toggle("rejected", prediction !== null && label === null);
     this.bars.forEach(({ row, bar, value }, d) => {
       bar.style.width = `${(100 * probs[d]).toFixed(1)}%`;
       value.textContent = prediction ? `${(100 * probs[d]).toFixed(1)}%` : "";
-      row.classList.toggle("top", prediction !== null && d === prediction.label);
+      row.classList.toggle("top", label !== null && d === label);
     });
   }
 }

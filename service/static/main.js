@@ -53,7 +53,13 @@ async function start() {
     onError: (e) => say("#view-message", `render failed: ${e.message}`),
   });
   const pad = new DigitPad($("#pad"), $("#chart"), $("#seen"), {
-    onResult: (p) => say("#pad-message", `looks like a ${p.label} (${(100 * Math.max(...p.probabilities)).toFixed(1)}%)`),
+    onResult: (p) =>
+      say(
+        "#pad-message",
+        p.label === null
+          ? `not a digit: ${p.reason}`
+          : `looks like a ${p.label} (${(100 * Math.max(...p.probabilities)).toFixed(1)}%)`,
+      ),
     onError: (e) => say("#pad-message", `classify failed: ${e.message}`),
   });
   $("#pad-clear").addEventListener("click", () => { pad.clear(); say("#pad-message", "draw a digit"); });

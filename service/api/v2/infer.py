@@ -7,6 +7,8 @@ The input goes through the same `inference` (batching) as /v1 query and classify
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from modelrepo import config_json
@@ -14,8 +16,9 @@ from modelrepo import config_json
 from ...engine.dataplane import DataPlane
 from ...engine.registry import Registry
 from ...engine.runtime import ModelRuntime
+from ...engine.tasks import DigitsRuntime
 from ...errors import BadInput, ModelNotReady
-from .tensors import InferRequest, RequestedOutput, decode, encode_response
+from .tensors import InferRequest, RequestedOutput, decode, encode_response, rejected_classes
 
 
 def model_version(model: ModelRuntime) -> str:
@@ -127,7 +130,23 @@ async def run(
     if deadline is not None:
         timeout = deadline if timeout is None else min(timeout, deadline)
     out = await dataplane.infer(model, x, timeout)
+    if isinstance(model, DigitsRuntime) and any(o.classification for o in wanted):
+        return digit_classes(model, wanted, out, x)
     return [(o, out[o.name]) for o in wanted]
+
+
+def digit_classes(model: DigitsRuntime, wanted: list[RequestedOutput], out: dict, x: np.ndarray) -> list:
+    """The classification extension on a digits model: what is not a digit answers "P(digit):-1:REASON" first
+    (service/engine/tasks.py, `reasons`); the raw tensors stay the network's."""
+    reasons = model.reasons(out, x)
+    rule = model.rejection()
+    digit = out[rule[0]].reshape(len(x), -1)[:, 0] if rule is not None else None
+    return [
+        (replace(o, classification=0), rejected_classes(out[o.name], o.classification, reasons, digit))
+        if o.classification
+        else (o, out[o.name])
+        for o in wanted
+    ]
 
 
 async def infer(req: InferRequest, model: ModelRuntime, dataplane: DataPlane) -> tuple[bytes, dict]:

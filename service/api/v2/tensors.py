@@ -212,6 +212,17 @@ def _classes(scores: np.ndarray, k: int) -> np.ndarray:
     return np.array([[f"{flat[r, c]:f}:{c}" for c in row] for r, row in enumerate(top)], dtype=object)
 
 
+def rejected_classes(scores: np.ndarray, k: int, reasons: list, digit: np.ndarray | None) -> np.ndarray:
+    """`_classes` where an image that is not a digit answers first "P(digit):-1:REASON" (no class, index -1),
+    then its k − 1 best classes."""
+    arr = _classes(scores, k)
+    for r, why in enumerate(reasons):
+        if why is not None:
+            p = float(digit[r]) if digit is not None else 0.0
+            arr[r] = np.array([f"{p:f}:-1:{why}", *arr[r, : k - 1]], dtype=object)
+    return arr
+
+
 def _bytes_tensor(arr: np.ndarray) -> bytes:
     parts = []
     for s in arr.ravel():
