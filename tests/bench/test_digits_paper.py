@@ -38,5 +38,14 @@ def test_lr_choice_runs_resume_and_report(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 10_000
     digits_paper.main(argv)  # everything done: nothing trains again
     assert len(results.read_text().splitlines()) == 14
+    digits_paper.main(["retime", "--results", str(results), "--rounds", "2", "--batches", "1,4"])
+    timed = [json.loads(line) for line in results.read_text().splitlines()][14:]
+    assert [(t["kind"], t["rounds"], len(t["rounds_us"])) for t in timed] == [("timing", 2, 2)] * 4
+    summ = digits_paper.main(["report", "--results", str(results)])
+    mlp8 = next(s for s in summ if (s["model"], s["width"]) == ("mlp", 8))
+    assert (
+        mlp8["inference_us"]["onnxruntime"]["4"][0]
+        == next(t for t in timed if (t["model"], t["width"]) == ("mlp", 8))["inference_us"]["onnxruntime"]["4"]
+    )  # the report reads the interleaved re-timing
     table = digits_paper.table_md(summ)
     assert table.count("\n") == 5 and "(2 seeds)" in table and "ORT b4 µs" in table
