@@ -71,8 +71,23 @@ def signature(model, where: str) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]
     return out[0], out[1]
 
 
+def _tensors(graph):
+    """Every tensor of a graph that may keep its data elsewhere: initializers, sparse ones, and the tensor attributes of
+    its nodes (Constant), in its subgraphs too (If, Loop, Scan bodies)."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _tensors(sub)
+
+
 def check_external_data(path: Path, folder: Path) -> None:
-    """SpecError when an initializer of the graph keeps its data in a file outside the model's folder (or names none).
+    """SpecError when a tensor of the graph keeps its data in a file outside the model's folder (or names none).
     Only a file that holds the word `location` is parsed: a graph without external data never is."""
     data = Path(path).read_bytes()
     if b"location" not in data:
@@ -82,14 +97,14 @@ def check_external_data(path: Path, folder: Path) -> None:
     except DecodeError:
         return  # not ONNX: the session says so
     root = Path(folder).resolve()
-    for init in model.graph.initializer:
-        if init.data_location != EXTERNAL:
+    for tensor in _tensors(model.graph):
+        if tensor.data_location != EXTERNAL:
             continue
-        where = {e.key: e.value for e in init.external_data}.get("location", "")
+        where = {e.key: e.value for e in tensor.external_data}.get("location", "")
         target = (Path(path).parent / where).resolve()
         if not where or os.path.isabs(where) or not target.is_relative_to(root):
             raise SpecError(
-                f"{Path(path).parent.name}/{Path(path).name}: initializer '{init.name[:60]}' keeps its data in "
+                f"{Path(path).parent.name}/{Path(path).name}: tensor '{tensor.name[:60]}' keeps its data in "
                 f"'{where[:80]}', outside the model folder (external_data location)"
             )
 

@@ -131,6 +131,13 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path):
         (folder / "1" / "model.onnx").write_bytes(with_external(bad))
         with pytest.raises(SpecError, match="outside the model folder"):
             check_external_data(folder / "1" / "model.onnx", folder)
+    constant = TensorProto(name="c", data_type=F32, dims=[1, 3], data_location=TensorProto.EXTERNAL)
+    constant.external_data.add(key="location", value="../../x.bin")
+    inner = helper.make_graph([helper.make_node("Constant", [], ["y"], value=constant)], "then", [], [])
+    cond = helper.make_node("If", ["c0"], ["y"], then_branch=inner, else_branch=inner)
+    (folder / "1" / "model.onnx").write_bytes(graph([("c0", TensorProto.BOOL, [])], [("y", F32, [1, 3])], nodes=[cond]))
+    with pytest.raises(SpecError, match="'c' keeps its data in '../../x.bin'"):  # a Constant in a subgraph too
+        check_external_data(folder / "1" / "model.onnx", folder)
     (tmp_path / "m" / "1" / "link.bin").symlink_to("/etc/passwd")
     (folder / "1" / "model.onnx").write_bytes(with_external("link.bin"))
     with pytest.raises(SpecError, match="'link.bin', outside"):
