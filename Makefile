@@ -60,7 +60,7 @@ GRID_PRESET = $(BIN)/python -c 'from fitstore import PRESETS; print(" ".join(PRE
 models: setup photo-model
 	$(BIN)/python -m training fit-image --image astronaut --size 256 --protocol full --scale 10 --width 128 --features 128 --batch-size 8192 --steps 1500 --lr 1e-3 --schedule constant --out models/astronaut --no-progress
 	for s in $(DIGITS_SEEDS); do $(BIN)/python -m training fit-digits $(DIGITS_RECIPE) --seed $$s --checkpoint build/digits-s$$s.pt || exit 1; done
-	$(BIN)/python -m training fit-digit-detector --data-dir $(DIGITS_DATA) --outliers-dir $(DIGITS_OUTLIERS) --epochs 3 --checkpoint build/digits-detector.pt
+	$(BIN)/python -m training fit-digit-detector --data-dir $(DIGITS_DATA) --outliers-dir $(DIGITS_OUTLIERS) --epochs 3 --max-false-rejection 0.002 --checkpoint build/digits-detector.pt
 	rm -rf models/digits && $(BIN)/python -m training export-digits --data-dir $(DIGITS_DATA) --fp16-weights --calibrate --detector build/digits-detector.pt --outliers-dir $(DIGITS_OUTLIERS) --checkpoint $(foreach s,$(DIGITS_SEEDS),build/digits-s$(s).pt) --out models/digits
 
 photo-model: setup

