@@ -100,7 +100,7 @@ def ours(cfg, img, state, variant: str, target_bytes: int | None = None) -> dict
         if variant in ("today", "coded"):  # the finest rounding of every level
             grid_rate.LOSS_DB = 0.0
         if variant == "today":  # and no entropy coding
-            grid_plugin.code_tables = lambda data: (data, {})
+            grid_plugin.code_tables = lambda data, code="rice": (data, {})
         model = ImageINR(cfg.model)
         model.load_state_dict(state)
         history: dict = {}
