@@ -148,16 +148,3 @@ def test_the_context_code_counts_its_own_bytes_and_keeps_targets_in_fewer(fitted
     _, _, rice_low, _ = finished(fitted, target_psnr=report["psnr_train"] - 4)
     _, _, ans_low, _ = finished(ans, target_psnr=report["psnr_train"] - 4)
     assert ans_low < 0.95 * rice_low
-
-
-def test_the_rounding_weighs_bits_too_and_keeps_the_target_in_fewer_bytes(fitted, default, monkeypatch):
-    """RDOQ (grid_refit.RDOQ_LAMBDA): each pixel's code by error + λ·bits, so a PSNR target is kept in fewer bytes
-    than by the error alone; with λ = 0 the rounding is the better of the two nearest steps, as before."""
-    from training.encodings import grid_refit
-
-    target = default[0]["psnr_train"] - 4
-    _, on, on_bytes, _ = finished(fitted, target_psnr=target)
-    monkeypatch.setattr(grid_refit, "RDOQ_LAMBDA", 0.0)
-    _, off, off_bytes, _ = finished(fitted, target_psnr=target)
-    assert on["psnr_train"] >= target and off["psnr_train"] >= target
-    assert on_bytes < off_bytes

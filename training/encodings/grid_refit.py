@@ -12,7 +12,6 @@ only where it lowers that pixel's error, and leaves cells without a training pix
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 
@@ -27,11 +26,6 @@ CHUNK = 1 << 16  # pixels per pass: [CHUNK, width] floats stay in the CPU's cach
 ITERATIONS = 2  # Gauss-Newton steps; a third gained 0.003 dB on a 4 MP photo
 CLIP_QUANTILE = 1e-4  # an 8-bit native level is rounded over its values' quantiles 1e-4 … 1 − 1e-4
 LEVELS = 255
-# The native level's rounding weighs each pixel's code by error + λ·bits, λ = RDOQ_LAMBDA·(step·slope)²: 2·ln 2/12,
-# the slope of a uniform quantiser's rate-distortion curve at high rate (dD/dR = −2 ln 2·D, D = Δ²/12), from theory,
-# not tuned; on a validation photo (bridge, docs/benchmarks.md rd) it took the BD-rate against JPEG 4:4:4 from
-# +187.5 % to +160.1 %. 0: the error alone (the rounding before issue 55)
-RDOQ_LAMBDA = 2 * math.log(2) / 12
 
 
 def native_level(model: torch.nn.Module, w: int, h: int) -> int | None:
@@ -151,11 +145,9 @@ def round_native_8bit(
     levels: int = LEVELS,
 ) -> float:
     """Round the native level to `levels` steps over `bounds` (255: the finest 8-bit codes; fewer: the rate control's
-    coarser steps, grid_rate.py), each training pixel's cell to whichever of its two nearest steps, or the most
-    common code, costs that pixel the least error + λ·bits (RDOQ_LAMBDA; bits under the nearest rounding's
-    histogram: a code near the centre is cheaper in the file); the others to the nearest; the table then holds both
-    ends, and is written so that grid_quant's rounding finds these codes again (`snap`). Returns the training
-    pixels' summed squared error."""
+    coarser steps, grid_rate.py), each training pixel's cell to whichever of its two nearest steps gives that pixel
+    the smaller error (the others to the nearest); the table then holds both ends, and is written so that
+    grid_quant's rounding finds these codes again (`snap`). Returns the training pixels' summed squared error."""
     layers = mlp_layers(model.body)
     table = model.encoding.tables[-1][0, 0]
     lo, hi = bounds
@@ -167,25 +159,12 @@ def round_native_8bit(
         )
     scale = (hi - lo) / levels
     q = torch.round((table.clamp(lo, hi) - lo) / scale)
-    counts = torch.bincount(q.reshape(-1).long(), minlength=levels + 1).double()
-    centre = float(counts.argmax())
-    bits = (-torch.log2((counts + 0.5) / counts.sum())).float()  # each code's cost under the nearest rounding's
     total = 0.0
     for y, row, col, first in pixel_chunks(model, layers, coords, targets, w, h):
         down = torch.floor((table[row, col].clamp(lo, hi) - lo) / scale).clamp(0, levels)
         up = (down + 1).clamp(max=levels)
-        rgb, slope = with_slope(layers, first, lo + down * scale)
-        e_down = ((rgb - y) ** 2).sum(dim=1)
+        e_down = ((with_slope(layers, first, lo + down * scale)[0] - y) ** 2).sum(dim=1)
         e_up = ((with_slope(layers, first, lo + up * scale)[0] - y) ** 2).sum(dim=1)
-        if RDOQ_LAMBDA:  # rate as well as error: D + λ·R, λ from the pixel's slope and the step, the centre a third
-            lam = RDOQ_LAMBDA * scale**2 * (slope**2).sum(dim=1)
-            mid = torch.full_like(down, centre)
-            e_mid = ((with_slope(layers, first, lo + mid * scale)[0] - y) ** 2).sum(dim=1)
-            cost = torch.stack([e + lam * bits[k.long()] for e, k in ((e_down, down), (e_up, up), (e_mid, mid))])
-            pick = cost.argmin(dim=0)
-            q[row, col] = torch.stack([down, up, mid]).gather(0, pick[None])[0]
-            total += float(torch.stack([e_down, e_up, e_mid]).gather(0, pick[None]).sum())
-            continue
         q[row, col] = torch.where(e_up < e_down, up, down)
         total += float(torch.minimum(e_up, e_down).sum())
     flat = q.reshape(-1)
