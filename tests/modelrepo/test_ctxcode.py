@@ -14,7 +14,7 @@ import pytest
 from modelrepo import ctxcode, tablecode
 from modelrepo.ctxcode import HEADER, decode, encode, schedule
 from modelrepo.tablecode import CodeError
-from tests.modelrepo.test_tablecode import SHAPES, laplace_table
+from tests.modelrepo.test_tablecode import EDGE_IDS, EDGES, SHAPES, laplace_table
 
 
 def textured(shape, seed=0, step=1) -> np.ndarray:
@@ -34,16 +34,7 @@ def test_every_table_comes_back_exactly(shape):
         assert np.array_equal(decode(encode(q)), q)
 
 
-@pytest.mark.parametrize(
-    "q",
-    [
-        np.zeros((1, 1, 40, 40), np.uint8),
-        np.full((1, 2, 33, 9), 255, np.uint8),
-        np.tile(np.array([0, 255], np.uint8), 800).reshape(1, 2, 20, 40),
-        np.arange(256, dtype=np.uint8).repeat(9).reshape(1, 1, 48, 48),
-    ],
-    ids=["zeros", "full", "extremes", "ramp"],
-)
+@pytest.mark.parametrize("q", EDGES, ids=EDGE_IDS)
 def test_edge_values_come_back(q):
     assert np.array_equal(decode(encode(q)), q)
     assert np.array_equal(tablecode.decode(encode(q)), q)  # the one decoder the service calls reads both codes

@@ -35,16 +35,16 @@ def test_every_table_comes_back_exactly(shape):
         assert np.array_equal(decode(encode(q)), q)
 
 
-@pytest.mark.parametrize(
-    "q",
-    [
-        np.zeros((1, 1, 40, 40), np.uint8),
-        np.full((1, 2, 33, 9), 255, np.uint8),
-        np.tile(np.array([0, 255], np.uint8), 800).reshape(1, 2, 20, 40),  # the widest residuals, both signs
-        np.arange(256, dtype=np.uint8).repeat(9).reshape(1, 1, 48, 48),
-    ],
-    ids=["zeros", "full", "extremes", "ramp"],
-)
+EDGES = [  # tables at the edges of what a code holds (the compiled decoder's and the context code's tests too)
+    np.zeros((1, 1, 40, 40), np.uint8),
+    np.full((1, 2, 33, 9), 255, np.uint8),
+    np.tile(np.array([0, 255], np.uint8), 800).reshape(1, 2, 20, 40),  # the widest residuals, both signs
+    np.arange(256, dtype=np.uint8).repeat(9).reshape(1, 1, 48, 48),
+]
+EDGE_IDS = ["zeros", "full", "extremes", "ramp"]
+
+
+@pytest.mark.parametrize("q", EDGES, ids=EDGE_IDS)
 def test_edge_values_come_back(q):
     assert np.array_equal(decode(encode(q)), q)
 
@@ -115,12 +115,6 @@ compiled = pytest.mark.skipif(
     reason="the compiled decoder is not built in this install: `pip install -e .` (make setup) builds it where a C "
     "compiler is (setup.py); CI requires it (INR_REQUIRE_LATTICE_KERNEL=1)",
 )
-EDGES = [
-    np.zeros((1, 1, 40, 40), np.uint8),
-    np.full((1, 2, 33, 9), 255, np.uint8),
-    np.tile(np.array([0, 255], np.uint8), 800).reshape(1, 2, 20, 40),
-    np.arange(256, dtype=np.uint8).repeat(9).reshape(1, 1, 48, 48),
-]
 
 
 @compiled
