@@ -152,7 +152,8 @@ def test_a_grpc_infer_continues_the_trace_in_its_metadata(stack):
         response, call = infer.with_call(
             request, metadata=[("traceparent", f"00-{trace_id}-{'2' * 16}-01")], timeout=30
         )
-        assert len(response.raw_output_contents) == 2
+        assert [o.name for o in response.outputs] == ["logits", "probabilities", "is_digit"]  # all the graph has
+        assert len(response.raw_output_contents) == 3
         answered = dict(call.trailing_metadata())["traceparent"]
         with pytest.raises(grpc.RpcError) as err:  # an error answers it too
             infer.with_call(pb.ModelInferRequest(model_name="no-such-model"), timeout=30)
