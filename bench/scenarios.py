@@ -1,0 +1,93 @@
+"""The scenarios of `python -m bench`, as data: each a harness module, its arguments, how it takes other
+checkouts (--baseline) and rounds, and the family and docs/benchmarks.md section it belongs to.
+
+A scenario's name is its docs section's (`docs/benchmarks.md, NAME`); `python -m bench list` prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    family: str
+    module: str  # run as `python -m bench.MODULE *args`
+    args: tuple[str, ...] = ()
+    baseline: str = ""  # "dirs": repeatable --baseline DIR; "dir": one; "ref": one git ref; "": none
+    rounds: bool = True  # whether the harness takes --rounds N
+    needs: tuple[str, ...] = field(default=())  # programs it needs on PATH
+
+    @property
+    def max_baselines(self) -> int:
+        return {"dirs": 8, "dir": 1, "ref": 1}.get(self.baseline, 0)
+
+
+FAMILIES = {
+    "serving": "this service against the peers and its own earlier commits: req/s and CPU per request",
+    "tiles": "renders and tiles against the classic image server and the model alone",
+    "fits": "fits: time, quality and memory",
+    "collections": "many models in one replica under a memory budget",
+    "bytes": "model bytes against the image codecs",
+    "giants": "giant images: uploads, block fits, serving",
+    "digits": "the digit classifiers: accuracy, calibration, speed",
+}
+
+_S = Scenario
+SCENARIOS = {
+    s.name: s
+    for s in (
+        # serving
+        _S("peers", "serving", "peers", baseline="dirs", needs=("wrk",)),
+        _S("peers-large", "serving", "peers", ("--large-only",), baseline="dirs", needs=("wrk",)),
+        _S("floor", "serving", "floor", baseline="dir", needs=("wrk",)),
+        _S("json_path", "serving", "json_path", baseline="ref", needs=("wrk",)),
+        _S("grpc_http", "serving", "grpc_http", baseline="dir"),
+        _S("grpc_profile", "serving", "grpc_profile", rounds=False),
+        _S("grpc_ours", "serving", "grpc_ours", rounds=False),
+        _S("inline_stall", "serving", "inline_stall"),
+        _S("warmup", "serving", "warmup"),
+        _S("serving", "serving", "serving", needs=("wrk",)),
+        _S("span_cost", "serving", "span_cost"),
+        _S("gc_cost", "serving", "gc_cost", baseline="dir", rounds=False),
+        _S("trace_cost", "serving", "trace_cost", baseline="dir"),
+        _S("soak", "serving", "soak", rounds=False),
+        _S("stale_address", "serving", "stale_address"),
+        # tiles
+        _S("classic", "tiles", "classic", baseline="dir", needs=("wrk", "nginx")),
+        _S("roofline", "tiles", "roofline", rounds=False),
+        _S("separable", "tiles", "separable"),
+        _S("render_cost", "tiles", "render_cost"),
+        _S("fairness", "tiles", "fairness", rounds=False),
+        _S("flood", "tiles", "fairness", ("flood",), baseline="dir", rounds=False),
+        _S("grid_render", "tiles", "grid_render"),
+        _S("grid_memory", "tiles", "grid_memory"),
+        _S("tile_cost", "tiles", "tile_cost"),
+        _S("viewer_sharp", "tiles", "viewer_sharp"),
+        # fits
+        _S("fits", "fits", "fits"),
+        _S("fourier_table", "fits", "fourier_table", rounds=False),
+        _S("time_to_quality", "fits", "time_to_quality"),
+        _S("sinekan_speed", "fits", "sinekan_speed", rounds=False),
+        _S("native_fit", "fits", "native_fit", rounds=False),
+        _S("native_refit", "fits", "native_refit", rounds=False),
+        _S("native_steps", "fits", "native_steps", rounds=False),
+        # collections
+        _S("collection_warm", "collections", "collection_warm", baseline="dirs"),
+        _S("large_runs", "collections", "large_runs"),
+        _S("s3_shards", "collections", "s3_shards", ("run",)),
+        # bytes
+        _S("model_bytes", "bytes", "model_bytes", rounds=False),
+        _S("rd", "bytes", "rd", rounds=False),
+        # giants
+        _S("bigimage", "giants", "bigimage"),
+        _S("giant_http", "giants", "giant_http", rounds=False),
+        # digits
+        _S("digits_official", "digits", "digits_official", rounds=False),
+        _S("digits_threshold", "digits", "digits_threshold", rounds=False),
+        _S("digits_redrawn", "digits", "digits_redrawn", rounds=False),
+        _S("digits_ensembles", "digits", "digits_ensembles", rounds=False),
+        _S("digits_paper", "digits", "digits_paper", ("report",), rounds=False),
+    )
+}

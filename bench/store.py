@@ -1,0 +1,183 @@
+"""The results store: one JSON line per run of a scenario, bench/results/store.jsonl.
+
+A row: {"scenario", "run" (the result's name), "commit" (the commit measured, or the one that recorded an
+imported file), "machine" (lscpu's model, cores, the versions), "date" (UTC, "YYYY-MM-DD HH:MM UTC"),
+"command", "source" (the result file it came from, if any), "figures" (the harness's results as written)}.
+Rows are only ever appended; the latest row of a scenario (or run) is its current result.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from .common import RESULTS, ROOT, machine
+
+STORE = RESULTS / "store.jsonl"
+FIELDS = ("scenario", "run", "commit", "machine", "date", "command", "source", "digest", "figures")
+LSCPU = {
+    "cpu": "Model name",
+    "cpus": "CPU(s)",
+    "threads_per_core": "Thread(s) per core",
+    "hypervisor": "Hypervisor vendor",
+}
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    env = {**os.environ, "TZ": "UTC"}  # dates in UTC, as every result file writes them
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, env=env)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def commit_of(tree: Path = ROOT) -> str:
+    """The commit checked out in `tree`, with '+dirty' when tracked files differ from it."""
+    sha = git("rev-parse", "--short=12", "HEAD", cwd=tree)
+    if not sha:
+        return "unknown"
+    return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", cwd=tree) else "")
+
+
+def lscpu() -> dict:
+    """What lscpu says of the CPU: model, CPUs, threads per core, hypervisor, AVX flags."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    info = {key: fields[name] for key, name in LSCPU.items() if name in fields}
+    info["avx"] = sorted(f for f in fields.get("Flags", "").split() if f.startswith("avx"))
+    return info
+
+
+def machine_now() -> dict:
+    """This machine for a row: bench.common.machine()'s versions and date, and lscpu's description."""
+    return {**machine(), "lscpu": lscpu()}
+
+
+def make_row(scenario: str, run: str, figures, command: str, source: str = "", **known) -> dict:
+    """A row for a run made now on this machine (`known` overrides commit, machine, date)."""
+    info = known.get("machine") or machine_now()
+    return {
+        "scenario": scenario,
+        "run": run,
+        "commit": known.get("commit") or commit_of(),
+        "machine": info,
+        "date": known.get("date") or info.get("date", ""),
+        "command": command,
+        "source": source,
+        "digest": known.get("digest") or digest_of(json.dumps(figures, sort_keys=True)),
+        "figures": figures,
+    }
+
+
+def append(rows: list[dict], path: Path = STORE) -> int:
+    """Append rows under an exclusive lock (a long run and a report may share the store); returns how many."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in rows)
+    with open(path, "a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(text)
+        f.flush()
+    return len(rows)
+
+
+def read(path: Path = STORE) -> list[dict]:
+    """Every row, oldest first; a line that is not a JSON object names the file and line."""
+    if not path.exists():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict) or "scenario" not in row:
+            raise ValueError(f"{path}:{n}: not a store row (no 'scenario')")
+        rows.append(row)
+    return rows
+
+
+def latest(rows: list[dict], scenario: str, run: str | None = None) -> dict | None:
+    """The last row appended for the scenario (and run, if given)."""
+    for row in reversed(rows):
+        if row["scenario"] == scenario and (run is None or row.get("run") == run):
+            return row
+    return None
+
+
+# -- importing the result files written before the store -------------------------------------------------------
+
+
+def scenario_of(stem: str, names: list[str]) -> str:
+    """The harness that wrote bench/results/STEM.json: the longest module name STEM starts with
+    ('peers-issue56' → peers, 'grpc-http-x' → grpc_http), else the stem's first word."""
+    key = stem.replace("-", "_")
+    best = max((n for n in names if key == n or key.startswith(n + "_")), key=len, default="")
+    return best or key.split("_")[0]
+
+
+def recorded(path: Path) -> tuple[str, str]:
+    """(commit, date) of the commit that first added a result file; ('', '') if it was never committed."""
+    when = "--date=format-local:%Y-%m-%d %H:%M UTC"
+    out = git("log", "--diff-filter=A", "--follow", "--format=%h %cd", when, "--", str(path))
+    if not out:
+        return "", ""
+    sha, _, date = out.splitlines()[-1].partition(" ")
+    return sha, date
+
+
+def _date(payload) -> str:
+    if isinstance(payload, dict):
+        m = payload.get("machine")
+        if isinstance(m, dict) and m.get("date"):
+            return str(m["date"])
+        if isinstance(payload.get("date"), str):
+            return payload["date"]
+    return ""
+
+
+def digest_of(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def import_results(results: Path = RESULTS, store: Path = STORE, names: list[str] | None = None) -> int:
+    """Rows for every bench/results/*.json and every line of *.jsonl not yet in the store (a file whose
+    content changed comes in again); their own dates where they recorded one, else the commit's."""
+    names = names or sorted(p.stem for p in (ROOT / "bench").glob("*.py"))
+    have = {(r.get("source"), r.get("digest")) for r in read(store)}
+    rows = []
+    for path in sorted(results.glob("*.json")) + sorted(results.glob("*.jsonl")):
+        if path.resolve() == store.resolve():
+            continue
+        rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        sha, committed = recorded(path)
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines() if path.suffix == ".jsonl" else [text]
+        for n, line in enumerate(lines, 1):
+            if not line.strip() or (rel, digest_of(line)) in have:
+                continue
+            try:
+                payload = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{rel}:{n}: not JSON ({e.msg})") from None
+            info = payload.get("machine") if isinstance(payload, dict) else None
+            row = {
+                "scenario": scenario_of(path.stem, names),
+                "run": path.stem,
+                "commit": sha or commit_of(),
+                "machine": info if isinstance(info, dict) else {},
+                "date": _date(payload) or committed,
+                "command": "",
+                "source": rel,  # with the digest, what import_results checks before adding a row again
+                "digest": digest_of(line),
+                "figures": payload,
+            }
+            rows.append(row)
+    return append(rows, store) if rows else 0
