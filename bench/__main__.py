@@ -34,18 +34,21 @@ from .scenarios import FAMILIES, SCENARIOS
 TREES = ROOT / "build" / "bench" / "trees"
 
 
-def checkout(ref: str) -> tuple[Path, str]:
-    """(folder, commit) of a --baseline: an existing folder as it is, else a git ref exported once."""
-    path = Path(ref)
+def checkout(ref: str, trees: Path = TREES) -> tuple[Path, str]:
+    """(folder, commit) of a --baseline: an existing folder as it is, else a git ref exported once under `trees`."""
+    path = Path(ref).resolve()
     if path.is_dir():
-        return path.resolve(), store.commit_of(path)
+        if path.parent == trees.resolve():  # a ref exported earlier: its folder is named by its commit
+            return path, path.name
+        top = store.git("rev-parse", "--show-toplevel", cwd=path)
+        return path, store.commit_of(path) if top and Path(top).resolve() == path else "unknown"
     sha = store.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if not sha:
         raise ValueError(f"--baseline {ref!r} is neither a folder nor a commit of this repository")
-    tree = TREES / sha[:12]
+    tree = trees / sha[:12]
     if not tree.is_dir():
-        TREES.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=TREES) as tmp:
+        trees.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=trees) as tmp:
             archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
             Path(tmp).rename(tree)  # whole or not at all: a half-exported tree is never reused
@@ -81,7 +84,7 @@ def run(args, parser) -> int:
     trees = []
     for ref in args.baseline:
         try:
-            trees.append((ref, *checkout(ref)))
+            trees.append((ref, *checkout(ref, Path(args.trees))))
         except (ValueError, subprocess.CalledProcessError) as e:
             parser.error(str(e))
     cmd = harness_command(sc, trees, args.rounds, args.extra)
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", default=str(store.STORE), help="the results store (JSON lines)")
     p.add_argument("--watch", default=str(RESULTS), help="where the harness writes its result files")
     p.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"), help="report: the page to regenerate")
+    p.add_argument("--trees", default=str(TREES), help="where a git ref --baseline is exported")
     p.add_argument("--dry-run", action="store_true", help="print the harness's command, run nothing")
     args = p.parse_args(head)
     args.extra, args.argv = extra, argv

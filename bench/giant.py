@@ -22,10 +22,10 @@ import numpy as np
 from PIL import Image
 
 from bench.common import RESULTS, ROOT, machine
+from bench.giant_serve import TILE, serve
 from fitstore import PRESETS
 
 OUT = RESULTS / "giant.json"
-TILE = (2400, 1500)  # each photo's crop in the mosaic
 GRID = (5, 6)  # 12,000 × 9,000
 
 
@@ -112,8 +112,6 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "fit":
         fit(a.work, a.block, a.ref)
     else:
-        from bench.giant_serve import serve
-
         save(f"serve_{a.model}_{a.budget}", serve(a.work, a.budget, a.model))
 
 

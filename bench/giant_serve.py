@@ -25,9 +25,9 @@ from PIL import Image
 
 import bigimage
 from bench.common import ROOT
-from bench.giant import TILE
 from modelrepo.blocks import BlockLayout
 
+TILE = (2400, 1500)  # each photo's crop in the mosaic `python -m bench.giant make` builds
 STRIP = 500  # rows per render of the PSNR pass
 BAND = 8  # pixels each side of a block border
 

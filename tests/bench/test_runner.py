@@ -79,13 +79,23 @@ def test_a_block_naming_a_run_the_store_lacks_is_an_error_and_the_page_is_left_a
     assert doc.read_text() == text
 
 
-def test_a_git_ref_baseline_is_exported_once_and_passed_to_the_harness():
-    out = bench("floor", "--baseline", "HEAD", "--rounds", "2", "--dry-run")
+def test_a_git_ref_baseline_is_exported_once_and_passed_to_the_harness(tmp_path):
+    out = bench("floor", "--baseline", "HEAD", "--rounds", "2", "--trees", str(tmp_path), "--dry-run")
     assert out.returncode == 0, out.stderr
-    sha = store.git("rev-parse", "--short=12", "HEAD")
-    tree = ROOT / "build" / "bench" / "trees" / sha
+    tree = tmp_path / store.git("rev-parse", "--short=12", "HEAD")
     assert f"-m bench.floor --baseline {tree} --rounds 2" in out.stdout
-    assert (tree / "service" / "__main__.py").exists()
+    assert (tree / "service" / "__main__.py").exists() and (tree / "bench" / "floor.py").exists()
+    assert [p.name for p in tmp_path.iterdir()] == [tree.name]  # no half-exported folder left beside it
+    again = bench("peers", "--baseline", "HEAD", "--baseline", str(tree), "--trees", str(tmp_path), "--dry-run")
+    assert f"--baseline {tree} --baseline {tree}" in again.stdout
+
+
+def test_a_folder_baseline_inside_this_checkout_is_not_taken_for_its_commit(tmp_path):
+    from bench.__main__ import checkout
+
+    inside = ROOT / "build" / "bench"
+    inside.mkdir(parents=True, exist_ok=True)
+    assert checkout(str(inside), tmp_path) == (inside.resolve(), "unknown")
 
 
 @pytest.mark.parametrize(
