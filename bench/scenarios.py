@@ -54,6 +54,7 @@ SCENARIOS = {
         _S("trace_cost", "serving", "trace_cost", baseline="dir"),
         _S("soak", "serving", "soak", rounds=False),
         _S("stale_address", "serving", "stale_address"),
+        _S("flame", "serving", "flame", baseline="dir", rounds=False),
         # tiles
         _S("classic", "tiles", "classic", baseline="dir", needs=("wrk", "nginx")),
         _S("roofline", "tiles", "roofline", rounds=False),
@@ -73,21 +74,37 @@ SCENARIOS = {
         _S("native_fit", "fits", "native_fit", rounds=False),
         _S("native_refit", "fits", "native_refit", rounds=False),
         _S("native_steps", "fits", "native_steps", rounds=False),
+        _S("native_ceiling", "fits", "native_ceiling", rounds=False),
         # collections
         _S("collection_warm", "collections", "collection_warm", baseline="dirs"),
         _S("large_runs", "collections", "large_runs"),
         _S("s3_shards", "collections", "s3_shards", ("run",)),
+        _S("collection", "collections", "collection", ("tiles", "--json", "bench/results/collection-tiles.json")),
+        _S("collection-cold", "collections", "collection", ("cold", "--json", "bench/results/collection-cold.json")),
+        _S(
+            "collection_resident",
+            "collections",
+            "collection_resident",
+            ("run", "--json", "bench/results/collection-resident.json"),
+            baseline="dirs",
+        ),
+        _S("s3_models", "collections", "s3_models", ("first-tile",)),
         # bytes
         _S("model_bytes", "bytes", "model_bytes", rounds=False),
         _S("rd", "bytes", "rd", rounds=False),
         # giants
         _S("bigimage", "giants", "bigimage"),
         _S("giant_http", "giants", "giant_http", rounds=False),
+        _S("blocks", "giants", "blocks", ("compare",)),
+        _S("blocks-memory", "giants", "blocks", ("memory",), rounds=False),
+        _S("giant", "giants", "giant", ("serve",), rounds=False),
+        _S("giant_block", "giants", "giant_block", rounds=False),
         # digits
         _S("digits_official", "digits", "digits_official", rounds=False),
         _S("digits_threshold", "digits", "digits_threshold", rounds=False),
         _S("digits_redrawn", "digits", "digits_redrawn", rounds=False),
         _S("digits_ensembles", "digits", "digits_ensembles", rounds=False),
+        _S("digits_ablation", "digits", "digits_ablation", rounds=False),
         _S("digits_paper", "digits", "digits_paper", ("report",), rounds=False),
     )
 }
