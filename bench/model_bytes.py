@@ -15,7 +15,10 @@ is: every point is bytes at rest and what a viewer is shown.
 
     python -m bench.model_bytes --photos twowings.jpg,calla.png --targets 0.5,0.6 \
         --qualities 50,70,80,90,95 --work /tmp/mb
-    python -m bench.model_bytes_plot bench/results/model_bytes.json docs/img/model-bytes.png
+    python -m bench.model_bytes --plot-from bench/results/model_bytes.json --plot docs/img/model-bytes.png
+
+With --plot-from, no fit: the plot (bytes per pixel against PSNR, a panel per photo) of a result file, and its table
+printed (each grid model beside the codecs' bytes at its PSNR).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import json
 import math
 import tempfile
 import time
@@ -31,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .common import log, machine, setup_logging, write_json
+from .common import log, machine, pyplot, setup_logging, write_json
 
 QUALITIES = (30, 50, 70, 80, 90, 95)
 TARGETS = (0.3, 0.4, 0.5, 0.6, 0.8)
@@ -153,20 +157,104 @@ def run(args) -> dict:
     return {"photos": photos}
 
 
+CODECS = {
+    "jpeg": ("JPEG (Pillow)", "s-"),
+    "webp": ("WebP (Pillow)", "^-"),
+    "pyramid": ("libvips pyramid, JPEG tiles", "D-"),
+}
+
+
+def plot(doc: dict, out: Path) -> None:
+    plt = pyplot()
+    photos = doc["result"]["photos"]
+    fig, axes = plt.subplots(1, len(photos), figsize=(5.2 * len(photos), 4.4), squeeze=False)
+    for ax, photo in zip(axes[0], photos):
+        rows = [r for r in photo["rows"] if "bytes" in r]
+        for kind, (label, style) in CODECS.items():
+            pts = sorted((r["bytes_per_pixel"], r["psnr"]) for r in rows if r["kind"] == kind)
+            ax.plot(*zip(*pts), style, ms=4, lw=1, label=label)
+        grid = sorted(
+            (r["bytes_per_pixel"], r["psnr"]) for r in rows if r["kind"] == "grid" and r["variant"] == "target"
+        )
+        if grid:
+            ax.plot(*zip(*grid), "o-", color="black", lw=1.5, ms=5, label="grid model, byte targets")
+        for variant, marker, label in (
+            ("today", "x", "grid model before (uncoded)"),
+            ("coded", "+", "the same, entropy-coded"),
+            ("default", "*", "grid model, default"),
+        ):
+            for r in rows:
+                if r["kind"] == "grid" and r["variant"] == variant:
+                    ax.plot(r["bytes_per_pixel"], r["psnr"], marker, ms=11, mew=2, label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes per image pixel at rest")
+        ax.set_ylabel("PSNR over the 8-bit pixels (dB)")
+        ax.set_title(f"{photo['photo']} ({photo['width']}×{photo['height']})")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def at_psnr(rows: list[dict], kind: str, psnr: float) -> float | None:
+    """A codec's bytes per pixel at `psnr`: log bytes interpolated linearly in PSNR between the two qualities that
+    bracket it; None outside the qualities measured."""
+    pts = sorted((r["psnr"], math.log(r["bytes_per_pixel"])) for r in rows if r["kind"] == kind and "bytes" in r)
+    for (p0, b0), (p1, b1) in zip(pts, pts[1:]):
+        if p0 <= psnr <= p1 and p1 > p0:
+            return math.exp(b0 + (b1 - b0) * (psnr - p0) / (p1 - p0))
+    return None
+
+
+def table(doc: dict) -> str:
+    """Markdown: each grid model's bytes per pixel and PSNR, and JPEG's, WebP's and the pyramid's at that PSNR."""
+    lines = [
+        "| photo | model | bytes | B/px | PSNR | JPEG at that PSNR | WebP | pyramid |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for photo in doc["result"]["photos"]:
+        for r in photo["rows"]:
+            if r["kind"] != "grid":
+                continue
+            name = r["variant"] if r["variant"] != "target" else f"target {r['target_bytes']:,} B"
+            if "bytes" not in r:
+                lines.append(f"| {photo['photo']} | {name} | {r['error']} | | | | | |")
+                continue
+            codecs = [at_psnr(photo["rows"], k, r["psnr"]) for k in CODECS]
+            cells = " | ".join("above the qualities run" if c is None else f"{c:.3f}" for c in codecs)
+            size = f"{r['bytes']:,} | {r['bytes_per_pixel']:.3f}"
+            lines.append(f"| {photo['photo']} | {name} | {size} | {r['psnr']:.2f} | {cells} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.model_bytes", description=__doc__.split("\n")[0])
-    p.add_argument("--photos", required=True, type=lambda s: [Path(x) for x in s.split(",")])
+    p.add_argument("--photos", type=lambda s: [Path(x) for x in s.split(",")])
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-model-bytes")
     p.add_argument("--max-pixels", type=int, default=4_100_000)
     p.add_argument("--steps", type=int, default=280)
     p.add_argument("--targets", type=lambda s: [float(x) for x in s.split(",")], default=list(TARGETS))
     p.add_argument("--qualities", type=lambda s: tuple(int(x) for x in s.split(",")), default=QUALITIES)
     p.add_argument("--out", type=Path, default=None, help="a folder for model_bytes.json (default bench/results)")
+    p.add_argument("--plot-from", type=Path, help="no fit: plot this result file (and print its table)")
+    p.add_argument("--plot", type=Path, help="with --plot-from: the PNG to write")
     args = p.parse_args(argv)
+    if args.plot_from:
+        if not args.plot:
+            p.error("--plot-from needs --plot PNG")
+        if not args.plot_from.is_file():
+            p.error(f"--plot-from {args.plot_from}: no such file")
+        doc = json.loads(args.plot_from.read_text())
+        plot(doc, args.plot)
+        print(table(doc))
+        return
+    if not args.photos:
+        p.error("--photos is needed (or --plot-from)")
     setup_logging()
     info = machine()
     result = run(args)
     settings = {**vars(args), "photos": [str(x) for x in args.photos], "work": str(args.work), "out": str(args.out)}
+    settings.update(plot_from=None, plot=None)
     write_json("model_bytes", {"machine": info, "args": settings, "result": result}, args.out)
 
 

@@ -30,7 +30,7 @@ RENDER = {
     "sinekan_speed": ("sinekan_speed", "table_md", lambda fn, f: fn(f)),
     "roofline": ("roofline", "table_md", lambda fn, f: fn(f)),
     "native_fit": ("native_fit", "table_md", lambda fn, f: fn(f)),
-    "model_bytes": ("model_bytes_plot", "table", lambda fn, f: fn(f)),
+    "model_bytes": ("model_bytes", "table", lambda fn, f: fn(f)),
     "rd": ("rd", "table", lambda fn, f: fn(f)),
 }
 

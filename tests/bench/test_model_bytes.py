@@ -3,8 +3,10 @@ default rounding and a byte target, beside JPEG, WebP and a libvips pyramid; the
 Timing is never asserted."""
 
 import json
+import subprocess
+import sys
 
-from bench import model_bytes, model_bytes_plot
+from bench import model_bytes
 from tests.fits import photo
 
 
@@ -24,7 +26,13 @@ def test_model_bytes_reports_bytes_and_psnr_for_every_variant_and_plots_them(tmp
     impossible = rows[("grid", "target", None, int(0.01 * 192 * 128))]
     assert "the smallest file this grid makes is" in impossible["error"]
     assert all(r["bytes_per_pixel"] > 0 and 10 < r["psnr"] <= 100 for r in result["rows"] if "bytes" in r)
-    model_bytes_plot.plot(doc, tmp_path / "plot.png")
+    plotted = subprocess.run(
+        [sys.executable, "-m", "bench.model_bytes", "--plot-from", str(tmp_path / "model_bytes.json")]
+        + ["--plot", str(tmp_path / "plot.png")],
+        capture_output=True,
+        text=True,
+    )
     assert (tmp_path / "plot.png").stat().st_size > 10_000
-    table = model_bytes_plot.table(doc)
+    table = model_bytes.table(doc)
+    assert plotted.returncode == 0 and table in plotted.stdout
     assert f"| small.png | coded | {coded['bytes']:,} |" in table and "the smallest file this grid makes" in table
