@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from service.memory import parse_bytes
+from commandline import parse_bytes
 
 from .common import pyplot
 

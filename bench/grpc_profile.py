@@ -38,7 +38,7 @@ CATEGORIES = [
     ("ours: gRPC ↔ V2 conversion", "api/grpc/convert.py"),
     ("ours: V2 checks and tensors", "api/v2/"),
     ("ours: dataplane and batching", "service/engine/"),
-    ("ours: metrics", "service/metrics.py"),
+    ("ours: metrics", "service/metrics/"),
     ("prometheus_client", "prometheus_client/"),
     ("ours: HTTP layers (server/, app)", "service/server/"),
     ("ours: HTTP layers (server/, app)", "service/app.py"),

@@ -2,7 +2,7 @@
 per run and the memory each leaves resident, on the same ONNX and the same coordinates.
 
 Each variant runs in a fresh process of its own (glibc's heap and onnxruntime's allocators are per process), with
-one malloc arena as `python -m service` sets it (service/memory.py), and the variants take turns round by round:
+one malloc arena as `python -m service` sets it (service/engine/memory.py), and the variants take turns round by round:
 
 - `whole-1t`: the whole run on a one-thread session with no arena (main before issue 49: an image model's one session);
 - `bare`: onnxruntime's defaults (a thread per core, its arena on): what a caller gets from onnxruntime itself;
@@ -45,8 +45,8 @@ def child(variant: str, model: Path, rows: int, piece: int, threads: int, second
     import numpy as np
     import onnxruntime as ort
 
+    from service.engine.memory import rss, trim
     from service.engine.split import Splitter
-    from service.memory import rss, trim
 
     env_arena = variant == "pieces-env-arena"
     if env_arena:

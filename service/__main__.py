@@ -24,13 +24,13 @@ from pathlib import Path
 
 from pydantic import SecretStr, ValidationError
 
-from commandline import OneLineParser
+from commandline import OneLineParser, parse_bytes
 from modelrepo import StorageUnavailable, is_s3
 from telemetry.config import read_config, trace_config_env
 from telemetry.logs import configure
 
+from .engine.memory import one_malloc_arena
 from .errors import DeviceError
-from .memory import one_malloc_arena, parse_bytes
 from .settings import Settings
 
 OPTIONS = (
@@ -176,9 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the access of a model whose config.pbtxt names none (INR_ACCESS_DEFAULT, default: public; "
         "docs/access.md); the signing key is INR_ACCESS_SECRET",
     )
-    p.add_argument(
-        "--access-keys", metavar="FILE", help="the API keys' file (INR_ACCESS_KEYS; python -m service.admin)"
-    )
+    p.add_argument("--access-keys", metavar="FILE", help="the API keys' file (INR_ACCESS_KEYS; python -m service.auth)")
     p.add_argument(
         "--forwarded-allow-ips",
         metavar="ADDRESSES",
@@ -335,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not settings.access_secret.get_secret_value():  # one random key for all the workers of this start
         settings = settings.model_copy(update={"access_secret": SecretStr(secrets.token_urlsafe(48))})
-    one_malloc_arena()  # before the threads that would each take an arena (service/memory.py)
+    one_malloc_arena()  # before the threads that would each take an arena (service/engine/memory.py)
     # Worker processes build their own app from the environment, so pass the settings that way.
     os.environ.update(env)
     os.environ.update(settings.environment())

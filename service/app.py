@@ -24,6 +24,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from commandline import parse_bytes
 from modelrepo import LocalRepository, open_repository
 from modelrepo.union import UnionRepository
 from telemetry import tracing
@@ -32,6 +33,7 @@ from telemetry.config import TraceConfigError, read_config
 from .api import docs, iiif, v2
 from .api import metrics as metrics_api
 from .api.grpc import GrpcServer
+from .api.hotroutes import hot_call
 from .api.jsonbody import add_body_schemas
 from .api.v1 import classify, fits, health, keys, models, query, render
 from .api.v2 import repository as v2_repository
@@ -43,6 +45,8 @@ from .engine.cache import CacheStore
 from .engine.control import ModelControl
 from .engine.cpus import default_threads
 from .engine.dataplane import DataPlane
+from .engine.memory import budget as memory_budget
+from .engine.memory import format_bytes
 from .engine.registry import Registry
 from .engine.residency import Residency, ResidencyOptions
 from .engine.runtime import RuntimeOptions
@@ -51,7 +55,6 @@ from .engine.split import Splitter
 from .errors import install_error_handlers
 from .fits.jobs import Fits
 from .fits.metrics import FitCollector
-from .memory import format_bytes, parse_bytes
 from .metrics import Metrics
 from .render.service import RenderService
 from .server.drain import Drain, DrainGuard
@@ -134,7 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.session_cache.lower() in ("", "off")
         else SessionCache(Path(settings.session_cache), parse_bytes(settings.session_cache_bytes)),
     )
-    budget, budget_from = settings.budget
+    budget, budget_from = memory_budget(settings.memory_budget)
     residency = Residency(
         ResidencyOptions(
             budget, settings.max_concurrent_loads, frozenset(settings.pin_model), settings.queue_timeout_s
@@ -249,7 +252,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics.cache_info = app.state.cache_store.info
     install_error_handlers(app)
     # innermost: the inference routes' endpoints, reached without FastAPI's routing (service/server/hotpath.py)
-    app.add_middleware(HotRoutes)
+    app.add_middleware(HotRoutes, find=hot_call)
     # an upload to fit may be larger than other bodies: its own limit, plus the multipart envelope
     app.add_middleware(
         BodyLimit,

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from commandline import parse_bytes
 from fitstore import DEFAULT as DEFAULT_STORE
 from fitstore import check_url
 from fitstore.uploads import DEFAULT as DEFAULT_UPLOADS
@@ -17,8 +18,7 @@ from fitstore.uploads import SCRATCH, SCRATCH_SETTING
 from modelrepo.private_dir import check as check_cache
 from modelrepo.private_dir import default_cache
 
-from .access import RestrictedGroup, check_groups
-from .memory import default_budget, parse_bytes
+from .auth.restricted import RestrictedGroup, check_groups
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -395,7 +395,7 @@ class Settings(BaseSettings):
         "empty: random at start (tokens end with the process)",
     )
     access_keys: Path | None = Field(
-        None, description="the API keys' file (hashed; python -m service.admin keys); none: no keys"
+        None, description="the API keys' file (hashed; python -m service.auth keys); none: no keys"
     )
     access_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -490,13 +490,6 @@ class Settings(BaseSettings):
         if value.strip() and parse_bytes(value) <= 0:
             raise ValueError("must be more than 0 bytes")
         return value.strip()
-
-    @property
-    def budget(self) -> tuple[int, str]:
-        """(bytes, where from) of the memory budget."""
-        if self.memory_budget:
-            return parse_bytes(self.memory_budget), "--memory-budget / INR_MEMORY_BUDGET"
-        return default_budget()
 
     @field_validator("fit_store")
     @classmethod

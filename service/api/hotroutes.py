@@ -4,7 +4,8 @@ solving (service/server/hotpath.py).
 A protocol module declares one with `hot(endpoint, call)`: `call(request, path_params)` answers exactly as
 FastAPI's call of `endpoint` would, for a request whose path matched the endpoint's route; `bare`: only when
 the request has no query string (the endpoint has query parameters that `call` does not read). The server
-finds the declarations on the app's routes, so that it never imports a protocol module.
+finds the declarations on the app's routes with `hot_call`, which service/app.py hands it, so that it never
+imports a protocol module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GET /metrics: the Prometheus text of the process's metrics (service/metrics.py), as the caller may see it."""
+"""GET /metrics: the Prometheus text of the process's metrics (service/metrics/), as the caller may see it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""`python -m service.admin keys ...`: make, list and revoke API keys (service/auth/keys.py, docs/access.md).
+"""`python -m service.auth keys ...`: make, list and revoke API keys (service/auth/keys.py, docs/access.md).
 
-    python -m service.admin keys create --name "museum app" --scope read --scope fit [--models a,b] \
+    python -m service.auth keys create --name "museum app" --scope read --scope fit [--models a,b] \
         [--quota rps=5 --quota fits_per_day=20 --quota concurrent_fits=2 --quota bytes_stored=2GiB]
-    python -m service.admin keys list
-    python -m service.admin keys revoke ID
+    python -m service.auth keys list
+    python -m service.auth keys revoke ID
 
 The file is `--keys FILE`, else `INR_ACCESS_KEYS`. `create` writes the key once, on standard output, with its
 record; the file keeps only its SHA-256. A running server sees the change at its next request. Each action is an
@@ -19,14 +19,14 @@ import os
 import sys
 from pathlib import Path
 
-from .auth.keys import KeyError_, KeyStore
-from .auth.quotas import KINDS, parse
+from .keys import KeyError_, KeyStore
+from .quotas import KINDS, parse
 
 log = logging.getLogger("inr.audit")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m service.admin", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m service.auth", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
     create = keys.add_parser("create", help="make a key (shown once)")

@@ -1,5 +1,5 @@
 """API keys: one per client, with scopes, stored hashed in a JSON file (`INR_ACCESS_KEYS`), made and revoked by
-`python -m service.admin keys` or the admin API.
+`python -m service.auth keys` or the admin API.
 
 A key reads `inr_ID_SECRET`: the id finds its record, the secret (32 random bytes) is checked against the
 record's SHA-256 in constant time. A slow password hash is not needed for a secret of 256 random bits, and a

@@ -2,7 +2,7 @@
 fits a day, the fits queued or running at once and the bytes of uploads kept. Each is answered with 429
 `{"error"}` and `Retry-After`, naming the quota and the key's id.
 
-A key's quotas are in its record (`python -m service.admin keys create --quota rps=5 --quota fits_per_day=20`). The
+A key's quotas are in its record (`python -m service.auth keys create --quota rps=5 --quota fits_per_day=20`). The
 bucket is per process: with W workers and R replicas a key gets up to W × R times its rate; the fit quotas are
 counted in the shared job store (the jobs' `source.owner`), so they hold across replicas.
 """
@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..memory import parse_bytes
+from commandline import parse_bytes
 
 KINDS = {"rps": float, "burst": int, "fits_per_day": int, "concurrent_fits": int, "bytes_stored": "bytes"}
 DAY_S = 86_400

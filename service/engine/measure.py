@@ -1,7 +1,7 @@
 """How much memory a loaded model version takes (service/engine/residency.py counts it against the budget).
 
 A version's bytes are the growth of the process's resident set across its load and warmup, between two
-`malloc_trim`s (service/memory.py), one load at a time and with no unload meanwhile (`Measure.lock`). The growth is
+`malloc_trim`s (engine/memory.py), one load at a time and with no unload meanwhile (`Measure.lock`). The growth is
 the version's only if no session ran meanwhile: a render elsewhere allocates and frees tens of megabytes of
 activations, and the server measured 2-25 MiB for copies of one 13 MiB model under load (docs/benchmarks.md,
 collection). `RUNS` counts the session runs, so a load knows whether it was quiet. A load that overlapped runs
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..memory import peak_rss, reset_peak, rss, trim
+from .memory import peak_rss, reset_peak, rss, trim
 from .runs import RUNS
 
 if TYPE_CHECKING:

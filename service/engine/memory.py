@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from commandline import parse_bytes  # noqa: F401 - the settings' sizes, here as before
+from commandline import parse_bytes
 
 log = logging.getLogger(__name__)
 NO_LIMIT = 2**60  # cgroup v1 writes its "no limit" as a number near 2^63
@@ -55,6 +55,14 @@ def default_budget() -> tuple[int, str]:
     limit, where = memory_limit()
     budget = int(limit * DEFAULT_SHARE)
     return budget, f"{DEFAULT_SHARE:.0%} of {where} ({format_bytes(limit)})"
+
+
+def budget(setting: str) -> tuple[int, str]:
+    """(bytes, where from) of the memory budget: `setting` (--memory-budget, INR_MEMORY_BUDGET) when set, else
+    default_budget()."""
+    if setting:
+        return parse_bytes(setting), "--memory-budget / INR_MEMORY_BUDGET"
+    return default_budget()
 
 
 def rss() -> int:

@@ -38,9 +38,9 @@ from starlette.concurrency import run_in_threadpool
 from telemetry import tracing
 
 from ..errors import ModelNotReady, ModelTooLarge, QueueTimeout
-from ..memory import format_bytes, trim
 from ..metrics import Metrics
 from .measure import Measure
+from .memory import format_bytes, trim
 from .runtime import ModelRuntime
 
 log = logging.getLogger(__name__)

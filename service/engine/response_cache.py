@@ -11,7 +11,7 @@ The store is the one the renders use (`CacheStore`, service/engine/cache.py): on
 `--cache-config
 local,size=BYTES` (Triton's form, INR_CACHE_CONFIG) or else INR_RENDER_CACHE_BYTES; renders and responses
 evict each other by recency. Hits and misses count per model in `nv_cache_num_hits_per_model` and
-`nv_cache_num_misses_per_model` with renders' (service/metrics.py).
+`nv_cache_num_misses_per_model` with renders' (service/metrics/__init__.py).
 """
 
 from __future__ import annotations

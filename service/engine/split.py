@@ -15,7 +15,7 @@ The caller takes pieces too, so a run never waits for a run thread: when the run
 requests' pieces, it does its own, as it did before there were any.
 
 What the pieces leave behind goes back to the system after them. Pieces running side by side in glibc's one
-arena (service/memory.py) leave its heap fragmented: ~140 MiB of free memory stays resident after a burst of
+arena (service/engine/memory.py) leave its heap fragmented: ~140 MiB of free memory stays resident after a burst of
 20,000-coordinate queries on two threads, where one whole run left 19 MiB. Trimming after every run gives it back
 but costs a fifth of the run; so the heap is trimmed once `TRIM_AFTER_S` after the last large run ends, and a
 steady stream of large requests keeps its memory while it lasts.
@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..memory import trim
+from .memory import trim
 
 TRIM_AFTER_S = 1.0  # the heap is trimmed this long after the last large run, if no other began meanwhile
 Run = Callable[[np.ndarray], list[np.ndarray]]  # a session run on some rows → its outputs

@@ -32,7 +32,7 @@ from collections import defaultdict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .triton_stats import ModelStats, stats_json, triton_text
+from .triton import ModelStats, stats_json, triton_text
 
 INFER_ENDPOINTS = ("/query", "/classify", "/render", "/infer", "/ModelInfer", "/ModelStreamInfer")  # + gRPC
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)

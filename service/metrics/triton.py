@@ -1,6 +1,6 @@
 """Triton's per-model statistics: the cumulative counters of each model version, served as Triton's Prometheus
 families (`nv_inference_*`, `nv_cache_*`, under Triton's exact names and labels) and as the entries of the V2
-statistics extension (`GET /v2/models/NAME/stats`). service/metrics.py records them."""
+statistics extension (`GET /v2/models/NAME/stats`). service/metrics/__init__.py records them."""
 
 from __future__ import annotations
 

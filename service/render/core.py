@@ -28,9 +28,9 @@ import numpy as np
 from telemetry import tracing
 
 from ..engine.cpus import available_cpus
+from ..engine.memory import trim
 from ..engine.runtime import ModelRuntime
 from ..errors import ClientGone, QueueTimeout, RenderTimeout
-from ..memory import trim
 from ..metrics import Metrics
 from ..settings import Settings
 from .admission import OVERRUN, Admission
@@ -42,7 +42,7 @@ from .tiling import tiles
 
 log = logging.getLogger(__name__)
 DISCONNECT_POLL_S = 0.1
-# after a render of at least this many samples, glibc's malloc_trim (service/memory.py): its tiles' buffers, freed
+# after a render of at least this many samples, glibc's malloc_trim (engine/memory.py): its tiles' buffers, freed
 # in the middle of the heap, would otherwise stay resident (a 4 MP render left ~50 MiB); a few ms against its seconds
 TRIM_SAMPLES = 2**20
 

@@ -1,8 +1,9 @@
 """The inference routes without FastAPI's request machinery: the same endpoints, reached directly.
 
 The protocol modules declare which endpoints are hot, and how to call them with the path parameters
-(service/hotroutes.py); this module finds the declarations on the app's routes. `HotRoutes` is the innermost of the
-app's middlewares: inside the drain, the metrics, the restricted API
+(service/api/hotroutes.py); this module finds the declarations on the app's routes with the `find` it is given
+(`hot_call`, passed by service/app.py, so that the server never imports a protocol module). `HotRoutes` is the
+innermost of the app's middlewares: inside the drain, the metrics, the restricted API
 groups and the body guards, which all still apply. For `POST /v1/models/{name}/query`,
 `POST /v1/models/{name}/classify` without a query string and `POST /v2/models/{name}[/versions/{version}]/infer`,
 with a name FastAPI would accept (`ModelName`: at most NAME_MAX characters), it calls the route's own endpoint
@@ -32,12 +33,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from modelrepo import NAME_MAX
 
-from ..hotroutes import hot_call
-
 
 class HotRoutes:
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, find: Callable[[Any], tuple[Callable, bool] | None]):
+        """`find(endpoint)`: the (call, bare) an endpoint was declared hot with, or None."""
         self.app = app
+        self.find = find
         self.table: list[tuple[Any, Any, Callable, bool]] | None = None
         self.handled: ExceptionMiddleware | None = None
 
@@ -45,7 +46,7 @@ class HotRoutes:
         """The hot routes' regexes, in routing order, and the app's exception handlers as FastAPI installs them."""
         table = []
         for ctx in iter_route_contexts(fastapi_app.routes):
-            hot = hot_call(getattr(ctx, "endpoint", None))
+            hot = self.find(getattr(ctx, "endpoint", None))
             if hot is not None and ctx.methods and "POST" in ctx.methods:
                 table.append((ctx.path_regex, ctx, *hot))
         handlers = {k: v for k, v in fastapi_app.exception_handlers.items() if k not in (500, Exception)}

@@ -1,4 +1,4 @@
-"""The HTTP requests' metrics, as pure ASGI: every request timed and counted by service/metrics.py's `Metrics`,
+"""The HTTP requests' metrics, as pure ASGI: every request timed and counted by `Metrics` (service/metrics/),
 labelled with its route template and its model."""
 
 from __future__ import annotations

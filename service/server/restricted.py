@@ -1,4 +1,4 @@
-"""The restricted API groups over HTTP (service/access.py): a request to an API of a restricted group without
+"""The restricted API groups over HTTP (service/auth/restricted.py): a request to an API of a restricted group without
 its header gets 403 `{"error": ...}` before any route runs or its body is read."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from fastapi.routing import iter_route_contexts
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..access import RestrictedGroup, carries_key, group_of
+from ..auth.restricted import RestrictedGroup, carries_key, group_of
 from ..errors import Forbidden, error_response
 
 

@@ -76,7 +76,7 @@ def test_bad_keys_are_refused_before_anything_is_written(stack, body, words):
 def test_the_cli_refuses_them_in_one_line_with_exit_2(stack, args, words):
     before = count(stack)
     made = subprocess.run(
-        [sys.executable, "-m", "service.admin", "keys", "create", "--keys", str(stack.keys_path), "--name", "x"]
+        [sys.executable, "-m", "service.auth", "keys", "create", "--keys", str(stack.keys_path), "--name", "x"]
         + ["--scope", "read", *args],
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 """`service/` is layered: each module imports only from the layers its own may use, at the top of a file or
 inside a function, and nothing imports in a circle (docs/architecture.md, "Layers").
 
-    ground    settings, errors, metrics, access, hotroutes, auth/, geometry/   shared types; imports only itself
+    ground    settings, errors, metrics/, auth/, geometry/    shared types; imports only itself
     engine    engine/    inference: repository, runtimes, batching, the dataplane       ground
     render    render/    renders and tiles, on the engine's runtimes                    ground, engine
     fits      fits/      the API's side of fits over HTTP (the job store)               ground
@@ -74,3 +74,9 @@ def test_the_layer_check_finds_an_upward_import():
 def test_nothing_in_service_imports_torch_or_training():
     for path in sorted((ROOT / "service").rglob("*.py")):
         assert not top_level_imports(path) & {"torch", "training", "torchvision"}, path
+
+
+def test_service_keeps_its_modules_in_its_packages():
+    """At most 8 modules at the top of `service/` (issue 58): a helper goes into the package it serves."""
+    top = sorted(p.name for p in (ROOT / "service").glob("*.py"))
+    assert len(top) <= 8, top

@@ -19,9 +19,9 @@ from tritonclient.grpc import service_pb2 as pb
 
 from telemetry import tracing
 
-from ...access import carries_key
 from ...auth.caller import NotAuthenticated, from_values
 from ...auth.policy import ANONYMOUS, Caller, decide, who
+from ...auth.restricted import carries_key
 from ...errors import (
     AccessDenied,
     BadInput,

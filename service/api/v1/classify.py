@@ -11,9 +11,9 @@ from ...engine.dataplane import DataPlane
 from ...engine.json_numbers import only_numbers
 from ...engine.tasks import DigitsRuntime
 from ...errors import BadInput, TooLarge, UnsupportedMedia
-from ...hotroutes import hot
 from ...settings import Settings
 from ..deps import DigitsModel, digits_model
+from ..hotroutes import hot
 from ..jsonbody import json_response, parse_body, read_body, validate
 from ..schemas import ClassifyRequest, ClassifyResponse, ErrorBody
 
@@ -105,7 +105,7 @@ async def classify(request: Request, model: DigitsModel, include_input: bool = F
 
 async def classify_direct(request: Request, params: dict):
     """`classify` without a query string (so `include_input` keeps its default), called by the server's hot path
-    (service/hotroutes.py) with the path parameters."""
+    (service/api/hotroutes.py) with the path parameters."""
     return await classify(request, await digits_model(params["name"], request))
 
 

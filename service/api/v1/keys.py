@@ -1,4 +1,4 @@
-"""The admin API for API keys (docs/access.md, "Keys"): what `python -m service.admin keys` does, over HTTP, for a
+"""The admin API for API keys (docs/access.md, "Keys"): what `python -m service.auth keys` does, over HTTP, for a
 caller with the scope admin. Every change is an audit line naming the key's id and the admin's, never a secret."""
 
 from __future__ import annotations

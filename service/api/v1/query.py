@@ -12,8 +12,8 @@ from fastapi import APIRouter, Request
 
 from ...engine.json_numbers import float_rows, leading_rows
 from ...geometry.sampling import Background
-from ...hotroutes import hot
 from ..deps import ModelName
+from ..hotroutes import hot
 from ..jsonbody import collector_paused, json_response, openapi_body, parse_body, read_body, validate
 from ..schemas import ErrorBody, QueryRequest, QueryResponse, sampling_matrix
 
@@ -50,7 +50,7 @@ async def query(request: Request, name: ModelName):
 
 
 async def query_direct(request: Request, params: dict):
-    """`query`, called by the server's hot path (service/hotroutes.py) with the path parameters."""
+    """`query`, called by the server's hot path (service/api/hotroutes.py) with the path parameters."""
     return await query(request, params["name"])
 
 

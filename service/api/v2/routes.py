@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import Response
 
 from ...errors import BadInput, NotLoaded
-from ...hotroutes import hot
 from ..deps import CallerDep, ModelName, RegistryDep
+from ..hotroutes import hot
 from ..schemas import ErrorBody
 from .infer import config_of, infer, metadata_of, model_version, resolve
 from .tensors import HEADER, decompress, parse_request
@@ -85,7 +85,7 @@ async def model_infer(request: Request, name: ModelName) -> Response:
 
 
 async def model_infer_direct(request: Request, params: dict) -> Response:
-    """`model_infer`, called by the server's hot path (service/hotroutes.py) with the path parameters (the version,
+    """`model_infer`, called by the server's hot path (service/api/hotroutes.py) with the path parameters (the version,
     where the route has one, is read from them by the endpoint itself)."""
     return await model_infer(request, params["name"])
 

@@ -58,7 +58,7 @@ def service(repo, client_origin, tmp_path_factory):  # noqa: F811
             [
                 __import__("sys").executable,
                 "-m",
-                "service.admin",
+                "service.auth",
                 "keys",
                 "create",
                 "--keys",

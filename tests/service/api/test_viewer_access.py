@@ -30,7 +30,7 @@ def service(repo, tmp_path_factory):  # noqa: F811
     srv = Server(repo, env={"INR_ACCESS_SECRET": SECRET, "INR_ACCESS_KEYS": str(keys)})
     with srv.running():
         made = subprocess.run(  # the documented command, with the documented quota
-            [sys.executable, "-m", "service.admin", "keys", "create", "--keys", str(keys), "--name", "curator"]
+            [sys.executable, "-m", "service.auth", "keys", "create", "--keys", str(keys), "--name", "curator"]
             + ["--scope", "staff", "--scope", "read", "--quota", "rps=5"],
             capture_output=True,
             text=True,

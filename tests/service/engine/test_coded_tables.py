@@ -120,7 +120,7 @@ from modelrepo import read_spec
 from service.engine.measure import Measure
 from service.engine.runtime import RuntimeOptions
 from service.engine.tasks import runtime_for
-from service.memory import one_malloc_arena
+from service.engine.memory import one_malloc_arena
 one_malloc_arena()
 folder = Path(sys.argv[1])
 runtime = runtime_for(folder, read_spec(folder), 1, RuntimeOptions())

@@ -157,7 +157,7 @@ from service.engine import modelfile
 from service.engine.measure import Measure
 from service.engine.runtime import RuntimeOptions
 from service.engine.tasks import runtime_for
-from service.memory import one_malloc_arena
+from service.engine.memory import one_malloc_arena
 one_malloc_arena()
 if sys.argv[2] == "plain":
     modelfile.ModelFile.tables = lambda self: None

@@ -19,7 +19,7 @@ from tests.servers import Server
 
 def make_key(keys, *args: str) -> str:
     made = subprocess.run(
-        [sys.executable, "-m", "service.admin", "keys", "create", "--keys", str(keys), "--name", "t", *args],
+        [sys.executable, "-m", "service.auth", "keys", "create", "--keys", str(keys), "--name", "t", *args],
         capture_output=True,
         text=True,
     )
@@ -117,9 +117,7 @@ def test_a_revoked_key_is_refused_at_once(stack):
     key = make_key(stack.keys, "--scope", "read")
     assert httpx.get(f"{stack.url}/v1/models", headers=bearer(key)).status_code == 200
     kid = key.split("_")[1]
-    subprocess.run(
-        [sys.executable, "-m", "service.admin", "keys", "revoke", kid, "--keys", str(stack.keys)], check=True
-    )
+    subprocess.run([sys.executable, "-m", "service.auth", "keys", "revoke", kid, "--keys", str(stack.keys)], check=True)
     r = httpx.get(f"{stack.url}/v1/models", headers=bearer(key))
     assert r.status_code == 401 and "not valid" in r.json()["error"]
 
@@ -156,7 +154,7 @@ def test_a_broken_keys_file_refuses_every_key_and_the_server_stays_up(stack):
     assert r.status_code == 401 and "not valid" in r.json()["error"]
     assert httpx.get(f"{stack.url}/v1/models").status_code == 200
     made = subprocess.run(
-        [sys.executable, "-m", "service.admin", "keys", "list", "--keys", str(stack.keys)],
+        [sys.executable, "-m", "service.auth", "keys", "list", "--keys", str(stack.keys)],
         capture_output=True,
         text=True,
     )

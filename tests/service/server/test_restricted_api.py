@@ -150,8 +150,8 @@ def test_every_api_route_belongs_to_a_group(tmp_path):
     """A new route must be classified, or --http-restricted-api would leave it open."""
     from fastapi.routing import APIRoute, iter_route_contexts
 
-    from service.access import group_of
     from service.app import create_app
+    from service.auth.restricted import group_of
     from service.settings import Settings
 
     app = create_app(Settings(models=tmp_path))
