@@ -4,7 +4,7 @@
     python -m bench peers --baseline HEAD~3 --rounds 3    # ours at HEAD~3 beside this tree, 3 interleaved rounds
     python -m bench floor --baseline /tmp/before -- --loads classify   # after `--`: the harness's own options
     python -m bench import                                # bench/results/*.json, *.jsonl into the store
-    python -m bench report                                # docs/benchmarks.md's generated blocks from the store
+    python -m bench report                                # the generated blocks of docs/benchmarks*.md, from the store
 
 Why not asv or pytest-benchmark: both time a function inside one process per commit (asv builds an environment
 and runs each commit in turn), while these scenarios run several servers side by side, interleaving rounds and
@@ -32,6 +32,7 @@ from .common import RESULTS, ROOT
 from .scenarios import FAMILIES, SCENARIOS
 
 TREES = ROOT / "build" / "bench" / "trees"
+PAGES = [ROOT / "docs" / "benchmarks.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 
 
 def checkout(ref: str, trees: Path = TREES) -> tuple[Path, str]:
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, help="interleaved rounds (the harness's default if not given)")
     p.add_argument("--store", default=str(store.STORE), help="the results store (JSON lines)")
     p.add_argument("--watch", default=str(RESULTS), help="where the harness writes its result files")
-    p.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"), help="report: the page to regenerate")
+    p.add_argument("--doc", action="append", default=[], help="report: a page to regenerate (default: all)")
     p.add_argument("--trees", default=str(TREES), help="where a git ref --baseline is exported")
     p.add_argument("--dry-run", action="store_true", help="print the harness's command, run nothing")
     args = p.parse_args(head)
@@ -144,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "report":
         from .report import regenerate
 
-        changed = regenerate(Path(args.doc), store.read(Path(args.store)))
-        print(f"bench: {changed} block(s) regenerated in {args.doc}", file=sys.stderr)
+        rows = store.read(Path(args.store))
+        docs = [Path(d) for d in args.doc] or PAGES
+        changed = sum(regenerate(doc, rows) for doc in docs)
+        print(f"bench: {changed} block(s) regenerated in {len(docs)} page(s)", file=sys.stderr)
         return 0
     return run(args, p)
 

@@ -1,4 +1,4 @@
-"""`python -m bench report`: docs/benchmarks.md's generated blocks, from the results store.
+"""`python -m bench report`: the generated blocks of docs/benchmarks.md and docs/benchmarks/*.md, from the store.
 
 A block is written between two markers; what is between them is replaced, the prose around them is left alone:
 

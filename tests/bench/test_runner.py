@@ -41,7 +41,7 @@ def test_a_scenario_runs_through_the_runner_into_the_store_and_the_report(tmp_pa
     assert store.import_results(tmp_path, db) == 0
     doc = tmp_path / "page.md"
     doc.write_text("# Prose\n\n<!-- bench: sinekan_speed -->\nstale\n<!-- /bench -->\n\nMore prose.\n")
-    assert report.regenerate(doc, store.read(db)) == 1
+    assert main(["report", "--doc", str(doc), "--store", str(db)]) == 0
     page = doc.read_text()
     assert "stale" not in page and page.startswith("# Prose") and page.endswith("More prose.\n")
     assert "| [8] | 8 |" in page and row["commit"] in page and "python -m bench sinekan_speed" in page

@@ -1,4 +1,5 @@
-"""The examples of README.md and docs/*.md, read with a Markdown parser (markdown-it-py, CommonMark).
+"""The examples of README.md, docs/*.md and docs/benchmarks/*.md (the benchmark families' pages), read with a
+Markdown parser (markdown-it-py, CommonMark).
 
 Every fenced block names its language. A block of `sh` (or `bash`, `shell`) or `python` is an example, and
 tests/docs/test_examples.py runs it as written; any other language (`text`, `console` for a prompt and its output,
@@ -39,7 +40,11 @@ class Example:
 
 
 def documents(root: Path) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [
+        root / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+        *sorted((root / "docs" / "benchmarks").glob("*.md")),
+    ]
 
 
 def read(root: Path) -> tuple[list[Example], list[str]]:
