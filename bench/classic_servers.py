@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from .procs import status_kib
 from .serving import Server, free_port
 
 IIPSRV = Path("/usr/lib/iipimage-server/iipsrv.fcgi")
@@ -180,9 +181,4 @@ class Classic(Server):
 
 def rss_bytes(proc: subprocess.Popen) -> tuple[int, int]:
     """(VmRSS, VmHWM) of a process, bytes; (0, 0) when it is gone."""
-    try:
-        lines = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-    except OSError:
-        return 0, 0
-    got = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in lines) if k in ("VmRSS", "VmHWM")}
-    return got.get("VmRSS", 0), got.get("VmHWM", 0)
+    return status_kib(proc.pid, "VmRSS") * 1024, status_kib(proc.pid, "VmHWM") * 1024

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from .procs import status_kib
 from .serving import Server, machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,10 +60,7 @@ def make(args) -> dict:
 
 
 def rss_of(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return status_kib(pid, "VmRSS") * 1024
 
 
 class Sampler(threading.Thread):

@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 
 from .collection import copy_model, emit, medians, metric, rss_of
+from .procs import status_kib
 from .serving import ROOT, Server
 
 MIB = 2**20
@@ -40,10 +41,7 @@ MIB = 2**20
 
 def hwm_of(pid: int) -> int:
     """The peak resident set of `pid` since its last reset (a model load resets it: service/engine/measure.py)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return status_kib(pid, "VmHWM") * 1024
 
 
 def fit(args) -> dict:

@@ -30,7 +30,9 @@ import httpx
 
 from bench.common import ROOT
 from bench.giant import save
-from bench.giant_serve import free_port, status_kib
+from bench.procs import cpu_seconds as cpu_s
+from bench.procs import status_kib
+from bench.serving import free_port
 from fitstore import FitStore
 
 
@@ -44,15 +46,6 @@ def wait(client: httpx.Client, job: str, every: float = 2.0) -> dict:
         if rec["state"] in ("succeeded", "failed", "cancelled"):
             return rec
         time.sleep(every)
-
-
-def cpu_s(pids: list[int]) -> float:
-    """The processes' user + system CPU-seconds so far (/proc/PID/stat, fields 14 and 15)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (
-        sum(sum(int(v) for v in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]) for pid in pids)
-        / ticks
-    )
 
 
 def upload(client: httpx.Client, path: Path, api_pid: int, **fields) -> tuple[dict, dict]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,24 +24,13 @@ from PIL import Image
 
 import bigimage
 from bench.common import ROOT
+from bench.procs import status_kib
+from bench.serving import free_port
 from modelrepo.blocks import BlockLayout
 
 TILE = (2400, 1500)  # each photo's crop in the mosaic `python -m bench.giant make` builds
 STRIP = 500  # rows per render of the PSNR pass
 BAND = 8  # pixels each side of a block border
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
 
 
 class Service:

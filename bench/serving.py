@@ -32,6 +32,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from . import procs
+
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.serving")
 LUA = """
@@ -124,41 +126,16 @@ class Server:
     wait_ready = wait
 
     def pids(self) -> list[int]:
-        """The server's process and its worker processes, found through /proc."""
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        out, todo = [], [self.proc.pid]
-        while todo:
-            out.append(todo.pop())
-            todo += children.get(out[-1], [])
-        return out
+        """The server's process and its worker processes."""
+        return procs.tree(self.proc.pid)
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) of the server and its worker processes so far."""
-        tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / tick
-        return total
+        return procs.cpu_seconds(self.pids())
 
     def peak_rss_mib(self) -> float:
         """The peak resident sets (VmHWM) of the server's processes, added up, in MiB."""
-        total = 0
-        for pid in self.pids():
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-        return round(total / 1024, 1)
+        return round(sum(procs.status_kib(pid, "VmHWM") for pid in self.pids()) / 1024, 1)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

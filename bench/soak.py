@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import RESULTS, write_json
+from .procs import status_kib
 from .serving import ROOT, Server, find_models, machine
 
 log = logging.getLogger("bench.soak")
@@ -118,10 +119,7 @@ def mixed(server: Server, load: dict, connections: dict[str, int], seconds: floa
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+    return status_kib(pid, "VmRSS") / 1024
 
 
 def soak(repo: Path, models: dict, keep_alive: float | None, preset: dict, script: Path, tmp: Path) -> dict:
