@@ -10,7 +10,8 @@ Why not asv or pytest-benchmark: both time a function inside one process per com
 and runs each commit in turn), while these scenarios run several servers side by side, interleaving rounds and
 counting each server's processes' CPU from /proc (bench.serving.Server) in one run, which neither can express.
 
-A --baseline is a folder (a checkout) or a git ref, which is exported once (`git archive`) to build/bench/trees/SHA.
+A --baseline is a folder (a checkout) or a git ref, which is exported once (`git archive`) to build/bench/trees/SHA
+(bench.common.checkout, which the harnesses use too).
 The harness runs as `python -m bench.MODULE` in this tree; every result file it writes or rewrites under
 bench/results (or --watch) becomes a row of bench/results/store.jsonl (bench.store) with the scenario, this tree's
 commit, the baselines' commits, the machine (lscpu), the date and the command.
@@ -24,37 +25,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from . import store
-from .common import RESULTS, ROOT
+from .common import RESULTS, ROOT, TREES, checkout
 from .scenarios import FAMILIES, SCENARIOS
 
-TREES = ROOT / "build" / "bench" / "trees"
 PAGES = [ROOT / "docs" / "benchmarks.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
-
-
-def checkout(ref: str, trees: Path = TREES) -> tuple[Path, str]:
-    """(folder, commit) of a --baseline: an existing folder as it is, else a git ref exported once under `trees`."""
-    path = Path(ref).resolve()
-    if path.is_dir():
-        if path.parent == trees.resolve():  # a ref exported earlier: its folder is named by its commit
-            return path, path.name
-        top = store.git("rev-parse", "--show-toplevel", cwd=path)
-        return path, store.commit_of(path) if top and Path(top).resolve() == path else "unknown"
-    sha = store.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    if not sha:
-        raise ValueError(f"--baseline {ref!r} is neither a folder nor a commit of this repository")
-    tree = trees / sha[:12]
-    if not tree.is_dir():
-        trees.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=trees) as tmp:
-            archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True).stdout
-            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            Path(tmp).rename(tree)  # whole or not at all: a half-exported tree is never reused
-            Path(tmp).mkdir()  # for TemporaryDirectory's cleanup
-    return tree, sha[:12]
 
 
 def snapshot(folder: Path) -> dict[Path, tuple[int, int]]:
@@ -65,7 +42,7 @@ def snapshot(folder: Path) -> dict[Path, tuple[int, int]]:
 def harness_command(sc, trees: list[tuple[str, Path, str]], rounds: int | None, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", f"bench.{sc.module}", *sc.args]
     for ref, tree, sha in trees:
-        cmd += ["--baseline", sha if sc.baseline == "ref" else str(tree)]
+        cmd += ["--baseline", str(tree)]
     if rounds is not None:
         cmd += ["--rounds", str(rounds)]
     return cmd + extra

@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,6 +18,7 @@ log = logging.getLogger("bench")
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 IMG = ROOT / "docs" / "img"
+TREES = ROOT / "build" / "bench" / "trees"  # git refs given as --baseline, exported once each
 
 
 def cpu_model() -> str:
@@ -167,3 +169,39 @@ def setup_logging(verbose: bool = True) -> None:
         format="%(asctime)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    env = {**os.environ, "TZ": "UTC"}  # dates in UTC, as every result file writes them
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, env=env)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def commit_of(tree: Path = ROOT) -> str:
+    """The commit checked out in `tree`, with '+dirty' when tracked files differ from it."""
+    sha = git("rev-parse", "--short=12", "HEAD", cwd=tree)
+    if not sha:
+        return "unknown"
+    return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", cwd=tree) else "")
+
+
+def checkout(ref: str, trees: Path = TREES) -> tuple[Path, str]:
+    """(folder, commit) of a --baseline: an existing folder as it is, else a git ref exported once under `trees`."""
+    path = Path(ref).resolve()
+    if path.is_dir():
+        if path.parent == trees.resolve():  # a ref exported earlier: its folder is named by its commit
+            return path, path.name
+        top = git("rev-parse", "--show-toplevel", cwd=path)
+        return path, commit_of(path) if top and Path(top).resolve() == path else "unknown"
+    sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if not sha:
+        raise ValueError(f"--baseline {ref!r} is neither a folder nor a commit of this repository")
+    tree = trees / sha[:12]
+    if not tree.is_dir():
+        trees.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=trees) as tmp:
+            archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            Path(tmp).rename(tree)  # whole or not at all: a half-exported tree is never reused
+            Path(tmp).mkdir()  # for TemporaryDirectory's cleanup
+    return tree, sha[:12]

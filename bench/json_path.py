@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import RESULTS, ort_session, write_json
+from .common import RESULTS, checkout, ort_session, write_json
 from .serving import LUA, ROOT, Load, Server, find_models, free_port, machine, median, wrk
 
 log = logging.getLogger("bench.json_path")
@@ -39,7 +39,7 @@ MIN_SECONDS = 1.5  # per (server, protocol, round) measurement
 
 
 class TreeServer(Server):
-    """`python -m service` from another source tree (a `git archive` of a baseline commit)."""
+    """`python -m service` from another source tree (an older one may not know --grpc-port)."""
 
     def __init__(self, models: Path, name: str, env: dict, tree: Path):
         self.name, self.port = name, free_port()
@@ -61,12 +61,6 @@ class TreeServer(Server):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-
-
-def export_tree(ref: str, dest: Path) -> Path:
-    archive = subprocess.run(["git", "archive", ref, "service"], cwd=ROOT, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def requests_for(image: str, coords: np.ndarray) -> dict[str, tuple[str, bytes, dict]]:
@@ -136,7 +130,9 @@ def check_answers(servers: dict, session, image: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.json_path", description=__doc__.splitlines()[0])
     p.add_argument("--models", type=Path, default=ROOT / "models")
-    p.add_argument("--baseline", help="git ref of the tree to compare with (e.g. the commit before the fast path)")
+    p.add_argument(
+        "--baseline", help="a checkout, or a git ref (e.g. the commit before the fast path), beside this tree"
+    )
     p.add_argument("--sizes", default="2000,20000,200000", help="coordinates per request")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument(
@@ -160,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         servers = {"this tree": Server(args.models, "this tree", env)}
         if args.baseline:
-            servers[f"baseline {args.baseline}"] = TreeServer(
-                args.models, "baseline", env, export_tree(args.baseline, Path(tmp))
+            tree, sha = checkout(args.baseline)
+            servers[f"baseline {tree.name if sha == 'unknown' else sha}"] = TreeServer(
+                args.models, "baseline", env, tree
             )
         try:
             for s in servers.values():

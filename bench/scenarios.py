@@ -15,13 +15,13 @@ class Scenario:
     family: str
     module: str  # run as `python -m bench.MODULE *args`
     args: tuple[str, ...] = ()
-    baseline: str = ""  # "dirs": repeatable --baseline DIR; "dir": one; "ref": one git ref; "": none
+    baseline: str = ""  # "dirs": repeatable --baseline DIR; "dir": one; "": none
     rounds: bool = True  # whether the harness takes --rounds N
     needs: tuple[str, ...] = field(default=())  # programs it needs on PATH
 
     @property
     def max_baselines(self) -> int:
-        return {"dirs": 8, "dir": 1, "ref": 1}.get(self.baseline, 0)
+        return {"dirs": 8, "dir": 1}.get(self.baseline, 0)
 
 
 FAMILIES = {
@@ -42,7 +42,7 @@ SCENARIOS = {
         _S("peers", "serving", "peers", baseline="dirs", needs=("wrk",)),
         _S("peers-large", "serving", "peers", ("--large-only",), baseline="dirs", needs=("wrk",)),
         _S("floor", "serving", "floor", baseline="dir", needs=("wrk",)),
-        _S("json_path", "serving", "json_path", baseline="ref", needs=("wrk",)),
+        _S("json_path", "serving", "json_path", baseline="dir", needs=("wrk",)),
         _S("grpc_http", "serving", "grpc_http", baseline="dir"),
         _S("grpc_profile", "serving", "grpc_profile", rounds=False),
         _S("grpc_ours", "serving", "grpc_ours", rounds=False),

@@ -11,11 +11,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
-from .common import RESULTS, ROOT, machine
+from .common import RESULTS, ROOT, commit_of, git, machine
 
 STORE = RESULTS / "store.jsonl"
 FIELDS = ("scenario", "run", "commit", "machine", "date", "command", "source", "digest", "figures")
@@ -25,20 +24,6 @@ LSCPU = {
     "threads_per_core": "Thread(s) per core",
     "hypervisor": "Hypervisor vendor",
 }
-
-
-def git(*args: str, cwd: Path = ROOT) -> str:
-    env = {**os.environ, "TZ": "UTC"}  # dates in UTC, as every result file writes them
-    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, env=env)
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
-def commit_of(tree: Path = ROOT) -> str:
-    """The commit checked out in `tree`, with '+dirty' when tracked files differ from it."""
-    sha = git("rev-parse", "--short=12", "HEAD", cwd=tree)
-    if not sha:
-        return "unknown"
-    return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", cwd=tree) else "")
 
 
 def lscpu() -> dict:
