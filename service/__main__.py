@@ -6,7 +6,7 @@ the option, and exits with a code (docs/serving.md, "Running it"):
 * 2: a bad option or setting, or a model repository that is not a readable folder;
 * 3: a port that cannot be listened on (taken, or not allowed): --port / INR_PORT, --grpc-port / INR_GRPC_PORT.
 
-Traces (docs/deployment.md, "Traces") are off unless the standard OTEL_* variables or Triton's --trace-config
+Traces (docs/operations.md, "Traces") are off unless the standard OTEL_* variables or Triton's --trace-config
 turn them on; a bad value of either is exit code 2 as well.
 """
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         "request in N; 0: only requests that bring a traceparent), level=OFF; opentelemetry,url="
         "URL, opentelemetry,protocol=grpc|http/protobuf (default: http/protobuf), "
         "opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_max_queue_size=N, bsp_schedule_delay="
-        "MS, bsp_max_export_batch_size=N. Over the OTEL_* variables (docs/deployment.md, Traces)",
+        "MS, bsp_max_export_batch_size=N. Over the OTEL_* variables (docs/operations.md, Traces)",
     )
     p.add_argument(
         "--cache-config",
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="explicit mode: load NAME at start; repeatable; '*' loads all (INR_LOAD_MODEL)",
     )
-    memory = p.add_argument_group("memory budget (docs/deployment.md, Memory budget)")
+    memory = p.add_argument_group("memory budget (docs/operations.md, Memory budget)")
     memory.add_argument(
         "--model-loading",
         choices=("on-demand", "startup"),

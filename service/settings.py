@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     models: str = Field(
         "models",
         description="model repository: a folder of one folder per model, or s3://[host:port/]bucket/path in Triton's "
-        "form (AWS_* variables give the credentials; docs/deployment.md, 'Models on S3')",
+        "form (AWS_* variables give the credentials; docs/s3.md, 'Models on S3')",
     )
     fit_models: str = Field(
         "",
@@ -86,7 +86,7 @@ class Settings(BaseSettings):
         description="with models on S3: a version uploaded without this project's .published marker (aws s3 sync, "
         "boto3, rclone) is served once it has no writer's claim, its model.onnx and the files its metadata.json "
         "names are there, and nothing in it or its model's own files is younger than this, by S3's clock "
-        "(docs/deployment.md, 'Models on S3')",
+        "(docs/s3.md, 'Models on S3')",
     )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -350,7 +350,7 @@ class Settings(BaseSettings):
     load_model: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="explicit mode: models loaded at start ('*' = all); comma-separated"
     )
-    # The memory budget (service/engine/residency.py, docs/deployment.md "Memory budget").
+    # The memory budget (service/engine/residency.py, docs/operations.md "Memory budget").
     model_loading: Literal["on-demand", "startup"] = Field(
         "on-demand",
         description="on-demand: list the models at start and load each on first use, within memory_budget; "

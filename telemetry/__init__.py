@@ -1,4 +1,4 @@
-"""Traces and logs of every process here: the service and the fit workers (docs/deployment.md, "Traces").
+"""Traces and logs of every process here: the service and the fit workers (docs/operations.md, "Traces").
 
     config.py     the OTEL_* settings and Triton's --trace-config, checked at start
     tracing.py    the process's tracer: off (a no-op) unless installed

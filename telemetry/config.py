@@ -1,5 +1,5 @@
 """Trace settings, shared by the service and the fit workers: the standard `OTEL_*` environment variables,
-and Triton's `--trace-config` translated into them (docs/deployment.md, "Traces").
+and Triton's `--trace-config` translated into them (docs/operations.md, "Traces").
 
 Off unless `OTEL_TRACES_EXPORTER` names an exporter (`otlp`, or `console` to print spans) or
 `--trace-config mode=opentelemetry` is given. Every value is checked here, at start, so that a bad one is one

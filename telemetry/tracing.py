@@ -1,4 +1,4 @@
-"""The process's tracer, shared by the service and the fit workers (docs/deployment.md, "Traces").
+"""The process's tracer, shared by the service and the fit workers (docs/operations.md, "Traces").
 
 Off by default: `ON` is False and `tracer` is OpenTelemetry's no-op tracer, so code on a hot path checks
 `tracing.ON` (one module attribute) and does nothing else. `install` (at start, from telemetry.config's

@@ -6,7 +6,7 @@
 #
 #   deploy/offline-bases/build.sh            # podman, or ENGINE=docker
 #
-# How they differ from the real images: docs/deployment.md, "Offline base images".
+# How they differ from the real images: docs/containers.md, "Offline base images".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 engine=${ENGINE:-podman}

@@ -9,7 +9,7 @@ conditional GETs, multipart uploads). It writes its configuration and one-device
 to DIR/data; keep DIR and they survive a restart), starts memcached and the four servers, and answers S3 on
 127.0.0.1:PORT (`--host 0.0.0.0` in a container) until SIGTERM or SIGINT, when it stops them all. The access key
 is Swift's `ACCOUNT:USER` (default from $AWS_ACCESS_KEY_ID, else `inr:inr`), the secret $AWS_SECRET_ACCESS_KEY
-(else `inr-secret`). Why Swift and not SeaweedFS: docs/deployment.md, "Models on S3".
+(else `inr-secret`). Why Swift and not SeaweedFS: docs/s3.md, "Models on S3".
 """
 
 from __future__ import annotations

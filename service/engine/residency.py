@@ -1,4 +1,4 @@
-"""Which model versions hold onnxruntime sessions, under a memory budget (`--memory-budget`, docs/deployment.md,
+"""Which model versions hold onnxruntime sessions, under a memory budget (`--memory-budget`, docs/operations.md,
 "Memory budget"), in the manner of KServe ModelMesh.
 
 A version is listed from its files with no session (ModelRuntime.describe) and loaded the first time a request

@@ -1,4 +1,4 @@
-"""The dataplane's spans (docs/deployment.md, "Traces"), made only while traces are on (telemetry.tracing.ON)
+"""The dataplane's spans (docs/operations.md, "Traces"), made only while traces are on (telemetry.tracing.ON)
 and only for a request whose own span records (a sampled trace): a request the sampler left out costs one
 check here, not three spans that would be dropped.
 

@@ -17,7 +17,7 @@ Two kinds of series:
   INR_QUEUE_TIMEOUT_S, by model and queue), `inr_models` (models by state), the memory budget's
   (`inr_models_resident`, `inr_model_resident_bytes`, `inr_model_memory_budget_bytes`, `inr_model_loads_total`,
   `inr_model_evictions_total`, `inr_model_load_duration_seconds`, `inr_model_load_wait_seconds`) and, with traces on,
-  `inr_trace_spans_dropped_total` (spans that never reached the collector, by reason; docs/deployment.md).
+  `inr_trace_spans_dropped_total` (spans that never reached the collector, by reason; docs/operations.md, "Traces").
 
 With several uvicorn workers each process counts its own requests; a scrape sees the worker that
 answered it. The fit metrics (`inr_fit_*`) are not counted here but read from the job store at each scrape

@@ -1,4 +1,4 @@
-"""The HTTP request's server span, as pure ASGI (docs/deployment.md, "Traces").
+"""The HTTP request's server span, as pure ASGI (docs/operations.md, "Traces").
 
 Added by the app as its outermost middleware only while traces are on (telemetry.tracing.ON); with traces off
 the app has no such layer and the hot routes (service/server/hotpath.py) are reached as before.

@@ -4,7 +4,7 @@ real engine, every request through nginx. Marked `containers` (`pytest -m contai
 (.ci/run sets it), which turns the skip into a failure.
 
 Measurements (build times, sizes, time to healthy, failover and drain counts) are collected in
-`report` and written to build/containers/report.json at the end; docs/deployment.md quotes them.
+`report` and written to build/containers/report.json at the end; docs/containers.md quotes them ("Measured").
 """
 
 from __future__ import annotations

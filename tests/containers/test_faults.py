@@ -1,4 +1,4 @@
-"""Three api replicas behind nginx, sharded by model (docs/deployment.md, "Sharding"), and the faults a
+"""Three api replicas behind nginx, sharded by model (docs/sharding.md, "Sharding"), and the faults a
 deployment meets: each model's requests on one replica and the models spread over the replicas, requests that
 name no model spread (by the replicas' own counters), a replica drained by a stop with a render running on
 it, a replica killed under load (its models served by the others, no request failed), and a render as large

@@ -1,4 +1,4 @@
-"""deploy/k8s-s3 run by `podman kube play` as `kubectl kustomize` renders it (docs/deployment.md, "Models on S3"):
+"""deploy/k8s-s3 run by `podman kube play` as `kubectl kustomize` renders it (docs/s3.md, "Models on S3"):
 the api Deployment and the fit worker Deployment with no ReadWriteMany claim, the models and the uploads in a bucket
 of a real S3 server, the fit jobs in the Redis Deployment of deploy/k8s. The api pod pulls a pushed model from the
 bucket into its own cache and serves a tile; a fit POSTed to the api pod is fitted by the worker pod, its upload read

@@ -1,4 +1,4 @@
-"""docker-compose.s3.yml up (docs/deployment.md, "Models on S3"): the models and the uploads in a bucket of the `s3`
+"""docker-compose.s3.yml up (docs/s3.md, "Models on S3"): the models and the uploads in a bucket of the `s3`
 service, the fit jobs in Redis, 2 api replicas and a trainer that share no volume. `s3-init` pushes the bundled
 models into the bucket and exits 0; each replica pulls what it is asked for from the bucket and serves the same
 tiles; a fit POSTed to one replica is fitted by the trainer (its upload read back from the bucket), published into

@@ -1,4 +1,4 @@
-"""Several fit workers sharing one queue (docs/deployment.md, "Fitting a collection"): the compose stack with
+"""Several fit workers sharing one queue (docs/containers.md, "Fitting a collection"): the compose stack with
 the job store in Redis (`--profile redis`, INR_FIT_STORE=redis://redis:6379/0), `--scale trainer=2` and
 INR_FIT_MAX_RUNNING=2. Fits POSTed through nginx are taken by both trainers, and none is run twice: each
 job's events (GET /v1/fits/ID/events) show one `started` per attempt, each by one worker, its progress steps

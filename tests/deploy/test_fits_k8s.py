@@ -171,7 +171,7 @@ def test_kustomize_gives_the_worker_the_train_image_and_the_api_the_runtime_imag
         "inr-serve-redis": "redis:7-alpine",
         "inr-serve-router": "nginx:1.29-alpine",
     }
-    # `kustomize edit set image inr-serve=REGISTRY/...` (docs/deployment.md) leaves the worker's alone
+    # `kustomize edit set image inr-serve=REGISTRY/...` (docs/kubernetes.md) leaves the worker's alone
     copy = tmp_path / "k8s"
     shutil.copytree(K8S, copy)
     kz = yaml.safe_load((copy / "kustomization.yaml").read_text())

@@ -1,4 +1,4 @@
-"""docker-compose.s3.yml (docs/deployment.md, "Models on S3"): valid against the Compose Specification, and no
+"""docker-compose.s3.yml (docs/s3.md, "Models on S3"): valid against the Compose Specification, and no
 volume shared between services: the api replicas and the trainers meet only through the bucket and Redis."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""deploy/k8s-s3: the Kubernetes manifests with the models and the uploads on S3 (docs/deployment.md, "Models on
+"""deploy/k8s-s3: the Kubernetes manifests with the models and the uploads on S3 (docs/s3.md, "Models on
 S3"). What `kubectl kustomize` makes of them validates strictly against the Kubernetes API, and no pod of the api or
 the fit workers mounts a PersistentVolumeClaim: the models come from the bucket into each api pod's own cache."""
 

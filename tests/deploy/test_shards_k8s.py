@@ -1,4 +1,4 @@
-"""Sharding on Kubernetes (docs/deployment.md, "Sharding"): deploy/k8s/router.yaml runs the nginx of compose, with
+"""Sharding on Kubernetes (docs/sharding.md, "Sharding"): deploy/k8s/router.yaml runs the nginx of compose, with
 the same files (deploy/k8s/nginx/ are copies of deploy/nginx/, put into a ConfigMap by kustomize) mounted where
 compose mounts them, in front of the headless Service of the api pods; the public Service `inr-serve` goes to
 it. test_k8s.py validates the files against the Kubernetes API schemas; this checks that the pieces fit."""

@@ -1,4 +1,4 @@
-"""Sharding by model in deploy/nginx/nginx.conf.template (docs/deployment.md, "Sharding"), run by the local nginx
+"""Sharding by model in deploy/nginx/nginx.conf.template (docs/sharding.md, "Sharding"), run by the local nginx
 in front of three stand-in replicas: every route that names a model goes to the replica its name hashes to
 (the same one for v1, V2, the repository API and IIIF, with or without @VERSION); the models spread over the
 replicas; requests that name none spread round-robin; a dead or draining replica's models go to the next

@@ -1,4 +1,4 @@
-"""`python -m modelrepo push` (a stack's s3-init, docs/deployment.md "Models on S3") against a real S3 server: the
+"""`python -m modelrepo push` (a stack's s3-init, docs/s3.md "Models on S3") against a real S3 server: the
 bucket created, each version published once, S3 waited for when it is not up yet (`--wait`), and bad arguments or
 refusals as one line and exit code 2."""
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run by the nginx image's entrypoint (/docker-entrypoint.d/*.sh, when executable) before nginx starts:
 # the `server` lines of the upstream `api_replicas` (nginx.conf.template), one per api replica, kept current.
-# docs/deployment.md, "Sharding".
+# docs/sharding.md, "Sharding".
 #
 # Why a file of addresses: nginx places each upstream `server` on its consistent-hash ring by the server's
 # *name*. The replicas of a scaled service share one DNS name, so `server api:8000 resolve;` (nginx >= 1.27.3)

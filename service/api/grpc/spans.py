@@ -1,4 +1,4 @@
-"""The gRPC call's server span (docs/deployment.md, "Traces"), made only while traces are on.
+"""The gRPC call's server span (docs/operations.md, "Traces"), made only while traces are on.
 
 It continues a W3C `traceparent` (and `tracestate`) from the call's invocation metadata; a malformed one is
 ignored and the span starts a new trace. The call answers `traceparent` with the server span's context in its

@@ -1,5 +1,5 @@
 """A giant fitted by two workers that share no folder with each other or with the API (docs/fits.md, "Giant images";
-docs/deployment.md, "Models on S3"): the job store in Redis, the uploads and the models in a bucket of a real S3
+docs/s3.md, "Models on S3"): the job store in Redis, the uploads and the models in a bucket of a real S3
 server (tests/s3server.py). The API streams the upload into the bucket, a worker reads it back by range and splits
 it, both workers fit blocks, the last one publishes the version to the bucket (its marker last), and the API, which
 never saw any of it on disk, lists and serves it through its disk cache."""
