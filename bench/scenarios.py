@@ -72,9 +72,9 @@ SCENARIOS = {
         _S("time_to_quality", "fits", "time_to_quality"),
         _S("sinekan_speed", "fits", "sinekan_speed", rounds=False),
         _S("native_fit", "fits", "native_fit", rounds=False),
-        _S("native_refit", "fits", "native_refit", rounds=False),
-        _S("native_steps", "fits", "native_steps", rounds=False),
-        _S("native_ceiling", "fits", "native_ceiling", rounds=False),
+        _S("native_refit", "fits", "native_probes", ("refit",), rounds=False),
+        _S("native_steps", "fits", "native_probes", ("steps",), rounds=False),
+        _S("native_ceiling", "fits", "native_probes", ("ceiling",), rounds=False),
         # collections
         _S("collection_warm", "collections", "collection_warm", baseline="dirs"),
         _S("large_runs", "collections", "large_runs"),
