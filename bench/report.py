@@ -8,6 +8,8 @@ A block is written between two markers; what is between them is replaced, the pr
 
 RUN is the result's name (bench/results/RUN.json); without it the scenario's latest row. The table comes from the
 harness's own markdown function on the stored figures (RENDER), so the page and the harness's log agree.
+`<!-- bench: latest -->` is the table of every scenario's latest row in the store: its family, run, date, machine
+and commit.
 """
 
 from __future__ import annotations
@@ -69,6 +71,27 @@ def block(row: dict) -> str:
     return f"{head}\n\n{table_of(row)}\n"
 
 
+def family_of(row: dict) -> str:
+    from .scenarios import SCENARIOS
+
+    sc = SCENARIOS.get(row["scenario"])
+    return row.get("family") or (sc.family if sc else "other")
+
+
+def latest_table(rows: list[dict]) -> str:
+    """Every scenario's latest row, by family (in bench.scenarios' order) and name."""
+    from .scenarios import FAMILIES
+
+    order = {f: i for i, f in enumerate([*FAMILIES, "other"])}
+    last = {name: store.latest(rows, name) for name in {row["scenario"] for row in rows}}
+    lines = ["| family | scenario | latest run | date | machine | commit |", "|---|---|---|---|---|---|"]
+    for name, row in sorted(last.items(), key=lambda kv: (order.get(family_of(kv[1]), len(order)), kv[0])):
+        m = row.get("machine") or {}
+        cells = [family_of(row), name, f"`{row['run']}`", row["date"], machine_line(m), f"`{row['commit']}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def regenerate(doc: Path, rows: list[dict]) -> int:
     """Rewrite every block of `doc` from `rows`; a block naming a run the store lacks is an error naming it."""
     text = doc.read_text(encoding="utf-8")
@@ -76,11 +99,14 @@ def regenerate(doc: Path, rows: list[dict]) -> int:
 
     def fill(m: re.Match) -> str:
         nonlocal count
+        opening = m.group(0).split("\n", 1)[0]
+        if m["scenario"] == "latest":
+            count += 1
+            return f"{opening}\n{latest_table(rows)}\n<!-- /bench -->"
         row = store.latest(rows, m["scenario"], m["run"])
         if row is None:
             raise ValueError(f"{doc}: block '{m['scenario']} {m['run'] or ''}' has no row in the store")
         count += 1
-        opening = m.group(0).split("\n", 1)[0]
         return f"{opening}\n{block(row)}<!-- /bench -->"
 
     new = MARK.sub(fill, text)

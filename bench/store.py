@@ -90,11 +90,10 @@ def read(path: Path = STORE) -> list[dict]:
 
 
 def latest(rows: list[dict], scenario: str, run: str | None = None) -> dict | None:
-    """The last row appended for the scenario (and run, if given)."""
-    for row in reversed(rows):
-        if row["scenario"] == scenario and (run is None or row.get("run") == run):
-            return row
-    return None
+    """The scenario's (and run's, if given) row of the latest date; of one date, the last appended."""
+    found = [(row.get("date") or "", i) for i, row in enumerate(rows) if row["scenario"] == scenario]
+    found = [(d, i) for d, i in found if run is None or rows[i].get("run") == run]
+    return rows[max(found)[1]] if found else None
 
 
 # -- importing the result files written before the store -------------------------------------------------------
@@ -109,12 +108,13 @@ def scenario_of(stem: str, names: list[str]) -> str:
 
 
 def recorded(path: Path) -> tuple[str, str]:
-    """(commit, date) of the commit that first added a result file; ('', '') if it was never committed."""
+    """(commit, date) of the first commit that has a result file (a merge that brought it in counts); ('', '') if it
+    was never committed."""
     when = "--date=format-local:%Y-%m-%d %H:%M UTC"
-    out = git("log", "--diff-filter=A", "--follow", "--format=%h %cd", when, "--", str(path))
+    out = git("log", "--reverse", "--format=%h %cd", when, "--", str(path))
     if not out:
         return "", ""
-    sha, _, date = out.splitlines()[-1].partition(" ")
+    sha, _, date = out.splitlines()[0].partition(" ")
     return sha, date
 
 

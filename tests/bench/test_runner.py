@@ -115,3 +115,20 @@ def test_bad_arguments_are_one_line_and_exit_2(args, message, tmp_path, capsys):
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_the_latest_row_is_the_latest_date_and_the_store_table_lists_each_scenario_once(tmp_path):
+    db = tmp_path / "store.jsonl"
+    day = {"cpu": "AMD EPYC", "cores": 2}
+    rows = [
+        store.make_row("peers", "peers-b", {"n": 2}, "", date="2026-12-07 10:00 UTC", commit="bbb", machine=day),
+        store.make_row("peers", "peers-a", {"n": 1}, "", date="2026-12-01 10:00 UTC", commit="aaa", machine=day),
+        store.make_row("rd", "rd", {"n": 3}, "", date="2026-12-02 10:00 UTC", commit="ccc", machine=day),
+    ]
+    store.append(rows, db)
+    got = store.read(db)
+    assert store.latest(got, "peers")["run"] == "peers-b" and store.latest(got, "peers", "peers-a")["commit"] == "aaa"
+    assert store.latest(got, "nosuch") is None
+    table = report.latest_table(got)
+    assert "| serving | peers | `peers-b` | 2026-12-07 10:00 UTC | AMD EPYC, 2 cores | `bbb` |" in table
+    assert table.index("| serving | peers") < table.index("| bytes | rd") and table.count("| peers |") == 1
