@@ -4,15 +4,24 @@ a 4 MP fit of the same mosaic on the same machine, then served under a memory bu
     python -m bench.giant make  --photos DIR --out /tmp/giant            # mosaic.jpg, 12,000 × 9,000
     python -m bench.giant fit   --work /tmp/giant [--block 4096]         # the 4 MP fit, then the blocked fit
     python -m bench.giant serve --work /tmp/giant [--budget 2GiB]        # PSNR, seams, tiles, RSS
+    python -m bench.giant block --work /tmp/giant [--sizes 2048 3072] [--repeats 5]   # the block size
 
 Each fit runs in a subprocess (`python -m training fit-image`, the `grid` preset's options, every pixel), timed,
 its peak RSS from the kernel (`ru_maxrss` of the child). Results: bench/results/giant.json (one key per step).
+
+`block`: one block of each size, cut from the mosaic and fitted as a fit job's piece is (`fit_piece`, the `grid`
+preset configured for the block's own pixels), each in a subprocess of its own: the fit's time, its PSNR, the export's
+graph (the packed dense-grid graph, or the traced GridSample one above grid_export.MAX_PACKED) and its parity with
+torch (the gate is 1e-5), the file's size; then onnxruntime's session load (median of `repeats`, as a cold tile pays
+it) and a warm 512² tile at native size in the block's middle. Results: bench/results/giant_block.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -26,6 +35,9 @@ from bench.giant_serve import TILE, serve
 from fitstore import PRESETS
 
 OUT = RESULTS / "giant.json"
+BLOCK_OUT = RESULTS / "giant_block.json"
+OVERLAP = 32  # a block's overlap on every side
+ORIGIN = (4800, 3636)  # where `block` cuts: the 4 MP reference's corner, across a border between two photos
 GRID = (5, 6)  # 12,000 × 9,000
 
 
@@ -92,6 +104,75 @@ def fit(work: Path, block: int, ref: bool) -> None:
     save(f"fit_block_{block}", {**giant, "ratio_s_per_mp_to_4mp": round(giant["s_per_mp"] / reference["s_per_mp"], 3)})
 
 
+def one_block(work: Path, block: int, repeats: int) -> dict:
+    """Fit, export and load one block of `block` px (plus the overlap on every side): run in its own process."""
+    import onnxruntime as ort
+
+    from commandline import OneLineParser
+    from modelrepo.blocks import BlockLayout
+    from training.blocks import fit_piece
+    from training.cli_image import add_image_options, fit_config
+    from training.encodings.grid_export import plan
+    from training.image_models import ImageINR
+    from training.regions import read_region
+
+    side = block + 2 * OVERLAP
+    img = read_region(work / "mosaic.tiled.tif", ORIGIN[0], ORIGIN[1], side, side)
+    parser = OneLineParser(prog="bench")
+    add_image_options(parser)
+    grid = PRESETS["grid"]
+    argv = ["--image", "astronaut", "--no-progress", "--protocol", "full", "--steps", str(grid["steps"])]
+    args = parser.parse_args([*argv, *grid["argv"]])  # as a fit job's piece: every pixel, the preset's steps
+    cfg = fit_config(args, dims=(side, side))
+    layout = BlockLayout.plan(side, side, side, 0)  # one block: the piece is this crop
+    t0 = time.perf_counter()
+    piece = fit_piece(cfg, layout, layout.blocks[0].file, img)
+    fit_s = time.perf_counter() - t0
+    dense = plan(ImageINR(cfg.model), "coords") is not None
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    loads, tiles = [], []
+    # a 512² tile at native size in the middle of the block: its pixel centres, in the block's [0, 1]²
+    ys, xs = np.mgrid[0:512, 0:512].astype(np.float32) + 0.5 + (side - 512) // 2
+    coords = np.stack([xs.ravel(), ys.ravel()], 1) / np.float32(side)
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sess = ort.InferenceSession(piece.onnx, sess_options=opts, providers=["CPUExecutionProvider"])
+        loads.append(time.perf_counter() - t)
+    sess.run(None, {"coords": coords})
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sess.run(None, {"coords": coords})
+        tiles.append(time.perf_counter() - t)
+    return {
+        "block": block,
+        "pixels": side * side,
+        "fit_s": round(fit_s, 1),
+        "s_per_mp": round(fit_s / (side * side / 1e6), 2),
+        "psnr": round(piece.metrics.get("full_psnr", piece.metrics.get("train_psnr")), 2),
+        "graph": "dense (packed corners)" if dense else "traced (GridSample)",
+        "parity": piece.export.get("max_abs_diff_vs_torch"),
+        "file_mb": round(len(piece.onnx) / 1e6, 1),
+        "load_ms_median": round(1000 * statistics.median(loads), 1),
+        "tile_512_ms_median": round(1000 * statistics.median(tiles), 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def block_sizes(work: Path, sizes: list[int], repeats: int) -> None:
+    """One block of each size, each fitted in a subprocess of its own (its peak RSS is the kernel's for it)."""
+    rows = []
+    for size in sizes:
+        cmd = [sys.executable, "-m", "bench.giant", "block", "--work", str(work), "--one", str(size)]
+        done = subprocess.run([*cmd, "--repeats", str(repeats)], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode:
+            rows.append({"block": size, "error": (done.stderr.strip().splitlines() or ["?"])[-1]})
+        else:
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        sys.stderr.write(json.dumps(rows[-1]) + "\n")
+    BLOCK_OUT.write_text(json.dumps({"rows": rows, "machine": machine()}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="bench.giant")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -106,11 +187,20 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--work", type=Path, default=Path("/tmp/giant"))
     s.add_argument("--budget", default="2GiB")
     s.add_argument("--model", default="giant4096", help="the blocked model under WORK/models")
+    b = sub.add_parser("block")
+    b.add_argument("--work", type=Path, default=Path("/tmp/giant"), help="make's folder (mosaic.tiled.tif)")
+    b.add_argument("--sizes", type=int, nargs="+", default=[2048, 3072])
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child: one size
     a = p.parse_args(argv)
     if a.cmd == "make":
         make(a.photos, a.out)
     elif a.cmd == "fit":
         fit(a.work, a.block, a.ref)
+    elif a.cmd == "block" and a.one:
+        sys.stdout.write(json.dumps(one_block(a.work, a.one, a.repeats)) + "\n")
+    elif a.cmd == "block":
+        block_sizes(a.work, a.sizes, a.repeats)
     else:
         save(f"serve_{a.model}_{a.budget}", serve(a.work, a.budget, a.model))
 

@@ -98,7 +98,7 @@ SCENARIOS = {
         _S("blocks", "giants", "blocks", ("compare",)),
         _S("blocks-memory", "giants", "blocks", ("memory",), rounds=False),
         _S("giant", "giants", "giant", ("serve",), rounds=False),
-        _S("giant_block", "giants", "giant_block", rounds=False),
+        _S("giant_block", "giants", "giant", ("block",), rounds=False),
         # digits
         _S("digits_official", "digits", "digits_official", rounds=False),
         _S("digits_threshold", "digits", "digits_threshold", rounds=False),

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from .common import RESULTS, ROOT, commit_of, git, machine
+from .scenarios import SCENARIOS
 
 STORE = RESULTS / "store.jsonl"
 FIELDS = ("scenario", "run", "commit", "machine", "date", "command", "source", "digest", "figures")
@@ -100,11 +101,11 @@ def latest(rows: list[dict], scenario: str, run: str | None = None) -> dict | No
 
 
 def scenario_of(stem: str, names: list[str]) -> str:
-    """The harness that wrote bench/results/STEM.json: the longest module name STEM starts with
-    ('peers-issue56' → peers, 'grpc-http-x' → grpc_http), else the stem's first word."""
+    """The scenario or harness that wrote bench/results/STEM.json: the longest name STEM starts with, '-' and '_'
+    alike ('peers-issue56' → peers, 'collection-cold-x' → collection-cold), else the stem's first word."""
     key = stem.replace("-", "_")
-    best = max((n for n in names if key == n or key.startswith(n + "_")), key=len, default="")
-    return best or key.split("_")[0]
+    fits = [n for n in names if key == n.replace("-", "_") or key.startswith(n.replace("-", "_") + "_")]
+    return max(fits, key=len, default="") or key.split("_")[0]
 
 
 def recorded(path: Path) -> tuple[str, str]:
@@ -135,7 +136,7 @@ def digest_of(text: str) -> str:
 def import_results(results: Path = RESULTS, store: Path = STORE, names: list[str] | None = None) -> int:
     """Rows for every bench/results/*.json and every line of *.jsonl not yet in the store (a file whose
     content changed comes in again); their own dates where they recorded one, else the commit's."""
-    names = names or sorted(p.stem for p in (ROOT / "bench").glob("*.py"))
+    names = names or sorted({p.stem for p in (ROOT / "bench").glob("*.py")} | set(SCENARIOS))
     have = {(r.get("source"), r.get("digest")) for r in read(store)}
     rows = []
     for path in sorted(results.glob("*.json")) + sorted(results.glob("*.jsonl")):
