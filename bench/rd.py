@@ -5,13 +5,15 @@ trained once (bench.model_bytes.trained: the weights kept in --work) and finishe
 each --targets PSNR, once per --codes table code (the Rice code; the context code, modelrepo/ctxcode.py): every
 point is the file's bytes and the PSNR of its render rounded to 8 bits, as a tile is. Beside them, the photo's
 pixels through each codec at each quality: Pillow's JPEG 4:4:4 and 4:2:0, WebP (method 6), AVIF and JPEG 2000, and
-JPEG XL by imagecodecs when it is installed.
+JPEG XL by imagecodecs when it is installed. With --lambdas, the same weights are also fine-tuned for rate at each
+λ (`--grid-rd-lambda`, training/encodings/grid_rd.py; --rd-steps) and coded with the context code: `grid-rd`.
 
 The BD-rate (`bd_rate`) is Bjøntegaard's delta rate with piecewise cubic (PCHIP) interpolation of log-bytes against
 PSNR, as JVET's common test conditions compute it: the mean gap in log-bytes over the PSNR range both curves cover,
 within --range (34–46 dB by default), as a percentage (negative: fewer bytes than the anchor, JPEG 4:4:4).
 
     python -m bench.rd --photos /tmp/kleiber.png --targets 36,40,44 --work /tmp/rd
+    python -m bench.rd --photos /tmp/kleiber.png --codes ans --lambdas 1e-4,1e-3,1e-2 --work /tmp/rd
 """
 
 from __future__ import annotations
@@ -119,6 +121,27 @@ def model_points(cfg, img, state, code: str, targets: list[float]) -> list[dict]
     return rows
 
 
+def rd_points(cfg, img, state, lambdas: list[float], steps: int) -> list[dict]:
+    """The model fine-tuned for rate at each λ (training/encodings/grid_rd.py), its tables in the context code."""
+    from training.fit_image import evaluate, finish, image_file
+    from training.image_models import ImageINR
+
+    pixels, rows = np.round(img * 255).astype(np.uint8), []
+    for lam in lambdas:
+        enc = dataclasses.replace(cfg.model.encoding, table_code="ans", rd_lambda=lam, rd_steps=steps)
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, encoding=enc))
+        model = ImageINR(c.model)
+        model.load_state_dict(state)
+        history: dict = {}
+        model = finish(model.eval(), c, img, history)
+        data, _ = image_file(model, c, [img.shape[1], img.shape[0]])
+        render = np.round(np.clip(evaluate(model, img, c.protocol)[1], 0, 1) * 255).astype(np.uint8)
+        row = {"kind": "grid-rd", "lambda": lam, "rd_steps": steps, "bytes": len(data), "psnr": psnr8(render, pixels)}
+        rows.append({**row, "rd_seconds": history["rd"]["seconds"]})
+        log.info("rd λ %g: %d bytes, %.2f dB, %.0f s", lam, len(data), row["psnr"], history["rd"]["seconds"])
+    return rows
+
+
 def run(args) -> dict:
     args.work.mkdir(parents=True, exist_ok=True)
     photos = []
@@ -128,6 +151,7 @@ def run(args) -> dict:
         rows = codecs(np.round(img * 255).astype(np.uint8), args.qualities)
         for code in args.codes:
             rows += model_points(cfg, img, state, code, args.targets)
+        rows += rd_points(cfg, img, state, args.lambdas, args.rd_steps)
         points = {}
         for r in rows:
             if "bytes" in r:
@@ -186,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.rd", description=__doc__.split("\n\n")[0])
     p.add_argument("--photos", required=True, type=lambda s: [Path(x) for x in s.split(",")])
     p.add_argument("--targets", default="36,40,44", type=lambda s: [float(x) for x in s.split(",") if x])
-    p.add_argument("--codes", default="rice,ans", type=lambda s: s.split(","))
+    p.add_argument("--codes", default="rice,ans", type=lambda s: [x for x in s.split(",") if x])
+    p.add_argument("--lambdas", default="", type=lambda s: [float(x) for x in s.split(",") if x])
+    p.add_argument("--rd-steps", type=int, default=300)
     p.add_argument("--range", default="34,46", type=lambda s: tuple(float(x) for x in s.split(",")))
     p.add_argument("--steps", type=int, default=280)
     p.add_argument("--max-pixels", type=int, default=25_000_000)

@@ -17,7 +17,7 @@ Torch-free and service-free: the API and the workers both import it; it imports 
 """
 
 from .dedupe import Duplicate
-from .presets import DEFAULT_PRESET, PRESETS, TARGET_BYTES, TARGET_PSNR
+from .presets import DEFAULT_PRESET, PRESETS, RD_LAMBDA, TARGET_BYTES, TARGET_PSNR
 from .recovery import MAX_FAILURES
 from .store import FINISHED, STATES, FitStore, JobFinished, NameTaken, QueueFull, new_id, worker_id
 from .urls import DEFAULT, StoreError, StoreUrl, check_url
@@ -32,6 +32,7 @@ __all__ = [
     "STATES",
     "TARGET_BYTES",
     "TARGET_PSNR",
+    "RD_LAMBDA",
     "FitStore",
     "JobFinished",
     "NameTaken",

@@ -25,7 +25,7 @@ PRESETS: dict[str, dict] = {
         ],
         "steps": 280,
         "size": None,
-        "targets": True,  # takes target_bytes or target_psnr (the grid's rate control, training/encodings/grid_rate.py)
+        "targets": True,  # takes target_bytes, target_psnr (grid_rate.py) or rd_lambda (grid_rd.py)
         "doc": "a multiresolution grid (instant-ngp: 8 dense levels of 8-bit tables within 1.45 bytes per pixel, "
         "the finest the luma on the native pixels, 7 coarser ones of 2 features) under a 15→32→3 MLP, "
         "started from the image's pyramid, at the upload's native size (docs/benchmarks.md, native_fit)",
@@ -53,3 +53,5 @@ DEFAULT_PRESET = "grid"
 # a byte target's range (fit-image --target-bytes, POST /v1/fits target_bytes): a model file has a head and a graph
 TARGET_BYTES = (1024, 1 << 40)
 TARGET_PSNR = 100.0  # dB, the most a PSNR target may ask (training.metrics.PSNR_CAP_DB)
+# the quality as a rate–distortion trade-off (fit-image --grid-rd-lambda, POST /v1/fits rd_lambda; grid_rd.py)
+RD_LAMBDA = (1e-7, 1.0)

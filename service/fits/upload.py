@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from fitstore import DEFAULT_PRESET, TARGET_BYTES, TARGET_PSNR
+from fitstore import DEFAULT_PRESET, RD_LAMBDA, TARGET_BYTES, TARGET_PSNR
 from modelrepo import NAME_RE, Repository, SpecError, StorageUnavailable, read_spec
 
 from ..errors import BadInput, Conflict, InvalidOption, RepositoryUnavailable, ServiceError, TooLarge
@@ -49,6 +49,7 @@ FIELDS = (
     "blocks",
     "target_bytes",  # the model file's bytes at most, or its PSNR at least (the grid preset's rate control)
     "target_psnr",
+    "rd_lambda",  # or its quality as a rate–distortion trade-off (training/encodings/grid_rd.py)
     "access",  # the new model's policy, as config.pbtxt's parameters (service/auth/fitaccess.py)
     "access_scopes",
     "access_substitute",
@@ -213,7 +214,16 @@ def targets(form: dict, preset: dict, name: str, blocks: str) -> dict:
         raise InvalidOption(f"preset {name!r} takes no target_bytes or target_psnr; the grid preset does")
     if target_bytes is not None and blocks == "always":
         raise InvalidOption("target_bytes is for one model; with blocks=always give target_psnr (each block meets it)")
-    return {k: v for k, v in (("target_bytes", target_bytes), ("target_psnr", target_psnr)) if v is not None}
+    rd_lambda = as_float(form, "rd_lambda", 0.0, RD_LAMBDA[1])
+    if rd_lambda is not None:
+        if rd_lambda < RD_LAMBDA[0]:
+            raise InvalidOption(f"rd_lambda must be in {RD_LAMBDA[0]:g} … {RD_LAMBDA[1]:g}, got {rd_lambda:g}")
+        if target_bytes is not None or target_psnr is not None:
+            raise InvalidOption("rd_lambda sets the quality itself: give it or a target_bytes or target_psnr, not both")
+        if not preset.get("targets"):
+            raise InvalidOption(f"preset {name!r} takes no rd_lambda; the grid preset does")
+    given = (("target_bytes", target_bytes), ("target_psnr", target_psnr), ("rd_lambda", rd_lambda))
+    return {k: v for k, v in given if v is not None}
 
 
 def as_float(form: dict, field: str, above: float, high: float) -> float | None:

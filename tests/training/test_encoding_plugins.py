@@ -169,6 +169,8 @@ def test_the_flat_form_reads_into_the_typed_config_of_the_encoding_named(tiny):
     assert grid.to_dict() == {
         **{k: v for k, v in old.items() if k.startswith("grid_") or k in ("name", "in_dim", "seed", "image_size")},
         "grid_table_code": "rice",  # what every file before the context code (modelrepo/ctxcode.py) was coded by
+        "grid_rd_lambda": 0.0,  # and rounded for its rate, not trained for it (grid_rd.py)
+        "grid_rd_steps": 300,
     }
     assert EncodingConfig(name="tiny", tiny_width=2, features=64) == TinyConfig(width=2)  # features: not its own
     with pytest.raises(UsageError, match="unknown option.*tiny_widht"):

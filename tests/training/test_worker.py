@@ -121,6 +121,22 @@ def test_a_job_keeps_its_psnr_target_and_one_it_cannot_meet_keeps_the_closest_mo
     assert rate["native_levels"] == 255 and rate["target_psnr_missed"] is True
 
 
+def test_a_job_with_a_quality_is_trained_for_rate_through_the_worker(place):
+    """rd_lambda (POST /v1/fits) reaches fit-image's rate–distortion fine-tune (grid_rd.py) through the worker: the
+    model's metadata records it, and a larger λ makes fewer table bytes."""
+    store, models, start = place
+    start()
+    sizes = {}
+    for name, lam in (("fine", 1e-4), ("coarse", 1e-2)):
+        job = submit(store, name, image=png(photo(60, 24)), preset="grid", size=None, steps=30, rd_lambda=lam)
+        rec = wait_finished(store, job["id"])
+        assert rec["state"] == "succeeded", rec
+        training = json.loads((models / name / "1" / "metadata.json").read_text())["training"]
+        assert training["rd"]["lambda"] == lam and "native_refit" not in training
+        sizes[name] = training["rd"]["estimated_bits_per_pixel"]
+    assert sizes["coarse"] < sizes["fine"]
+
+
 def test_cancel_of_a_running_fit_writes_nothing(place):
     store, models, start = place
     start()

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fitstore.presets import RD_LAMBDA
+
 from ..errors import UsageError
 from .base import EncodingConfig, OptionError
 
@@ -50,6 +52,8 @@ LIMITS = {
     "base": (1, 32768),
     "finest": (1, 32768),
     "bytes_per_pixel": (0.01, 64.0),
+    "rd_lambda": RD_LAMBDA,
+    "rd_steps": (1, 100_000),
 }
 TABLE_BITS = (8, 16)
 TABLE_CODES = ("rice", "ans")  # grid_code.py
@@ -74,16 +78,18 @@ class GridConfig(EncodingConfig):
     bytes_per_pixel: float = 1.45  # tables; with the head and the graph a 4 MP file is about 1.46 B/px
     table_bits: int = 16  # bits per table entry in the file: 16 (float16) or 8 (encodings/grid_quant.py)
     table_code: str = "rice"  # how 8-bit tables are coded in the file: rice (any onnxruntime) or ans (grid_code.py)
+    rd_lambda: float = 0.0  # > 0: tables fine-tuned on error + λ·rate instead of the rate control (grid_rd.py)
+    rd_steps: int = 300
 
 
 # The messages name each option by its flag, as tests/training/test_grid.py and test_grid_refit.py expect of this
 # module; OptionError.option is the option itself.
-def check_range(what: str, value: float, allow_zero: bool = False) -> None:
+def check_range(what: str, value: float, allow_zero: bool = False, zero: str = "derived") -> None:
     lo, hi = LIMITS[what]
     if allow_zero and value == 0:
         return
     if not (lo <= value <= hi) or (isinstance(value, float) and not math.isfinite(value)):
-        zero = " (or 0: derived)" if allow_zero else ""
+        zero = f" (or 0: {zero})" if allow_zero else ""
         raise OptionError(
             "grid", what, f"must be in {lo:g}..{hi:g}{zero}, got {value:g}", subject=f"--grid-{what.replace('_', '-')}"
         )
@@ -98,6 +104,10 @@ def validate_options(cfg: GridConfig) -> None:
     check_range("base", cfg.base)
     check_range("finest", cfg.finest, allow_zero=True)
     check_range("bytes_per_pixel", float(cfg.bytes_per_pixel))
+    check_range("rd_lambda", float(cfg.rd_lambda), allow_zero=True, zero="off")
+    check_range("rd_steps", cfg.rd_steps)
+    if cfg.rd_lambda and cfg.table_bits != 8:
+        raise OptionError("grid", "rd_lambda", "needs --grid-table-bits 8", subject="--grid-rd-lambda")
     if cfg.table_code not in TABLE_CODES:
         codes = ", ".join(TABLE_CODES)
         raise OptionError(
@@ -238,10 +248,12 @@ class MultiresGrid(nn.Module):
     def entries(self) -> int:
         return sum(p.numel() for p in self.tables)
 
-    def forward(self, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, v: torch.Tensor, tables: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """`tables`: read these instead of the model's own (the rate–distortion fine-tune's noisy ones, grid_rd.py)."""
         grid = (v * 2 - 1).reshape(1, 1, -1, 2)
         out = []
-        for table, (rx, ry), dense, f in zip(self.tables, self.sizes, self.dense, self.level_features):
+        own = self.tables if tables is None else tables
+        for table, (rx, ry), dense, f in zip(own, self.sizes, self.dense, self.level_features):
             if dense:
                 s = F.grid_sample(table, grid, mode="bilinear", padding_mode="border", align_corners=False)
                 out.append(s.reshape(f, -1).t())

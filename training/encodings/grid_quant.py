@@ -40,7 +40,35 @@ def exact_8bit(table: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         q = (table - low).div_(scale).round_().clamp_(0, levels)  # in place: a native level's copies are 4 B/px
         if torch.equal((q * scale).add_(low), table):
             return q.numpy().astype(np.uint8), scale.numpy().astype(np.float32), low.numpy().astype(np.float32)
-    return None
+    return lattice_8bit(table)
+
+
+def lattice_8bit(table: torch.Tensor, tries: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(q, scale, low) of a dense table whose channels each sit on their own lattice of at most 256 points (the
+    rate–distortion fine-tune's, grid_rd.py: a step and a number of steps per channel); None for any other."""
+    if table.dim() != 4 or table.dtype != torch.float32:
+        return None
+    qs, scales, lows = [], [], []
+    for c in range(table.shape[1]):
+        ch = table[:, c]
+        values = torch.unique(ch)
+        low, gap = values[0], (values[1:] - values[:-1]).min() if len(values) > 1 else torch.tensor(1.0)
+        for n in range(1, tries + 1):
+            scale = gap / n
+            q = torch.round((ch - low) / scale)
+            if float(q.max()) <= LEVELS and torch.equal((q * scale).add_(low), ch):
+                break
+        else:
+            return None
+        qs.append(q)
+        scales.append(float(scale))
+        lows.append(float(low))
+    shape = (1, table.shape[1], 1, 1)
+    return (
+        torch.stack(qs, dim=1).numpy().astype(np.uint8),
+        np.array(scales, np.float32).reshape(shape),
+        np.array(lows, np.float32).reshape(shape),
+    )
 
 
 def coarser_levels(table: torch.Tensor) -> list[int]:

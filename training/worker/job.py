@@ -88,6 +88,7 @@ def fit_args(options: dict, image_path: Path, device: str, steps: int | None = N
         *preset["argv"],
         *(["--target-bytes", str(options["target_bytes"])] if options.get("target_bytes") is not None else []),
         *(["--target-psnr", repr(options["target_psnr"])] if options.get("target_psnr") is not None else []),
+        *(["--grid-rd-lambda", repr(options["rd_lambda"])] if options.get("rd_lambda") is not None else []),
     ]
     parser = OneLineParser(prog="fit job")
     add_image_options(parser)

@@ -86,12 +86,14 @@ def test_a_target_is_in_the_record_as_given_and_goes_to_fit_image(api):
     for fields, expected in (
         ({"target_bytes": "250000"}, {"target_bytes": 250000}),
         ({"target_psnr": "41.5"}, {"target_psnr": 41.5}),
+        ({"rd_lambda": "0.001"}, {"rd_lambda": 0.001}),
     ):
         rec = upload(api, small, **fields).json()
         assert {k: rec["options"][k] for k in expected} == expected
-        assert not {"target_bytes", "target_psnr"} - set(expected) & set(rec["options"])
+        assert not {"target_bytes", "target_psnr", "rd_lambda"} - set(expected) & set(rec["options"])
         args = fit_args(rec["options"], Path("photo.png"), "cpu")
         assert (args.target_bytes, args.target_psnr) == (expected.get("target_bytes"), expected.get("target_psnr"))
+        assert args.grid_rd_lambda == expected.get("rd_lambda", 0.0)
         assert api.delete(rec["links"]["self"]).status_code == 200
 
 
@@ -189,6 +191,12 @@ BAD = [  # (file, fields, status, words in the error)
     (None, {"target_bytes": 10**6, "target_psnr": 40}, 422, ["give one target, not both"]),
     (None, {"target_psnr": 40, "preset": "fourier"}, 422, ["preset 'fourier' takes no target_bytes"]),
     (None, {"target_bytes": 10**6, "blocks": "always"}, 422, ["target_bytes is for one model", "target_psnr"]),
+    (None, {"rd_lambda": "0"}, 422, ["rd_lambda must be more than 0 and at most 1"]),
+    (None, {"rd_lambda": "1e-9"}, 422, ["rd_lambda must be in 1e-07 … 1, got 1e-09"]),
+    (None, {"rd_lambda": "nan"}, 422, ["rd_lambda must be more than 0"]),
+    (None, {"rd_lambda": "sharp"}, 422, ["rd_lambda must be a number"]),
+    (None, {"rd_lambda": "0.001", "target_psnr": 40}, 422, ["rd_lambda sets the quality itself"]),
+    (None, {"rd_lambda": "0.001", "preset": "fourier"}, 422, ["preset 'fourier' takes no rd_lambda"]),
 ]
 
 
@@ -231,6 +239,12 @@ BAD = [  # (file, fields, status, words in the error)
         "targets-both",
         "target-fourier",
         "target-bytes-blocks",
+        "rd-lambda-0",
+        "rd-lambda-small",
+        "rd-lambda-nan",
+        "rd-lambda-text",
+        "rd-lambda-with-target",
+        "rd-lambda-fourier",
     ],
 )
 def test_bad_input_gets_a_4xx_naming_the_problem_and_queues_nothing(
