@@ -19,13 +19,14 @@ commit, the baselines' commits, the machine (lscpu), the date and the command.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from commandline import OneLineParser
 
 from . import store
 from .common import RESULTS, ROOT, TREES, checkout
@@ -41,7 +42,7 @@ def snapshot(folder: Path) -> dict[Path, tuple[int, int]]:
 
 def harness_command(sc, trees: list[tuple[str, Path, str]], rounds: int | None, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", f"bench.{sc.module}", *sc.args]
-    for ref, tree, sha in trees:
+    for _, tree, _ in trees:
         cmd += ["--baseline", str(tree)]
     if rounds is not None:
         cmd += ["--rounds", str(rounds)]
@@ -81,24 +82,29 @@ def run(args, parser) -> int:
         if before.get(path) == stamp:
             continue
         text = path.read_text(encoding="utf-8")
-        figures = (
-            [json.loads(x) for x in text.splitlines() if x.strip()] if path.suffix == ".jsonl" else json.loads(text)
-        )
+        try:
+            lines = [x for x in text.splitlines() if x.strip()]
+            figures = [json.loads(x) for x in lines] if path.suffix == ".jsonl" else json.loads(text)
+        except json.JSONDecodeError as e:
+            parser.error(f"{sc.module} wrote {path}, which is not JSON ({e.msg}); nothing stored")
         rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
         row = store.make_row(sc.name, path.stem, figures, typed, rel, digest=store.digest_of(text))
         row["family"], row["harness"] = sc.family, shlex.join(["python", *cmd[1:]])
         row["baselines"] = {ref: sha for ref, _, sha in trees}
         rows.append(row)
+    if not rows:
+        print(f"bench: {sc.module} wrote no result file under {watch}; nothing stored", file=sys.stderr)
+        return 1
     store.append(rows, Path(args.store))
     print(f"bench: {len(rows)} result(s) of {sc.name} stored in {args.store}", file=sys.stderr)
-    return 0 if rows else 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     head = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("scenario", help="a scenario (`list` names them), or: list, import, report")
     p.add_argument("--baseline", action="append", default=[], help="a checkout folder or git ref (repeatable)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (the harness's default if not given)")
@@ -115,18 +121,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{fam} ({what}):\n  {' '.join(names)}")
         print("* takes --baseline")
         return 0
-    if args.scenario == "import":
-        n = store.import_results(Path(args.watch), Path(args.store))
-        print(f"bench: {n} row(s) imported into {args.store}", file=sys.stderr)
-        return 0
-    if args.scenario == "report":
-        from .report import regenerate
+    try:
+        if args.scenario == "import":
+            n = store.import_results(Path(args.watch), Path(args.store))
+            print(f"bench: {n} row(s) imported into {args.store}", file=sys.stderr)
+            return 0
+        if args.scenario == "report":
+            from .report import regenerate
 
-        rows = store.read(Path(args.store))
-        docs = [Path(d) for d in args.doc] or PAGES
-        changed = sum(regenerate(doc, rows) for doc in docs)
-        print(f"bench: {changed} block(s) regenerated in {len(docs)} page(s)", file=sys.stderr)
-        return 0
+            docs = [Path(d) for d in args.doc] or PAGES
+            changed = regenerate(docs, store.read(Path(args.store)))
+            print(f"bench: {changed} block(s) regenerated in {len(docs)} page(s)", file=sys.stderr)
+            return 0
+    except (ValueError, OSError) as e:  # a store line or result file that is not JSON, a block with no row
+        p.error(str(e))
     return run(args, p)
 
 

@@ -193,7 +193,9 @@ def checkout(ref: str, trees: Path = TREES) -> tuple[Path, str]:
             return path, path.name
         top = git("rev-parse", "--show-toplevel", cwd=path)
         return path, commit_of(path) if top and Path(top).resolve() == path else "unknown"
-    sha = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    sha = (
+        "" if ref.startswith("-") else git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    )
     if not sha:
         raise ValueError(f"--baseline {ref!r} is neither a folder nor a commit of this repository")
     tree = trees / sha[:12]

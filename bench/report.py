@@ -92,26 +92,32 @@ def latest_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def regenerate(doc: Path, rows: list[dict]) -> int:
-    """Rewrite every block of `doc` from `rows`; a block naming a run the store lacks is an error naming it."""
+def render(doc: Path, rows: list[dict]) -> tuple[str, int]:
+    """`doc`'s text with every block filled from `rows`, and how many; a block naming a run the store lacks is an
+    error naming it."""
     text = doc.read_text(encoding="utf-8")
     count = 0
 
     def fill(m: re.Match) -> str:
         nonlocal count
         opening = m.group(0).split("\n", 1)[0]
+        count += 1
         if m["scenario"] == "latest":
-            count += 1
             return f"{opening}\n{latest_table(rows)}\n<!-- /bench -->"
         row = store.latest(rows, m["scenario"], m["run"])
         if row is None:
             raise ValueError(f"{doc}: block '{m['scenario']} {m['run'] or ''}' has no row in the store")
-        count += 1
         return f"{opening}\n{block(row)}<!-- /bench -->"
 
-    new = MARK.sub(fill, text)
-    if new != text:
-        tmp = doc.with_suffix(".md.tmp")
-        tmp.write_text(new, encoding="utf-8")
-        tmp.replace(doc)
-    return count
+    return MARK.sub(fill, text), count
+
+
+def regenerate(docs: list[Path], rows: list[dict]) -> int:
+    """Rewrite the blocks of every page from `rows`, all or none: every page is rendered before any is written."""
+    rendered = [(doc, *render(doc, rows)) for doc in docs]
+    for doc, text, _ in rendered:
+        if text != doc.read_text(encoding="utf-8"):
+            tmp = doc.with_suffix(".md.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(doc)
+    return sum(count for _, _, count in rendered)

@@ -70,13 +70,22 @@ def test_import_keeps_each_result_once_with_its_own_date(tmp_path):
         store.import_results(results, db, names)
 
 
-def test_a_block_naming_a_run_the_store_lacks_is_an_error_and_the_page_is_left_alone(tmp_path):
-    doc = tmp_path / "page.md"
-    text = "<!-- bench: peers peers-nowhere -->\nkept\n<!-- /bench -->\n"
-    doc.write_text(text)
-    with pytest.raises(ValueError, match="peers peers-nowhere"):
-        report.regenerate(doc, [])
-    assert doc.read_text() == text
+def test_a_block_naming_a_run_the_store_lacks_is_one_line_and_no_page_is_written(tmp_path, capsys):
+    db = tmp_path / "store.jsonl"
+    store.append([store.make_row("rd", "rd", {"table": "| a |"}, "", date="2026-12-07 10:00 UTC", commit="c")], db)
+    good, bad = tmp_path / "a.md", tmp_path / "b.md"
+    good.write_text("<!-- bench: latest -->\nold\n<!-- /bench -->\n")
+    bad.write_text("<!-- bench: peers peers-nowhere -->\nkept\n<!-- /bench -->\n")
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--doc", str(good), "--doc", str(bad), "--store", str(db)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "block 'peers peers-nowhere' has no row" in err
+    assert "old" in good.read_text() and "kept" in bad.read_text()  # all pages or none
+    assert main(["report", "--doc", str(good), "--store", str(db)]) == 0 and "| bytes | rd |" in good.read_text()
+    db.write_text("not json\n")
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--doc", str(good), "--store", str(db)])
+    assert e.value.code == 2 and "store.jsonl:1: not JSON" in capsys.readouterr().err
 
 
 def test_a_git_ref_baseline_is_exported_once_and_passed_to_the_harness(tmp_path):
@@ -105,6 +114,7 @@ def test_a_folder_baseline_inside_this_checkout_is_not_taken_for_its_commit(tmp_
         (["roofline", "--baseline", "HEAD"], "takes at most 0 --baseline"),
         (["floor", "--baseline", "HEAD", "--baseline", "HEAD~1"], "takes at most 1 --baseline"),
         (["peers", "--baseline", "no-such-ref-xyz"], "neither a folder nor a commit"),
+        (["peers", "--baseline=--output=/tmp/x"], "neither a folder nor a commit"),
         (["peers", "--rounds", "0"], "needs at least 1"),
         (["roofline", "--rounds", "3"], "has no rounds"),
     ],
@@ -132,3 +142,9 @@ def test_the_latest_row_is_the_latest_date_and_the_store_table_lists_each_scenar
     table = report.latest_table(got)
     assert "| serving | peers | `peers-b` | 2026-12-07 10:00 UTC | AMD EPYC, 2 cores | `bbb` |" in table
     assert table.index("| serving | peers") < table.index("| bytes | rd") and table.count("| peers |") == 1
+
+
+def test_a_harness_that_fails_stores_nothing_and_its_exit_code_is_the_runners(tmp_path):
+    db = tmp_path / "store.jsonl"
+    out = bench("sinekan_speed", "--store", str(db), "--watch", str(tmp_path), "--", "--no-such-option")
+    assert out.returncode == 2 and "nothing stored" in out.stderr and not db.exists()
