@@ -18,7 +18,6 @@ from .common import RESULTS, ROOT, commit_of, git, machine
 from .scenarios import SCENARIOS
 
 STORE = RESULTS / "store.jsonl"
-FIELDS = ("scenario", "run", "commit", "machine", "date", "command", "source", "digest", "figures")
 LSCPU = {
     "cpu": "Model name",
     "cpus": "CPU(s)",
