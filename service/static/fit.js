@@ -68,6 +68,7 @@ export class FitPanel {
     this.source = null;
     this.trainPsnr = null;
     this.etaFrom = null;
+    this.cancelling = false;   // a cancel was asked for: the fit ends at its worker's next check, no ETA
     this.previews = 0;
     this.bind();
     this.setState("idle");
@@ -179,13 +180,14 @@ export class FitPanel {
     const parts = [`${done} of ${p.total} pieces done`];
     if (p.running) parts.push(`${p.running} fitting`);
     if (p.failed) parts.push(`${p.failed} failed`);
-    this.say(`fitting in blocks: ${parts.join(" · ")}`);
+    if (!this.cancelling) this.say(`fitting in blocks: ${parts.join(" · ")}`);
   }
 
   // Show a job and subscribe to its events; EventSource reconnects by itself after a dropped
   // connection, sending Last-Event-ID, and the service resumes the stream after it.
   follow(record) {
     this.record = record;
+    this.cancelling = Boolean(record.cancel_requested);
     sessionStorage.setItem(KEY, record.links.self);
     this.setBusy(true);
     this.job.hidden = false;
@@ -221,6 +223,7 @@ export class FitPanel {
     clearInterval(this.etaTimer);
     this.etaTimer = null;
     this.etaFrom = null;
+    this.showEta();   // the job's last train PSNR stays; its ETA goes
   }
 
   progress(d) {
@@ -231,7 +234,7 @@ export class FitPanel {
     this.bar.setAttribute("aria-valuetext", steps ? `step ${step} of ${steps}` : "waiting");
     this.stepText.textContent = steps ? `${step} / ${steps}` : "";
     this.trainPsnr = typeof d.psnr === "number" ? d.psnr : null;
-    this.etaFrom = typeof d.eta_s === "number" && Number.isFinite(d.eta_s)
+    this.etaFrom = !this.cancelling && typeof d.eta_s === "number" && Number.isFinite(d.eta_s)
       ? { s: d.eta_s, at: performance.now() } : null;
     this.showEta();
   }
@@ -263,8 +266,8 @@ export class FitPanel {
         this.previewCaption.textContent = data.pieces ? "preview of the whole image (the overview)"
           : `preview, step ${data.step}`;
       }
-      if (data.pieces) this.showPieces(data.pieces);
-      else if (this.message.textContent !== "fitting…") this.say("fitting…");
+      if (data.pieces) this.showPieces(data.pieces);   // until the worker stops, "cancelling…" stays said
+      else if (!this.cancelling && this.message.textContent !== "fitting…") this.say("fitting…");
     } else if (type === "split") {   // in blocks: its pieces are jobs of their own (docs/fits.md)
       this.setState("running");
       this.showPieces({ total: data.pieces, succeeded: 0 });
@@ -346,6 +349,9 @@ export class FitPanel {
     this.say("cancelling…");
     try {
       const record = await fitRecord(this.record.links.self, "DELETE");
+      this.cancelling = true;   // the worker stops at its next check: the ETA to the last step means nothing now
+      this.etaFrom = null;
+      this.showEta();
       if (record.state === "cancelled" && this.source) this.finish("cancelled");
     } catch (err) {
       this.cancelButton.disabled = false;

@@ -123,6 +123,9 @@ def serve_jobs(args: argparse.Namespace) -> int:
     if args.log_level not in LOG_LEVELS:  # from INR_LOG_LEVEL, which argparse's choices do not check
         raise UsageError(f"--log-level / INR_LOG_LEVEL: {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     logging.getLogger().setLevel(args.log_level.upper())  # the worker talks: a line per job's start, piece, end
+    # libvips' own notes ("threadpool completed with 2 workers", one per region read) reach pyvips' logger at INFO:
+    # only its warnings, unless the worker logs at debug
+    logging.getLogger("pyvips").setLevel(logging.DEBUG if args.log_level == "debug" else logging.WARNING)
     cache = private_folders(args)
     start_traces()
     stopping = threading.Event()

@@ -8,7 +8,7 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +61,7 @@ class JobContext:
     stopping: object = None  # a threading.Event set on SIGTERM
     uploads: Path | str = Path(uploads.DEFAULT)  # INR_FIT_UPLOADS: the uploads kept as files, or their bucket
     memory: int = sizing.DEFAULT  # INR_FIT_WORKER_MEMORY: one model or blocks (training/worker/memory.py)
+    then: list = field(default_factory=list)  # what runs once a job's end is logged: a publish (pieces.after_piece)
 
     def __post_init__(self):
         if not isinstance(self.models, Repository):
@@ -189,11 +190,17 @@ def run_job(ctx: JobContext, job_id: str, attempt: int) -> dict | None:
 
 
 def run_claimed(ctx: JobContext, rec: dict) -> dict | None:
-    """Fit the claimed job and end it; its start and its end are one log line each (INFO; a failure a WARNING)."""
+    """Fit the claimed job and end it; its start and its end are one log line each (INFO; a failure a WARNING).
+    Then what the job left to run after its end (`ctx.then`: the publish its last piece claimed), whose lines come
+    after the job's own."""
     log.info("fit %s: %s", rec["id"], what(rec))
     start = time.monotonic()
-    done = fit_and_end(ctx, rec)
-    said(rec, done, time.monotonic() - start)
+    try:
+        done = fit_and_end(ctx, rec)
+        said(rec, done, time.monotonic() - start)
+    finally:
+        while ctx.then:  # a claimed publish runs even when the piece's line could not be said
+            ctx.then.pop(0)()
     return done
 
 

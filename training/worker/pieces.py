@@ -94,14 +94,16 @@ def split(store, rec: dict, layout: BlockLayout, path: Path, scratch: Path, args
 
 
 def after_piece(ctx, rec: dict, piece: Piece, cfg) -> dict | None:
-    """Write the piece and end its job; publish the version when it was the last piece to be written."""
+    """Write the piece and end its job. When it was the last piece to be written, this worker claims the version's
+    publish and leaves it in `ctx.then`, which runs once the piece's own end is logged (job.run_claimed), so that
+    the log says the piece's end before the version's."""
     done = ctx.store.finish_piece(rec, piece.onnx, piece.to_json())
     if done is None:
         return None
     parent = ctx.store.get(rec["parent"])
     if parent and parent["state"] == "running" and ctx.store.pieces_written(parent):
         if ctx.store.claim_publish(parent["id"], ctx.worker):
-            publish(ctx, parent, cfg)
+            ctx.then.append(lambda: publish(ctx, parent, cfg))
     return done
 
 

@@ -263,19 +263,25 @@ def test_cancel_from_the_keyboard_stops_the_running_fit_and_nothing_is_written(b
     p = FitPage(browser, fit_stack.url + "/")
     try:
         p.upload("long.png", photo_png(), preset="fourier-small", size=32, steps=20000, name="panel-cancelled")
-        p.page.wait_for_function("document.querySelector('#fit-progress').value > 0", timeout=FIT_TIMEOUT_MS)
+        # the ETA shows (from the second progress event on) and counts down between events
+        p.page.wait_for_function(
+            "document.querySelector('.fit-eta').textContent.includes(' left')", timeout=FIT_TIMEOUT_MS
+        )
         assert p.page.locator("#fit-start").is_disabled()
         p.page.locator(".fit-cancel").focus()
         p.page.keyboard.press("Enter")  # the button works from the keyboard
         p.wait_state("cancelled", "failed", "error", "ready", timeout=FIT_TIMEOUT_MS)
         assert p.state() == "cancelled", p.message()
         assert "nothing was written" in p.message()
+        eta = p.page.locator(".fit-eta").inner_text()
+        assert " left" not in eta, eta  # a cancelled fit has no time left to show (issue 58)
         assert p.page.locator("#fit-start").is_enabled() and p.page.locator(".fit-cancel").is_hidden()
         assert p.page.locator("#fit-progress").evaluate("b => b.value") < 20000
         job = httpx.get(f"{fit_stack.url}/v1/fits", timeout=30).json()["fits"][0]
         assert (job["name"], job["state"]) == ("panel-cancelled", "cancelled")
         time.sleep(1.5)  # a poll of the repository (1 s) would list a late write
         assert tree(fit_stack.models) == before
+        assert p.page.locator(".fit-eta").inner_text() == eta  # and nothing counts on
         assert "panel-cancelled" not in p.page.locator("#model option").all_text_contents()
         assert p.errors == []
     finally:
