@@ -27,14 +27,15 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..errors import UsageError
 from .grid import MultiresGrid
+from .grid_refit import native_level
 
 log = logging.getLogger(__name__)
 NOISE_SHARE = 0.7  # the share of the steps read with noise; the rest rounded (straight-through)
 BATCH = 65_536
+RATE_SAMPLE = 1 << 17  # cells of a larger level rated per step (its rate scaled up): a step's cost stays bounded
 LR = 2e-3  # the MLP's; the latents move LATENT_LR steps of their lattice per Adam step at most
 LATENT_LR = 0.1
 CONTEXT_LR = 1e-2
@@ -81,10 +82,21 @@ def laplace_bits(v: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
     return -torch.log2((cdf(v + 0.5) - cdf(v - 0.5)).clamp(min=1e-9)).sum()
 
 
-def spread(v: torch.Tensor) -> torch.Tensor:
-    """The four adjacent neighbours' mean absolute value per cell of a [1, F, ry, rx] latent (edges replicated)."""
-    p = F.pad(v, (1, 1, 1, 1), mode="replicate")
-    return (p[..., :-2, 1:-1].abs() + p[..., 2:, 1:-1].abs() + p[..., 1:-1, :-2].abs() + p[..., 1:-1, 2:].abs()) / 4
+def cell_bits(values: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, ctx) -> torch.Tensor:
+    """Bits of `values` [F, n], the latents at cells (rows, cols) of a [1, F, ry, rx] level, in the context of their
+    four adjacent neighbours in `ref` (edges replicated): log b = a + (1 + k)·log(½ + their mean |value|)."""
+    ry, rx = ref.shape[-2:]
+    near = [
+        ref[0][:, (rows + dr).clamp(0, ry - 1), (cols + dc).clamp(0, rx - 1)]
+        for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+    ]
+    s = sum(n.abs() for n in near) / 4
+    return laplace_bits(values, ctx[0].view(-1, 1) + (1 + ctx[1]).view(-1, 1) * torch.log(0.5 + s))
+
+
+def quantised(latent: torch.Tensor, hard: bool) -> torch.Tensor:
+    """The latent as the training reads it: with uniform noise of one step, or rounded (straight-through)."""
+    return latent + (torch.round(latent) - latent).detach() if hard else latent + (torch.rand_like(latent) - 0.5)
 
 
 def rd_finish(
@@ -114,24 +126,43 @@ def rd_finish(
             {"params": latents, "lr": LATENT_LR},
             {"params": body, "lr": LR},
             {"params": context, "lr": CONTEXT_LR},
-        ]
+        ],
+        fused=True,
     )
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     x, y = torch.from_numpy(np.ascontiguousarray(coords)), torch.from_numpy(np.ascontiguousarray(targets))
     gen = torch.Generator().manual_seed(seed)
     pixels = w * h
     mse = bits = torch.zeros(())
+    native = native_level(model, w, h)
     model.train()
     for step in range(steps):
         hard = step >= NOISE_SHARE * steps
-        read, bits = [], 0.0
-        for lat, d, c, ctx in zip(latents, steps_of, centres, context):
-            v = lat + (torch.round(lat) - lat).detach() if hard else lat + (torch.rand_like(lat) - 0.5)
-            log_b = ctx[0] + (1 + ctx[1]) * torch.log(0.5 + spread(v.detach()))
-            bits = bits + laplace_bits(v, log_b)
-            read.append(v * d + c)
         idx = torch.randint(len(x), (min(BATCH, len(x)),), generator=gen)
-        out = torch.sigmoid(model.body(enc(x.index_select(0, idx), tables=read)))
+        xb, read, bits = x.index_select(0, idx), [], 0.0
+        for i, (lat, d, c, ctx) in enumerate(zip(latents, steps_of, centres, context)):
+            ry, rx = lat.shape[-2:]
+            if i == native:  # the batch's own cells: each pixel reads its one cell, rated where it is read
+                rows = (xb[:, 1] * h).floor().long().clamp(0, h - 1)
+                cols = (xb[:, 0] * w).floor().long().clamp(0, w - 1)
+                v = quantised(lat[0][:, rows, cols], hard)
+                ref = torch.round(lat.detach())
+                bits = bits + cell_bits(v, ref, rows, cols, ctx) * (ry * rx / len(rows))
+                last = (v * d.view(-1, 1) + c.view(-1, 1)).t()
+                continue
+            v = quantised(lat, hard)
+            read.append(v * d + c)
+            if ry * rx > RATE_SAMPLE:  # a large level rated on a sample of its cells
+                cells = torch.randint(ry * rx, (RATE_SAMPLE,), generator=gen)
+                rows, cols, share = cells // rx, cells % rx, ry * rx / RATE_SAMPLE
+            else:
+                grid = torch.arange(ry * rx)
+                rows, cols, share = grid // rx, grid % rx, 1.0
+            bits = bits + cell_bits(v[0][:, rows, cols], v.detach(), rows, cols, ctx) * share
+        feats = enc(xb, tables=read)  # every level but a native one
+        if native is not None:
+            feats = torch.cat([feats, last], dim=1)
+        out = torch.sigmoid(model.body(feats))
         mse = torch.mean((out - y.index_select(0, idx)) ** 2)
         loss = mse + lam * bits / pixels
         opt.zero_grad(set_to_none=True)
