@@ -21,15 +21,29 @@ IMG = ROOT / "docs" / "img"
 TREES = ROOT / "build" / "bench" / "trees"  # git refs given as --baseline, exported once each
 
 
-def cpu_model() -> str:
+LSCPU = {
+    "cpu": "Model name",
+    "cpus": "CPU(s)",
+    "threads_per_core": "Thread(s) per core",
+    "hypervisor": "Hypervisor vendor",
+}
+
+
+def lscpu() -> dict:
+    """What lscpu says of the CPU: model, CPUs, threads per core, hypervisor, AVX flags."""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
     except (OSError, subprocess.SubprocessError):
-        pass
-    return platform.processor() or "unknown CPU"
+        return {}
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    info = {key: fields[name] for key, name in LSCPU.items() if name in fields}
+    info["avx"] = sorted(f for f in fields.get("Flags", "").split() if f.startswith("avx"))
+    return info
+
+
+def cpu_model() -> str:
+    return lscpu().get("cpu") or platform.processor() or "unknown CPU"
 
 
 def machine() -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from .common import lscpu
 from .serving import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,9 +79,7 @@ def peer_versions(python: str, names: list[str]) -> dict[str, str]:
 
 def simd_flags() -> list[str]:
     """The AVX flags lscpu reports (onnxruntime's kernels depend on them)."""
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    flags = next((row.split(":", 1)[1].split() for row in out.splitlines() if row.startswith("Flags:")), [])
-    return sorted(f for f in flags if f.startswith("avx"))
+    return lscpu().get("avx", [])
 
 
 def idle_cpu(servers: dict[str, PeerServer], seconds: float = 3.0) -> dict[str, float]:

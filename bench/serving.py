@@ -33,6 +33,7 @@ import httpx
 import numpy as np
 
 from . import procs
+from .common import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.serving")
@@ -252,15 +253,8 @@ def make_standins(repo: Path) -> str:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpus": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

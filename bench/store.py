@@ -11,32 +11,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import subprocess
 from pathlib import Path
 
-from .common import RESULTS, ROOT, commit_of, git, machine
+from .common import RESULTS, ROOT, commit_of, git, lscpu, machine
 from .scenarios import SCENARIOS
 
 STORE = RESULTS / "store.jsonl"
-LSCPU = {
-    "cpu": "Model name",
-    "cpus": "CPU(s)",
-    "threads_per_core": "Thread(s) per core",
-    "hypervisor": "Hypervisor vendor",
-}
-
-
-def lscpu() -> dict:
-    """What lscpu says of the CPU: model, CPUs, threads per core, hypervisor, AVX flags."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    info = {key: fields[name] for key, name in LSCPU.items() if name in fields}
-    info["avx"] = sorted(f for f in fields.get("Flags", "").split() if f.startswith("avx"))
-    return info
 
 
 def machine_now() -> dict:
