@@ -102,9 +102,9 @@ def test_a_git_ref_baseline_is_exported_once_and_passed_to_the_harness(tmp_path)
 def test_a_folder_baseline_inside_this_checkout_is_not_taken_for_its_commit(tmp_path):
     from bench.__main__ import checkout
 
-    inside = ROOT / "build" / "bench"
-    inside.mkdir(parents=True, exist_ok=True)
+    inside = ROOT / "bench"  # a folder of this checkout, not a checkout of its own
     assert checkout(str(inside), tmp_path) == (inside.resolve(), "unknown")
+    assert checkout(str(ROOT), tmp_path)[1].split("+")[0] == store.git("rev-parse", "--short=12", "HEAD")
 
 
 @pytest.mark.parametrize(
