@@ -33,7 +33,7 @@ def fitted():
     p = OneLineParser(prog="test")
     add_image_options(p)
     argv = ["--image", "chelsea", "--size", "128", "--steps", "30", "--protocol", "full", "--no-progress"]
-    cfg = fit_config(p.parse_args(argv + PRESETS["grid"]["argv"] + ["--grid-table-code", "ans"]))
+    cfg = fit_config(p.parse_args(argv + PRESETS["grid"]["argv"]))  # rice: the trained tables are context-coded anyway
     img, _ = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     model, _ = train(cfg, img)
     return cfg, img, {k: v.clone() for k, v in model.state_dict().items()}
@@ -49,6 +49,7 @@ def rd(fitted, lam: float) -> tuple[ImageINR, dict, bytes, float]:
     model = finish(model.eval(), cfg, img, history)
     data, storage = image_file(model, cfg, [img.shape[1], img.shape[0]])
     assert storage["tables"]["u8_tables"] == len(model.encoding.tables)  # every level stored as 8-bit codes
+    assert ctxcode.DOMAIN.encode() in data  # by the context code, whose rate it was trained for
     return model, history["rd"], data, evaluate(model, img, cfg.protocol)[0]["full_psnr"]
 
 

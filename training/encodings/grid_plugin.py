@@ -104,7 +104,8 @@ class GridEncoding(Encoding):
         if cfg.table_bits != 8:
             return onnx_bytes, ({"tables": {"tables": "float16 storage", **packed}} if packed else {})
         onnx_bytes, tables = store_tables_8bit(onnx_bytes, model)
-        onnx_bytes, coded = code_tables(onnx_bytes, cfg.table_code)  # entropy-coded, decoded at load (grid_code.py)
+        code = "ans" if cfg.rd_lambda else cfg.table_code  # tables trained for the context code's rate are coded so
+        onnx_bytes, coded = code_tables(onnx_bytes, code)  # entropy-coded, decoded at load (grid_code.py)
         return onnx_bytes, {"tables": {**tables, **packed, **coded}}
 
     def add_arguments(self, p: argparse.ArgumentParser, default_help) -> None:
