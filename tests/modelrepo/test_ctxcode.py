@@ -1,12 +1,14 @@
 """Context-coded 8-bit tables (modelrepo/ctxcode.py, IRC2): every table comes back exactly, a table whose values
 depend on their neighbours codes smaller than the Rice code, the decoding order sees only values decoded before, and
 bytes that are not a whole coded table are refused with CodeError (never a wrong table, an IndexError or a huge
-allocation)."""
+allocation). Each test that decodes runs on both decoders, the compiled one (modelrepo/_ctxcode.c) and numpy with
+constriction's coder, which must agree bit for bit with each other and with bytes written before the first."""
 
 from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,18 @@ from modelrepo import ctxcode, tablecode
 from modelrepo.ctxcode import HEADER, decode, encode, schedule
 from modelrepo.tablecode import CodeError
 from tests.modelrepo.test_tablecode import EDGE_IDS, EDGES, SHAPES, laplace_table
+
+FIXTURE = Path(__file__).with_name("ctxcode_irc2.npz")  # IRC2 bytes the first encoder wrote, and their table
+
+
+@pytest.fixture(params=["c", "numpy"], autouse=True)
+def decoder(request, monkeypatch):
+    """Every test below once with each decoder: the compiled one where setup.py built it, and numpy's."""
+    if request.param == "c" and ctxcode._ctxcode is None:
+        pytest.skip("modelrepo/_ctxcode.c is not built here (setup.py)")
+    if request.param == "numpy":
+        monkeypatch.setattr(ctxcode, "_ctxcode", None)
+    return request.param
 
 
 def textured(shape, seed=0, step=1) -> np.ndarray:
@@ -119,3 +133,46 @@ def test_weights_are_exact_integers_an_octave_apart_every_16_codes():
     assert w[0] == 0 and w[1] == 1024
     assert np.array_equal(w[17:], 2 * w[1:-16])
     assert (np.diff(w[1:]) > 0).all() and (w == np.round(w)).all()
+
+
+def test_bytes_written_before_decode_to_the_same_table_and_encode_writes_them_again():
+    """A file coded by the first IRC2 encoder (four channels: wide, mostly zeros, constant, the ends 0 and 255)."""
+    with np.load(FIXTURE) as saved:
+        coded, table = saved["coded"].tobytes(), saved["table"]
+    assert table.shape == (1, 4, 70, 101)
+    assert np.array_equal(decode(coded), table)
+    assert encode(table) == coded  # the format and the encoder unchanged
+    assert ctxcode.size(table) - 8 - 4 * 4 <= len(coded) <= ctxcode.size(table)
+
+
+def test_a_stream_ending_in_a_zero_word_or_cut_short_is_refused():
+    q = textured((1, 2, 50, 60))
+    data = encode(q)
+    with pytest.raises(CodeError, match="ends in a zero word"):
+        decode(data[:-4] + bytes(4))
+    _, f, ry, rx, crc, words, models = HEADER.unpack_from(data)
+    short = HEADER.pack(b"IRC2", f, ry, rx, crc, words - 1, models) + data[HEADER.size : -4]  # the last word lost
+    with pytest.raises(CodeError):
+        decode(short)
+
+
+def test_the_cumulative_frequencies_are_constrictions():
+    """ctxcode.cdf, which the compiled decoder codes with, against constriction's own coder: a symbol coded once on
+    an empty coder leaves its interval's start as the state, twice its start and its width in the state."""
+    import constriction
+
+    def state(coder) -> int:
+        return sum(int(word) << (32 * i) for i, word in enumerate(coder.get_compressed()))
+
+    for codes in (np.array([255, 1, 0, 200, 17], np.uint8), np.arange(1, 256, dtype=np.uint8)[::-3]):
+        w = ctxcode.weights(codes)
+        c = ctxcode.cdf(w).astype(np.int64)
+        assert c[0] == 0 and c[-1] == 1 << ctxcode.PRECISION and (np.diff(c) >= 1).all()
+        model = constriction.stream.model.Categorical(w, perfect=False)
+        for sym in range(len(w)):
+            coder = constriction.stream.stack.AnsCoder()
+            coder.encode_reverse(np.array([sym], np.int32), model)
+            assert state(coder) == c[sym]
+            coder.encode_reverse(np.array([sym], np.int32), model)
+            p = c[sym + 1] - c[sym]
+            assert state(coder) == (c[sym] // p) << ctxcode.PRECISION | (c[sym] + c[sym] % p)
