@@ -1,10 +1,10 @@
 /* One channel of a context-coded table (modelrepo/ctxcode.py, IRC2) decoded in one pass of C: the same values, in
- * the same order, as ctxcode.decode_numpy (numpy for the contexts, constriction's AnsCoder for the values), at a
- * fraction of its CPU: no temporaries per pass, and each value found from its quantile through a 4,096-entry table
- * instead of a binary search over its distribution.
+ * the same order, as modelrepo/ctxdecode.py's numpy decoder (numpy for the contexts, constriction's AnsCoder for the
+ * values), at a fraction of its CPU: no temporaries per pass, and each value found from its quantile through a
+ * 4,096-entry table instead of a binary search over its distribution.
  *
  * The coder is constriction's default ANS (32-bit words, a 64-bit state, 24-bit probabilities), read as its stack:
- * the stream's last words first. A distribution's cumulative frequencies are computed by ctxcode.cdf exactly as
+ * the stream's last words first. A distribution's cumulative frequencies are computed by ctxdecode.cdf exactly as
  * constriction quantises them, so both decoders agree bit for bit.
  *
  * decode_channel(words, pos, state, plan, glut, kinds, los, offsets, cdfs, centre, out, ry, rx) -> (pos, state)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modelrepo import ctxcode, tablecode
+from modelrepo import ctxcode, ctxdecode, tablecode
 from modelrepo.ctxcode import HEADER, decode, encode, schedule
 from modelrepo.tablecode import CodeError
 from tests.modelrepo.test_tablecode import EDGE_IDS, EDGES, SHAPES, laplace_table
@@ -24,10 +24,10 @@ FIXTURE = Path(__file__).with_name("ctxcode_irc2.npz")  # IRC2 bytes the first e
 @pytest.fixture(params=["c", "numpy"], autouse=True)
 def decoder(request, monkeypatch):
     """Every test below once with each decoder: the compiled one where setup.py built it, and numpy's."""
-    if request.param == "c" and ctxcode._ctxcode is None:
+    if request.param == "c" and ctxdecode._ctxcode is None:
         pytest.skip("modelrepo/_ctxcode.c is not built here (setup.py)")
     if request.param == "numpy":
-        monkeypatch.setattr(ctxcode, "_ctxcode", None)
+        monkeypatch.setattr(ctxdecode, "_ctxcode", None)
     return request.param
 
 
@@ -157,7 +157,7 @@ def test_a_stream_ending_in_a_zero_word_or_cut_short_is_refused():
 
 
 def test_the_cumulative_frequencies_are_constrictions():
-    """ctxcode.cdf, which the compiled decoder codes with, against constriction's own coder: a symbol coded once on
+    """ctxdecode.cdf, which the compiled decoder codes with, against constriction's own coder: a symbol coded once on
     an empty coder leaves its interval's start as the state, twice its start and its width in the state."""
     import constriction
 
@@ -166,8 +166,8 @@ def test_the_cumulative_frequencies_are_constrictions():
 
     for codes in (np.array([255, 1, 0, 200, 17], np.uint8), np.arange(1, 256, dtype=np.uint8)[::-3]):
         w = ctxcode.weights(codes)
-        c = ctxcode.cdf(w).astype(np.int64)
-        assert c[0] == 0 and c[-1] == 1 << ctxcode.PRECISION and (np.diff(c) >= 1).all()
+        c = ctxdecode.cdf(w).astype(np.int64)
+        assert c[0] == 0 and c[-1] == 1 << ctxdecode.PRECISION and (np.diff(c) >= 1).all()
         model = constriction.stream.model.Categorical(w, perfect=False)
         for sym in range(len(w)):
             coder = constriction.stream.stack.AnsCoder()
@@ -175,4 +175,4 @@ def test_the_cumulative_frequencies_are_constrictions():
             assert state(coder) == c[sym]
             coder.encode_reverse(np.array([sym], np.int32), model)
             p = c[sym + 1] - c[sym]
-            assert state(coder) == (c[sym] // p) << ctxcode.PRECISION | (c[sym] + c[sym] % p)
+            assert state(coder) == (c[sym] // p) << ctxdecode.PRECISION | (c[sym] + c[sym] % p)
