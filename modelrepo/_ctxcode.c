@@ -52,7 +52,8 @@ static PyObject *decode_channel(PyObject *self, PyObject *args) {
     PyObject *objs[8] = {o_words, o_plan, o_glut, o_kinds, o_los, o_offsets, o_cdfs, o_out};
     int got = 0;
     PyObject *result = NULL;
-    int32_t *dev = NULL, *order = NULL;
+    int16_t *dev = NULL; /* the deviations from the centre, each checked to leave the value in 0 … 255 */
+    int32_t *order = NULL;
     uint8_t *g = NULL;
     uint16_t *tabs = NULL;
     for (; got < 8; got++)
@@ -77,7 +78,7 @@ static PyObject *decode_channel(PyObject *self, PyObject *args) {
         if (d[0] < ry && d[1] < rx && ((ry - 1 - d[0]) / d[2] + 1) * ((rx - 1 - d[1]) / d[2] + 1) > most)
             most = ((ry - 1 - d[0]) / d[2] + 1) * ((rx - 1 - d[1]) / d[2] + 1);
     }
-    dev = calloc((size_t)(ry * rx) + 1, sizeof(int32_t));
+    dev = calloc((size_t)(ry * rx) + 1, sizeof(int16_t));
     order = malloc(sizeof(int32_t) * (size_t)most);
     g = malloc((size_t)most);
     if (!tabs || !dev || !order || !g) {
@@ -112,7 +113,7 @@ static PyObject *decode_channel(PyObject *self, PyObject *args) {
                 c_hi--;
         }
         for (Py_ssize_t r = 0; r < nr; r++) {
-            const int32_t *row[4] = {dev, dev, dev, dev};
+            const int16_t *row[4] = {dev, dev, dev, dev};
             Py_ssize_t coff[4] = {0, 0, 0, 0};
             int rows_in = nk == 4;
             for (int32_t e = 0; e < nk; e++) {
@@ -168,8 +169,10 @@ static PyObject *decode_channel(PyObject *self, PyObject *args) {
         for (Py_ssize_t k = 0, j = 0; k < groups; k++) {
             Py_ssize_t end = j + counts[k];
             if (kinds[k] == 1) {
+                if (counts[k] && (uint32_t)(los[k] + centre) > 255)
+                    goto out_of_range;
                 for (; j < end; j++)
-                    dev[order[j]] = los[k];
+                    dev[order[j]] = (int16_t)los[k];
                 continue;
             }
             const uint32_t *cdf = cdfs + offsets[k];
@@ -182,19 +185,19 @@ static PyObject *decode_channel(PyObject *self, PyObject *args) {
                 state = (state >> PRECISION) * (uint64_t)(cdf[sym + 1] - cdf[sym]) + (q - cdf[sym]);
                 if (state < ((uint64_t)1 << 32) && pos > 0)
                     state = (state << 32) | words[--pos];
-                dev[order[j]] = los[k] + (int32_t)sym;
+                int32_t v = los[k] + (int32_t)sym;
+                if ((uint32_t)(v + centre) > 255)
+                    goto out_of_range;
+                dev[order[j]] = (int16_t)v;
             }
         }
     }
-    for (Py_ssize_t i = 0; i < ry * rx; i++) {
-        int32_t v = dev[i] + centre;
-        if (v < 0 || v > 255) {
-            PyErr_SetString(PyExc_ValueError, "values that leave 0 … 255");
-            goto done;
-        }
-        out[i] = (uint8_t)v;
-    }
+    for (Py_ssize_t i = 0; i < ry * rx; i++)
+        out[i] = (uint8_t)(dev[i] + centre);
     result = Py_BuildValue("nK", pos, (unsigned long long)state);
+    goto done;
+out_of_range:
+    PyErr_SetString(PyExc_ValueError, "values that leave 0 … 255");
 done:
     for (int i = 0; i < got; i++)
         PyBuffer_Release(&b[i]);
