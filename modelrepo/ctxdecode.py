@@ -145,6 +145,6 @@ def decode(data: bytes | np.ndarray) -> np.ndarray:
         if isinstance(e, CodeError):
             raise
         raise CodeError(f"a coded table that does not decode ({e})") from None
-    if at != end or not empty or zlib.crc32(out.tobytes()) != crc:
+    if at != end or not empty or zlib.crc32(out) != crc:
         raise CodeError("a coded table whose stream does not decode to the table it was made of")
     return out.reshape(1, f, ry, rx)
