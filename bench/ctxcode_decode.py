@@ -1,4 +1,4 @@
-"""The context code's decode (modelrepo/ctxcode.py, IRC2) at load: seconds per table, one thread, beside a baseline.
+"""The context code's decode (modelrepo/ctxcode.py, IRC2) at load: seconds per table, wall and CPU, one thread.
 
 Each size is one channel of a native level as a photo fit leaves it (mostly zeros, ±1 and wider values near edges,
 `level`), coded by this tree's encoder; it is decoded `--repeats` times by this tree's decoder (the compiled one,
@@ -58,16 +58,19 @@ def baseline_decode(ref: str):
 
 
 def median_seconds(ways: dict, data: bytes, table: np.ndarray, repeats: int) -> dict[str, float]:
-    """The median seconds of each decoder, the decoders taking turns (a load that comes and goes weighs on all)."""
-    times = {way: [] for way in ways}
+    """Each decoder's median seconds, wall and CPU (`WAY cpu`: this process's, which a busy machine inflates less),
+    the decoders taking turns (a load that comes and goes weighs on all)."""
+    times = {way: ([], []) for way in ways}
     for _ in range(repeats):
         for way, decode in ways.items():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             out = decode(data)
-            times[way].append(time.perf_counter() - start)
+            times[way][0].append(time.perf_counter() - wall)
+            times[way][1].append(time.process_time() - cpu)
             if not np.array_equal(out, table):
                 raise SystemExit(f"ctxcode_decode: {way} decoded another table")
-    return {way: float(np.median(t)) for way, t in times.items()}
+    out = {way: float(np.median(wall)) for way, (wall, _) in times.items()}
+    return out | {f"{way} cpu": float(np.median(cpu)) for way, (_, cpu) in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,3 +24,4 @@ def test_every_decoder_is_timed_on_every_size(tmp_path):
     assert doc["repeats"] == 2 and [round(r["megapixels"], 2) for r in doc["rows"]] == [0.01, 0.03]
     for row in doc["rows"]:
         assert row["bytes"] > 0 and row["this tree, numpy"] > 0 and row["baseline HEAD"] > 0
+        assert row["this tree, numpy cpu"] > 0 and row["baseline HEAD cpu"] > 0
