@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from filelock import FileLock
 from PIL import Image, ImageDraw, ImageFont
 
 from bench import serving
@@ -190,9 +191,32 @@ def add_broken_models(repo: Path) -> None:
     (repo / ".half-written.tmp-1").mkdir()
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder `build(folder)` fills, made once per test run and copied for each caller: pytest-xdist's workers
+    (`make test` runs several) wait for the first one's build under a file lock instead of each fitting the same
+    models again, and each still gets a copy of its own to change. Without xdist, built in place."""
+    own = tmp_path_factory.mktemp(name)
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        build(own)
+        return own
+    shared = tmp_path_factory.getbasetemp().parent / f"built-{name}"  # the run's folder, above the workers'
+    with FileLock(f"{shared}.lock"):
+        done = Path(f"{shared}.done")
+        if not done.exists():
+            shutil.rmtree(shared, ignore_errors=True)
+            shared.mkdir()
+            build(shared)
+            done.touch()
+    shutil.copytree(shared, own, symlinks=True, dirs_exist_ok=True)
+    return own
+
+
 @pytest.fixture(scope="session")
 def model_repo(tmp_path_factory) -> Path:
-    repo = tmp_path_factory.mktemp("models")
+    return built_once(tmp_path_factory, "models", lambda repo: build_model_repo(repo, tmp_path_factory))
+
+
+def build_model_repo(repo: Path, tmp_path_factory) -> None:
     subprocess.run(
         [
             PY,
@@ -224,7 +248,6 @@ def model_repo(tmp_path_factory) -> Path:
     acc = make_digits_model(repo / "digits", tmp_path_factory.mktemp("digit-idx"))
     assert acc >= 0.9, f"the test digit model only reached {acc:.2f} accuracy"
     add_broken_models(repo)
-    return repo
 
 
 class Server(serving.Server):
@@ -298,9 +321,12 @@ def fit_iiif_test_model(out: Path) -> None:
 def iiif_repo(tmp_path_factory) -> Path:
     """`iiif-test` (the default fit, once per session), a tiny astronaut (32², one IIIF level) and `cat`, a
     non-square 2400×1500 model (four levels) for the deep-zoom pages (tests/geometry.py)."""
+    return built_once(tmp_path_factory, "iiif-models", build_iiif_repo)
+
+
+def build_iiif_repo(repo: Path) -> None:
     from tests.geometry import make_nonsquare_model
 
-    repo = tmp_path_factory.mktemp("iiif-models")
     reuse = os.environ.get("INR_TEST_IIIF_MODEL")  # a model fitted by the same command, to iterate faster
     if reuse:
         shutil.copytree(reuse, repo / "iiif-test")
@@ -336,7 +362,6 @@ def iiif_repo(tmp_path_factory) -> Path:
     )
     shutil.copytree(ROOT / "models" / "digits", repo / "digits")
     make_nonsquare_model(repo / "cat", size=(2400, 1500), steps=200)
-    return repo
 
 
 @pytest.fixture(scope="session")

@@ -24,18 +24,25 @@ HERE = Path(__file__).resolve().parent
 REPORT: dict = {}
 
 
+REPORT_FILE = ROOT / "build" / "containers" / "report.json"
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(item.fspath).parents:
             item.add_marker(pytest.mark.containers)
 
 
+def pytest_sessionfinish(session):
+    # here, not in the summary: under pytest-xdist the report is filled in a worker, which prints no summary
+    if REPORT:
+        REPORT_FILE.parent.mkdir(parents=True, exist_ok=True)
+        REPORT_FILE.write_text(json.dumps(REPORT, indent=2, sort_keys=True) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter):
     if REPORT:
-        out = ROOT / "build" / "containers" / "report.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(REPORT, indent=2, sort_keys=True) + "\n")
-        terminalreporter.write_sep("-", f"container measurements ({out.relative_to(ROOT)})")
+        terminalreporter.write_sep("-", f"container measurements ({REPORT_FILE.relative_to(ROOT)})")
         for key, value in sorted(REPORT.items()):
             terminalreporter.write_line(f"{key}: {value}")
 
