@@ -38,8 +38,12 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# `make test TEST_WORKERS=4` runs the suite on 4 processes (pytest-xdist): a file's tests on one of them,
+# tests/containers whole on one (tests/conftest.py). 0, the default until a parallel run is shown green and faster
+# here (issue 58), runs it in this one process. The slowest tests are listed.
+TEST_WORKERS ?= 0
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 # Digits (docs/benchmarks.md, digits_official): the recipe and the members chosen on the validation slice of the
 # official MNIST, then the "not a digit" detector (Debian's dataset-fashion-mnist); one graph: the members' logit
