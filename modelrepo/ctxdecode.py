@@ -17,7 +17,7 @@ import zlib
 import numpy as np
 
 from .codeerror import CodeError
-from .ctxcode import BUCKETS, HEADER, LUT, MAGIC, MAX_SIDE, MAX_VALUES, buckets, schedule, weights
+from .ctxformat import BUCKETS, HEADER, LUT, MAGIC, MAX_SIDE, MAX_VALUES, buckets, schedule, weights
 
 try:
     from . import _ctxcode
