@@ -1,5 +1,5 @@
 """bench.rd small: one real grid fit of a small photo finished in both table codes at the default and a PSNR target,
-beside each codec; BD-rates by the documented function. Timing is never asserted."""
+and trained for rate at two λ, beside each codec; BD-rates by the documented function. Timing is never asserted."""
 
 import json
 import math
@@ -22,12 +22,15 @@ def test_rd_reports_both_codes_and_every_codec(tmp_path):
     photo(192, 128, seed=3).save(image)
     argv = ["--photos", str(image), "--work", str(tmp_path / "work"), "--out", str(tmp_path), "--steps", "20"]
     argv += ["--targets", "25", "--qualities", "30,60,90", "--range", "20,50", "--plot", str(tmp_path / "p.png")]
+    argv += ["--lambdas", "1e-4,1e-2", "--rd-steps", "20"]
     rd.main(argv)
     doc = json.loads((tmp_path / "rd.json").read_text())
     (result,) = doc["photos"]
     kinds = {r["kind"] for r in result["rows"]}
-    assert {"jpeg444", "jpeg420", "webp", "avif", "j2k", "jxl", "grid-rice", "grid-ans"} <= kinds
-    grid = {(r["kind"], r["target_psnr"]): r for r in result["rows"] if r["kind"].startswith("grid")}
+    assert {"jpeg444", "jpeg420", "webp", "avif", "j2k", "jxl", "grid-rice", "grid-ans", "grid-rd"} <= kinds
+    grid = {(r["kind"], r["target_psnr"]): r for r in result["rows"] if r["kind"] in ("grid-rice", "grid-ans")}
+    fine, coarse = (r for r in result["rows"] if r["kind"] == "grid-rd")  # trained for rate: larger λ, fewer bytes
+    assert (fine["lambda"], coarse["lambda"]) == (1e-4, 1e-2) and coarse["bytes"] < fine["bytes"]
     for target in (None, 25.0):  # the same rounding, coded two ways: the context code no larger
         rice, ans = grid[("grid-rice", target)], grid[("grid-ans", target)]
         assert ans["bytes"] <= rice["bytes"] and abs(ans["psnr"] - rice["psnr"]) < 0.5
