@@ -22,7 +22,6 @@ import logging
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import numpy as np
 
 from . import procs
 from .common import cpu_model
+from .ports import free_port as free_port  # where the tests and harnesses take it from
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.serving")
@@ -54,12 +54,6 @@ done = function(summary, latency, requests)
     summary.duration / 1e6, latency:percentile(50) / 1000, latency:percentile(99) / 1000))
 end
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

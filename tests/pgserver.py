@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.serving import free_port
+from bench.ports import free_port
 
 
 def _missing(reason: str):

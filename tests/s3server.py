@@ -10,13 +10,14 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from bench.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "deploy" / "s3" / "s3server.py"
@@ -27,29 +28,6 @@ def _missing(reason: str):
     if os.environ.get("INR_REQUIRE_S3") == "1":
         pytest.fail(f"{reason} and INR_REQUIRE_S3=1")
     pytest.skip(reason)
-
-
-def _free_block(n: int = 5) -> int:
-    """A port p with p … p+n-1 all free (the S3 port and the Swift servers' own)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n >= 65535:
-            continue
-        try:
-            socks = []
-            for p in range(base, base + n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise RuntimeError("no block of free ports")
 
 
 class S3Server:
@@ -63,7 +41,7 @@ class S3Server:
         self.proc: subprocess.Popen | None = None
         for attempt in range(3):  # a port of the block may be taken by another process before Swift binds it
             self.dir = Path(folder or tempfile.mkdtemp(prefix="inr-s3-"))
-            self.port = _free_block()
+            self.port = free_port(5)  # the S3 port and the Swift servers' own
             self.endpoint = f"http://127.0.0.1:{self.port}"
             try:
                 self.start()

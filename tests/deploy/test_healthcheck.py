@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from bench.serving import free_port
+from bench.ports import free_port
 
 from .conftest import ROOT
 

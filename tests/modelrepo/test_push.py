@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.serving import free_port
+from bench.ports import free_port
 from modelrepo import open_repository
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from bench.serving import free_port
+from bench.ports import free_port
 from tests.servers import PY, ROOT
 
 

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.serving import free_port
+from bench.ports import free_port
 from tests.servers import ROOT, Server
 
 
