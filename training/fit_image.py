@@ -16,6 +16,7 @@ from fitstore import TARGET_BYTES, TARGET_PSNR
 from modelrepo import Guard
 from telemetry import tracing
 
+from .compact import compact_graph
 from .device import pick_device
 from .encodings import INITS, Fitted, encoding_for
 from .errors import UsageError
@@ -245,6 +246,8 @@ def image_file(model: ImageINR, cfg: FitConfig, size: list[int]) -> tuple[bytes,
     if cfg.fp16_weights:
         onnx_bytes, half = store_weights_fp16(onnx_bytes)
         storage = {**storage, **half}
+    onnx_bytes, compacted = compact_graph(onnx_bytes)  # short names, narrow constants: the same arithmetic
+    storage = {**storage, **compacted}
     return set_metadata_props(onnx_bytes, {"image_width": str(size[0]), "image_height": str(size[1])}), storage
 
 

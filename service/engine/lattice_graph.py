@@ -16,18 +16,16 @@ one-pass kernel (lattice.py, `Kernel`).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from modelrepo.graphnames import FEATURES, LEVEL_NODE
 from modelrepo.onnxfile import FLOAT, UINT8, as_model, attributes, decoded_model, model_class, node, tensor, to_array
 from modelrepo.onnxfile import value_info as add_value_info
 
 log = logging.getLogger(__name__)
-FEATURES = "grid_features"  # the head's input in the dense layout (grid_export.FEATURES)
-LEVEL_NODE = re.compile(r"^grid/l(\d+)/fyx\Z")
 # the head's nodes that keep their form on features laid out as planes: elementwise with no other tensor input, and
 # the arithmetic ones with a scalar
 ELEMENTWISE = {"Relu", "Sigmoid", "Tanh", "Sin", "Cos", "Exp", "LeakyRelu", "Elu", "Selu", "Softplus", "HardSigmoid"}

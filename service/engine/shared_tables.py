@@ -20,17 +20,15 @@ initializers live on the device.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from modelrepo.graphnames import GATHER, LEVEL_NODE, PACKED
 from modelrepo.onnxfile import FLOAT, UINT8, tensor
 
-from .lattice_graph import LEVEL_NODE, GridLevel
+from .lattice_graph import GridLevel
 
-GATHER = re.compile(r"^grid/(r\d+/)?corner_values\Z")  # a run's Gather of its packed corners
-PACKED = re.compile(r"^grid/l(\d+)/packed\Z")  # a level's packed corners, [(ry+1)(rx+1), 4F]
 STORED = {UINT8: np.uint8, FLOAT: np.float32}  # the tables shared, by their stored type
 
 

@@ -39,10 +39,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from modelrepo.graphnames import FEATURES
+
 from .grid import MultiresGrid
 from .grid_quant import exact_8bit
 
-FEATURES = "grid_features"  # the head's input inside the composed graph
 MAX_PACKED = 160 * 2**20  # bytes of packed corners in the tables' stored dtype, 4·F values per padded cell: 8-bit
 # tables (the grid preset's) reach it at ~27 MP (MAX_CELLS, below, comes first), float32 ones at ~6 MP.
 # onnxruntime's constant folding of them peaks at about 4× that where it makes the session (Triton, a plain

@@ -23,8 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from modelrepo.graphnames import FEATURES
+
 from .grid import MultiresGrid
-from .grid_export import FEATURES, plan, runs
+from .grid_export import plan, runs
 from .grid_quant import exact_8bit
 
 BYTES = {"uint8": 1, "float16": 2, "float32": 4}
