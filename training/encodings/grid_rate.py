@@ -251,6 +251,7 @@ def finish_rate(
                 native_table[0, 0].copy_(rate.table)
             if target.bytes is not None:  # the model as when they were measured: the same pixels, for the counts
                 rate.pixels = Pixels.measure(model, coords, targets, w, h)
+    smallest, probed = math.inf, False
     good, corrected = None, False  # a byte target: the largest Q whose file kept to it; the counts corrected once
     for _ in range(LEVELS):  # the real rounding, stepped until it meets the target
         with torch.no_grad():
@@ -258,16 +259,36 @@ def finish_rate(
         sse = round_native_8bit(model, coords, targets, w, h, bounds, levels)
         native, got = stored_code_bytes(native_table, code), psnr(sse, values)
         size = file_bytes() if target.bytes is not None else None  # the file as written: tables, decoders, graph
+        if size is not None:  # not always the coarsest step's: one or two steps of noise code worse than a few
+            smallest = min(smallest, size)
         if size is not None and size > target.bytes:
             if good is not None:  # the corrected step went over: back to the last that kept to it
                 levels = good
                 continue
+            if levels == 1 and not probed:  # one step codes a pattern of noise: two to four may code smaller
+                probed, sizes = True, {1: size}
+                for q in (2, 3, 4):
+                    with torch.no_grad():
+                        native_table[0, 0].copy_(rate.table)
+                    round_native_8bit(model, coords, targets, w, h, bounds, q)
+                    sizes[q] = file_bytes()
+                smallest = min(sizes.values())
+                fits = [q for q, n in sizes.items() if n <= target.bytes]
+                if fits or target.soft:  # the finest that fits, else (soft) the smallest, rounded again
+                    levels = max(fits) if fits else min(sizes, key=sizes.get)
+                    if fits:
+                        continue
+                    with torch.no_grad():
+                        native_table[0, 0].copy_(rate.table)
+                    sse = round_native_8bit(model, coords, targets, w, h, bounds, levels)
+                    native, got, size = stored_code_bytes(native_table, code), psnr(sse, values), file_bytes()
+                    break
             if levels == 1 and target.soft:  # the smallest file this grid makes, over the target: kept, and said
                 break
             if levels == 1:
                 raise UsageError(
-                    f"--target-bytes {target.bytes}: the smallest file this grid makes is {size} bytes (its coarser "
-                    f"levels, head and graph); ask for more, or a smaller grid (--grid-bytes-per-pixel)"
+                    f"--target-bytes {target.bytes}: the smallest file this grid makes is {smallest} bytes (its "
+                    f"coarser levels, head and graph); ask for more, or a smaller grid (--grid-bytes-per-pixel)"
                 )
             levels -= max(1, levels // 16)
             continue
