@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bench.ports import free_port
 from modelrepo import open_repository
 
@@ -91,6 +93,7 @@ def test_bad_arguments_and_refusals_are_one_line_and_exit_2(s3_server, tmp_path)
     assert time.monotonic() - t0 < 60  # a refusal is not waited on: waiting would not change it
 
 
+@pytest.mark.serial
 def test_a_wait_polls_promptly_and_gives_up_after_its_seconds(s3_server, tmp_path):
     """While S3 does not answer, --wait tries again within a fraction of a second (not once per pause of the
     repository's, nor after botocore's retries), each try bounded by what is left of the wait; past it, one line and

@@ -87,6 +87,7 @@ def spend_the_quota(service) -> None:
     assert 429 in answers, answers
 
 
+@pytest.mark.serial
 def test_a_restricted_link_then_log_in_then_render_and_zoom_within_rps_5(browser, service):  # noqa: F811
     v = Visit(browser, f"{service.url}/?model=secret")
     try:
@@ -132,6 +133,7 @@ def test_a_link_to_no_model_says_so_and_shows_no_other(browser, service):  # noq
         v.close()
 
 
+@pytest.mark.serial
 def test_deep_zoom_tiles_wait_out_the_quota(browser, service):  # noqa: F811
     v = Visit(browser, f"{service.url}/iiif.html?id=secret")
     osd = "document.querySelector('#osd').dataset"

@@ -186,6 +186,7 @@ def journey(browser, stack, photo, worker_args, steps):  # noqa: F811
         worker.stop()
 
 
+@pytest.mark.serial
 def test_a_photo_past_2048_px_as_one_model(browser, stack, photo):  # noqa: F811
     record, samples, log = journey(browser, stack, photo, (), steps=STEPS)
     assert "children" not in record and all(s["pieces"] is None for s in samples)
@@ -194,6 +195,7 @@ def test_a_photo_past_2048_px_as_one_model(browser, stack, photo):  # noqa: F811
     assert re.search(rf"fit {job}: .* version 1 done in [\d.]+ s: PSNR [\d.]+ dB over all pixels, SSIM", log), log
 
 
+@pytest.mark.serial
 def test_a_photo_past_2048_px_in_blocks(browser, stack, photo):  # noqa: F811
     # a worker of 860 MiB holds one model of 2.2 MP only: the photo goes in 2 × 2 blocks and an overview
     record, samples, log = journey(browser, stack, photo, ("--memory", "860MiB"), steps=STEPS)

@@ -60,6 +60,7 @@ def fit(srv, key: str | None, seed: int = 0) -> httpx.Response:
     )
 
 
+@pytest.mark.serial
 def test_a_key_over_its_rate_gets_429_with_retry_after(stack):
     key = make_key(stack.keys, "--scope", "read", "--quota", "rps=2", "--quota", "burst=2")
     codes = [httpx.get(f"{stack.url}/v1/models", headers=bearer(key)).status_code for _ in range(6)]
