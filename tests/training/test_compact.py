@@ -11,31 +11,19 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from commandline import OneLineParser
-from fitstore import PRESETS
 from modelrepo.onnxfile import decoded, decoded_model
 from service.engine.lattice_graph import read_lattice
 from service.engine.shared_tables import share
+from tests.training.test_grid_rate import grid_fit
 from training import fit_image
-from training.cli_image import add_image_options, fit_config
 from training.compact import compact_graph
-from training.fit_image import finish, train
+from training.fit_image import finish
 from training.image_models import ImageINR
-from training.images import load_image
 
 
 @pytest.fixture(scope="module")
 def fitted():
-    p = OneLineParser(prog="test")
-    add_image_options(p)
-    args = p.parse_args(
-        ["--image", "chelsea", "--size", "96", "--steps", "20", "--protocol", "full", "--no-progress"]
-        + PRESETS["grid"]["argv"]
-    )
-    cfg = fit_config(args)
-    img, _ = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
-    model, _ = train(cfg, img)
-    return cfg, img, model.state_dict()
+    return grid_fit(96, 20)
 
 
 def files(fitted, code: str, monkeypatch) -> tuple[bytes, bytes]:

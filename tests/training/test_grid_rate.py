@@ -23,19 +23,24 @@ from training.image_models import ImageINR
 from training.images import load_image
 
 
-@pytest.fixture(scope="module")
-def fitted():
-    """(config, image, trained weights) of the grid preset on a 192×128 crop of a built-in photo, a few steps."""
+def grid_fit(size: int, steps: int) -> tuple:
+    """(config, image, trained weights) of the grid preset on a size-wide crop of a built-in photo."""
     p = OneLineParser(prog="test")
     add_image_options(p)
     args = p.parse_args(
-        ["--image", "chelsea", "--size", "192", "--steps", "30", "--protocol", "full", "--no-progress"]
+        ["--image", "chelsea", "--size", str(size), "--steps", str(steps), "--protocol", "full", "--no-progress"]
         + PRESETS["grid"]["argv"]
     )
     cfg = fit_config(args)
     img, _ = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
     model, _ = train(cfg, img)
     return cfg, img, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """A 192×128 fit, 30 steps."""
+    return grid_fit(192, 30)
 
 
 def finished(fitted, **target) -> tuple[ImageINR, dict, int, float]:
