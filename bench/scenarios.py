@@ -100,11 +100,11 @@ SCENARIOS = {
         _S("giant", "giants", "giant", ("serve",), rounds=False),
         _S("giant_block", "giants", "giant", ("block",), rounds=False),
         # digits
-        _S("digits_official", "digits", "digits_official", rounds=False),
-        _S("digits_threshold", "digits", "digits_threshold", rounds=False),
-        _S("digits_redrawn", "digits", "digits_redrawn", rounds=False),
-        _S("digits_ensembles", "digits", "digits_ensembles", rounds=False),
-        _S("digits_ablation", "digits", "digits_ablation", rounds=False),
-        _S("digits_paper", "digits", "digits_paper", ("report",), rounds=False),
+        _S("digits_official", "digits", "digits", ("official",), rounds=False),
+        _S("digits_threshold", "digits", "digits", ("threshold",), rounds=False),
+        _S("digits_redrawn", "digits", "digits", ("redrawn",), rounds=False),
+        _S("digits_ensembles", "digits", "digits", ("ensembles",), rounds=False),
+        _S("digits_ablation", "digits", "digits", ("ablation",), rounds=False),
+        _S("digits_paper", "digits", "digits", ("paper", "report"), rounds=False),
     )
 }

@@ -1,4 +1,4 @@
-"""bench.digits_official small: a digits model with a detector through the real server, its numbers and the file it
+"""bench.digits official, small: a digits model with a detector through the real server, its numbers and the file it
 writes. The model is the shipped one; the data the first digits of mnist-10k and drawn shapes as the other images.
 Timing is never asserted."""
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from bench import digits_official
+from bench import digits
 from tests.servers import ROOT
 from tests.training.digits.conftest import write_split
 from tests.training.digits.test_digits_reject import shapes
@@ -22,7 +22,7 @@ def test_the_shipped_model_through_the_service_on_a_few_digits_and_shapes(tmp_pa
     for split, seed in (("train", 1), ("test", 2)):
         write_split(items, split, shapes(40, seed), np.zeros(40, np.uint8))
     argv = ["--data-dir", str(MNIST10K), "--items-dir", str(items), "--limit", "300", "--generated", "20"]
-    result = digits_official.main([*argv, "--out-dir", str(tmp_path)])
+    result = digits.main(["official", *argv, "--out-dir", str(tmp_path)])
     saved = json.loads((tmp_path / "digits_official.json").read_text())
     assert saved["digits"] == 300 and saved["v2_accuracy"] == result["v2_accuracy"] >= 0.97
     assert saved["v1_accuracy"] >= 0.97 and saved["v1_null"] <= 0.02 and 0 <= saved["test_ece"] < 0.05

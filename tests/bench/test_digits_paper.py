@@ -1,10 +1,10 @@
-"""bench.digits_paper small: the learning rate chosen on the validation slice, runs over seeds scored once on the
+"""bench.digits paper, small: the learning rate chosen on the validation slice, runs over seeds scored once on the
 test split with their inference timings, a resumed sweep that skips finished runs, the table and the plot.
 Timing is never asserted."""
 
 import json
 
-from bench import digits_paper
+from bench import digits
 from tests.training.digits.conftest import render_glyphs, write_split
 
 
@@ -15,14 +15,14 @@ def test_lr_choice_runs_resume_and_report(tmp_path):
     write_split(data, "test", *render_glyphs(10, seed=2))
     results = tmp_path / "paper.jsonl"
     common = ["--data-dir", str(data), "--results", str(results), "--models", "sinekan,mlp", "--epochs", "2"]
-    digits_paper.main(["lr", *common, "--lr-width", "8"])
+    digits.main(["paper", "lr", *common, "--lr-width", "8"])
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["kind"], r["model"]) for r in rows] == [("lr", "sinekan")] * 3 + [("lr", "mlp")] * 3
     assert all("test_accuracy" not in r for r in rows)  # choosing the rate never reads the test split
     best = max((r for r in rows if r["model"] == "mlp"), key=lambda r: r["val_accuracy"])["lr"]
 
     argv = ["run", *common, "--widths", "4,8", "--seeds", "0,1", "--batches", "1,4", "--plot", str(tmp_path / "p.png")]
-    summ = digits_paper.main(argv)
+    summ = digits.main(["paper", *argv])
     runs = [json.loads(line) for line in results.read_text().splitlines()][6:]
     assert len(runs) == 8 and {r["lr"] for r in runs if r["model"] == "mlp"} == {best}
     for r in runs:
@@ -36,16 +36,16 @@ def test_lr_choice_runs_resume_and_report(tmp_path):
         ("mlp", 8, 2),
     ]
     assert (tmp_path / "p.png").stat().st_size > 10_000
-    digits_paper.main(argv)  # everything done: nothing trains again
+    digits.main(["paper", *argv])  # everything done: nothing trains again
     assert len(results.read_text().splitlines()) == 14
-    digits_paper.main(["retime", "--results", str(results), "--rounds", "2", "--batches", "1,4"])
+    digits.main(["paper", "retime", "--results", str(results), "--rounds", "2", "--batches", "1,4"])
     timed = [json.loads(line) for line in results.read_text().splitlines()][14:]
     assert [(t["kind"], t["rounds"], len(t["rounds_us"])) for t in timed] == [("timing", 2, 2)] * 4
-    summ = digits_paper.main(["report", "--results", str(results)])
+    summ = digits.main(["paper", "report", "--results", str(results)])
     mlp8 = next(s for s in summ if (s["model"], s["width"]) == ("mlp", 8))
     assert (
         mlp8["inference_us"]["onnxruntime"]["4"][0]
         == next(t for t in timed if (t["model"], t["width"]) == ("mlp", 8))["inference_us"]["onnxruntime"]["4"]
     )  # the report reads the interleaved re-timing
-    table = digits_paper.table_md(summ)
+    table = digits.table_md(summ)
     assert table.count("\n") == 5 and "(2 seeds)" in table and "ORT b4 µs" in table

@@ -1,11 +1,11 @@
-"""bench.digits_threshold small: on the glyph fixture against drawn shapes, a detector and a classifier trained by
+"""bench.digits threshold, small: on the glyph fixture against drawn shapes, a detector and a classifier trained by
 the CLI, the threshold's cost at each share; a larger share never rejects fewer. Timing is never asserted."""
 
 import json
 
 import numpy as np
 
-from bench import digits_threshold
+from bench import digits as bench_digits
 from tests.training.digits.conftest import render_glyphs, write_split
 from tests.training.digits.test_digits_reject import shapes
 from training.cli import main as training
@@ -57,10 +57,10 @@ def test_each_share_gives_a_threshold_its_costs_on_validation(tmp_path):
         == 0
     )
     argv = ["--data-dir", str(digits), "--items-dir", str(items), "--detector", str(det), "--checkpoint", str(clf)]
-    result = digits_threshold.main([*argv, "--generated", "30", "--out-dir", str(tmp_path)])
+    result = bench_digits.main(["threshold", *argv, "--generated", "30", "--out-dir", str(tmp_path)])
     assert json.loads((tmp_path / "digits_threshold.json").read_text())["rows"] == result["rows"]
     rows = result["rows"]
-    assert [r["max_false_rejection"] for r in rows] == list(digits_threshold.SHARES)
+    assert [r["max_false_rejection"] for r in rows] == list(bench_digits.SHARES)
     assert all(
         r["classify_accuracy"] <= result["val_accuracy"] and r["digits_rejected"] <= r["max_false_rejection"]
         for r in rows

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.digits_official import v1_classify, v2_classes, v2_outputs
+from bench.digits import v1_classify, v2_classes, v2_outputs
 from tests.servers import ROOT, Server
 
 MNIST = ROOT.parent / "shared" / "data" / "mnist"
