@@ -24,7 +24,7 @@ from telemetry import tracing
 from .. import regions
 from ..blocks import fit_piece
 from ..cli_image import add_image_options, fit_config
-from ..encodings.grid_rate import missed
+from ..encodings.grid_target import missed
 from ..errors import UsageError
 from ..fit_image import evaluate, export_image_model, finish, predict, preview_pixels, train
 from ..images import fit_dims, load_image, pixel_centres
