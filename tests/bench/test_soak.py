@@ -1,4 +1,4 @@
-"""`python -m bench.soak --preset ci`: the mixed wrk load runs end to end against the real server on the
+"""`python -m bench.observe soak --preset ci`: the mixed wrk load runs end to end against the real server on the
 bundled models and reports errors by kind, latencies per request type and RSS. Speed is not asserted;
 errors are: the mixed load must not lose a request."""
 
@@ -7,13 +7,13 @@ import shutil
 
 import pytest
 
-from bench import soak
+from bench import observe
 
 pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)")
 
 
 def test_the_ci_soak_loses_no_request(tmp_path):
-    assert soak.main(["--preset", "ci", "--out-dir", str(tmp_path)]) == 0
+    assert observe.main(["soak", "--preset", "ci", "--out-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "soak.json").read_text())
     (run,) = result["runs"]
     assert run["errors_total"] == 0, run["errors"]
@@ -22,4 +22,4 @@ def test_the_ci_soak_loses_no_request(tmp_path):
         r = run["kinds"][kind]
         assert r["requests"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"]
     assert run["rss_warm_mib"] > 0 and run["rss_end_mib"] > 0
-    assert "| default | query |" in soak.table(result["runs"])
+    assert "| default | query |" in observe.soak_table(result["runs"])

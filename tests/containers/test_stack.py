@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as triton
 from PIL import Image
 
-from bench.otlp import Receiver
+from bench.observe import Receiver
 
 from .stack import Stack, metric, settle
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces, received by a real OTLP receiver (bench/otlp.py: opentelemetry-proto's
+"""OpenTelemetry traces, received by a real OTLP receiver (bench.observe.Receiver: opentelemetry-proto's
 TraceService over gRPC, and ExportTraceServiceRequest over HTTP).
 
 The real server (`python -m service`, poll mode) exports over OTLP/gRPC; a real `python -m training worker`
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from bench.otlp import Receiver, tree
+from bench.observe import Receiver
 from fitstore import FitStore
 from tests.fits import Worker, photo, png
 from tests.servers import ROOT, Server
@@ -25,6 +25,21 @@ from tests.servers import ROOT, Server
 FAST = {"preset": "fourier-small", "size": "32", "steps": "60", "protocol": "paper", "seed": "0"}
 CLIENT = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"  # a client's trace and span ids
 SERVER_KIND = 2  # SPAN_KIND_SERVER in the OTLP protobuf
+
+
+def tree(spans: list, parent: str = "", pad: str = "") -> str:
+    """The spans indented by parent (roots: those whose parent is not among them), with the service, duration, a
+    few attributes, events and links."""
+    ids, lines = {s.span_id for s in spans}, []
+    for s in sorted(spans, key=lambda s: s.start_ns):
+        if (s.parent_id if s.parent_id in ids else "") == parent:
+            keep = ("inr.", "http.route", "http.response", "rpc.")
+            attrs = " ".join(f"{k}={v}" for k, v in s.attributes.items() if k.startswith(keep))
+            lines.append(f"{pad}{s.name} [{s.service}] {(s.end_ns - s.start_ns) / 1e6:.1f} ms {attrs}".rstrip())
+            lines += [f"{pad}    event {name} {attributes}" for name, attributes in s.events]
+            lines += [f"{pad}    links to {len(s.links)} span(s)"] * bool(s.links)
+            lines.append(tree(spans, s.span_id, pad + "  "))
+    return "\n".join(x for x in lines if x)
 
 
 def otel(endpoint: str, protocol: str) -> dict:
