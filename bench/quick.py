@@ -44,7 +44,7 @@ PRESETS = {
             "--variants",
             "paper,lr 5e-3 cosine 500,minibatch ¼ lr 5e-3 cosine 500",
         ],
-        "roofline": ["--batches", "4096", "--threads", "1", "--render-size", "256", "--repeats", "3"],
+        "roofline": ["roofline", "--batches", "4096", "--threads", "1", "--render-size", "256", "--repeats", "3"],
         "sinekan_speed": ["--hidden", "64;128,128", "--batches", "1,256", "--repeats", "3"],
         "classic": ["--preset", "quick"],
     },
@@ -79,7 +79,7 @@ PRESETS = {
             "--variants",
             "paper,lr 5e-3 cosine 500",
         ],
-        "roofline": ["--batches", "256", "--threads", "1", "--render-size", "32", "--repeats", "1"],
+        "roofline": ["roofline", "--batches", "256", "--threads", "1", "--render-size", "32", "--repeats", "1"],
         "sinekan_speed": ["--hidden", "8", "--batches", "1,8", "--repeats", "1"],
         "classic": ["--preset", "smoke"],
     },
@@ -88,7 +88,7 @@ PRESETS = {
 BENCHES = {
     "fourier_table": ("bench.fourier_table", "main"),
     "time_to_quality": ("bench.time_to_quality", "main"),
-    "roofline": ("bench.roofline", "main"),
+    "roofline": ("bench.kernels", "main"),
     "sinekan_speed": ("bench.sinekan_speed", "main"),
     "classic": ("bench.classic", "main"),
 }

@@ -30,7 +30,7 @@ RENDER = {
     "fourier_table": ("fourier_table", "table_md", lambda fn, f: fn(f)),
     "time_to_quality": ("time_to_quality", "table_md", lambda fn, f: fn(f)),
     "sinekan_speed": ("sinekan_speed", "table_md", lambda fn, f: fn(f)),
-    "roofline": ("roofline", "table_md", lambda fn, f: fn(f)),
+    "roofline": ("kernels", "table_md", lambda fn, f: fn(f)),
     "native_fit": ("native_fit", "table_md", lambda fn, f: fn(f)),
     "model_bytes": ("model_bytes", "table", lambda fn, f: fn(f)),
     "rd": ("rd", "table", lambda fn, f: fn(f)),

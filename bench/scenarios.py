@@ -57,13 +57,13 @@ SCENARIOS = {
         _S("flame", "serving", "observe", ("flame",), baseline="dir", rounds=False, needs=("wrk",)),
         # tiles
         _S("classic", "tiles", "classic", baseline="dir", needs=("wrk", "nginx")),
-        _S("roofline", "tiles", "roofline", rounds=False),
-        _S("separable", "tiles", "separable"),
-        _S("render_cost", "tiles", "render_cost"),
+        _S("roofline", "tiles", "kernels", ("roofline",), rounds=False),
+        _S("separable", "tiles", "kernels", ("separable",)),
+        _S("render_cost", "tiles", "kernels", ("render_cost",)),
         _S("fairness", "tiles", "fairness", rounds=False),
         _S("flood", "tiles", "fairness", ("flood",), baseline="dir", rounds=False),
-        _S("grid_render", "tiles", "grid_render"),
-        _S("grid_memory", "tiles", "grid_memory"),
+        _S("grid_render", "tiles", "kernels", ("grid_render",)),
+        _S("grid_memory", "tiles", "kernels", ("grid_memory",)),
         _S("tile_cost", "tiles", "tile_cost"),
         _S("viewer_sharp", "tiles", "viewer_sharp"),
         # fits

@@ -161,10 +161,11 @@ def test_a_malformed_variant_is_one_line_exit_2(tmp_path):
 
 
 def test_render_cost_times_the_plain_graph_and_the_separable_body_of_each_model(tmp_path):
-    from bench import render_cost
+    from bench import kernels
 
-    r = render_cost.main(
+    r = kernels.main(
         [
+            "render_cost",
             "--samples",
             "64",
             "--rounds",
