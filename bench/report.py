@@ -23,7 +23,9 @@ from . import store
 MARK = re.compile(r"<!-- bench: (?P<scenario>[\w-]+)(?: (?P<run>[\w.-]+))? -->\n.*?<!-- /bench -->", re.S)
 # scenario → (module, function, how to call it on the figures)
 RENDER = {
-    "peers": ("peers_report", "side_by_side", lambda fn, f: fn(f["rows"], baselines_of(f["rows"]))),
+    "peers": ("peers", "side_by_side", lambda fn, f: fn(f["rows"], baselines_of(f["rows"]))),
+    "peers-large": ("peers", "side_by_side", lambda fn, f: fn(f["rows"], baselines_of(f["rows"]))),
+    "serving": ("peers", "rows_table", lambda fn, f: fn(f["rows"])),
     "classic": ("classic", "table", lambda fn, f: f.get("table") or fn(f["photos"], f["clients"])),
     "json_path": ("json_path", "table", lambda fn, f: fn(f)),
     "bigimage": ("bigimage", "table", lambda fn, f: fn(f)),
@@ -38,7 +40,7 @@ RENDER = {
 
 
 def baselines_of(rows: list[dict]) -> dict[str, str]:
-    from .peers_report import TITLES
+    from .peers import TITLES
 
     return {r["server"]: r["server"] for r in rows if r["server"] not in TITLES}
 

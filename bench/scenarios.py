@@ -39,8 +39,8 @@ SCENARIOS = {
     s.name: s
     for s in (
         # serving
-        _S("peers", "serving", "peers", baseline="dirs", needs=("wrk",)),
-        _S("peers-large", "serving", "peers", ("--large-only",), baseline="dirs", needs=("wrk",)),
+        _S("peers", "serving", "peers", ("peers",), baseline="dirs", needs=("wrk",)),
+        _S("peers-large", "serving", "peers", ("peers-large",), baseline="dirs", needs=("wrk",)),
         _S("floor", "serving", "floor", baseline="dir", needs=("wrk",)),
         _S("json_path", "serving", "json_path", baseline="dir", needs=("wrk",)),
         _S("grpc_http", "serving", "grpc_http", baseline="dir"),
@@ -48,7 +48,7 @@ SCENARIOS = {
         _S("grpc_ours", "serving", "grpc_ours", rounds=False),
         _S("inline_stall", "serving", "inline_stall"),
         _S("warmup", "serving", "warmup"),
-        _S("serving", "serving", "serving", needs=("wrk",)),
+        _S("serving", "serving", "peers", ("serving",), needs=("wrk",)),
         _S("span_cost", "serving", "observe", ("span_cost",)),
         _S("gc_cost", "serving", "observe", ("gc_cost",), baseline="dir", rounds=False, needs=("wrk",)),
         _S("trace_cost", "serving", "observe", ("trace_cost",), baseline="dir", needs=("wrk",)),

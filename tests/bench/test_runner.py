@@ -52,7 +52,7 @@ def test_import_keeps_each_result_once_with_its_own_date(tmp_path):
     results.mkdir()
     (results / "peers-issue9.json").write_text(json.dumps({"machine": {"date": "2026-12-01 10:00 UTC"}, "rows": []}))
     (results / "digits_paper.jsonl").write_text('{"kind": "run", "seed": 0}\n{"kind": "run", "seed": 1}\n')
-    names = ["peers", "peers_report", "digits_paper"]
+    names = ["peers", "peers_loads", "digits_paper"]
     assert store.import_results(results, db, names) == 3
     rows = store.read(db)
     assert [(r["scenario"], r["run"]) for r in rows] == [
