@@ -1,4 +1,4 @@
-"""`python -m bench.s3_shards run` end to end on a few models: a real S3 server, two replicas on the bucket and two on
+"""`python -m bench.s3 s3_shards` end to end on a few models: a real S3 server, two replicas on the bucket and two on
 a folder, each pair behind the nginx template. Timing is never asserted; what the issue asks of the result is: each
 model answered by one replica, no GET after a restart for what the caches hold, each cache under its budget after
 the load."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import s3_shards
+from bench import s3
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,9 +17,19 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)")
 def test_first_tiles_restart_and_budgets_through_nginx(tmp_path, capsys):
     out = tmp_path / "result.json"
-    argv = ["run", "--from", str(ROOT / "models" / "astronaut"), "--models", "4", "--rounds", "1", "--per-round", "2"]
-    assert s3_shards.main([*argv, "--cache-share", "0.8", "--tmp", str(tmp_path), "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
+    argv = [
+        "s3_shards",
+        "--from",
+        str(ROOT / "models" / "astronaut"),
+        "--models",
+        "4",
+        "--rounds",
+        "1",
+        "--per-round",
+        "2",
+    ]
+    assert s3.main([*argv, "--cache-share", "0.8", "--tmp", str(tmp_path), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["result"]
     tiles = result["first_tile"]
     assert len(tiles["s3_s"]) == len(tiles["local_s"]) == 2 and tiles["ratio"] > 0
     assert result["load"]["tiles"] == 4
@@ -36,4 +46,4 @@ def test_first_tiles_restart_and_budgets_through_nginx(tmp_path, capsys):
         assert restart["requests_at_start"]["GET"] == 0 and restart["requests_for_the_tiles"]["GET"] == 0, restart
         assert result["disk_after"][name]["du_bytes"] <= budget
     assert sum(result["restart"][n]["models_in_cache"] for n in ("s3-0", "s3-1")) > 0
-    assert not list(tmp_path.glob("inr-bench-shards-*")), "the bench leaves nothing behind"
+    assert not list(tmp_path.glob("inr-bench-s3-*")), "the bench leaves nothing behind"
