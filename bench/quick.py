@@ -46,7 +46,7 @@ PRESETS = {
         ],
         "roofline": ["roofline", "--batches", "4096", "--threads", "1", "--render-size", "256", "--repeats", "3"],
         "sinekan_speed": ["--hidden", "64;128,128", "--batches", "1,256", "--repeats", "3"],
-        "classic": ["--preset", "quick"],
+        "classic": ["classic", "--preset", "quick"],
     },
     "smoke": {
         "fourier_table": [
@@ -81,7 +81,7 @@ PRESETS = {
         ],
         "roofline": ["roofline", "--batches", "256", "--threads", "1", "--render-size", "32", "--repeats", "1"],
         "sinekan_speed": ["--hidden", "8", "--batches", "1,8", "--repeats", "1"],
-        "classic": ["--preset", "smoke"],
+        "classic": ["classic", "--preset", "smoke"],
     },
 }
 # name -> (module, function): the function takes the harness's argv and returns its result, imported when run
@@ -90,7 +90,7 @@ BENCHES = {
     "time_to_quality": ("bench.time_to_quality", "main"),
     "roofline": ("bench.kernels", "main"),
     "sinekan_speed": ("bench.sinekan_speed", "main"),
-    "classic": ("bench.classic", "main"),
+    "classic": ("bench.tiles", "main"),
 }
 
 

@@ -26,7 +26,6 @@ RENDER = {
     "peers": ("peers", "side_by_side", lambda fn, f: fn(f["rows"], baselines_of(f["rows"]))),
     "peers-large": ("peers", "side_by_side", lambda fn, f: fn(f["rows"], baselines_of(f["rows"]))),
     "serving": ("peers", "rows_table", lambda fn, f: fn(f["rows"])),
-    "classic": ("classic", "table", lambda fn, f: f.get("table") or fn(f["photos"], f["clients"])),
     "json_path": ("json_path", "table", lambda fn, f: fn(f)),
     "bigimage": ("bigimage", "table", lambda fn, f: fn(f)),
     "fourier_table": ("fourier_table", "table_md", lambda fn, f: fn(f)),

@@ -18,8 +18,8 @@ import time
 import httpx
 import pytest
 
-from bench.fairness import ATTACKERS
-from bench.fairness import attack as flood
+from bench.tiles import ATTACKERS
+from bench.tiles import attack as flood
 from tests.servers import ROOT, Server, in_flight, wait_for
 from tests.service.engine.test_residency import copy_model
 

@@ -116,7 +116,7 @@ def test_the_image_appears_on_the_canvas(page):
     })()""")
     assert stats["opaque"] > 0.5 and stats["std"] > 5
     assert "px per image pixel" in page.page.locator("#readout").inner_text()
-    # bench/viewer_sharp.py times the sharp view by the viewer's own mark, one per sharp render.
+    # the viewer_sharp benchmark (bench/tiles.py) times the sharp view by the viewer's own mark, one per sharp render.
     marks = page.page.evaluate("performance.getEntriesByName('inr-sharp').map(m => m.detail.renders)")
     assert marks == list(range(1, int(page.canvas("c.dataset.renders")) + 1))
 
