@@ -4,7 +4,7 @@
 // 4×, … native whose tiles are IIIF upscaled (`^`) requests, rendered by the model (iiif-levels.js);
 // the readout says how far past native the view is and which tiles it shows.
 //
-// For the tests and bench/viewer_sharp.py: #osd carries data-state (loading, open, failed),
+// For the tests and viewer_sharp (bench/tiles.py): #osd carries data-state (loading, open, failed),
 // data-image-zoom (device px per native image px), data-tile-scale (level px per native px of the
 // tiles drawn), data-sharp (views fully drawn so far); each fully drawn view also leaves a
 // performance mark "inr-sharp": the moment the last tile of a settled view is drawn.

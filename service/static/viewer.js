@@ -9,7 +9,7 @@
 // State for tests and the readout is mirrored on the canvas: data-state (pending, loading,
 // preview, sharp, error), data-renders (sharp renders shown so far), data-viewport, data-zoom.
 // Each sharp render also leaves a performance mark "inr-sharp" (detail: renders, ms) at the moment its
-// last strip is drawn to the canvas, which bench/viewer_sharp.py times against navigation and input.
+// last strip is drawn to the canvas, which viewer_sharp (bench/tiles.py) times against navigation and input.
 import * as camera from "./camera.js";
 import { render } from "./api.js";
 
