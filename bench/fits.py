@@ -1,24 +1,16 @@
-"""Fits over HTTP (docs/benchmarks.md, fits). Upload to first served render against the CLI, the PSNR it
-reaches, and what a running fit does to serving latency.
+"""Fits: time, quality and memory (docs/benchmarks/training.md, fits-and-browser.md), a subcommand per scenario; each
+writes bench/results/NAME.json (--name, --out-dir) and logs its table. `fits` and `fourier_table` fit through the
+public doors (`POST /v1/fits`, `python -m training fit-image`); `time_to_quality` probes PSNR inside the training loop
+(its own time excluded) and `sinekan_speed` times exported classifiers, both in-process.
 
-1. `overhead`: a 256² photo (scikit-image's `coffee`, centre square) with the default preset.
-   - service: POST /v1/fits → a worker fits it → the API (poll mode) serves the version → the first
-     200 from its version-pinned render; timed from the POST.
-   - cli: `python -m training fit-image --out` with the same options, into the same repository, timed
-     from the command's start to the first served render of its version.
-   Both with the same torch threads (--fit-threads) and nice 0, alternating, `--rounds` times.
-2. `serving`: p50/p99 of a one-digit v1 classify and of a 256² render (render cache off, a new
-   rotation each time) from one client, idle and while a worker fits a long job, in the same run:
-   `fair` is the worker's defaults (nice 10, one torch thread), `unfair` nice 0 and two threads.
-
-    python -m bench.fits                    # ~10 min on 2 cores
+    python -m bench fourier_table -- --size 128 --steps 300    # or: python -m bench.fits SCENARIO [options]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -29,274 +21,436 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import ROOT, machine, median, setup_logging, write_json
-from .serving import Server
+from commandline import OneLineParser
 
-log = logging.getLogger("bench.fits")
+from . import common as c
+from .common import IMG, ROOT, log, machine, median, write_json
 
-
-def coffee_png(path: Path, size: int) -> Path:
-    from PIL import Image
-    from skimage import data
-
-    img = Image.fromarray(data.coffee())
-    side = min(img.size)
-    left, top = (img.width - side) // 2, (img.height - side) // 2
-    img.crop((left, top, left + side, top + side)).resize((size, size), Image.LANCZOS).save(path)
-    return path
-
-
-def first_render(url: str, name: str, version: int, deadline: float) -> float:
-    """Poll the version-pinned render until it answers 200; the time it did."""
-    while time.monotonic() < deadline:
-        r = httpx.get(
-            f"{url}/v1/models/{name}/versions/{version}/render", params={"width": 64, "height": 64}, timeout=60
-        )
-        if r.status_code == 200:
-            return time.perf_counter()
-        time.sleep(0.05)
-    raise RuntimeError(f"{name} version {version} was not served in time")
-
-
-def via_service(srv: Server, photo: Path, models: Path, name: str, args) -> dict:
-    t0 = time.perf_counter()
-    with photo.open("rb") as f:
-        r = httpx.post(
-            f"{srv.url}/v1/fits",
-            files={"file": (photo.name, f, "image/png")},
-            data={"preset": args.preset, "size": str(args.size), "name": name},
-            timeout=60,
-        )
-    r.raise_for_status()
-    job = r.json()["id"]
-    deadline = time.monotonic() + args.timeout_s
-    # follow the job as the viewer does: its event stream, until the final event
-    with httpx.stream("GET", f"{srv.url}/v1/fits/{job}/events", timeout=args.timeout_s) as events:
-        for line in events.iter_lines():
-            if line.startswith("event: ") and line[7:] in ("succeeded", "failed", "cancelled"):
-                break
-    rec = httpx.get(f"{srv.url}/v1/fits/{job}", timeout=30).json()
-    if rec["state"] != "succeeded":
-        raise RuntimeError(f"fit {job} ended {rec['state']}: {rec.get('error')}")
-    done = time.perf_counter()
-    served = first_render(srv.url, name, rec["version"], deadline)
-    return {
-        "path": "service",
-        "seconds": served - t0,
-        "fit_done_s": done - t0,
-        "metrics": rec["metrics"],
-        "train_s": train_seconds(models, name, rec["version"]),
-    }
+ENCODINGS = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
+MODELS = ("sinekan", "bspline-kan", "fourier-kan", "mlp")
+# fmt: off
+# time_to_quality's variants: each name spells its fit-image options (see time_to_quality)
+TTQ = ("paper,lr 5e-3,lr 5e-3 cosine 500,minibatch ¼,minibatch ¼ lr 5e-3 cosine 1000,width 128 lr 5e-3 cosine 500,"
+       "depth 3 lr 5e-3 cosine 500,lr 1e-2 cosine 500,minibatch ¼ lr 5e-3 cosine 500,minibatch ¼ width 128 lr 5e-3 "
+       "cosine 500,minibatch ¼ width 128 lr 1e-2 cosine 500,minibatch ¼ width 128 depth 3 lr 5e-3 cosine 500,minibatch "
+       "⅛ width 128 lr 5e-3 cosine 1000,batch 4096 lr 5e-3 cosine 500,batch 4096 width 128 depth 3 lr 5e-3 cosine 500,"
+       "lr 5e-3 cosine 500 compile,grid preset").split(",")
+# each scenario's options (parse)
+OPTIONS = {
+    "fits": {"size": 256, "preset": "fourier", "rounds": 2, "fit_threads": 2, "requests": 150, "timeout_s": 1800.0},
+    "fourier_table": {"size": 512, "steps": 2000, "depth": 4, "width": 256, "device": "cpu", "threads": 0,
+                      "photos": "astronaut,camera,coffee,chelsea,rocket,cat", "texts": "text,text-fourier,text-sinekan",
+                      "encodings": ",".join(ENCODINGS), "sigmas": "1,2,5,10,20,50", "sigma_image": "astronaut",
+                      "render": False, "variant": [], "plot": str(IMG / "bench-fourier-table.png")},
+    "time_to_quality": {"image": "astronaut", "size": 512, "scale": 10.0, "target": 30.0, "variants": ",".join(TTQ),
+                        "rounds": 3, "quality": "all", "every": 10, "max_steps": 0, "seed": 0, "device": "cpu",
+                        "threads": 0, "plot": str(IMG / "bench-time-to-quality.png")},
+    "sinekan_speed": {"hidden": "16;32;64;128;256;128,128;128,128,128", "batches": "1,256", "models": ",".join(MODELS),
+                      "repeats": 7, "threads": 1, "plot": str(IMG / "bench-sinekan-speed.png")},
+}
+# SineKAN rows, parameter-matched (±10 %) to the 4×256 Gaussian MLP. sinekan: the paper's layer and init on raw
+# coordinates; dense: a 64-frequency first grid up to 16 cycles per unit; gaussian: on 64 features; projection: what
+# `--model sinekan` gives (its σ chosen on coffee, rocket and cat).
+KAN = "--grid 8 --first-grid 8 --hidden-freq 1 --first-freq 0 --sinekan-init"
+SINEKAN = {"sinekan": f"--encoding none --width 128 {KAN} paper",
+           "sinekan-dense": "--encoding none --width 124 --grid 8 --hidden-freq 1 --first-grid 64 --first-freq 16 "
+                            "--sinekan-init scaled",
+           "sinekan-gaussian": f"--encoding gaussian --features 64 --width 96 {KAN} scaled",
+           "sinekan-projection": "--scale 3"}
+# Tancik et al. 2020, Table 1 (2D image regression, test PSNR in dB, mean over their images)
+PAPER = {"natural": {"none": 19.32, "basic": 21.72, "positional": 24.95, "gaussian": 25.57},
+         "text": {"none": 18.40, "basic": 20.48, "positional": 27.57, "gaussian": 30.47}}
+# fmt: on
 
 
-def train_seconds(models: Path, name: str, version: int) -> float:
-    return json.loads((models / name / str(version) / "metadata.json").read_text())["training"]["train_seconds"]
+def parse(name: str, argv: list[str] | None, spec: dict | None = None, module: str = "fits"):
+    """Options from {option: default}: the default's type, False a switch, [] repeatable, ... positional."""
+    p = OneLineParser(prog=f"python -m bench.{module} {name}")
+    for k, v in {"name": name, "out_dir": None, **(spec or OPTIONS[name])}.items():
+        kind = {"action": "store_true"} if v is False else {"action": "append"} if v == [] else {"type": type(v)}
+        kind = {"nargs": "+"} if v is ... else {"default": v, **({} if v is None else kind)}
+        p.add_argument(k if v is ... else f"--{k.replace('_', '-')}", **kind)
+    return p, p.parse_args(argv)
 
 
-def via_cli(srv: Server, photo: Path, models: Path, name: str, args) -> dict:
-    t0 = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training",
-            "fit-image",
-            "--image",
-            str(photo),
-            "--size",
-            str(args.size),
-            "--no-progress",
-            "--out",
-            str(models / name),
-        ],
-        cwd=ROOT,
-        check=True,
-        env={**_env(args.fit_threads)},
-        stdout=subprocess.DEVNULL,
-    )
-    done = time.perf_counter()
-    served = first_render(srv.url, name, 1, time.monotonic() + args.timeout_s)
-    meta = json.loads((models / name / "1" / "metadata.json").read_text())
-    return {
-        "path": "cli",
-        "seconds": served - t0,
-        "fit_done_s": done - t0,
-        "metrics": meta["metrics"],
-        "train_s": meta["training"]["train_seconds"],
-    }
+def run(*args: str, threads: int = 0, out=subprocess.DEVNULL, wait: bool = True):
+    """`python -m ARGS` in this tree, its torch on `threads` threads (0: its default)."""
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {})}
+    cmd, kw = [sys.executable, "-m", *args], {"cwd": ROOT, "env": env, "stdout": out}
+    return subprocess.run(cmd, check=True, **kw) if wait else subprocess.Popen(cmd, stderr=out, **kw)
 
 
-def _env(threads: int) -> dict:
-    import os
-
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-
-
-def worker(store: str, models: Path, threads: int, nice: int, log_path: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "training",
-            "worker",
-            "--store",
-            store,
-            "--models",
-            str(models),
-            "--threads",
-            str(threads),
-            "--nice",
-            str(nice),
-        ],
-        cwd=ROOT,
-        env=_env(threads),
-        stdout=log_path.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
+def md(head: list[str], align: str, rows: list[list]) -> list[str]:
+    bar = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return [f"| {' | '.join(head)} |", bar, *(f"| {' | '.join(map(str, r))} |" for r in rows)]
 
 
-def latencies(url: str, n: int, digit: bytes) -> dict:
-    out = {"classify": [], "render": []}
-    with httpx.Client(timeout=120) as c:
-        for i in range(n):
-            t = time.perf_counter()
-            c.post(
-                f"{url}/v1/models/digits/classify", files={"files": ("d.png", digit, "image/png")}
-            ).raise_for_status()
-            out["classify"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            c.get(
-                f"{url}/v1/models/astronaut/render", params={"width": 256, "height": 256, "rotate": (i * 0.37) % 360}
-            ).raise_for_status()
-            out["render"].append(time.perf_counter() - t)
-    return {
-        k: {"p50_ms": 1000 * float(np.percentile(v, 50)), "p99_ms": 1000 * float(np.percentile(v, 99)), "n": len(v)}
-        for k, v in out.items()
-    }
+def plot(path, curves: dict, title: str, xlabel: str, ylabel: str, scale: str = "linear", hline=None) -> None:
+    """{label: (xs, ys)} as lines; x on a log axis for "log", x and y for "loglog"; a dashed line at `hline`."""
+    plt = c.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for label, (xs, ys) in curves.items():
+        ax.plot(xs, ys, "-" if scale == "log" else "o-", label=label, lw=1.2, ms=3)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, **({} if scale == "linear" else {"xscale": "log"}))
+    ax.set(**({"yscale": "log"} if scale == "loglog" else {}))
+    if hline is not None:
+        ax.axhline(hline, color="k", ls="--", lw=0.8)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
-def fitting_latencies(
-    srv: Server, store: str, models: Path, photo: Path, digit: bytes, threads: int, nice: int, log_path: Path, args
-) -> dict:
-    """Serving latencies while one long fit runs on a worker with these threads and nice value."""
-    w = worker(store, models, threads, nice, log_path)
-    try:
-        with photo.open("rb") as f:
-            job = httpx.post(
-                f"{srv.url}/v1/fits",
-                files={"file": ("coffee.png", f, "image/png")},
-                data={"size": str(args.size), "steps": "20000", "name": f"busy{nice}"},
-                timeout=60,
-            ).json()
-        while httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"] < 1:
-            time.sleep(0.2)
-        step0 = httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"]
-        out = latencies(srv.url, args.requests, digit)
-        out["fit_steps_during"] = httpx.get(f"{srv.url}/v1/fits/{job['id']}", timeout=30).json()["step"] - step0
-        httpx.delete(f"{srv.url}/v1/fits/{job['id']}", timeout=30)
-    finally:
-        w.terminate()
-        w.wait(60)
-    return {**out, "worker_threads": threads, "worker_nice": nice}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=256)
-    p.add_argument("--preset", default="fourier")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--fit-threads", type=int, default=2, help="torch threads of both paths in `overhead`")
-    p.add_argument("--requests", type=int, default=150, help="classify + render pairs per serving condition")
-    p.add_argument("--timeout-s", type=float, default=1800)
-    p.add_argument("--parts", default="overhead,serving")
-    p.add_argument("--name", default="fits")
-    args = p.parse_args(argv)
-    setup_logging()
+def fits(argv: list[str] | None = None) -> dict:
+    """Upload → first served render, POST /v1/fits against fit-image; serving while a worker fits."""
+    a = parse("fits", argv)[1]
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-fits-"))
-    models = tmp / "models"
+    from PIL import Image
+
+    from fitstore import FitStore
+    from tests.servers import draw_digit, png_bytes
+    from training.images import load_image
+
+    from .serving import Server
+
+    tmp, workers, digit = Path(tempfile.mkdtemp(prefix="bench-fits-")), [], png_bytes(draw_digit(3, size=64))
+    models, store, photo = tmp / "models", f"sqlite:///{tmp}/fits.sqlite", tmp / "coffee.png"
     shutil.copytree(ROOT / "models", models)
-    store = f"sqlite:///{tmp}/fits.sqlite"
-    photo = coffee_png(tmp / "coffee.png", args.size)
-    env = {
-        "INR_FIT_STORE": store,
-        "INR_MODEL_CONTROL_MODE": "poll",
-        "INR_REPOSITORY_POLL_SECS": "0.5",
-        "INR_RENDER_CACHE_BYTES": "0",
-        "INR_FIT_QUEUE_LIMIT": "50",
-    }
-    srv = Server(models, "fits", env).wait()
-    result = {
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "args": vars(args),
-        "overhead": [],
-        "serving": {},
-    }
+    Image.fromarray((load_image("coffee", a.size, crop=True)[0] * 255).round().astype(np.uint8)).save(photo)
+    env = {"INR_FIT_STORE": store, "INR_MODEL_CONTROL_MODE": "poll", "INR_REPOSITORY_POLL_SECS": "0.5"}
+    srv = Server(models, "fits", {**env, "INR_RENDER_CACHE_BYTES": "0", "INR_FIT_QUEUE_LIMIT": "50"}).wait()
+    url, result = srv.url, {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    result.update(args=vars(a), overhead=[], serving={})
+
+    def worker(threads: int, nice: int, mode: str):
+        w = ("--store", store, "--models", str(models), "--threads", str(threads), "--nice", str(nice))
+        with (tmp / f"worker-{mode}.log").open("ab") as out:
+            workers.append(run("training", "worker", *w, threads=threads, out=out, wait=False))
+        return workers[-1]
+
+    def post(form: dict) -> str:
+        with photo.open("rb") as f:
+            job = httpx.post(f"{url}/v1/fits", files={"file": (photo.name, f)}, data=form, timeout=60)
+        return f"{url}/v1/fits/{job.raise_for_status().json()['id']}"
+
+    def to_served(path: str, name: str) -> dict:
+        t0, version, end = time.perf_counter(), 1, time.monotonic() + a.timeout_s
+        if path == "service":
+            job = post({"preset": a.preset, "size": str(a.size), "name": name})
+            with httpx.stream("GET", f"{job}/events", timeout=a.timeout_s) as events:  # as the viewer follows it
+                next(x for x in events.iter_lines() if x in ("event: succeeded", "event: failed", "event: cancelled"))
+            if (rec := httpx.get(job, timeout=30).json())["state"] != "succeeded":
+                raise RuntimeError(f"fit {job} ended {rec['state']}: {rec.get('error')}")
+            version = rec["version"]
+        else:
+            fit = ("--image", str(photo), "--size", str(a.size), "--no-progress", "--out", str(models / name))
+            run("training", "fit-image", *fit, threads=a.fit_threads)
+        done, pinned = time.perf_counter(), f"{url}/v1/models/{name}/versions/{version}/render"
+        while httpx.get(pinned, params={"width": 64, "height": 64}, timeout=60).status_code != 200:
+            if time.monotonic() > end:
+                raise RuntimeError(f"{name} version {version} was not served in time")
+            time.sleep(0.05)
+        meta, seconds = json.loads((models / name / str(version) / "metadata.json").read_text()), time.perf_counter()
+        row = {"path": path, "seconds": seconds - t0, "fit_done_s": done - t0, "metrics": meta["metrics"]}
+        return {**row, "train_s": meta["training"]["train_seconds"]}
+
+    def latencies(n: int) -> dict:
+        out: dict = {"classify": [], "render": []}
+        with httpx.Client(timeout=120) as h:
+            for i in range(n):  # a new rotation each time: no cache
+                t = time.perf_counter()
+                h.post(f"{url}/v1/models/digits/classify", files={"files": ("d.png", digit)}).raise_for_status()
+                out["classify"].append(time.perf_counter() - t)
+                t, size = time.perf_counter(), {"width": 256, "height": 256, "rotate": (i * 0.37) % 360}
+                h.get(f"{url}/v1/models/astronaut/render", params=size).raise_for_status()
+                out["render"].append(time.perf_counter() - t)
+        pct = {"p50_ms": 50, "p99_ms": 99}
+        return {k: {**{p: 1e3 * np.percentile(v, q) for p, q in pct.items()}, "n": n} for k, v in out.items()}
+
     try:
-        if "overhead" in args.parts:
-            w = worker(store, models, args.fit_threads, 0, tmp / "worker.log")
-            from fitstore import FitStore
-
-            while not FitStore(store).workers():  # started: torch imported, heartbeat sent
+        w = worker(a.fit_threads, 0, "overhead")
+        while not FitStore(store).workers():  # started: torch imported, heartbeat sent
+            time.sleep(0.2)
+        for k, path in ((k, p) for k in range(a.rounds) for p in ("service", "cli")):
+            result["overhead"].append(row := to_served(path, f"{path[:3]}{k}"))
+            log.info("%s round %d: %.1f s to the first served render", path, k, row["seconds"])
+        w.terminate(), w.wait(60)
+        svc, cli = ([r["seconds"] for r in result["overhead"] if r["path"] == x] for x in ("service", "cli"))
+        result["overhead_ratio"] = median(svc) / median(cli)
+        latencies(10)  # warm up
+        result["serving"]["idle"] = latencies(a.requests)
+        for mode, threads, nice in (("fair", 1, 10), ("unfair", 2, 0)):
+            w, job = worker(threads, nice, mode), post({"size": str(a.size), "steps": "20000", "name": f"busy{nice}"})
+            while (step0 := httpx.get(job, timeout=30).json()["step"]) < 1:
                 time.sleep(0.2)
-            try:
-                for k in range(args.rounds):
-                    for path in ("service", "cli"):
-                        row = (
-                            via_service(srv, photo, models, f"svc{k}", args)
-                            if path == "service"
-                            else via_cli(srv, photo, models, f"cli{k}", args)
-                        )
-                        log.info(
-                            "%s round %d: %.1f s to the first served render (fit done at %.1f s, training %.1f s)",
-                            path,
-                            k,
-                            row["seconds"],
-                            row["fit_done_s"],
-                            row["train_s"],
-                        )
-                        result["overhead"].append(row)
-            finally:
-                w.terminate()
-                w.wait(60)
-            svc = [r["seconds"] for r in result["overhead"] if r["path"] == "service"]
-            cli = [r["seconds"] for r in result["overhead"] if r["path"] == "cli"]
-            result["overhead_ratio"] = median(svc) / median(cli)
-            log.info(
-                "service / cli: %.3f (medians %.1f s / %.1f s)", result["overhead_ratio"], median(svc), median(cli)
-            )
-        if "serving" in args.parts:
-            from tests.servers import draw_digit, png_bytes
-
-            digit = png_bytes(draw_digit(3, size=64))
-            latencies(srv.url, 10, digit)  # warm up
-            result["serving"]["idle"] = latencies(srv.url, args.requests, digit)
-            for mode, threads, nice in (("fair", 1, 10), ("unfair", 2, 0)):
-                result["serving"][mode] = fitting_latencies(
-                    srv, store, models, photo, digit, threads, nice, tmp / f"worker-{mode}.log", args
-                )
-                for kind in ("classify", "render"):
-                    idle, busy = result["serving"]["idle"][kind], result["serving"][mode][kind]
-                    log.info(
-                        "%s, worker %s (threads %d, nice %d): idle p50 %.1f p99 %.1f ms; with a fit p50 %.1f "
-                        "p99 %.1f ms (p99 %.2f×)",
-                        kind,
-                        mode,
-                        threads,
-                        nice,
-                        idle["p50_ms"],
-                        idle["p99_ms"],
-                        busy["p50_ms"],
-                        busy["p99_ms"],
-                        busy["p99_ms"] / idle["p99_ms"],
-                    )
+            busy = result["serving"][mode] = {**latencies(a.requests), "worker_threads": threads, "worker_nice": nice}
+            busy["fit_steps_during"] = httpx.get(job, timeout=30).json()["step"] - step0
+            httpx.delete(job, timeout=30), w.terminate(), w.wait(60)
     finally:
+        [(w.terminate(), w.wait(60)) for w in workers if w.poll() is None]
         srv.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    write_json(args.name, result)
-    return 0
+    write_json(a.name, result, a.out_dir)
+    return result
+
+
+def fourier_md(result: dict) -> str:
+    summ, sigma, rows = result["summary"], result["sigma"], []
+    sets = [s for s in ("natural", "text") if s in summ]
+    for e in result["encodings"]:
+        rows.append([f"gaussian (σ={sigma:g})" if e == "gaussian" else e])
+        for s, v in ((s, summ[s].get(e)) for s in sets):
+            rows[-1] += [
+                f"{v['mean']:.2f} ± {v['std']:.2f}" if v else "–",
+                f"{PAPER[s][e]:.2f}" if e in PAPER[s] else "–",
+            ]
+    head = ["encoding", *(f"{s}: {w}" for s in sets for w in ("ours", "paper"))]
+    return "\n".join(md(head, "l" + "rr" * len(sets), rows))
+
+
+def fourier_table(argv: list[str] | None = None) -> dict:
+    """Tancik et al. 2020, Table 1 (test PSNR per encoding), each run `python -m training fit-image --out`."""
+    p, a = parse("fourier_table", argv)
+    sets = {"natural": [i for i in a.photos.split(",") if i], "text": [i for i in a.texts.split(",") if i]}
+    variants, encs = c.named_options(a.variant, p, "--variant"), [e for e in a.encodings.split(",") if e]
+    encs += [n for n in variants if n not in encs]  # --variant NAME=OPTIONS: fit-image options on the protocol's
+    sigmas = [float(s) for s in a.sigmas.split(",")]
+
+    def fit(image: str, enc: str, scale: float, render: bool = False) -> dict:
+        argv = f"--image {image} --size {a.size} --steps {a.steps} --lr 1e-3 --schedule constant --batch-size 0 "
+        argv += f"--depth {a.depth} --protocol paper --seed 0 --device {a.device} --no-progress --scale {scale:g} "
+        mlp = f"--model mlp --encoding {enc} --width {a.width}"
+        argv = argv.split() + variants.get(enc, (f"--model sinekan {SINEKAN[enc]}" if enc in SINEKAN else mlp).split())
+        with tempfile.TemporaryDirectory() as tmp:
+            run("training", "fit-image", *argv, "--out", tmp + "/m", threads=a.threads)
+            meta, us = json.loads(Path(tmp, "m/1/metadata.json").read_text()), {}
+            if render:
+                x = np.random.default_rng(0).random((16384, 2), dtype=np.float32)
+                sess = c.ort_session(Path(tmp, "m/1/model.onnx"), 1)
+                s = median(c.time_calls(lambda: sess.run(["rgb"], {"coords": x}), 5, min_seconds=0.5))
+                us["render_us_per_sample"] = round(s / len(x) * 1e6, 3)
+        row, t = {k: meta["metrics"][k] for k in ("train_psnr", "test_psnr", "ssim")}, meta["training"]
+        row.update(seconds=round(t["train_seconds"], 2), seconds_per_step=round(t["train_seconds"] / t["steps"], 4))
+        return {**row, "parameters": meta["architecture"]["parameters"], "argv": " ".join(argv), **us}
+
+    result = {"machine": machine(), "size": a.size, "steps": a.steps, "depth": a.depth, "width": a.width}
+    result.update(seeds=[0], encodings=encs, images=sets, runs=[], sigma=sigmas[0])
+    if len(sigmas) > 1:  # σ: the best test PSNR on one image
+        sweep = [{"scale": s, **fit(a.sigma_image, "gaussian", s)} for s in sigmas]
+        result.update(sigma=max(sweep, key=lambda r: r["test_psnr"])["scale"], sigma_sweep=sweep)
+    for kind, image, enc in ((k, i, e) for k, images in sets.items() for i in images for e in encs):
+        r = fit(image, enc, result["sigma"], a.render)  # every encoding on an image before the next image
+        result["runs"].append({"set": kind, "image": image, "encoding": enc, "seed": 0, **r})
+        log.info("%s %s %s: test %.2f dB (%.0f s)", kind, image, enc, r["test_psnr"], r["seconds"])
+        write_json(a.name, result, a.out_dir)
+    summ = result["summary"] = {s: {} for s in sets if any(r["set"] == s for r in result["runs"])}
+    for s, e in ((r["set"], r["encoding"]) for r in result["runs"]):
+        v = [r["test_psnr"] for r in result["runs"] if (r["set"], r["encoding"]) == (s, e)]
+        summ[s][e] = {**dict(zip(("mean", "std"), c.mean_std(v))), "n": len(v)}
+    write_json(a.name, result, a.out_dir)
+
+    def chart(result, path):
+        sets, encs = [s for s in ("natural", "text") if s in result["summary"]], result["encodings"]
+        summ = result["summary"]
+        ours = {f"{s} (ours)": (encs, [summ[s].get(e, {}).get("mean", np.nan) for e in encs]) for s in sets}
+        paper = {f"{s} (paper)": (encs, [PAPER[s].get(e, np.nan) for e in encs]) for s in sets}
+        title = f"{result['size']}², {result['steps']} steps, train [::2, ::2], test held-out"
+        plot(path, {**ours, **paper}, title, "encoding", "test PSNR (dB)")
+
+    return c.finish(result, a.plot, chart, fourier_md)
+
+
+def ttq_summary(rows: list[dict], names: list[str]) -> dict:
+    out = {}
+    for n, rs in ((n, [r for r in rows if r["variant"] == n]) for n in names):
+        hits, full = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None], {}
+        full = next((r for r in rs if not r["stopped_at_target"]), {})
+        v = {"median_seconds_to_target": median(hits) if len(hits) == len(rs) and hits else None}
+        v.update({f"{k}_to_target": [r[f"{k}_to_target"] for r in rs] for k in ("seconds", "steps")})
+        v.update(median_seconds_per_step=median([r["seconds_per_step"] for r in rs] or [0]))
+        v.update(final_train_psnr=full.get("train_psnr"), final_test_psnr=full.get("test_psnr"))
+        out.update({n: {**v, "full_seconds": full.get("seconds")}} if rs else {})
+    base = out.get("paper", {}).get("median_seconds_to_target")
+    for v, t in ((v, v["median_seconds_to_target"]) for v in out.values()):
+        v["speedup_vs_paper"] = round(base / t, 2) if base and t else None
+    return out
+
+
+def ttq_md(result: dict) -> str:
+    rows, dash = [], lambda x, f: "–" if x is None else format(x, f)  # noqa: E731
+    for n, v in result["summary"].items():
+        t, q = v["median_seconds_to_target"], v["final_test_psnr"] and f"{v['final_train_psnr']:.2f} / "
+        rows.append(
+            [n, "not reached" if t is None else f"{t:.1f}", ", ".join(dash(s, ".1f") for s in v["seconds_to_target"])]
+        )
+        rows[-1] += ["/".join(dash(s, "") for s in v["steps_to_target"]), f"{1000 * v['median_seconds_per_step']:.0f}"]
+        sp = v["speedup_vs_paper"] and f"{v['speedup_vs_paper']:.1f}×"
+        rows[-1] += [sp or "–", f"{q}{v['final_test_psnr']:.2f}" if q else "–", dash(v["full_seconds"], ".0f")]
+    head = ["variant", f"s to {result['target']:g} dB (median)", "per round", "steps", "ms/step", "speed-up"]
+    return "\n".join(md([*head, "final train / test PSNR", "full-run s"], "lrlrrrlr", rows))
+
+
+def time_to_quality(argv: list[str] | None = None) -> dict:
+    """Training seconds to a train PSNR per fit-image variant. A name spells its options: paper (lr 1e-3 constant,
+    full batch, 4×256, 2000 steps) with word pairs on top; minibatch ¼ / ⅛: a quarter / an eighth of the pixels."""
+    p, a = parse("time_to_quality", argv)
+    names = [n.strip() for n in a.variants.split(",") if n.strip()]
+    if bad := [n for n in names if n not in TTQ]:
+        p.error(f"unknown variant(s) {bad}; valid: {', '.join(TTQ)}")
+    import torch
+
+    from fitstore import PRESETS
+    from training.fit_image import evaluate, split_pixels, train
+    from training.images import load_image
+    from training.metrics import psnr
+
+    c.set_threads(a.threads)
+    img, quality = load_image(a.image, a.size)[0], set(names if a.quality == "all" else a.quality.split(","))
+    (tc, tt, _, _), grid = split_pixels(img, "paper"), PRESETS["grid"]
+
+    def options(name: str) -> str:
+        o = {"lr": "1e-3", "schedule": "constant", "batch-size": "0", "depth": "4", "width": "256", "steps": "2000"}
+        words = name.replace("minibatch ¼", "batch {q}").replace("minibatch ⅛", "batch {e}").split()
+        for k, v in zip(words, words[1:]):
+            o.update({"batch-size": v} if k == "batch" else {"schedule": k, "steps": v} if k == "cosine" else {})
+            o.update({k: v} if k in ("lr", "depth", "width") else {})
+        opts = " ".join(f"--{k} {v}" for k, v in o.items()) + " --compile" * ("compile" in words)
+        return " ".join([*grid["argv"], "--steps", str(grid["steps"])]) if name == "grid preset" else opts
+
+    def fit(name: str, opts: str, stop: bool) -> dict:
+        opts = opts.format(q=len(tc) // 4, h=len(tc) // 2, e=len(tc) // 8)
+        opts += f" --steps {min(a.max_steps, int(opts.split('--steps')[1].split()[0]))}" if a.max_steps else ""
+        argv = f"--image {a.image} --size {a.size} --scale {a.scale:g} --protocol paper --device {a.device} --seed "
+        argv, x, last = f"{argv}{a.seed} --no-progress {opts}".split(), torch.from_numpy(tc), [time.perf_counter()]
+        row = {"variant": name, "argv": " ".join(argv), "stopped_at_target": stop, "seconds_to_target": None}
+        row.update(steps_to_target=None, seconds=0.0, curve=[])
+
+        def probe(step: int, loss: float, model) -> bool:  # the probe's own time is not counted
+            row["seconds"] += time.perf_counter() - last[0]
+            with torch.no_grad():
+                p = psnr(model(x).numpy(), tt)
+            row["curve"].append((step + 1, round(row["seconds"], 3), None if p is None else round(p, 3)))  # None: nan
+            if row["steps_to_target"] is None and p is not None and p >= a.target:
+                row.update(seconds_to_target=round(row["seconds"], 3), steps_to_target=step + 1)
+            last[0] = time.perf_counter()
+            return stop and row["steps_to_target"] is not None
+
+        model = train(c.fit_image_config(argv), img, on_step=probe, every=a.every)[0]
+        row.update(seconds=round(row["seconds"], 3), steps=row["curve"][-1][0])
+        row["seconds_per_step"] = round(row["seconds"] / row["steps"], 5)
+        return row if stop else {**row, **{k: evaluate(model, img, "paper")[0][k] for k in ("train_psnr", "test_psnr")}}
+
+    result = {"machine": machine(), "image": a.image, "size": a.size, "scale": a.scale, "target": a.target}
+    result.update(rounds=a.rounds, variants={n: options(n) for n in names}, rows=[])
+    fit("warm-up", "--steps 20 --width 64 --depth 2", stop=False)  # a process's first fit pays one-off costs
+    for rnd, n in ((rnd, n) for rnd in range(a.rounds) for n in (names if rnd % 2 == 0 else names[::-1])):
+        try:
+            row = {"round": rnd + 1, **fit(n, result["variants"][n], stop=rnd > 0 or n not in quality)}
+        except Exception as e:  # one broken variant (e.g. no compiler for torch.compile) must not end the run
+            log.warning("round %d %s failed: %s", rnd + 1, n, e)
+            result.setdefault("errors", []).append({"round": rnd + 1, "variant": n, "error": repr(e)[:500]})
+            continue
+        result["rows"].append(row)
+        log.info("round %d %s: %s s to %g dB", rnd + 1, n, row["seconds_to_target"], a.target)
+        result["summary"] = ttq_summary(result["rows"], names)
+        write_json(a.name, result, a.out_dir)
+
+    def chart(result, path):
+        rows = {n: [r for r in result["rows"] if r["variant"] == n] for n in result.get("summary", {})}
+        curves = {
+            n: np.array(next((r for r in rs if not r["stopped_at_target"]), rs[0])["curve"]) for n, rs in rows.items()
+        }
+        curves = {n: (np.maximum(v[:, 1], 1e-2), v[:, 2]) for n, v in curves.items()}
+        title = f"{result['image']} {result['size']}², round 1 (σ={result['scale']:g})"
+        plot(path, curves, title, "training seconds (probe time excluded)", "train PSNR (dB)", "log", result["target"])
+
+    return c.finish(result, a.plot, chart, ttq_md)
+
+
+def speed_md(result: dict) -> str:
+    us = {(str(r["hidden"]), r["batch"], r["runtime"], r["model"]): r["us_per_sample"] for r in result["rows"]}
+    rows, floor, nan = [], [r for r in result["rows"] if r["model"].startswith("sinekan floor")], float("nan")
+    for k, r in ((tuple(r[x] for x in ("hidden", "batch", "runtime")), r) for r in result["ratios"]):
+        cells = [f"{us.get((*k, m), nan):.2f}" for m in MODELS]
+        rows.append([*k, *cells, f"{r.get('bspline-kan_over_sinekan', nan):.1f}×"])
+    head = ["hidden", "batch", "runtime", "SineKAN", "B-spline KAN", "FourierKAN", "MLP", "B-spline ÷ SineKAN"]
+    out = md(head, "lrlrrrrr", rows) + ([""] if floor else [])
+    head, rows = ["hidden", "batch", "SineKAN onnxruntime", "floor: sines + 1 GEMM (torch)", "export ÷ floor"], []
+    for f, u in ((f, f["us_per_sample"]) for f in floor):
+        o = us.get((str(f["hidden"]), f["batch"], "onnxruntime", "sinekan"), nan)
+        rows.append([f["hidden"], f["batch"], f"{o:.2f}", f"{u:.2f}", f"{o / u:.2f}"])
+    return "\n".join(out + (md(head, "lrrrr", rows) if floor else []))
+
+
+def sinekan_speed(argv: list[str] | None = None) -> dict:
+    """µs/sample of training.digits' exported classifiers, and the "floor" of a 1-hidden-layer SineKAN: its maths
+    alone in torch, sin(x·ω + φ) over [N, G, in] and one GEMM [N, in·G] × [in·G, out] per layer."""
+    import torch
+
+    from training.digits.export import export_digits
+    from training.digits.models import DigitClassifier, DigitModelConfig
+
+    a = parse("sinekan_speed", argv)[1]
+    c.set_threads(a.threads)
+    specs, rows = [[int(w) for w in s.split(",")] for s in a.hidden.split(";") if s.strip()], []
+
+    def floor(net, x0):
+        amp = [ly.amplitudes.detach().permute(0, 2, 1).reshape(ly.out_dim, -1).t().contiguous() for ly in net.body]
+        layers = [(ly.frequencies.detach()[:, None], ly.phase.t().contiguous(), ly.bias.detach()) for ly in net.body]
+
+        @torch.inference_mode()
+        def run():
+            x = x0
+            for (w, ph, b), am in zip(layers, amp):
+                x = torch.addmm(b, torch.sin(x[:, None, :] * w + ph).reshape(x.shape[0], -1), am)
+            return x
+
+        return run
+
+    for hidden, batch in ((h, int(b)) for h in specs for b in a.batches.split(",")):
+        x, fns = np.random.default_rng(0).random((batch, 1, 28, 28), dtype=np.float32), {}
+        for m in a.models.split(","):  # (torch graph, ONNX bytes) as training.digits exports them
+            net = DigitClassifier(DigitModelConfig(model=m, hidden=list(hidden))).eval()
+            graph, sess = (lambda g, o: (g, c.ort_session(o, a.threads)))(*export_digits(net))
+            fns[(m, "onnxruntime")] = lambda s=sess: s.run(["logits", "probabilities"], {"images": x})
+            fns[(m, "torch eager")] = lambda g=graph: torch.inference_mode()(g)(torch.from_numpy(x))
+            if m == "sinekan" and len(hidden) == 1:
+                fns[("sinekan floor (sines + 1 GEMM)", "torch")] = floor(net, torch.rand(batch, 784) * 2 - 1)
+        samples = {k: [f()][:0] for k, f in fns.items()}  # after one warm-up call each
+        for k, f in ((k, f) for _ in range(a.repeats) for k, f in fns.items()):  # all of them in each repeat
+            samples[k] += c.time_calls(f, repeats=1, warmup=0, min_seconds=0.1)
+        for (m, rt), s in samples.items():
+            rows.append({"hidden": hidden, "batch": batch, "model": m, "runtime": rt})
+            rows[-1]["us_per_sample"] = 1e6 * median(s) / batch
+    us, ratios = {(str(r["hidden"]), r["batch"], r["runtime"], r["model"]): r["us_per_sample"] for r in rows}, []
+    for (h, b, rt, m), v in ((k, v) for k, v in us.items() if k[3] == "sinekan"):  # the paper's B-spline KAN ÷ SineKAN
+        over = {f"{o}_over_sinekan": us[(h, b, rt, o)] / v for o in MODELS[1:] if (h, b, rt, o) in us}
+        ratios.append({"hidden": h, "batch": b, "runtime": rt, **over})
+    result = {"machine": machine(), "hidden": specs, "batches": a.batches, "rows": rows, "ratios": ratios}
+    write_json(a.name, result, a.out_dir)
+
+    def chart(result, path):
+        ort, curves = [r for r in result["rows"] if len(r["hidden"]) == 1 and r["runtime"] == "onnxruntime"], {}
+        for m, b in ((m, b) for m in MODELS for b in sorted({r["batch"] for r in ort})):
+            if pts := sorted((r["hidden"][0], r["us_per_sample"]) for r in ort if (r["model"], r["batch"]) == (m, b)):
+                curves[f"{m}, batch {b}"] = tuple(zip(*pts))
+        plot(path, curves, "onnxruntime", "hidden width (784 → h → 10)", "µs / sample", "loglog")
+
+    return c.finish(result, a.plot, chart, speed_md)
+
+
+SCENARIOS = {f.__name__: f for f in (fits, fourier_table, time_to_quality, sinekan_speed)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SCENARIOS:
+        sys.stderr.write(f"usage: python -m bench.fits {{{','.join(SCENARIOS)}}} [options]: a scenario first\n")
+        raise SystemExit(2)
+    return SCENARIOS[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    c.setup_logging()
+    main()

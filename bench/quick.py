@@ -86,10 +86,10 @@ PRESETS = {
 }
 # name -> (module, function): the function takes the harness's argv and returns its result, imported when run
 BENCHES = {
-    "fourier_table": ("bench.fourier_table", "main"),
-    "time_to_quality": ("bench.time_to_quality", "main"),
+    "fourier_table": ("bench.fits", "fourier_table"),
+    "time_to_quality": ("bench.fits", "time_to_quality"),
     "roofline": ("bench.kernels", "main"),
-    "sinekan_speed": ("bench.sinekan_speed", "main"),
+    "sinekan_speed": ("bench.fits", "sinekan_speed"),
     "classic": ("bench.tiles", "main"),
 }
 

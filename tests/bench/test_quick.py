@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import fourier_table, quick
+from bench import fits, quick
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_DIGITS = importlib.util.find_spec("training.digits") is not None
@@ -29,14 +29,14 @@ def test_fourier_table_fits_every_encoding_on_every_image(smoke):
     out, results = smoke
     r = results["fourier_table"]
     encodings = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
-    assert fourier_table.ENCODINGS == encodings
+    assert fits.ENCODINGS == encodings
     assert {(x["image"], x["encoding"]) for x in r["runs"]} == {
         (i, e) for i in ("astronaut", "text") for e in encodings
     }
     assert all(math.isfinite(x["test_psnr"]) and x["test_psnr"] > 0 for x in r["runs"])
     assert r["sigma"] in (2.0, 5.0) and len(r["sigma_sweep"]) == 2
     assert set(r["summary"]) == {"natural", "text"}
-    assert "| gaussian (σ=" in fourier_table.table_md(r)
+    assert "| gaussian (σ=" in fits.fourier_md(r)
     assert json.loads((out / "fourier_table.json").read_text())["runs"] == r["runs"]
 
 
@@ -108,7 +108,7 @@ def test_sinekan_speed_times_all_four_exported_classifiers(smoke):
 
 def test_an_unknown_variant_is_one_line_error_with_the_valid_names():
     p = subprocess.run(
-        [sys.executable, "-m", "bench.time_to_quality", "--variants", "warp-speed"],
+        [sys.executable, "-m", "bench.fits", "time_to_quality", "--variants", "warp-speed"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -119,7 +119,7 @@ def test_an_unknown_variant_is_one_line_error_with_the_valid_names():
 
 
 def test_fourier_table_runs_an_extra_variant_row_with_its_own_options(tmp_path):
-    r = fourier_table.main(
+    r = fits.fourier_table(
         [
             "--size",
             "16",
@@ -151,7 +151,7 @@ def test_fourier_table_runs_an_extra_variant_row_with_its_own_options(tmp_path):
 
 def test_a_malformed_variant_is_one_line_exit_2(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "bench.fourier_table", "--variant", "no-options", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench.fits", "fourier_table", "--variant", "no-options", "--out-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
