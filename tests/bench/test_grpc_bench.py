@@ -1,6 +1,6 @@
-"""The gRPC benchmarks' own parts, on the test repository's tiny models: the floors answer tritonclient with the
-service's own answer, `bench.grpc_http` measures them, and `bench.grpc_ours` times the servicer and the HTTP route
-in-process. Speed is never asserted: it lives in docs/benchmarks.md, grpc_http, grpc_profile and grpc_ours."""
+"""The gRPC benchmarks' own parts (bench.rpc), on the test repository's tiny models: the floors answer tritonclient
+with the service's own answer, `measure` (grpc_http's) measures them, and `grpc_ours` times the servicer and the HTTP
+route in-process. Speed is never asserted: it lives in docs/benchmarks.md, grpc_http, grpc_profile and grpc_ours."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import tritonclient.grpc as tg
 import tritonclient.http as th
 
-from bench import grpc_http, grpc_ours
-from bench.grpc_floor import floors
+from bench import rpc
+from bench.rpc import floors
 
 
 def infer(protocol: str, url: str, model: str, name: str, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -31,7 +31,7 @@ def infer(protocol: str, url: str, model: str, name: str, x: np.ndarray) -> dict
 
 
 def test_the_floors_answer_tritonclient_as_the_service_does_and_are_measured(server):
-    workloads = {w: grpc_http.WORKLOADS[w] for w in ("2,000 coordinates", "one digit")}
+    workloads = {w: rpc.WORKLOADS[w] for w in ("2,000 coordinates", "one digit")}
     started = floors(server, workloads)
     try:
         assert [(n, p) for n, p, _ in started] == [
@@ -47,7 +47,7 @@ def test_the_floors_answer_tritonclient_as_the_service_does_and_are_measured(ser
                 url = floor.grpc_url if protocol == "grpc" else floor.url.removeprefix("http://")
                 got = infer(protocol, url, model, name, x)
                 assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
-        r = grpc_http.measure(started[1][2], "grpc", "one digit", 1, 0.5)
+        r = rpc.measure(started[1][2], "grpc", "one digit", 1, 0.5)
         assert r["req_s"] > 0 and r["errors"] == 0 and r["cpu_ms"] > 0
     finally:
         for _, _, floor in started:
@@ -59,7 +59,7 @@ def test_the_wide_table_gives_each_target_against_the_first():
         {"workload": "one digit", "clients": 1, "target": t, "req_s": r, "cpu_ms": c, "errors": e}
         for t, r, c, e in (("HTTP binary", 400, 2.0, 0), ("gRPC", 300, 2.5, 1))
     ]
-    table = grpc_http.wide(rows, ["HTTP binary", "gRPC"]).splitlines()
+    table = rpc.wide(rows, ["HTTP binary", "gRPC"]).splitlines()
     assert table[0] == "| workload | clients | HTTP binary | gRPC | errors |"
     assert table[2] == "| one digit | 1 | 400 (2.00, 1.00×) | 300 (2.50, 0.75×) | 1 |"
 
@@ -68,7 +68,7 @@ def test_ours_times_the_servicer_and_the_http_route_beside_the_model(model_repo)
     import asyncio
 
     args = argparse.Namespace(models=model_repo, workload=["one digit"], calls=90)
-    table = asyncio.run(grpc_ours.run(args)).splitlines()
+    table = asyncio.run(rpc.grpc_ours(args))["table"].splitlines()
     assert table[0].startswith("| workload | model alone µs |") and len(table) == 3
     cells = [c.strip() for c in table[2].split("|")[1:-1]]
     assert cells[0] == "one digit" and float(cells[1]) > 0
@@ -78,7 +78,7 @@ def test_ours_times_the_servicer_and_the_http_route_beside_the_model(model_repo)
 def test_the_profile_puts_each_sample_in_the_category_of_its_innermost_known_frame():
     import os
 
-    from bench.grpc_profile import summarise, thread_cpu
+    from bench.rpc import summarise, thread_cpu
 
     raw = "\n".join(
         [

@@ -92,8 +92,8 @@ def test_a_git_ref_baseline_is_exported_once_and_passed_to_the_harness(tmp_path)
     out = bench("floor", "--baseline", "HEAD", "--rounds", "2", "--trees", str(tmp_path), "--dry-run")
     assert out.returncode == 0, out.stderr
     tree = tmp_path / store.git("rev-parse", "--short=12", "HEAD")
-    assert f"-m bench.floor --baseline {tree} --rounds 2" in out.stdout
-    assert (tree / "service" / "__main__.py").exists() and (tree / "bench" / "floor.py").exists()
+    assert f"-m bench.latency floor --baseline {tree} --rounds 2" in out.stdout
+    assert (tree / "service" / "__main__.py").exists() and (tree / "bench" / "latency.py").exists()
     assert [p.name for p in tmp_path.iterdir()] == [tree.name]  # no half-exported folder left beside it
     again = bench("peers", "--baseline", "HEAD", "--baseline", str(tree), "--trees", str(tmp_path), "--dry-run")
     assert f"--baseline {tree} --baseline {tree}" in again.stdout

@@ -92,7 +92,7 @@ def test_a_reload_under_load_serves_the_new_version_only_after_its_warmup_ran(mo
     """Poll mode, 3 clients sending V2 infers in a loop while version 2 appears. Its warmup's input file is a
     named pipe, so version 2 is held in its warmup by construction: every answer is version 1's until the test
     hands the warmup its data, then version 2 serves, and no answer is other than 200. (How fast the first
-    request after a reload is, with and without warmup, is a benchmark: bench/warmup.py, docs/benchmarks.md,
+    request after a reload is, with and without warmup, is a benchmark: bench.latency warmup, docs/benchmarks.md,
     warmup; a 3× bound on it here hung on the clock of a shared machine, and could not tell warmup from none, 1.44×.)"""
     repo = private_repo(model_repo, tmp_path / "models", names=("astronaut",))
     model = repo / "astronaut"
