@@ -29,14 +29,14 @@ RENDER = {
     "json_path": ("latency", "json_path_table", lambda fn, f: fn(f)),
     "floor": ("latency", "floor_table", lambda fn, f: fn(f)),
     "warmup": ("latency", "warmup_table", lambda fn, f: fn(f)),
-    "bigimage": ("bigimage", "table", lambda fn, f: fn(f)),
+    "bigimage": ("giants", "bigimage_table", lambda fn, f: fn(f)),
     "fourier_table": ("fits", "fourier_md", lambda fn, f: fn(f)),
     "time_to_quality": ("fits", "ttq_md", lambda fn, f: fn(f)),
     "sinekan_speed": ("fits", "speed_md", lambda fn, f: fn(f)),
     "roofline": ("kernels", "table_md", lambda fn, f: fn(f)),
     "native_fit": ("native", "fit_md", lambda fn, f: fn(f)),
-    "model_bytes": ("model_bytes", "table", lambda fn, f: fn(f)),
-    "rd": ("rd", "table", lambda fn, f: fn(f)),
+    "model_bytes": ("codecs", "bytes_table", lambda fn, f: fn(f)),
+    "rd": ("codecs", "rd_table", lambda fn, f: fn(f)),
 }
 
 

@@ -1,4 +1,4 @@
-"""bench.blocks' `overhead` on a real block model (`fit-image --block-size` on a small photo): what the overview and
+"""bench.giants' `overhead` on a real block model (`fit-image --block-size` on a small photo): what the overview and
 the overlaps cost beside the blocks' cores, from the version's files and fit times. Timing is never asserted."""
 
 import json
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.blocks import overhead
+from bench.giants import overhead
 from fitstore import PRESETS
 from tests.fits import photo
 
@@ -25,6 +25,6 @@ def test_overhead_counts_the_overview_and_what_each_block_has_outside_its_core(t
     # 3 × 2 blocks of 40 by 30 with 8 px of overlap on their inner sides: their crops are 1.4–1.9× their cores
     assert 0.3 < got["overview_and_overlaps_bytes"] < 2 and 0 < got["overview_and_overlaps_fit_seconds"] < 3
     printed = subprocess.run(
-        [sys.executable, "-m", "bench.blocks", "overhead", str(out / "1")], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "bench.giants", "overhead", str(out / "1")], cwd=ROOT, capture_output=True, text=True
     )
     assert printed.returncode == 0 and json.loads(printed.stdout) == got

@@ -1,4 +1,4 @@
-"""bench.model_bytes small: one real grid fit of a small photo finished as the tree before (uncoded), coded, the
+"""bench.codecs model_bytes small: one real grid fit of a small photo finished as the tree before (uncoded), coded, the
 default rounding and a byte target, beside JPEG, WebP and a libvips pyramid; the points it writes and its plot.
 Timing is never asserted."""
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from bench import model_bytes
+from bench import codecs
 from tests.fits import photo
 
 
@@ -14,7 +14,7 @@ def test_model_bytes_reports_bytes_and_psnr_for_every_variant_and_plots_them(tmp
     image = tmp_path / "small.png"
     photo(192, 128, seed=3).save(image)
     argv = ["--photos", str(image), "--work", str(tmp_path / "work"), "--out", str(tmp_path), "--steps", "20"]
-    model_bytes.main([*argv, "--targets", "4.0,0.01", "--qualities", "50,90"])
+    codecs.main(["model_bytes", *argv, "--targets", "4.0,0.01", "--qualities", "50,90"])
     doc = json.loads((tmp_path / "model_bytes.json").read_text())
     (result,) = doc["result"]["photos"]
     rows = {(r["kind"], r.get("variant"), r.get("quality"), r.get("target_bytes")): r for r in result["rows"]}
@@ -27,12 +27,12 @@ def test_model_bytes_reports_bytes_and_psnr_for_every_variant_and_plots_them(tmp
     assert "the smallest file this grid makes is" in impossible["error"]
     assert all(r["bytes_per_pixel"] > 0 and 10 < r["psnr"] <= 100 for r in result["rows"] if "bytes" in r)
     plotted = subprocess.run(
-        [sys.executable, "-m", "bench.model_bytes", "--plot-from", str(tmp_path / "model_bytes.json")]
+        [sys.executable, "-m", "bench.codecs", "model_bytes", "--plot-from", str(tmp_path / "model_bytes.json")]
         + ["--plot", str(tmp_path / "plot.png")],
         capture_output=True,
         text=True,
     )
     assert (tmp_path / "plot.png").stat().st_size > 10_000
-    table = model_bytes.table(doc)
+    table = codecs.bytes_table(doc)
     assert plotted.returncode == 0 and table in plotted.stdout
     assert f"| small.png | coded | {coded['bytes']:,} |" in table and "the smallest file this grid makes" in table

@@ -1,4 +1,4 @@
-"""bench.bigimage runs end to end on a crop of the photo (one copy of 640×400): every format written, probe and a
+"""bench.giants bigimage runs end to end on a crop of the photo (one copy of 640×400): every format written, probe and a
 region measured in a child process each, the results file written. Times are never asserted (docs/benchmarks.md,
 bigimage)."""
 
@@ -9,13 +9,14 @@ import json
 import pytest
 from PIL import Image
 
-from bench import bigimage
+from bench import giants
 
 
 def test_the_benchmark_measures_every_format(tmp_path, photo):
     out, results, source = tmp_path / "images", tmp_path / "results", tmp_path / "source.png"
     Image.fromarray(photo[:400, :640]).save(source)
     argv = [
+        "bigimage",
         "--out",
         str(out),
         "--source",
@@ -27,10 +28,10 @@ def test_the_benchmark_measures_every_format(tmp_path, photo):
         "--ops",
         "probe,region",
     ]
-    assert bigimage.main([*argv, "--results-dir", str(results), "--name", "smoke"]) == 0
+    assert giants.main([*argv, "--results", str(results), "--name", "smoke"]) == 0
     result = json.loads((results / "smoke.json").read_text())
     rows = result["rows"]
-    assert {r["format"] for r in rows} == set(bigimage.FILES)
+    assert {r["format"] for r in rows} == set(giants.FILES)
     assert [r["op"] for r in rows].count("to_tiled") == 1
     for r in rows:
         assert "error" not in r, r
@@ -43,6 +44,6 @@ def test_the_benchmark_measures_every_format(tmp_path, photo):
 
 def test_the_images_stay_out_of_the_repository(capsys):
     with pytest.raises(SystemExit) as e:
-        bigimage.main(["--out", str(bigimage.ROOT / "build" / "big")])
+        giants.main(["bigimage", "--out", str(giants.ROOT / "build" / "big")])
     assert e.value.code == 2
     assert "--out must be outside the repository" in capsys.readouterr().err
