@@ -28,9 +28,8 @@ from pathlib import Path
 
 from commandline import OneLineParser
 
-from . import store
+from . import FAMILIES, SCENARIOS, store
 from .common import RESULTS, ROOT, TREES, checkout
-from .scenarios import FAMILIES, SCENARIOS
 
 PAGES = [ROOT / "docs" / "benchmarks.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: {n} row(s) imported into {args.store}", file=sys.stderr)
             return 0
         if args.scenario == "report":
-            from .report import regenerate
+            from .store import regenerate
 
             docs = [Path(d) for d in args.doc] or PAGES
             changed = regenerate(docs, store.read(Path(args.store)))

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from .common import RESULTS, ROOT, machine, pyplot, write_json
-from .procs import status_kib
+from .common import RESULTS, ROOT, machine, pyplot, status_kib, write_json
 from .serving import Server
 
 MIB, LOADED, PLAIN = 2**20, 'inr_model_loads_total{result="loaded"}', {"INR_RENDER_CACHE_BYTES": "0"}
@@ -329,8 +328,8 @@ def resident_row(got: dict, models: Path) -> dict:
 
 def collection_warm(args) -> dict:
     """This tree and each --baseline on their own models/: the same warm 512² tiles of MODEL in turns, then a /render
-    PNG and the large request (v1 JSON, V2 binary: bench.peers_loads), each at least 3 times and --large-seconds."""
-    from .peers_loads import HEADER, large_workloads
+    PNG and the large request (v1 JSON, V2 binary: bench.serving), each at least 3 times and --large-seconds."""
+    from .serving import HEADER, large_workloads
 
     trees, large = trees_of(args), {}
     if args.render:

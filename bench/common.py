@@ -1,12 +1,21 @@
-"""Shared helpers for the benchmarks: machine description, robust timing, result files."""
+"""Shared helpers for the benchmarks: machine description, robust timing, result files.
+
+Also what they read of a server's processes in /proc (tree, cpu_seconds, status_kib), counted the same way for
+every server, and `free_port`: ports below the kernel's ephemeral range, each reserved by a lock file of this
+user's until its process exits, so that servers started at once (xdist workers, two suites) never share one.
+"""
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
+import fcntl
 import json
 import logging
 import os
 import platform
+import random
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -221,3 +230,88 @@ def checkout(ref: str, trees: Path = TREES) -> tuple[Path, str]:
             Path(tmp).rename(tree)  # whole or not at all: a half-exported tree is never reused
             Path(tmp).mkdir()  # for TemporaryDirectory's cleanup
     return tree, sha[:12]
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a server's worker processes), found through /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo += children.get(out[-1], [])
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system, /proc/PID/stat fields 14 and 15) of the processes so far."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def status_kib(pid: int, key: str) -> int:
+    """A memory line of /proc/PID/status in KiB (VmRSS, VmHWM, …); 0 when the process is gone or has no such line."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in lines if line.startswith(key + ":")), 0)
+
+
+LOW, HIGH = 20_000, 32_000  # below the kernel's ephemeral range
+KEEP = 256  # reservations one process holds; past that its oldest ends (that server is long gone)
+_held: collections.deque[int] = collections.deque()  # the lock files' descriptors
+
+
+def _folder() -> Path:
+    d = Path(tempfile.gettempdir()) / f"inr-serve-ports-{os.getuid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    if d.is_symlink() or d.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{d} is not this user's own folder")
+    return d
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(n: int = 1) -> int:
+    """A port p such that p … p+n−1 are free now and no other process using this function will be given them."""
+    folder, rng = _folder(), random.Random()
+    for _ in range(2000):
+        base = rng.randrange(LOW, HIGH - n)
+        fds = []
+        for p in range(base, base + n):
+            fd = os.open(folder / str(p), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                break
+            fds.append(fd)
+            if not _bindable(p):
+                break
+        else:
+            _held.extend(fds)
+            while len(_held) > KEEP:
+                os.close(_held.popleft())
+            return base
+        for fd in fds:
+            os.close(fd)  # releases its lock
+    raise RuntimeError(f"no {n} free consecutive ports in {LOW}–{HIGH}")

@@ -21,8 +21,7 @@ import bigimage
 from fitstore import PRESETS, FitStore
 from modelrepo.blocks import BlockLayout
 
-from .common import RESULTS, ROOT, machine, ort_session, time_calls, write_json
-from .procs import cpu_seconds, status_kib
+from .common import RESULTS, ROOT, cpu_seconds, machine, ort_session, status_kib, time_calls, write_json
 from .serving import Server
 
 BLOCK, BAND, OVERLAP, TILE, ORIGIN = 2048, 8, 32, (2400, 1500), (4800, 3636)  # TILE: a photo's crop in the mosaic
@@ -35,7 +34,7 @@ DEFAULTS |= {"source": ROOT / "data" / "photos" / "dandelion.jpg", "ops": "probe
 DEFAULTS |= {"variants": "cli,api,api-blocks", "threads": 1, "steps": 20, "sizes": "2048,3072"}
 DEFAULTS |= {"budget": "2GiB", "model": "giant4096", "repeats": 5, "workers": 2, "file": "mosaic.png"}
 CHILD = "import json, os, time, bigimage, numpy as np\nfrom PIL import Image\n"  # `measure` in a fresh interpreter
-CHILD += f"from bench.procs import status_kib\nBLOCK = {BLOCK}\n"
+CHILD += f"from bench.common import status_kib\nBLOCK = {BLOCK}\n"
 ms = lambda s: round(float(np.median(s)) * 1000)  # noqa: E731
 near = lambda n, edges, half: (abs(np.arange(n)[:, None] + 0.5 - [*edges, -9e9]) < half).any(1)  # noqa: E731
 popen = lambda argv, env, log: subprocess.Popen(argv, cwd=ROOT, env=os.environ | env, stdout=log.open("ab"), stderr=-2)  # noqa: E731

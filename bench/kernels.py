@@ -184,7 +184,7 @@ def roofline(a, repo: Path) -> dict:
 
 
 def table_md(result: dict) -> str:
-    """roofline's tables (bench.report renders the stored figures with it)."""
+    """roofline's tables (bench.store renders the stored figures with it)."""
     lines = ["| threads | batch | kernel | ms / batch | Mcoords/s | GFLOP/s | % of matmul rate |"]
     lines += ["|---:|---:|---|---:|---:|---:|---:|"]
     for r in result["compute"]:

@@ -23,8 +23,27 @@ import httpx
 import numpy as np
 
 from .common import RESULTS, checkout, ort_session, setup_logging, write_json
-from .peers_loads import HEADER, Workload, check, v1_rgb, v2_binary, v2_json, v2_output, workloads
-from .serving import LUA, ROOT, Load, Server, find_models, free_port, machine, median, run_wrk, summary, wrk
+from .serving import (
+    HEADER,
+    LUA,
+    ROOT,
+    Load,
+    Server,
+    Workload,
+    check,
+    find_models,
+    free_port,
+    machine,
+    median,
+    run_wrk,
+    summary,
+    v1_rgb,
+    v2_binary,
+    v2_json,
+    v2_output,
+    workloads,
+    wrk,
+)
 
 PROBES = (("ready", "GET", "/health/ready"), ("classify", "POST", "/v1/models/digits/classify"))  # inline_stall
 JSON = "application/json"
@@ -93,8 +112,8 @@ def around(fn, threads: int, every_s: float, change, settle_s=0.0, after_s=0.0, 
 
 
 def floor(a, cases: list | None = None) -> dict:
-    """wrk on each case (a bench.peers_loads Workload, client counts) and server (a.policies, a.baseline, a.variant),
-    every server's answer first checked against onnxruntime's; by default, and then with the floor, peers_loads's."""
+    """wrk on each case (a bench.serving Workload, client counts) and server (a.policies, a.baseline, a.variant),
+    every server's answer first checked against onnxruntime's; by default, and then with the floor, bench.serving's."""
     info, tmp, rate, floor_too = machine(), Path(tempfile.mkdtemp(prefix="bench-")), getattr(a, "probes", 0), not cases
     (script := tmp / "load.lua").write_text(LUA)
     every = [(n, w) for n in (2000, 20000) for w in workloads(a.models, "astronaut", "digits", n)]

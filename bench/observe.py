@@ -25,11 +25,8 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pb_grpc
 
-from .common import RESULTS, setup_logging, write_json
-from .peers_loads import workloads
-from .ports import free_port
-from .procs import status_kib
-from .serving import LUA, ROOT, Load, Server, machine, median, run_wrk, wrk
+from .common import RESULTS, free_port, setup_logging, status_kib, write_json
+from .serving import LUA, ROOT, Load, Server, machine, median, run_wrk, workloads, wrk
 
 # a received span: links are (trace id, span id), events (name, attributes); status 2 is an error
 Span = namedtuple("Span", "name trace_id span_id parent_id service kind start_ns end_ns attributes links events status")
@@ -177,7 +174,7 @@ def span_cost(a) -> dict:
 
 
 def one_load(label: str, coords: int = 2000) -> tuple[Load, Path]:
-    """The first workload of bench.peers_loads whose label starts with `label`, its body in a new folder; the script."""
+    """The first workload of bench.serving whose label starts with `label`, its body in a new folder; the script."""
     (tmp := Path(tempfile.mkdtemp(prefix="bench-observe-"))).joinpath("load.lua").write_text(LUA)
     w = next(w for w in workloads(ROOT / "models", "astronaut", "digits", coords) if w.label.startswith(label))
     (tmp / "body").write_bytes(w.body)
@@ -335,7 +332,7 @@ def soak_table(runs: list[dict]) -> str:
 
 def flame(a) -> None:
     """py-spy records the service (of --baseline) at --rate Hz for --seconds while wrk sends one workload of
-    bench.peers_loads at --clients; --format raw: the collapsed stacks."""
+    bench.serving at --clients; --format raw: the collapsed stacks."""
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if not spy or not a.out:
         raise SystemExit("flame needs --out FILE and py-spy (pip install py-spy)")

@@ -29,8 +29,26 @@ from prometheus_client.parser import text_string_to_metric_families as families
 from commandline import OneLineParser, positive_int
 
 from .common import RESULTS, ROOT, lscpu, ort_session, setup_logging, write_json
-from .peers_loads import Workload, check, large_workloads, v1_probabilities, v2_binary, v2_output, workloads
-from .serving import LUA, Load, Server, find_models, free_port, machine, make_standins, median, run_wrk, summary, wrk
+from .serving import (
+    LUA,
+    Load,
+    Server,
+    Workload,
+    check,
+    find_models,
+    free_port,
+    large_workloads,
+    machine,
+    make_standins,
+    median,
+    run_wrk,
+    summary,
+    v1_probabilities,
+    v2_binary,
+    v2_output,
+    workloads,
+    wrk,
+)
 
 log = logging.getLogger("bench.peers")
 PEERS = ("kserve", "litserve", "bentoml")  # bench/peer_apps.py, in the venv of --peer-python

@@ -27,9 +27,7 @@ import pyvips
 
 from fitstore import PRESETS
 
-from . import procs
-from .common import RESULTS, ROOT, log, machine, median, setup_logging, write_json
-from .ports import free_port
+from .common import RESULTS, ROOT, free_port, log, machine, median, setup_logging, status_kib, write_json
 from .serving import Server
 
 IIPSRV, PHOTO = Path("/usr/lib/iipimage-server/iipsrv.fcgi"), str(ROOT / "data" / "photos" / "dandelion.jpg")
@@ -139,7 +137,7 @@ def bench_photo(photo: Path, a, tmp: Path) -> dict:
                 client.get(tiles[0]).raise_for_status()
                 s["first_tile_s"] = time.perf_counter() - t
                 [client.get(tile).raise_for_status() for tile in tiles * 2]
-            s["rss_after_tiles"] = procs.status_kib(srv.proc.pid, "VmRSS") * 1024
+            s["rss_after_tiles"] = status_kib(srv.proc.pid, "VmRSS") * 1024
             (tmp / f"paths-{key}-{name}.txt").write_text("".join(s["prefix"] + tile + "\n" for tile in tiles))
             q, model = {"width": w, "height": h, "format": "png"}, f"{key}-{name.partition('@')[0]}"
             r = httpx.get(f"{srv.url}/v1/models/{model}/render", params=q, timeout=600) if ours else None
@@ -156,7 +154,7 @@ def bench_photo(photo: Path, a, tmp: Path) -> dict:
                 servers[name].setdefault("rounds", {}).setdefault(clients, []).append(r)
                 log.info("%s %s at %d: %.1f tiles/s, %.2f ms", key, name, clients, r["tiles_per_s"], m[0])
         for name, s in servers.items():  # after its rounds (the tiles differ by server)
-            s["rss"], s["peak_rss"] = (procs.status_kib(running[name].proc.pid, k) * 1024 for k in ("VmRSS", "VmHWM"))
+            s["rss"], s["peak_rss"] = (status_kib(running[name].proc.pid, k) * 1024 for k in ("VmRSS", "VmHWM"))
             s["tiles_served"] = sum(r["requests"] for rs in s["rounds"].values() for r in rs)
             s["cells"] = {c: {k: median([r[k] for r in rs]) for k in CELL} for c, rs in s["rounds"].items()}
     finally:

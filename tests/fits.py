@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.ports import free_port
+from bench.common import free_port
 from fitstore import FINISHED, FitStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 
 
 def _missing(reason: str):

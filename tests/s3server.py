@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "deploy" / "s3" / "s3server.py"

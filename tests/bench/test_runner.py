@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import report, store
+from bench import FAMILIES, SCENARIOS, store
 from bench.__main__ import main
-from bench.scenarios import FAMILIES, SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +138,7 @@ def test_the_latest_row_is_the_latest_date_and_the_store_table_lists_each_scenar
     got = store.read(db)
     assert store.latest(got, "peers")["run"] == "peers-b" and store.latest(got, "peers", "peers-a")["commit"] == "aaa"
     assert store.latest(got, "nosuch") is None
-    table = report.latest_table(got)
+    table = store.latest_table(got)
     assert "| serving | peers | `peers-b` | 2026-12-07 10:00 UTC | AMD EPYC, 2 cores | `bbb` |" in table
     assert table.index("| serving | peers") < table.index("| bytes | rd") and table.count("| peers |") == 1
 

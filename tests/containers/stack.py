@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.ports import free_port
+from bench.common import free_port
 
 from .engine import PREFIX, ROOT, Engine, EngineError, run
 

@@ -20,7 +20,7 @@ import urllib.request
 import pytest
 import yaml
 
-from bench.ports import free_port
+from bench.common import free_port
 
 from .engine import PREFIX, ROOT, RUNTIME_IMAGE, TRAIN_IMAGE
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 
 from .conftest import ROOT
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 
 from .conftest import ROOT
 

@@ -36,7 +36,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from PIL import Image
 
-from bench.ports import free_port
+from bench.common import free_port
 
 from .examples import Example
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 from modelrepo import open_repository
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 from tests.servers import PY, ROOT
 
 

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.ports import free_port
+from bench.common import free_port
 from tests.servers import ROOT, Server
 
 

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 
-from bench.ports import free_port
+from bench.common import free_port
 from telemetry import tracing
 from telemetry.config import read_config
 from telemetry.logs import TEXT, JsonFormatter, TraceIds, configure

@@ -18,7 +18,7 @@ import pytest
 # Chromium, its flags and the module-scoped browser fixture are the viewer tests' (skips without Chromium).
 from test_viewer import browser  # noqa: F401
 
-from bench.ports import free_port
+from bench.common import free_port
 from tests.servers import Server
 from tests.service.server.test_model_access import SECRET, repo  # noqa: F401 (fixture)
 
