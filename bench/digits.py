@@ -31,20 +31,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import (
-    RESULTS,
-    ROOT,
-    log,
-    machine,
-    mean_std,
-    median,
-    ort_session,
-    pyplot,
-    set_threads,
-    setup_logging,
-    time_calls,
-    write_json,
-)
+from . import common
+from .common import RESULTS, ROOT, log, machine, mean_std, median, ort_session, pyplot, time_calls, write_json
 
 BATCH = 256  # the digits model's max_batch_size
 SHARES = (0.001, 0.002, 0.003, 0.004, 0.005)  # threshold: the shares of validation digits it may reject
@@ -58,6 +46,11 @@ NOTEBOOK_ACCURACY = {
     "fourier-kan": {16: 93.21, 32: 94.91, 64: 95.95, 128: 96.55, 256: 97.09, 512: 97.16},
     "mlp": {16: 91.78, 32: 95.56, 64: 96.82, 128: 97.92, 256: 98.21, 512: 98.42},
 }
+
+
+def share(x) -> float:
+    """The share of true values (or the mean), as the result files round it."""
+    return round(float(np.mean(x)), 5)
 
 
 def images(u8: np.ndarray) -> np.ndarray:
@@ -125,25 +118,18 @@ def official(a) -> dict:
         t0 = time.perf_counter()
         out = v2_outputs(url, model, x, ["probabilities"] + (["is_digit"] if rule else []))
         probs = out["probabilities"]
-        result = {
-            "machine": machine(),
-            "models": str(a.models),
-            "digits": len(y),
-            "v2_accuracy": round(float((probs.argmax(1) == y).mean()), 5),
-            "v2_seconds": round(time.perf_counter() - t0, 2),
-            "test_ece": round(ece(probs.astype(np.float64), y), 5),
-            "threshold": rule["threshold"] if rule else None,
-        }
+        result = {"machine": machine(), "models": str(a.models), "digits": len(y)}
+        result |= {"v2_accuracy": share(probs.argmax(1) == y), "v2_seconds": round(time.perf_counter() - t0, 2)}
+        result |= {"test_ece": round(ece(probs.astype(np.float64), y), 5)}
+        result["threshold"] = rule["threshold"] if rule else None
         if rule:
-            result["v2_false_rejections"] = round(float((out["is_digit"][:, 0] < rule["threshold"]).mean()), 5)
+            result["v2_false_rejections"] = share(out["is_digit"][:, 0] < rule["threshold"])
         labels = np.array([-1 if p["label"] is None else p["label"] for p in v1_classify(url, model, x)])
-        result["v1_accuracy"] = round(float((labels == y).mean()), 5)
-        result["v1_null"] = round(float((labels == -1).mean()), 5)
+        result |= {"v1_accuracy": share(labels == y), "v1_null": share(labels == -1)}
         others = {"fashion_mnist_test": items, **synthetic(a.generated, SEEDS["test"])}
         for name, u8 in others.items():
             got = v1_classify(url, model, images(u8))
-            result[f"{name}_null"] = round(float(np.mean([p["label"] is None for p in got])), 5)
-            result[f"{name}_count"] = len(u8)
+            result |= {f"{name}_null": share([p["label"] is None for p in got]), f"{name}_count": len(u8)}
         probe = np.concatenate([x[:4], images(items[:4])])
         result["classification_extension"] = v2_classes(url, model, probe)
     finally:
@@ -191,14 +177,8 @@ def redrawn(a) -> dict:
         preds = [p["label"] for p in v1_classify(server.url, a.model, pngs=[redraw(d, rng) for d in digits])]
     finally:
         server.stop()
-    return {
-        "machine": machine(),
-        "model": a.model,
-        "status": meta.get("status"),
-        "samples": len(labels),
-        "raw_accuracy": round(float((raw == labels).mean()), 5),
-        "redrawn_accuracy": round(float((np.asarray(preds) == labels).mean()), 5),
-    }
+    result = {"machine": machine(), "model": a.model, "status": meta.get("status"), "samples": len(labels)}
+    return result | {"raw_accuracy": share(raw == labels), "redrawn_accuracy": share(np.asarray(preds) == labels)}
 
 
 def validation_model(paths: list[Path], train_split, fp16: bool):
@@ -238,74 +218,43 @@ def threshold(a) -> dict:
     others = {"items": items.train.images[-info["config"].get("items_held_out", 10_000) :]}
     other_scores = {k: scores(detector, v) for k, v in {**others, **synthetic(a.generated, SEEDS["val"])}.items()}
     rows = []
-    for share in SHARES:
-        t = float(np.sort(digit)[int(share * len(digit))])
-        rows.append(
-            {
-                "max_false_rejection": share,
-                "threshold": round(t, 6),
-                "digits_rejected": round(float((digit < t).mean()), 5),
-                "classify_accuracy": round(float((right & (digit >= t)).mean()), 5),
-                **{f"{k}_rejected": round(float((s < t).mean()), 5) for k, s in other_scores.items()},
-            }
-        )
+    for most in SHARES:
+        t = float(np.sort(digit)[int(most * len(digit))])
+        row = {"max_false_rejection": most, "threshold": round(t, 6), "digits_rejected": share(digit < t)}
+        row |= {"classify_accuracy": share(right & (digit >= t))}
+        rows.append(row | {f"{k}_rejected": share(s < t) for k, s in other_scores.items()})
         log.info("%s", rows[-1])
-    val_acc = round(float(right.mean()), 5)
-    return {
-        "machine": machine(),
-        "detector": str(a.detector),
-        "val_accuracy": val_acc,
-        "val_size": len(right),
-        "rows": rows,
-    }
+    result = {"machine": machine(), "detector": str(a.detector), "val_accuracy": share(right), "val_size": len(right)}
+    return result | {"rows": rows}
 
 
 def ablation(a) -> dict:
     """Each --row NAME=`fit-digits` options trained on the training digits less the validation slice."""
-    from training.cli import OneLineParser
+    from training.cli import build_parser
     from training.digits.checkpoints import save_checkpoint
-    from training.digits.cli import add_training_options, fit_config
+    from training.digits.cli import fit_config
     from training.digits.fit import train
     from training.digits.idx import load_dataset
 
     data, result = load_dataset(a.data_dir), {"machine": machine(), "data_dir": a.data_dir, "rows": []}
     for spec in a.row:
-        name, options = spec.split("=", 1)
-        p = OneLineParser(prog="fit-digits")
-        add_training_options(p)
-        p.add_argument("--model", default="sinekan")
-        p.add_argument("--hidden", type=int, nargs="+", default=[64])
-        p.add_argument("--augment", action="store_true")
-        p.add_argument("--elastic", action="store_true")
-        o = p.parse_args(shlex.split(options) + ["--no-progress"])
+        name, options = spec.split("=", 1)  # the options as `fit-digits` reads them
+        o = build_parser().parse_args(["fit-digits", "--data-dir", a.data_dir, *shlex.split(options), "--no-progress"])
         cfg = fit_config(o, o.model, o.hidden, augment=o.augment, elastic=o.elastic)
         t0 = time.perf_counter()
         model, info = train(cfg, data)
         hist = info["history"]
         best = max(hist, key=lambda h: h["val_accuracy"])
-        result["rows"].append(
-            {
-                "name": name,
-                "options": options,
-                "val_accuracy": hist[-1]["val_accuracy"],
-                "val_loss": hist[-1].get("val_loss"),
-                "best_val_accuracy": best["val_accuracy"],
-                "best_epoch": best["epoch"],
-                "seconds": round(time.perf_counter() - t0, 1),
-                "seconds_per_epoch": info["seconds_per_epoch"],
-                "validation": info["validation"],
-                "history": hist,
-            }
-        )
+        row = {"name": name, "options": options, "val_accuracy": hist[-1]["val_accuracy"]}
+        row |= {"val_loss": hist[-1].get("val_loss"), "best_val_accuracy": best["val_accuracy"]}
+        row |= {"best_epoch": best["epoch"], "seconds": round(time.perf_counter() - t0, 1)}
+        row |= {"seconds_per_epoch": info["seconds_per_epoch"], "validation": info["validation"], "history": hist}
+        result["rows"].append(row)
         if a.checkpoints:
             save_checkpoint(model, cfg, info, Path(a.checkpoints) / f"{name}.pt")
-        log.info("%s: val %.4f (best %.4f at epoch %d)", name, hist[-1]["val_accuracy"], *best_of(best))
+        log.info("%s: val %.4f (best %.4f at epoch %d)", name, row["val_accuracy"], best["val_accuracy"], best["epoch"])
         write_json(a.name, result, a.out_dir)  # after each row: a long sweep keeps what it finished
     return result
-
-
-def best_of(h: dict) -> tuple[float, int]:
-    return h["val_accuracy"], h["epoch"]
 
 
 def ensembles(a) -> dict:
@@ -506,11 +455,11 @@ def csv_ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(prog="python -m bench.digits", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--threads", type=int, default=1)
-    common.add_argument("--out-dir", type=Path, default=None, help="where NAME.json goes (bench/results)")
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--threads", type=int, default=1)
+    shared.add_argument("--out-dir", type=Path, default=None, help="where NAME.json goes (bench/results)")
     cmds = {
-        c: sub.add_parser(c, parents=[common]) for c in ("official", "redrawn", "threshold", "ablation", "ensembles")
+        c: sub.add_parser(c, parents=[shared]) for c in ("official", "redrawn", "threshold", "ablation", "ensembles")
     }
     for c, p in cmds.items():
         p.add_argument("--data-dir", required=True)
@@ -529,7 +478,7 @@ def main(argv: list[str] | None = None):
     cmds["ablation"].add_argument("--checkpoints", default=None, help="directory for NAME.pt checkpoints")
     cmds["ensembles"].add_argument("--candidate", action="append", required=True, help="NAME=ckpt[,ckpt...]")
     cmds["ensembles"].add_argument("--fp16-weights", action="store_true", help="weights rounded to float16")
-    p = sub.add_parser("paper", parents=[common])
+    p = sub.add_parser("paper", parents=[shared])
     p.add_argument("what", choices=("lr", "run", "retime", "report"))
     p.add_argument("--data-dir")
     p.add_argument("--results", type=Path, default=RESULTS / "digits_paper.jsonl")
@@ -544,8 +493,8 @@ def main(argv: list[str] | None = None):
     p.add_argument("--rounds", type=int, default=5, help="retime: interleaved rounds")
     p.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args(argv)
-    setup_logging()
-    set_threads(a.threads)
+    common.setup_logging()
+    common.set_threads(a.threads)
     if a.command == "paper":
         if a.what in ("lr", "run") and not a.data_dir:
             p.error("--data-dir is needed to train")
