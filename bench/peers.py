@@ -28,27 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families as families
 
 from commandline import OneLineParser, positive_int
 
-from .common import RESULTS, ROOT, lscpu, ort_session, setup_logging, write_json
-from .serving import (
-    LUA,
-    Load,
-    Server,
-    Workload,
-    check,
-    find_models,
-    free_port,
-    large_workloads,
-    machine,
-    make_standins,
-    median,
-    run_wrk,
-    summary,
-    v1_probabilities,
-    v2_binary,
-    v2_output,
-    workloads,
-    wrk,
-)
+from . import serving
+from .common import RESULTS, ROOT, free_port, lscpu, median, ort_session, setup_logging, write_json
+from .serving import LUA, Load, Server, Workload, check, find_models, machine, run_wrk, summary, workloads, wrk
 
 log = logging.getLogger("bench.peers")
 PEERS = ("kserve", "litserve", "bentoml")  # bench/peer_apps.py, in the venv of --peer-python
@@ -153,7 +135,7 @@ def run_peers(args) -> dict:
             raise RuntimeError(f"--peer-python lacks {', '.join(peers)} or onnxruntime: {got.stderr.strip()[-200:]}")
         info["peer_versions"] = json.loads(got.stdout)
     found = [] if args.scenario == "peers-large" else workloads(args.models, "astronaut", "digits", 2000)
-    found += large_workloads(args.models, "astronaut", args.large_coords) if args.large_coords else []
+    found += serving.large_workloads(args.models, "astronaut", args.large_coords) if args.large_coords else []
     for w in found:  # every baseline takes our paths
         w.paths.update({name: w.paths["base"] for name in args.baselines})
     loads, results = [w for w in found if any(n in args.servers for n in w.paths)], {}
@@ -237,7 +219,7 @@ def run_serving(args) -> dict:
     found = find_models(repo) if repo.is_dir() else {}
     if "digits" not in found or "image" not in found:  # stand-ins: the speed does not depend on the weights
         (repo := args.tmp / "models").mkdir()
-        source, found = make_standins(repo), find_models(repo)
+        source, found = serving.make_standins(repo), find_models(repo)
     info = {**machine(), "models": source, "command": "python -m bench.peers " + " ".join(args.argv)}
     digits, results, floors, metrics, rows, render = found["digits"], {}, [], {}, [], {}
     live = Load("floor", "/v2/health/live", args.script, "GET")  # a GET sends no body
@@ -245,9 +227,9 @@ def run_serving(args) -> dict:
     img, model = pixels.astype(np.float32)[None, None], ort_session(repo / digits / "1" / "model.onnx", 1)
     probs, bare = model.run(["probabilities"], {"images": img})[0], partial(model.run, None, {"images": img})
     v1, v2 = f"/v1/models/{digits}/classify", f"/v2/models/{digits}/infer"
-    (binary, ihcl), body = v2_binary("images", img, "probabilities"), json.dumps({"images": [pixels.tolist()]}).encode()
-    read, octets = v2_output("probabilities"), "application/octet-stream"
-    loads = [Workload("v1 classify, JSON", {"on": v1, "off": v1}, body, probs, v1_probabilities, bare=bare)]
+    (binary, ihcl), octets = serving.v2_binary("images", img, "probabilities"), "application/octet-stream"
+    body, read = json.dumps({"images": [pixels.tolist()]}).encode(), serving.v2_output("probabilities")
+    loads = [Workload("v1 classify, JSON", {"on": v1, "off": v1}, body, probs, serving.v1_probabilities, bare=bare)]
     loads += [Workload("v2 infer, binary", {"on": v2, "off": v2}, binary, probs, read, octets, ihcl, bare=bare)]
     env = {"INR_MAX_QUEUE_DELAY_MS": str(args.delay_ms), **({"INR_THREADS": str(args.threads)} if args.threads else {})}
     envs = {"on": env, "off": env | {"INR_BATCHING": "false"}}

@@ -1,7 +1,6 @@
 """The servers and load of the HTTP benchmarks: `Server` (`python -m service` on a free port, its processes' CPU and
 memory from /proc), `Load` and `wrk`/`run_wrk` (wrk with LUA, one thread, the server's CPU ms per request),
-`find_models`, `make_standins`, `machine`, `median`, `summary`. The scenarios are in bench.peers and the families'
-modules; `free_port` is bench.common'.
+`find_models`, `make_standins`, `machine`, `summary`, and the workloads of the peers' scenarios (bench.peers).
 """
 
 from __future__ import annotations
@@ -14,16 +13,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import httpx
 import numpy as np
 
-from .common import cpu_model, cpu_seconds, ort_session, status_kib, tree
+from .common import ROOT, cpu_model, cpu_seconds, median, ort_session, status_kib, tree
 from .common import free_port as free_port  # where the tests and harnesses take it from
 
-ROOT = Path(__file__).resolve().parents[1]
 LUA = """
 local f = io.open(os.getenv("BENCH_BODY"), "rb")
 wrk.method = os.getenv("BENCH_METHOD")
@@ -44,10 +43,8 @@ end
 
 
 class Server:
-    """`python -m service` in a subprocess on a free port: the one helper of the benchmarks and the tests
-    (tests/servers.py). `args` are more command-line options; with `capture`, the server's output is kept
-    for the error when it exits early; `cwd` is the checkout whose `service` runs (`bench.floor --baseline`); `port`
-    a port to listen on (a replica restarted where nginx expects it), else a free one."""
+    """`python -m service` in a subprocess on a free port (or `port`), for the benchmarks and tests/servers.py:
+    `args` more options, `capture` keeps its output for the error if it exits early, `cwd` the checkout it runs."""
 
     def __init__(
         self,
@@ -63,32 +60,12 @@ class Server:
         port: int | None = None,
     ):
         self.name, self.port, self.grpc_port = name, port or free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "service",
-            "--models",
-            str(models),
-            "--port",
-            str(self.port),
-            "--grpc-port",
-            str(self.grpc_port),
-            "--log-level",
-            log_level,
-            *(["--workers", str(workers)] if workers != 1 else []),
-            *args,
-        ]
-        out = subprocess.PIPE if capture else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env={**os.environ, **(env or {})},
-            stdout=out,
-            stderr=subprocess.STDOUT if capture else subprocess.DEVNULL,
-            text=True,
-        )
+        self.url, self.grpc_url = f"http://127.0.0.1:{self.port}", f"127.0.0.1:{self.grpc_port}"
+        more = [*(["--workers", str(workers)] if workers != 1 else []), *args]
+        cmd = [sys.executable, "-m", "service", "--models", str(models), "--port", str(self.port)]
+        cmd += ["--grpc-port", str(self.grpc_port), "--log-level", log_level, *more]
+        out, err = (subprocess.PIPE, subprocess.STDOUT) if capture else (subprocess.DEVNULL, subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=out, stderr=err, text=True)
 
     def wait(self, timeout: float = 120) -> "Server":
         end = time.monotonic() + timeout
@@ -146,26 +123,12 @@ def wrk(server: Server, load: Load, concurrency: int, duration: float, script: P
 
 
 def run_wrk(base: str, load: Load, concurrency: int, duration: float, script: Path) -> dict:
-    cmd = [
-        "wrk",
-        "-t1",
-        f"-c{concurrency}",
-        f"-d{duration:g}s",
-        "--timeout",
-        "10s",
-        "-s",
-        str(script),
-        base + load.path,
-    ]
-    env = {
-        **os.environ,
-        "BENCH_BODY": str(load.body),
-        "BENCH_METHOD": load.method,
-        "BENCH_CTYPE": load.ctype,
-        "BENCH_IHCL": load.ihcl,
-    }
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, env=env).stdout
-    line = next(row for row in out.splitlines() if row.startswith("RESULT "))
+    """wrk's RESULT line (requests, errors, duration_s, p50_ms, p99_ms), and req/s."""
+    cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(script)]
+    env = {"BENCH_BODY": str(load.body), "BENCH_METHOD": load.method, "BENCH_CTYPE": load.ctype}
+    env = {**os.environ, **env, "BENCH_IHCL": load.ihcl}
+    out = subprocess.run([*cmd, base + load.path], capture_output=True, text=True, timeout=duration + 60, env=env)
+    line = next(row for row in out.stdout.splitlines() if row.startswith("RESULT "))
     r = json.loads(line[len("RESULT ") :])
     r["rps"] = r["requests"] / r["duration_s"]
     return r
@@ -200,67 +163,31 @@ def make_standins(repo: Path) -> str:
 
     torch.manual_seed(0)
     onnx = export_onnx(Digits().eval(), torch.rand(2, 1, 28, 28), "images", ["logits", "probabilities"])
-    write_model_dir(
-        repo / "digits-sinekan",
-        task="digits",
-        onnx_bytes=onnx,
-        inputs=[TensorSpec("images", "FP32", [-1, 1, 28, 28])],
-        outputs=[TensorSpec("logits", "FP32", [-1, 10]), TensorSpec("probabilities", "FP32", [-1, 10])],
-        metadata={"description": "untrained SineKAN [784, 64, 10] stand-in for serving benchmarks"},
-        max_batch_size=256,
-        dynamic_batching_us=500,
-    )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training",
-            "fit-image",
-            "--image",
-            "astronaut",
-            "--size",
-            "64",
-            "--steps",
-            "20",
-            "--out",
-            str(repo / "astronaut"),
-            "--no-progress",
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+    inputs = [TensorSpec("images", "FP32", [-1, 1, 28, 28])]
+    outputs = [TensorSpec(name, "FP32", [-1, 10]) for name in ("logits", "probabilities")]
+    about = {"description": "untrained SineKAN [784, 64, 10] stand-in for serving benchmarks"}
+    batching = {"max_batch_size": 256, "dynamic_batching_us": 500}
+    kw = {"task": "digits", "onnx_bytes": onnx, "inputs": inputs, "outputs": outputs, "metadata": about, **batching}
+    write_model_dir(repo / "digits-sinekan", **kw)
+    cmd = [sys.executable, "-m", "training", "fit-image", "--image", "astronaut", "--size", "64", "--steps", "20"]
+    subprocess.run([*cmd, "--out", str(repo / "astronaut"), "--no-progress"], cwd=ROOT, check=True, capture_output=True)
     return "stand-ins: untrained SineKAN [784, 64, 10] grid 8 (the bundled digit architecture) and fit-image defaults"
 
 
 def machine() -> dict:
-    return {
-        "cpu": cpu_model(),
-        "cpus": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "load_before": os.getloadavg()[0],
-    }
-
-
-def median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    """The CPU, the CPUs this process may use, Python, the date and the load before (bench.common's is fuller)."""
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cpus, python = len(os.sched_getaffinity(0)), platform.python_version()
+    return {"cpu": cpu_model(), "cpus": cpus, "python": python, "date": date, "load_before": os.getloadavg()[0]}
 
 
 def summary(rounds: list[dict]) -> dict:
     """Medians over the rounds, and every round's throughput."""
-    return {
-        "rps": median([r["rps"] for r in rounds]),
-        "p50_ms": median([r["p50_ms"] for r in rounds]),
-        "p99_ms": median([r["p99_ms"] for r in rounds]),
-        "errors": sum(r["errors"] for r in rounds),
-        "cpu_ms_per_req": median([r["cpu_ms_per_req"] for r in rounds]),
-        "rps_rounds": [round(r["rps"], 1) for r in rounds],
-    }
+    out = {k: median([r[k] for r in rounds]) for k in ("rps", "p50_ms", "p99_ms")}
+    errors, cpu = sum(r["errors"] for r in rounds), median([r["cpu_ms_per_req"] for r in rounds])
+    return out | {"errors": errors, "cpu_ms_per_req": cpu, "rps_rounds": [round(r["rps"], 1) for r in rounds]}
 
 
-V2 = "application/json"
 HEADER = "Inference-Header-Content-Length"
 
 
@@ -308,23 +235,13 @@ def v1_probabilities(r: httpx.Response) -> np.ndarray:
 
 
 def v2_json(name: str, x: np.ndarray, output: str) -> bytes:
-    return json.dumps(
-        {
-            "inputs": [{"name": name, "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}],
-            "outputs": [{"name": output}],
-        }
-    ).encode()
+    inputs = [{"name": name, "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]
+    return json.dumps({"inputs": inputs, "outputs": [{"name": output}]}).encode()
 
 
 def v2_binary(name: str, x: np.ndarray, output: str) -> tuple[bytes, str]:
-    head = json.dumps(
-        {
-            "inputs": [
-                {"name": name, "datatype": "FP32", "shape": list(x.shape), "parameters": {"binary_data_size": x.nbytes}}
-            ],
-            "outputs": [{"name": output, "parameters": {"binary_data": True}}],
-        }
-    ).encode()
+    tensor = {"name": name, "datatype": "FP32", "shape": list(x.shape), "parameters": {"binary_data_size": x.nbytes}}
+    head = json.dumps({"inputs": [tensor], "outputs": [{"name": output, "parameters": {"binary_data": True}}]}).encode()
     return head + x.tobytes(), str(len(head))
 
 
@@ -338,38 +255,17 @@ def coordinate_loads(
     image: str, coords: np.ndarray, rgb: np.ndarray, bare: Callable, suffix: str = "", **extra
 ) -> tuple[Workload, Workload, Workload]:
     """`coords` as V2 JSON, V2 binary (this service and KServe) and v1 query (this service, LitServe, BentoML)."""
-    v2_image, n = f"/v2/models/{image}/infer", f"{len(coords):,}"
-    binary, ihcl = v2_binary("coords", coords, "rgb")
-    common = {"coordinates": True, "bare": bare}
-    v2_json_load = Workload(
-        f"V2 JSON, {n} coordinates{suffix}",
-        {**ours(v2_image), "kserve": v2_image},
-        v2_json("coords", coords, "rgb"),
-        rgb,
-        v2_output("rgb"),
-        **common,
+    v2_image, n, (binary, ihcl) = f"/v2/models/{image}/infer", f"{len(coords):,}", v2_binary("coords", coords, "rgb")
+    load = partial(Workload, reference=rgb, coordinates=True, bare=bare)
+    v2 = lambda: {**ours(v2_image), "kserve": v2_image}  # noqa: E731
+    octets = {"ctype": "application/octet-stream", "ihcl": ihcl, **extra.get("binary", {})}
+    v1 = {**ours(f"/v1/models/{image}/query"), "litserve": "/query", "bentoml": "/query"}
+    v1_body = json.dumps({"coords": coords.tolist()}).encode()
+    return (
+        load(f"V2 JSON, {n} coordinates{suffix}", v2(), v2_json("coords", coords, "rgb"), read=v2_output("rgb")),
+        load(f"V2 binary, {n} coordinates{suffix}", v2(), binary, read=v2_output("rgb"), **octets),
+        load(f"v1 query, {n} coordinates{suffix}", v1, v1_body, read=v1_rgb, **extra.get("v1", {})),
     )
-    v2_binary_load = Workload(
-        f"V2 binary, {n} coordinates{suffix}",
-        {**ours(v2_image), "kserve": v2_image},
-        binary,
-        rgb,
-        v2_output("rgb"),
-        ctype="application/octet-stream",
-        ihcl=ihcl,
-        **common,
-        **extra.get("binary", {}),
-    )
-    v1_load = Workload(
-        f"v1 query, {n} coordinates{suffix}",
-        {**ours(f"/v1/models/{image}/query"), "litserve": "/query", "bentoml": "/query"},
-        json.dumps({"coords": coords.tolist()}).encode(),
-        rgb,
-        v1_rgb,
-        **common,
-        **extra.get("v1", {}),
-    )
-    return v2_json_load, v2_binary_load, v1_load
 
 
 def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 0) -> list[Workload]:
@@ -383,28 +279,17 @@ def workloads(models: Path, image: str, digits: str, n_coords: int, seed: int = 
     rgb = image_model.run(["rgb"], {"coords": coords})[0]
     probs = digit_model.run(["probabilities"], {"images": img})[0]
     bare_rgb = lambda: image_model.run(["rgb"], {"coords": coords})  # noqa: E731
-    bare_probs = lambda: digit_model.run(["probabilities"], {"images": img})  # noqa: E731
-    v2_digits = f"/v2/models/{digits}/infer"
+    classify = partial(Workload, reference=probs, bare=lambda: digit_model.run(["probabilities"], {"images": img}))
+    v2_digits, v1_digits = f"/v2/models/{digits}/infer", f"/v1/models/{digits}/classify"
+    v2_paths = {**ours(v2_digits), "kserve": v2_digits}
+    v1_paths = {**ours(v1_digits), "litserve": "/classify", "bentoml": "/classify"}
     v2_json_load, v2_binary_load, v1_load = coordinate_loads(image, coords, rgb, bare_rgb)
+    v2_body, v1_body = v2_json("images", img, "probabilities"), json.dumps({"images": [img[0, 0].tolist()]}).encode()
     return [
         v2_json_load,
         v2_binary_load,
-        Workload(
-            "V2 classify, JSON",
-            {**ours(v2_digits), "kserve": v2_digits},
-            v2_json("images", img, "probabilities"),
-            probs,
-            v2_output("probabilities"),
-            bare=bare_probs,
-        ),
-        Workload(
-            "v1 classify, JSON",
-            {**ours(f"/v1/models/{digits}/classify"), "litserve": "/classify", "bentoml": "/classify"},
-            json.dumps({"images": [img[0, 0].tolist()]}).encode(),
-            probs,
-            v1_probabilities,
-            bare=bare_probs,
-        ),
+        classify("V2 classify, JSON", v2_paths, v2_body, read=v2_output("probabilities")),
+        classify("v1 classify, JSON", v1_paths, v1_body, read=v1_probabilities),
         v1_load,
     ]
 
