@@ -2,8 +2,6 @@
 
 floor, json_path and inline_stall are one harness (`floor`); warmup: a reload under load; stale_address: nginx."""
 
-from __future__ import annotations
-
 import argparse
 import base64
 import itertools
@@ -22,36 +20,16 @@ from subprocess import DEVNULL, Popen
 import httpx
 import numpy as np
 
-from .common import RESULTS, checkout, ort_session, setup_logging, write_json
-from .serving import (
-    HEADER,
-    LUA,
-    ROOT,
-    Load,
-    Server,
-    Workload,
-    check,
-    find_models,
-    free_port,
-    machine,
-    median,
-    run_wrk,
-    summary,
-    v1_rgb,
-    v2_binary,
-    v2_json,
-    v2_output,
-    workloads,
-    wrk,
-)
+from . import serving
+from .common import RESULTS, ROOT, checkout, free_port, median, ort_session, setup_logging, write_json
+from .serving import HEADER, LUA, Load, Server, check, find_models, machine, run_wrk, summary, v2_binary, workloads, wrk
 
 PROBES = (("ready", "GET", "/health/ready"), ("classify", "POST", "/v1/models/digits/classify"))  # inline_stall
 JSON = "application/json"
 ENV = {"INR_THREADS": "1", "INR_MAX_QUERY_COORDS": "262144", "INR_MAX_BODY_BYTES": str(64 << 20)}
 ANSWERS = {"": (b'{"status":"live"}', [(b"content-type", b"application/json"), (b"content-length", b"17")])}
 FLOOR_ANSWERS = Path(os.getenv("BENCH_FLOOR_ANSWERS") or os.devnull).read_text() or "{}"  # in the floor's process
-for _path, (_type, _extra, _body) in json.loads(FLOOR_ANSWERS).items():  # [content type, extra headers, base64]
-    _heads = {"content-type": _type, **_extra, "content-length": str(len(base64.b64decode(_body)))}
+for _path, (_body, _heads) in json.loads(FLOOR_ANSWERS).items():  # [base64 body, {header: value}]
     ANSWERS[_path] = (base64.b64decode(_body), [(k.encode(), v.encode()) for k, v in _heads.items()])
 
 
@@ -66,11 +44,17 @@ async def floor_app(scope, receive, send) -> None:
 
 
 class FloorServer(Server):
-    """uvicorn with `floor_app` as the service runs it; `answers`: JSON {path: [content type, headers, base64 body]}."""
+    """uvicorn with `floor_app`, answering each POST of `posts` {path: (body, ctype, ihcl)} as the service at `url`."""
 
-    def __init__(self, answers: Path):
+    def __init__(self, url: str, posts: dict):
+        answers, keep = {}, ("content-type", "content-length", HEADER.lower())  # ANSWERS in the floor's process
+        for path, (body, ctype, ihcl) in posts.items():
+            headers = {"content-type": ctype, **({HEADER: ihcl} if ihcl else {})}
+            r = httpx.post(url + path, content=body, headers=headers, timeout=60).raise_for_status()
+            answers[path] = (base64.b64encode(r.content).decode(), {k: v for k, v in r.headers.items() if k in keep})
+        (file := Path(tempfile.mkdtemp(prefix="bench-floor-")) / "answers.json").write_text(json.dumps(answers))
         self.name, self.port = "floor", free_port()
-        self.url, env = f"http://127.0.0.1:{self.port}", {**os.environ, "BENCH_FLOOR_ANSWERS": str(answers)}
+        self.url, env = f"http://127.0.0.1:{self.port}", {**os.environ, "BENCH_FLOOR_ANSWERS": str(file)}
         cmd = f"-m uvicorn bench.latency:floor_app --port {self.port} --log-level error --no-access-log "
         cmd += "--timeout-keep-alive 90 --http service.server.guards:HeaderTimeoutProtocol"
         self.proc = Popen([sys.executable, *cmd.split()], cwd=ROOT, env=env, stdout=DEVNULL, stderr=DEVNULL)
@@ -126,21 +110,16 @@ def floor(a, cases: list | None = None) -> dict:
     for name, _, pairs in (v.partition(":") for v in a.variant):
         (name, _, cwd), env = name.partition("@"), dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
         ours[name] = Server(a.models, name, {**ENV, **env}, cwd=cwd or ROOT)
-    servers, results, model, answers, loads = dict(ours), {}, {}, {}, {}
+    servers, results, model, loads = dict(ours), {}, {}, {}
     try:
         [s.wait() for s in ours.values()]
         for i, (w, _) in enumerate(cases):
             [check(w, "inr", s.url, 1e-5) for s in ours.values()]
             (tmp / f"{i}").write_bytes(w.body)
-            path = w.paths["inr"]
-            loads[w.label] = Load(w.label, path, tmp / f"{i}", ctype=w.ctype, ihcl=w.ihcl)
-            headers = {"content-type": w.ctype, **({HEADER: w.ihcl} if w.ihcl else {})}
-            r = httpx.post(next(iter(ours.values())).url + path, content=w.body, headers=headers, timeout=60)
-            extra = {HEADER: r.headers[HEADER]} if HEADER in r.raise_for_status().headers else {}
-            answers[path] = (r.headers["content-type"], extra, base64.b64encode(r.content).decode())
-        if floor_too:  # the floor answers each path with the service's own answer, byte for byte
-            (tmp / "answers.json").write_text(json.dumps(answers))
-            servers["floor"] = FloorServer(tmp / "answers.json").wait()
+            loads[w.label] = Load(w.label, w.paths["inr"], tmp / f"{i}", ctype=w.ctype, ihcl=w.ihcl)
+        if floor_too:
+            posts = {w.paths["inr"]: (w.body, w.ctype, w.ihcl) for w, _ in cases}
+            servers["floor"] = FloorServer(next(iter(ours.values())).url, posts).wait()
         for rnd, (w, clients) in itertools.product(range(a.rounds), cases):
             model.setdefault(label := w.label, []).append(bare(w.bare))  # this round, just before its servers
             names = list(servers)[rnd % len(servers) :] + list(servers)[: rnd % len(servers)]
@@ -190,13 +169,15 @@ def json_path(a) -> dict:
     """The floor harness, no floor, on `a.sizes` 6-decimal coordinates as v1 query JSON, V2 JSON and V2 binary."""
     image, cases = find_models(a.models)["image"], []
     session = ort_session(a.models / image / "1" / "model.onnx", 1)
-    v1, v2, read = {"inr": f"/v1/models/{image}/query"}, {"inr": f"/v2/models/{image}/infer"}, v2_output("rgb")
+    v1, v2, read = {"inr": f"/v1/models/{image}/query"}, {"inr": f"/v2/models/{image}/infer"}, serving.v2_output("rgb")
     for n in a.sizes:
         x = (coords := np.random.default_rng(n).random((n, 2)).round(6)).astype(np.float32)
         (binary, ihcl), at, c = v2_binary("coords", x, "rgb"), f", {n:,} coordinates", a.concurrency
-        w = partial(Workload, reference=(run := partial(session.run, ["rgb"], {"coords": x}))()[0], bare=run)
-        cases.append((w("v1 query JSON" + at, v1, json.dumps({"coords": coords.tolist()}).encode(), read=v1_rgb), c))
-        cases.append((w("V2 JSON" + at, v2, v2_json("coords", x, "rgb"), read=read), c))
+        w = partial(serving.Workload, reference=(run := partial(session.run, ["rgb"], {"coords": x}))()[0], bare=run)
+        cases.append(
+            (w("v1 query JSON" + at, v1, json.dumps({"coords": coords.tolist()}).encode(), read=serving.v1_rgb), c)
+        )
+        cases.append((w("V2 JSON" + at, v2, serving.v2_json("coords", x, "rgb"), read=read), c))
         cases.append((w("V2 binary" + at, v2, binary, read=read, ctype="application/octet-stream", ihcl=ihcl), c))
     return floor(argparse.Namespace(**vars(a), policies=["adaptive"], variant=[], loads="", gap=0.0), cases)
 
@@ -230,8 +211,7 @@ def warmup(a) -> dict:
         text = (cfg := model / "config.pbtxt").read_text()
         cfg.write_text(text if warm else text.partition("model_warmup {")[0])  # the export writes it last
         shutil.copytree(model / "1", model / ".2")  # version 2, published by a rename (a writer's atomic publish)
-        meta = json.loads((model / ".2" / "metadata.json").read_text())
-        (model / ".2" / "metadata.json").write_text(json.dumps({**meta, "version": 2}))
+        (meta := model / ".2" / "metadata.json").write_text(json.dumps({**json.loads(meta.read_text()), "version": 2}))
         srv = Server(model.parent, "reload", args=("--model-control-mode", "poll", "--repository-poll-secs", "0.3"))
         client = httpx.Client(base_url=srv.wait().url, timeout=60, headers={**headers, HEADER: ihcl})
 
@@ -243,12 +223,9 @@ def warmup(a) -> dict:
             head = r.content[: int(r.headers.get(HEADER, 0))]
             return r.status_code, json.loads(head or "{}").get("model_version", "")
 
-        try:
-            publish, seen = (
-                partial(os.rename, model / ".2", model / "2"),
-                lambda xs, _: any(v == "2" for *_, (_, v) in xs),
-            )
-            answers = around(infer, a.clients, 0, publish, a.duration, 2, seen)[0]
+        try:  # version 2 appears; done once it has answered
+            seen = lambda xs, _: any(v == "2" for *_, (_, v) in xs)  # noqa: E731
+            answers = around(infer, a.clients, 0, partial(os.rename, model / ".2", model / "2"), a.duration, 2, seen)[0]
         finally:
             srv.stop()
         warm_s = sorted(s for _, s, (_, v) in answers[len(answers) // 4 :] if v == "1")  # version 1, the same load
@@ -268,9 +245,8 @@ def warmup_table(f: dict) -> str:
 
 
 def stale_address(a) -> dict:
-    """One api replica behind nginx; 4 threads GET through nginx on new connections every 50 ms while it is taken off
-    the compose network and put back (a new address as it serves) or stopped and started: the window from the change
-    (or the first 200 after the restart) to the end of the last failed answer."""
+    """One api replica behind nginx, 4 threads GET through it every 50 ms while the replica is reconnected (a new
+    address) or restarted: the window from the change (or the restart's first 200) to the last failed answer's end."""
     from tests.containers.engine import RUNTIME_IMAGE, Engine
     from tests.containers.stack import Stack
 
@@ -292,8 +268,7 @@ def stale_address(a) -> dict:
             row = dict(window_s=round(max(d for _, d in bad) - since, 2) if bad else 0.0, failed=len(bad))
             row |= dict(answered=sum(s >= since for s, *_ in answers), first_200_s=round(since - changed, 2))
             row |= dict(failed_durations_s=sorted({round(d - s, 1) for s, d in bad}))
-            row |= dict(addresses=[before, stack.address(replica)])
-            out.setdefault(kind, []).append(row)
+            out.setdefault(kind, []).append(row | dict(addresses=[before, stack.address(replica)]))
     finally:
         stack.down()
     return out | {f"{k}_median_window_s": median([r["window_s"] for r in rs]) for k, rs in out.items()}

@@ -1,8 +1,6 @@
 """What observability and the runtime cost a server (docs/benchmarks/serving.md): `python -m bench.observe SCENARIO`.
 
-span_cost: the OpenTelemetry SDK in-process, µs per request. gc_cost: the cyclic collector inside each server.
-trace_cost: tracing at 8 clients, through bench.latency's floor harness. soak: 64 keep-alive connections of mixed
-load. flame: a py-spy flame graph under wrk (needs py-spy). `Receiver`: a real OTLP trace receiver for the tests too.
+span_cost, gc_cost, trace_cost (bench.latency's floor harness), soak and flame (py-spy); `Receiver`: an OTLP receiver.
 """
 
 import argparse
@@ -15,7 +13,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,17 +25,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pb_
 from .common import RESULTS, free_port, setup_logging, status_kib, write_json
 from .serving import LUA, ROOT, Load, Server, machine, median, run_wrk, workloads, wrk
 
-# a received span: links are (trace id, span id), events (name, attributes); status 2 is an error
-Span = namedtuple("Span", "name trace_id span_id parent_id service kind start_ns end_ns attributes links events status")
-
-
-def _kv(kvs) -> dict:
-    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value") or "", None) for kv in kvs}
-
 
 class Receiver:
     """opentelemetry-proto's TraceService/Export over gRPC and POST /v1/traces over HTTP on free ports, listening on
-    `host` (0.0.0.0 for containers; the URLs name `advertise`): the spans received, in arrival order."""
+    `host` (0.0.0.0 for containers; the URLs name `advertise`): the export requests and the spans `span` keeps."""
 
     def __init__(self, host: str = "127.0.0.1", advertise: str | None = None):
         self.host, self.spans, self.requests, self.lock = host, [], 0, threading.Lock()
@@ -46,16 +36,11 @@ class Receiver:
         self.grpc_url = f"http://{advertise or host}:{self.grpc_port}"
         self.http_url = f"http://{advertise or host}:{self.http_port}/v1/traces"
 
+    def span(self, resource_spans, s):  # its name; tests/otlp.py keeps a parsed Span
+        return s.name
+
     def take(self, request: pb.ExportTraceServiceRequest) -> pb.ExportTraceServiceResponse:
-        got = []
-        for rs in request.resource_spans:
-            service = _kv(rs.resource.attributes).get("service.name", "")
-            for s in (s for ss in rs.scope_spans for s in ss.spans):
-                ids = [i.hex() for i in (s.trace_id, s.span_id, s.parent_span_id)]
-                times = (s.start_time_unix_nano, s.end_time_unix_nano)
-                links = [(k.trace_id.hex(), k.span_id.hex()) for k in s.links]
-                events = [(e.name, _kv(e.attributes)) for e in s.events]
-                got.append(Span(s.name, *ids, service, s.kind, *times, _kv(s.attributes), links, events, s.status.code))
+        got = [self.span(rs, s) for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
         with self.lock:
             self.spans, self.requests = self.spans + got, self.requests + 1
         return pb.ExportTraceServiceResponse()
@@ -89,31 +74,9 @@ class Receiver:
         self.http.shutdown()
         self.http.server_close()
 
-    def trace(self, trace_id: str) -> list[Span]:
-        return [s for s in self.spans if s.trace_id == trace_id]
-
-    def named(self, name: str) -> list[Span]:
-        return [s for s in self.spans if s.name == name]
-
-    def wait_trace(self, trace_id: str, *names: str, timeout: float = 30.0) -> list[Span]:
-        """The spans of `trace_id` once one of each of `names` has arrived."""
-        self.wait(lambda rc: {s.name for s in rc.trace(trace_id)} >= set(names), timeout, f"{names} in {trace_id}")
-        return self.trace(trace_id)
-
-    def wait(self, condition, timeout: float = 30.0, what: str = "spans"):
-        """Poll `condition(self)` until truthy (returned); AssertionError naming what was received."""
-        deadline = time.monotonic() + timeout
-        while not (value := condition(self)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not value:
-            names = sorted({s.name for s in self.spans})
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; {len(self.spans)} spans: {names}")
-        return value
-
 
 def span_cost(a) -> dict:
-    """In-process: the server-span layer (service/server/spans.py) around one request's span work alone in its batch
-    (service/engine/traced.py), ways interleaved; `every span + OTLP` encodes each batch as the OTLP exporters do."""
+    """In-process CPU per request of service/server/spans.py around traced.py's span work, the ways interleaved."""
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace import TracerProvider
@@ -184,10 +147,9 @@ def one_load(label: str, coords: int = 2000) -> tuple[Load, Path]:
 SAMPLERS = {"not sampled": "always_off", "1 in 20": "parentbased_traceidratio", "every span": "always_on"}
 
 
-def otel(url: str, proto: str, way: str, ratio: float = 0.05) -> dict:
-    """The service's settings that export its traces to `url` over OTLP, sampled the `way` of SAMPLERS (the ARG is
-    read by a ratio sampler only)."""
-    env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": proto, "OTEL_TRACES_SAMPLER": SAMPLERS[way]}
+def otel(url: str, way: str, ratio: float = 0.05) -> dict:
+    """The service's settings that export its traces to `url` over OTLP/gRPC, sampled the `way` of SAMPLERS."""
+    env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": SAMPLERS[way]}
     return env | {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url, "OTEL_TRACES_SAMPLER_ARG": str(ratio)}
 
 
@@ -213,7 +175,7 @@ def gc_cost(a) -> dict:
         for t, cwd in {"this tree": ROOT, **({"baseline": a.baseline} if a.baseline else {})}.items():
             for way in ("off", *SAMPLERS):
                 env = {"PYTHONPATH": str(hook), "GC_COST_OUT": str(stats := hook / f"{len(rows)}.json")}
-                env |= {"INR_THREADS": "1", **(otel(receiver.grpc_url, "grpc", way) if way != "off" else {})}
+                env |= {"INR_THREADS": "1", **(otel(receiver.grpc_url, way) if way != "off" else {})}
                 srv = Server(ROOT / "models", way, env, cwd=cwd).wait()
                 try:
                     run_wrk(srv.url, load, a.clients, 1, script)  # warm-up
@@ -226,9 +188,7 @@ def gc_cost(a) -> dict:
                 row = dict(tree=t, way=way, requests=round(n := r["rps"] * a.seconds), rps=round(r["rps"]))
                 row |= dict(cpu_ms_per_req=round(r["cpu_ms_per_req"], 3), generations=gen)
                 rows.append(row | {"gc_ms_per_req": round(sum(v["ms"] for v in gen.values()) / n, 4)})
-                c, ms = ("/".join(str(v[k]) for v in gen.values()) for k in ("collections", "ms"))
-                say = f"collections (gen 0/1/2) {c} taking {ms} ms: {rows[-1]['gc_ms_per_req']} ms/req"
-                print(f"{t} {way}: {row['rps']} req/s {row['cpu_ms_per_req']} CPU ms/req; {say}", flush=True)  # noqa: T201
+                print(f"{t} {way}: {json.dumps(rows[-1])}", flush=True)  # noqa: T201
     finally:
         receiver.stop()
     return {"seconds": a.seconds, "clients": a.clients, "rows": rows}
@@ -240,9 +200,8 @@ def trace_cost(a) -> dict:
     from .latency import floor
 
     receiver, ways = Receiver().start(), {"traced": "every span", **({"sampled": "1 in 20"} if a.ratio else {})}
-    url = receiver.grpc_url if a.protocol == "grpc" else receiver.http_url
     old = ("", *([f"-old@{a.compare}"] if a.compare else []))
-    env = {w: ",".join(f"{k}={v}" for k, v in otel(url, a.protocol, w, a.ratio).items()) for w in ways.values()}
+    env = {w: ",".join(f"{k}={v}" for k, v in otel(receiver.grpc_url, w, a.ratio).items()) for w in ways.values()}
     variants = [f"{n}{o}:{env[w]}" for o in old for n, w in ways.items()]
     setup = dict(models=ROOT / "models", loads="classify", policies=["adaptive"], variant=variants)
     try:
@@ -255,7 +214,6 @@ def trace_cost(a) -> dict:
             rps, cpu = round(r["rps"] / off["rps"], 3), round(r["cpu_ms_per_req"] / off["cpu_ms_per_req"], 3)
             ratios.append(dict(load=load, clients=clients, server=server, rps_over_off=rps, cpu_over_off=cpu))
             print(f"{load} c={clients} {server}: {rps:.3f}x the req/s of tracing off, {cpu:.3f}x its CPU/request")  # noqa: T201
-    print(f"spans received: {len(receiver.spans)} in {receiver.requests} exports")  # noqa: T201
     return result | {"spans_received": len(receiver.spans), "export_requests": receiver.requests, "ratios": ratios}
 
 
@@ -278,8 +236,7 @@ KINDS, ERRORS = ("classify", "query", "render", "viewer"), ("connect", "read", "
 
 
 def soak(a) -> dict:
-    """Four wrk processes at once, one kind of request each (`viewer` pauses 1-6 s between renders): requests, p50/p99
-    and errors by kind, and the server's RSS after the warm-up and at the end, for each --keep-alive in turn."""
+    """Four wrk processes at once (`viewer` pauses 1-6 s): per --keep-alive, by kind, p50/p99, errors; server RSS."""
     (duration, warmup, n), runs, think = PRESETS[a.preset], [], (1000, 6000)
     loads, conns = {k: one_load(label)[0] for k, label in zip(KINDS, ("v1 classify", "v1 query"))}, dict(zip(KINDS, n))
     (script := loads["query"].body.with_name("soak.lua")).write_text(SOAK_LUA)
@@ -305,13 +262,12 @@ def soak(a) -> dict:
             rss_warm = mixed(server.url, warmup) and status_kib(server.proc.pid, "VmRSS") / 1024
             cpu, t0, kinds = server.cpu_seconds(), time.monotonic(), mixed(server.url, duration)
             wall, cpu, rss_end = time.monotonic() - t0, server.cpu_seconds() - cpu, status_kib(server.proc.pid, "VmRSS")
-            rss_end /= 1024
         finally:
             server.stop()
         errors = {k: sum(r["errors"][k] for r in kinds.values()) for k in ERRORS}
         run = dict(keep_alive_s=ka, connections=sum(n), duration_s=duration, warmup_s=warmup, kinds=kinds)
-        run |= dict(errors=errors, errors_total=sum(errors.values()), rss_warm_mib=rss_warm, rss_end_mib=rss_end)
-        runs.append(run | dict(rss_growth=rss_end / rss_warm - 1, server_cpu_share=cpu / wall, conns=conns))
+        run |= dict(errors=errors, errors_total=sum(errors.values()), rss_warm_mib=rss_warm, rss_end_mib=rss_end / 1024)
+        runs.append(run | dict(rss_growth=rss_end / 1024 / rss_warm - 1, server_cpu_share=cpu / wall, conns=conns))
     print(soak_table(runs))  # noqa: T201
     return {"think_ms": think, "runs": runs}
 
@@ -331,8 +287,7 @@ def soak_table(runs: list[dict]) -> str:
 
 
 def flame(a) -> None:
-    """py-spy records the service (of --baseline) at --rate Hz for --seconds while wrk sends one workload of
-    bench.serving at --clients; --format raw: the collapsed stacks."""
+    """py-spy (500 Hz, --format raw: collapsed stacks) on the service of --baseline or this tree under wrk."""
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if not spy or not a.out:
         raise SystemExit("flame needs --out FILE and py-spy (pip install py-spy)")
@@ -342,7 +297,7 @@ def flame(a) -> None:
     try:
         run_wrk(server.url, load, a.clients, 1, script)
         r = ThreadPoolExecutor(1).submit(run_wrk, server.url, load, a.clients, a.seconds + 2, script)
-        opts = ["--rate", str(a.rate), "--duration", str(a.seconds), "--format", a.format, "--output", str(a.out)]
+        opts = ["--rate", "500", "--duration", str(a.seconds), "--format", a.format, "--output", str(a.out)]
         subprocess.run([spy, "record", "--pid", str(server.proc.pid), *opts, "--nonblocking"], check=True)
         rps = r.result()["rps"]
     finally:
@@ -353,13 +308,11 @@ def flame(a) -> None:
 OPTIONS = {  # each option's type is its default's (None: a path); all take --out NAME and --out-dir DIR too
     "span_cost": dict(requests=20000, rounds=3),
     "gc_cost": dict(baseline=None, seconds=5.0, clients=8),  # --baseline DIR: that checkout beside this one
-    "trace_cost": dict(baseline=None, compare=None, rounds=3, gap=6.0, duration=3.0, concurrency="8", ratio=0.05)
-    | dict(protocol="grpc"),
+    "trace_cost": dict(baseline=None, compare=None, rounds=3, gap=6.0, duration=3.0, concurrency="8", ratio=0.05),
     "soak": dict(preset="full", keep_alive=""),  # --keep-alive 5,90: INR_TIMEOUT_KEEP_ALIVE values in turn
-    "flame": dict(out=None, load="v1 classify", coords=2000, clients=1, seconds=10, rate=500, format="flamegraph")
-    | dict(baseline=None),
+    "flame": dict(out=None, load="v1 classify", coords=2000, clients=1, seconds=10, format="flamegraph", baseline=None),
 }
-CHOICES = {"preset": PRESETS, "protocol": ("grpc", "http/protobuf")}
+CHOICES = {"preset": PRESETS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,10 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in {"out": name, "out_dir": RESULTS, **options}.items():
             kind = Path if v is None else type(v)  # a path, or the default's type
             s.add_argument("--" + k.replace("_", "-"), default=v, type=kind, choices=CHOICES.get(k))
-    a = p.parse_args(argv)
-    setup_logging()
-    if a.scenario != "span_cost" and not shutil.which("wrk"):
-        p.error("wrk is not installed (Debian: apt-get install -y wrk)")
+    a, _ = p.parse_args(argv), setup_logging()
     info, command = machine(), " ".join(["python -m bench.observe", *(sys.argv[1:] if argv is None else argv)])
     if (result := globals()[a.scenario](a)) is not None:
         info["load_after"] = os.getloadavg()[0]

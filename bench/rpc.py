@@ -1,15 +1,9 @@
 """KServe V2 over gRPC against HTTP (docs/benchmarks/serving.md): `python -m bench.rpc SCENARIO [options]`.
 
-grpc_http: client processes against the service (or --cache: the response cache on and off); grpc_profile: py-spy on
-it; grpc_ours: its own CPU per call in-process."""
-
-from __future__ import annotations
+grpc_http: client processes against the service; grpc_profile: py-spy on it; grpc_ours: its CPU per call in-process."""
 
 import argparse
 import asyncio
-import base64
-import json
-import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -22,10 +16,14 @@ from pathlib import Path
 from subprocess import DEVNULL, run
 from types import SimpleNamespace
 
+import grpc
 import numpy as np
+import tritonclient.grpc as tg
+import tritonclient.http as th
+from tritonclient.grpc import service_pb2 as pb
 
-from .common import RESULTS, setup_logging, write_json
-from .serving import ROOT, Server, free_port, median
+from .common import RESULTS, ROOT, free_port, median, setup_logging, write_json
+from .serving import Server
 
 SERVICE, COORDS, THREADS = "inference.GRPCInferenceService", ("astronaut", "coords"), ("--threads", "1")
 WORKLOADS = {"2,000 coordinates": (*COORDS, (2000, 2)), "20,000 coordinates": (*COORDS, (20000, 2))}
@@ -43,11 +41,7 @@ CATEGORIES = {k: v.split() for k, v in (kv.split("=") for kv in _CATEGORIES.repl
 
 
 def client_loop(protocol: str, url: str, model: str, name: str, shape: tuple, fresh: bool, ready, window, counts):
-    """One client process: set up, wait for every client, then infer until the window's end, counting the answers
-    after its start (`fresh`: new random values every request); a failed request is counted, not timed."""
-    import tritonclient.grpc as tg
-    import tritonclient.http as th
-
+    """One client process: infers until the window's end, counting answers and errors after its start."""
     lib, rng = tg if protocol == "grpc" else th, np.random.default_rng()
     c, t, n, errors = lib.InferenceServerClient(url), lib.InferInput(name, list(shape), "FP32"), 0, 0
     t.set_data_from_numpy(rng.random(shape, dtype=np.float32))
@@ -65,23 +59,20 @@ def client_loop(protocol: str, url: str, model: str, name: str, shape: tuple, fr
 
 
 def measure(server: Server, protocol: str, workload: str, clients: int, duration: float) -> dict:
-    """`clients` client processes for `duration` s after a 1 s warm-up: req/s and server CPU ms per request; on a
-    workload ending in ", never repeat", new values every request."""
+    """`clients` processes for `duration` s after a 1 s warm-up (", never repeat": new values every request)."""
     url, (base, _, fresh) = server.grpc_url if protocol == "grpc" else server.url[7:], workload.partition(", never")
     counts, ready, window = mp.Queue(), mp.Barrier(clients + 1), mp.Array("d", 2)
     args = (protocol, url, *WORKLOADS[base], bool(fresh), ready, window, counts)
     procs = [mp.Process(target=client_loop, args=args) for _ in range(clients)]
     [p.start() for p in procs]
     ready.wait(timeout=300)
-    window[0] = time.time() + 1.0  # a warm-up second once every client is connected
-    window[1] = window[0] + duration
+    window[:] = [start := time.time() + 1.0, start + duration]  # a warm-up second once every client is connected
     ready.wait(timeout=60)
     time.sleep(max(0.0, window[0] - time.time()))
     cpu0 = server.cpu_seconds()
     time.sleep(max(0.0, window[1] - time.time()))
-    cpu, got = server.cpu_seconds() - cpu0, [counts.get(timeout=120) for _ in procs]
+    cpu, (n, errors) = server.cpu_seconds() - cpu0, map(sum, zip(*[counts.get(timeout=120) for _ in procs]))
     [p.join(60) for p in procs]
-    n, errors = sum(g[0] for g in got), sum(g[1] for g in got)
     out = dict(protocol=protocol, workload=workload, clients=clients, req_s=n / duration, errors=errors)
     return out | {"cpu_ms": cpu * 1e3 / max(n, 1)}
 
@@ -90,14 +81,11 @@ class GrpcFloor(Server):
     """`serve_floor` in a process of its own, with the Server's cpu_seconds; the answers: {"MODEL ROWS": bytes}."""
 
     def __init__(self, answers: dict, sync: bool):
-        self.name, self.grpc_port = "gRPC floor", free_port()
-        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+        self.name, self.grpc_url = "gRPC floor", f"127.0.0.1:{free_port()}"
         self.proc = mp.get_context("spawn").Process(target=serve_floor, args=(answers, sync, self.grpc_url))
         self.proc.start()
 
-    def wait(self, timeout: float = 60) -> GrpcFloor:
-        import grpc
-
+    def wait(self, timeout: float = 60) -> "GrpcFloor":
         with grpc.insecure_channel(self.grpc_url) as channel:
             return grpc.channel_ready_future(channel).result(timeout=timeout) or self
 
@@ -107,15 +95,10 @@ class GrpcFloor(Server):
 
 
 def floors(service: Server, workloads: dict[str, tuple]) -> list[tuple[str, str, Server]]:
-    """The HTTP floor and the two gRPC floors, answering each workload with `service`'s own answer to it, byte for
-    byte: (name, protocol, started server). At most one workload per model (the HTTP floor answers by path)."""
-    import httpx
-    import tritonclient.grpc as tg
-    import tritonclient.http as th
+    """The HTTP and the two gRPC floors, answering with `service`'s own answer bytes: (name, protocol, server)."""
+    from .latency import FloorServer
 
-    from .latency import HEADER, FloorServer
-
-    http, grpc = {}, {}
+    http, answers = {}, {}
     for model, name, shape in workloads.values():
         if (path := f"/v2/models/{model}/infer") in http:
             raise SystemExit(f"--floor: one workload per model ({model} twice)")
@@ -123,23 +106,16 @@ def floors(service: Server, workloads: dict[str, tuple]) -> list[tuple[str, str,
         inputs = [m.InferInput(name, [*shape], "FP32") for m in (th, tg)]
         [i.set_data_from_numpy(x) for i in inputs]
         body, size = th.InferenceServerClient.generate_request_body(inputs[:1])
-        headers = {"content-type": "application/octet-stream", **({HEADER: str(size)} if size is not None else {})}
-        r = httpx.post(service.url + path, content=body, headers=headers, timeout=60).raise_for_status()
-        extra = {HEADER: r.headers[HEADER]} if HEADER in r.headers else {}
-        http[path] = (r.headers["content-type"], extra, base64.b64encode(r.content).decode())
+        http[path] = (body, "application/octet-stream", "" if size is None else str(size))
         with tg.InferenceServerClient(service.grpc_url) as c:
-            grpc[f"{model} {shape[0]}"] = c.infer(model, inputs[1:]).get_response().SerializeToString()
-    (tmp := Path(tempfile.mkdtemp(prefix="bench-floors-")) / "http.json").write_text(json.dumps(http))
-    started = [("HTTP floor", "http", FloorServer(tmp).wait())]
-    return started + [(f"gRPC floor ({k})", "grpc", GrpcFloor(grpc, k == "sync").wait()) for k in ("aio", "sync")]
+            answers[f"{model} {shape[0]}"] = c.infer(model, inputs[1:]).get_response().SerializeToString()
+    started = [("HTTP floor", "http", FloorServer(service.url, http).wait())]
+    return started + [(f"gRPC floor ({k})", "grpc", GrpcFloor(answers, k == "sync").wait()) for k in ("aio", "sync")]
 
 
 def serve_floor(answers: dict, sync: bool, address: str) -> None:
-    """The gRPC floor: ModelInfer answered with the service's own answer bytes after parsing the request, as any
-    server must; grpc.aio on uvloop, as the service runs it, or (`sync`) grpc.server with 8 threads."""
-    import grpc
+    """ModelInfer answered with the answer's bytes, the request parsed; grpc.aio on uvloop or (`sync`) grpc.server."""
     import uvloop
-    from tritonclient.grpc import service_pb2 as pb
 
     answer = lambda request, context: answers[f"{request.model_name} {request.inputs[0].shape[0]}"]  # noqa: E731
 
@@ -173,8 +149,7 @@ def wide(rows: list[dict], names: list[str]) -> str:
 
 
 def grpc_http(a) -> dict:
-    """Every target (a label, a server, a protocol) on every workload and client count, in an order that rotates by
-    round; per cell the round with the median req/s."""
+    """Every target on every workload and client count, the order rotating by round; each cell's median round."""
     servers, targets = {"": Server(a.models, "grpc-http", args=THREADS)}, [("HTTP binary", "", "http")]
     targets.append(("gRPC", "", "grpc"))
     if a.baseline:
@@ -200,7 +175,7 @@ def grpc_http(a) -> dict:
         for rnd, w, c in ((r, w, c) for r in range(a.rounds) for w in workloads for c in a.clients):
             for label, name, protocol in targets[rnd % len(targets) :] + targets[: rnd % len(targets)]:
                 results.setdefault((w, c, label), []).append(r := measure(servers[name], protocol, w, c, a.duration))
-                logging.info(f"{w} c={c} {label}: {r} (load {os.getloadavg()[0]:.1f})")
+                print(f"{w} c={c} {label}: {r} (load {os.getloadavg()[0]:.1f})", flush=True)  # noqa: T201
     finally:
         [s.stop() for s in servers.values()]
     rows = [{**sorted(rs, key=lambda r: r["req_s"])[len(rs) // 2], "target": k[2]} for k, rs in results.items()]
@@ -231,8 +206,7 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 def grpc_profile(a) -> dict:
-    """py-spy on the server (idle samples left out) for `a.seconds` while `a.clients` clients load it, and the CPU
-    each server thread used meanwhile."""
+    """py-spy on the server (idle samples left out) under `a.clients` clients, and each server thread's CPU."""
     if not (spy := shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.getenv('PATH')}")):
         raise SystemExit("grpc_profile: py-spy not found (pip install py-spy)")
     server = Server(a.models, "profile", dict(kv.split("=", 1) for kv in a.env), args=THREADS).wait()
@@ -256,12 +230,7 @@ def grpc_profile(a) -> dict:
 
 
 async def grpc_ours(a) -> dict:
-    """CPU µs per call (time.process_time), medians of 9 interleaved batches in an order that rotates: the gRPC
-    servicer's ModelInfer from request bytes to response bytes, the HTTP route's core (parse_request → infer, without
-    the middlewares) and the model alone; create_app on `a.models`, one onnxruntime thread, each call on the loop."""
-    import tritonclient.http as th
-    from tritonclient.grpc import service_pb2 as pb
-
+    """CPU µs per call of the gRPC servicer, the HTTP route's core and the model, medians of 9 rotating batches."""
     from service.api.grpc.servicer import InferenceService, reader
     from service.api.v2.infer import infer, resolve
     from service.api.v2.tensors import parse_request
@@ -270,18 +239,14 @@ async def grpc_ours(a) -> dict:
 
     app = create_app(Settings(models=a.models, grpc_port=0, threads=1, log_level="error", model_loading="startup"))
     context, state = SimpleNamespace(time_remaining=lambda: None, invocation_metadata=tuple), app.state
-    lines = [
-        "| workload | model alone µs | HTTP route core µs (above the model) | gRPC servicer µs (above the model) |"
-    ]
-    lines.append("|---|---:|---:|---:|")
+    head = "| workload | model alone µs | HTTP route core µs (above the model) | gRPC servicer µs (above the model) |"
+    lines = [head, "|---|---:|---:|---:|"]
     async with app.router.lifespan_context(app):
         for w in a.workload or ["2,000 coordinates", "one digit"]:
             model_name, name, shape = WORKLOADS[w]
             x = np.random.default_rng(0).random(shape, dtype=np.float32)
-            (msg := pb.ModelInferRequest(model_name=model_name)).inputs.add(
-                name=name, datatype="FP32", shape=list(shape)
-            )
-            msg.raw_input_contents.append(x.tobytes())
+            msg = pb.ModelInferRequest(model_name=model_name, raw_input_contents=[x.tobytes()])
+            msg.inputs.add(name=name, datatype="FP32", shape=list(shape))
             (t := th.InferInput(name, list(shape), "FP32")).set_data_from_numpy(x)
             (body, size), wire = th.InferenceServerClient.generate_request_body([t]), msg.SerializeToString()
             service, model = InferenceService(state), resolve(state.registry, model_name, None, ready=True)
@@ -320,16 +285,14 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--out", type=Path, default=RESULTS / f"{s.prog.split()[-1]}.json", help="the result file")
         s.add_argument("--workload", action="append", choices=list(WORKLOADS), help="repeatable (grpc_profile: one)")
     http.add_argument("--clients", type=lambda t: [int(v) for v in t.split(",")], default=[1, 8])
-    http.add_argument("--duration", type=float, default=4.0, help="seconds a run, after a 1 s warm-up")
-    http.add_argument("--rounds", type=int, default=3)
     http.add_argument("--variant", action="append", default=[], help="NAME:K=V,...: the service with these settings")
     http.add_argument("--baseline", type=Path, help="also the service of this checkout")
     http.add_argument("--floor", action="store_true", help="also the HTTP and gRPC floors")
     http.add_argument("--cache", action="store_true", help="the response cache on and off instead of the protocols")
     profile.add_argument("--protocol", default="grpc", choices=("grpc", "http"))
-    [profile.add_argument(f"--{k}", type=int, default=v) for k, v in (("clients", 1), ("seconds", 10), ("rate", 500))]
     profile.add_argument("--env", action="append", default=[], help="K=V: a setting of the server")
-    ours.add_argument("--calls", type=int, default=2000)
+    nums = {http: dict(duration=4.0, rounds=3), profile: dict(clients=1, seconds=10, rate=500), ours: dict(calls=2000)}
+    [s.add_argument(f"--{k}", type=type(v), default=v) for s, kv in nums.items() for k, v in kv.items()]
     a, _ = p.parse_args(argv), setup_logging()
     a.workload = a.workload or ["2,000 coordinates"] if a.scenario == "grpc_profile" else a.workload
     result = asyncio.run(grpc_ours(a)) if a.scenario == "grpc_ours" else globals()[a.scenario](a)

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as triton
 from PIL import Image
 
-from bench.observe import Receiver
+from tests.otlp import Receiver
 
 from .stack import Stack, metric, settle
 

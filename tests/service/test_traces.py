@@ -1,4 +1,4 @@
-"""OpenTelemetry traces, received by a real OTLP receiver (bench.observe.Receiver: opentelemetry-proto's
+"""OpenTelemetry traces, received by a real OTLP receiver (tests/otlp.py: opentelemetry-proto's
 TraceService over gRPC, and ExportTraceServiceRequest over HTTP).
 
 The real server (`python -m service`, poll mode) exports over OTLP/gRPC; a real `python -m training worker`
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from bench.observe import Receiver
 from fitstore import FitStore
 from tests.fits import Worker, photo, png
+from tests.otlp import Receiver
 from tests.servers import ROOT, Server
 
 FAST = {"preset": "fourier-small", "size": "32", "steps": "60", "protocol": "paper", "seed": "0"}
