@@ -1,9 +1,6 @@
 """Many models in one replica under a memory budget, and the large request's ways to run: `python -m bench.collections
-SCENARIO [options]`, or `python -m bench SCENARIO -- [options]`. What each scenario measures, its commands and its
-results: docs/benchmarks/collections.md (collection, collection-cold, collection_warm, collection_resident, and the
-`startup` of 10,000 models) and docs/benchmarks/serving.md (large_runs). `make` copies models under distinct names
-(hard links); `plot` draws docs/img/collection-tiles-budget.png from a `collection` result. Servers and variants take
-turns, the order rotating round by round; medians over --rounds; the result goes to --json and to stdout.
+SCENARIO [options]` or `python -m bench SCENARIO -- [options]`; commands and results in docs/benchmarks/collections.md
+(collection, collection-cold, collection_warm, startup), serving.md (large_runs), history/ (collection_resident).
 """
 
 from __future__ import annotations
@@ -27,12 +24,14 @@ from pathlib import Path
 
 import httpx
 
+from commandline import parse_bytes
+
 from .common import RESULTS, ROOT, machine, pyplot, status_kib, write_json
-from .serving import Server
+from .serving import HEADER, Server, large_workloads
 
 MIB, LOADED, PLAIN = 2**20, 'inr_model_loads_total{result="loaded"}', {"INR_RENDER_CACHE_BYTES": "0"}
-# a variant: intra-op threads (0: one a core, -1: --threads); onnxruntime's arena; the pieces' threads (0: the whole
-# run at once, -1: --threads; service/engine/split.py); the heap trimmed after every run; one arena for every session
+# a variant: intra-op threads (0: a core each, -1: --threads), arena, pieces' threads (0: none, -1: --threads; service/
+# engine/split.py), the heap trimmed after every run, one arena for every session (session.use_env_allocators)
 VARIANTS = {"whole-1t": (1, 0, 0, 0, 0), "bare": (0, 1, 0, 0, 0), "whole-2t": (-1, 0, 0, 0, 0),
             "whole-2t-arena": (-1, 1, 0, 0, 0), "pieces-1t": (1, 0, 1, 0, 0), "pieces": (1, 0, -1, 0, 0),
             "pieces-trim": (1, 0, -1, 1, 0), "pieces-env-arena": (1, 1, -1, 0, 1)}  # fmt: skip
@@ -58,19 +57,14 @@ def pct(xs: list[float], p: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def copy_model(src: Path, dst: Path) -> None:
-    """`src` under the name of `dst`: its files hard links, its config.pbtxt its own."""
-    shutil.copytree(src, dst, copy_function=os.link)
-    (dst / "config.pbtxt").unlink()
-    text = (src / "config.pbtxt").read_text()
-    (dst / "config.pbtxt").write_text(text.replace(f'name: "{src.name}"', f'name: "{dst.name}"'))
-
-
 def make_copies(sources: list[Path], count: int, out: Path) -> list[str]:
-    """COUNT copies of the model folders among `sources`, in turn, named SOURCE-00042."""
+    """`make`: COUNT copies of the models among `sources`, in turn, named SOURCE-00042 (hard links but config.pbtxt)."""
     sources = [p for p in sources if (p / "config.pbtxt").is_file()]
     names = [f"{sources[i % len(sources)].name}-{i:05d}" for i in range(count)]
-    [copy_model(sources[i % len(sources)], out / n) for i, n in enumerate(names) if not (out / n).exists()]
+    for src, dst in ((sources[i % len(sources)], out / n) for i, n in enumerate(names) if not (out / n).exists()):
+        shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns("config.pbtxt"))
+        text = (src / "config.pbtxt").read_text()
+        (dst / "config.pbtxt").write_text(text.replace(f'name: "{src.name}"', f'name: "{dst.name}"'))
     return names
 
 
@@ -93,10 +87,19 @@ def every(seconds: float, fn) -> threading.Event:
 def timed(c: httpx.Client, url: str, **kw) -> float:
     """Milliseconds of one request (a POST when it has content); any answer but 200 is an error."""
     start = time.perf_counter()
-    r = c.request("POST" if "content" in kw else "GET", url, **kw)
-    if r.status_code != 200:
+    if (r := c.request("POST" if "content" in kw else "GET", url, **kw)).status_code != 200:
         raise RuntimeError(f"{url}: {r.status_code} {r.text[:300]}")
     return (time.perf_counter() - start) * 1000
+
+
+def times_of(fn, seconds: float = 0, n: int = 3, clock=time.perf_counter) -> list[float]:
+    """Seconds of each call of fn() by `clock`: at least N calls, and for at least `seconds`."""
+    out, end = [], time.perf_counter() + seconds
+    while len(out) < n or time.perf_counter() < end:
+        start = clock()
+        fn()
+        out.append(clock() - start)
+    return out
 
 
 def metric(url: str, name: str) -> float:
@@ -106,16 +109,13 @@ def metric(url: str, name: str) -> float:
 
 def sizes(url: str, names: list[str]) -> dict[str, tuple[int, int]]:
     """Each distinct photo's native size (its copies have the same)."""
-    out: dict = {}
-    for name in (n for n in names if photo(n) not in out):
-        detail = httpx.get(f"{url}/v1/models/{name}", timeout=60).json()
-        out[photo(name)] = detail["width"], detail["height"]
-    return out
+    firsts = {photo(n): n for n in names}  # a copy of each
+    details = {p: httpx.get(f"{url}/v1/models/{n}", timeout=60).json() for p, n in firsts.items()}
+    return {p: (d["width"], d["height"]) for p, d in details.items()}
 
 
 def tile_url(name: str, width: int, height: int, rng: random.Random | None = None, tile: int = 512) -> str:
-    """A tile as OpenSeadragon asks for it: a random level of the pyramid (scale 2^k until one tile holds the image), a
-    random tile of it, its region in full-size pixels; without `rng`, the first full-size tile."""
+    """OpenSeadragon's tile of a random level (scale 2^k, up to one tile), random place; without `rng`, the first."""
     levels = max(1, math.ceil(math.log2(max(width, height) / tile)) + 1)
     span = tile * (scale := 2 ** (rng.randrange(levels) if rng else 0))
     x = rng.randrange(0, width, span) if rng and width > span else 0
@@ -136,56 +136,46 @@ def medians(rounds: list) -> dict:
 
 
 def collection(args) -> list[dict]:
-    names, env, rows = names_in(args.models), {**PLAIN, **dict(e.split("=", 1) for e in args.env)}, []
-    for budget in args.budgets:
-        with serving(args.models, "collection", env, ("--memory-budget", budget, "--max-concurrent-loads", "2")) as srv:
-            rows.append(tiles(srv, names, budget, args))
-    return rows
+    """Per budget, a fresh server: --clients clients, Zipf(1.1) over the models, --seconds counted after --warmup."""
+    names, env = names_in(args.models), {**PLAIN, **dict(e.split("=", 1) for e in args.env)}
+    return [tiles(args, names, env, budget) for budget in args.budgets]
 
 
-def tiles(srv: Server, names: list[str], budget: str, args) -> dict:
-    """Zipf(1.1) popularity over the models, CLIENTS clients; after --warmup s, --seconds counted; RSS sampled."""
-    shape, order, pid, done, sets = sizes(srv.url, names), names[:], srv.proc.pid, [], [rss(srv.proc.pid)]
-    random.Random(0).shuffle(order)  # popularity is not alphabetical
-    weights, counting = [1 / k**1.1 for k in range(1, len(order) + 1)], threading.Event()
-    sampler = every(0.2, lambda: sets.append(rss(pid)))
-    end = time.monotonic() + args.warmup + args.seconds
+def tiles(args, names: list[str], env: dict, budget: str) -> dict:
+    with serving(args.models, "collection", env, ("--memory-budget", budget, "--max-concurrent-loads", "2")) as srv:
+        shape, order, pid, done, sets = sizes(srv.url, names), names[:], srv.proc.pid, [], [rss(srv.proc.pid)]
+        random.Random(0).shuffle(order)  # popularity is not alphabetical
+        weights = [1 / k**1.1 for k in range(1, len(order) + 1)]
+        sampler, end = every(0.2, lambda: sets.append(rss(pid))), time.monotonic() + args.warmup + args.seconds
 
-    def client(r: random.Random) -> None:
-        with httpx.Client(base_url=srv.url, timeout=120) as c:
-            while time.monotonic() < end:
-                name = r.choices(order, weights)[0]
-                url, began, counted = tile_url(name, *shape[photo(name)], r), time.perf_counter(), counting.is_set()
-                code = c.get(url).status_code
-                if counted:
-                    done.append((code, (time.perf_counter() - began) * 1000))
+        def client(r: random.Random) -> None:
+            with httpx.Client(base_url=srv.url, timeout=120) as c:
+                while time.monotonic() < end:
+                    name = r.choices(order, weights)[0]
+                    url, at = tile_url(name, *shape[photo(name)], r), time.monotonic()  # counted after the warmup
+                    done.append((at >= end - args.seconds, c.get(url).status_code, (time.monotonic() - at) * 1000))
 
-    threads = [threading.Thread(target=client, args=(random.Random(i),)) for i in range(args.clients)]
-    [t.start() for t in threads]
-    time.sleep(args.warmup)
-    loads, t0 = metric(srv.url, LOADED), time.monotonic()
-    counting.set()
-    [t.join() for t in threads]
-    seconds, loads = time.monotonic() - t0, metric(srv.url, LOADED) - loads
-    sampler.set()
-    ms, codes = [t for _, t in done], [c for c, _ in done]
-    return {"budget": budget, "models": len(names), "requests": len(ms), "codes": {c: codes.count(c) for c in codes},
-            "hit_rate": round(1 - loads / max(len(ms), 1), 3), "loads_per_s": round(loads / seconds, 2),
-            "p50_ms": round(pct(ms, 0.5), 1), "p99_ms": round(pct(ms, 0.99), 1), "idle_rss_mib": round(sets[0]),
-            "peak_rss_mib": round(max(sets)), "resident_models_end": metric(srv.url, "inr_models_resident"),
-            "resident_mib_end": round(metric(srv.url, "inr_model_resident_bytes") / MIB),
-            "rss_mib_end": round(rss(pid)), "seconds": round(seconds, 1), "warmup_s": args.warmup}  # fmt: skip
+        threads = [threading.Thread(target=client, args=(random.Random(i),)) for i in range(args.clients)]
+        [t.start() for t in threads]
+        time.sleep(args.warmup)
+        loads, t0 = metric(srv.url, LOADED), time.monotonic()
+        [t.join() for t in threads]
+        seconds, loads = time.monotonic() - t0, metric(srv.url, LOADED) - loads
+        sampler.set()
+        ms, cs = [t for k, _, t in done if k], [c for k, c, _ in done if k]
+        return {"budget": budget, "models": len(names), "requests": len(ms), "codes": {c: cs.count(c) for c in cs},
+                "hit_rate": round(1 - loads / max(len(ms), 1), 3), "loads_per_s": round(loads / seconds, 2),
+                "p50_ms": round(pct(ms, 0.5), 1), "p99_ms": round(pct(ms, 0.99), 1), "idle_rss_mib": round(sets[0]),
+                "peak_rss_mib": round(max(sets)), "resident_models_end": metric(srv.url, "inr_models_resident"),
+                "resident_mib_end": round(metric(srv.url, "inr_model_resident_bytes") / MIB),
+                "rss_mib_end": round(rss(pid)), "seconds": round(seconds, 1), "warmup_s": args.warmup}  # fmt: skip
 
 
 def first_tiles(models: Path, names: list[str], cache, budget: str, cwd: Path = ROOT, settle: float = 0) -> dict:
-    """Each model's first 512² tile, one after another, on a fresh server with its session cache at CACHE: the time, the
-    peak since the load began (VmHWM, which a load starts again: service/engine/measure.py), the RSS SETTLE s after,
-    its bytes per image pixel; the idle RSS before, and the residency's count and models after."""
-    env, got = {**PLAIN, "INR_SESSION_CACHE": str(cache)}, {"ms": [], "hwm": [], "rss": [], "bpp": []}
-    with (
-        serving(models, models.name, env, ("--memory-budget", budget), cwd=cwd) as srv,
-        httpx.Client(base_url=srv.url, timeout=300) as c,
-    ):
+    """Each model's first 512² tile in turn, a fresh server, session cache CACHE: times, peaks, RSS, bytes a pixel."""
+    env = {**PLAIN, "INR_SESSION_CACHE": str(cache), "INR_MEMORY_BUDGET": budget}
+    got: dict = {"ms": [], "hwm": [], "rss": [], "bpp": []}
+    with serving(models, models.name, env, cwd=cwd) as srv, httpx.Client(base_url=srv.url, timeout=300) as c:
         time.sleep(2 * settle)
         got["idle"], shape = rss(srv.proc.pid), sizes(srv.url, names)
         for name in names:
@@ -193,17 +183,15 @@ def first_tiles(models: Path, names: list[str], cache, budget: str, cwd: Path = 
             got["hwm"].append(rss(srv.proc.pid, "VmHWM"))
             time.sleep(settle)
             got["rss"].append(rss(srv.proc.pid))
-            got["bpp"].append(
-                c.get(f"/v1/models/{name}").json()["versions"][0]["bytes"] / math.prod(shape[photo(name)])
-            )
+            nbytes = c.get(f"/v1/models/{name}").json()["versions"][0]["bytes"]
+            got["bpp"].append(nbytes / math.prod(shape[photo(name)]))
         got["counted"] = metric(srv.url, "inr_model_resident_bytes") / MIB
         got["resident"] = metric(srv.url, "inr_models_resident")
     return got
 
 
 def collection_cold(args) -> dict:
-    """Session cache `off`; `cached`, its folder filled by a server that loaded one copy of each photo; `first`, a
-    fresh folder and one copy of each photo (the first load ever)."""
+    """First tiles, session cache `off`, `cached` (filled by loads of each photo before) or `first` (the first ever)."""
     names, out = names_in(args.models), {}
     sample = random.Random(0).sample([n for n in names if not args.photos or photo(n) in args.photos], args.samples)
     firsts = list({photo(n): n for n in sample}.values())
@@ -221,40 +209,28 @@ def collection_cold(args) -> dict:
 
 
 def startup(args) -> dict:
-    """A start to /health/ready and the idle RSS; the CPU ms of one poll rescan (in-process: it times one function),
-    on-demand as the server has it, median of 9, with no model read and with every model read."""
-    from service.engine.control import ModelControl
-    from service.engine.registry import Registry
-    from service.engine.residency import Residency, ResidencyOptions
-    from service.engine.runtime import RuntimeOptions
+    """A start to ready, the idle RSS; in-process, a poll rescan's CPU ms (median of 9), no model read and all read."""
+    from service.engine import control, registry, residency, runtime
 
     start = time.monotonic()
     with serving(args.models, "startup", {}, ("--memory-budget", "2GiB")) as srv:
         ready_s = time.monotonic() - start
         time.sleep(2)
         idle = rss(srv.proc.pid)
-    registry = Registry(args.models, RuntimeOptions(), Residency(ResidencyOptions(budget=2**30)))
-    control, cpu = ModelControl(registry, "poll", on_demand=True), time.process_time
-    registry.list_all()
-
-    def once() -> float:
-        times = []
-        for _ in range(9):
-            t = cpu()
-            control.poll_once()
-            times.append(cpu() - t)
-        return round(statistics.median(times) * 1000, 1)
-
+    budget = residency.Residency(residency.ResidencyOptions(budget=2**30))
+    models = registry.Registry(args.models, runtime.RuntimeOptions(), budget)
+    poll, cpu = control.ModelControl(models, "poll", on_demand=True).poll_once, time.process_time
+    once = lambda: round(statistics.median(times_of(poll, n=9, clock=cpu)) * 1000, 1)  # noqa: E731
+    models.list_all()
     none_read, t = once(), cpu()
-    [registry.get(name) for name in registry.names()]
+    [models.get(name) for name in models.names()]
     return {"models": len(names_in(args.models)), "ready_s": round(ready_s, 2), "idle_rss_mib": round(idle),
             "rescan_cpu_ms_none_read": none_read, "read_every_model_cpu_s": round(cpu() - t, 2),
             "rescan_cpu_ms_all_read": once()}  # fmt: skip
 
 
 def plot(args) -> None:
-    from commandline import parse_bytes
-
+    """docs/img/collection-tiles-budget.png from a `collection` result."""
     result, plt = json.loads(args.result.read_text())["result"], pyplot()
     rows, rounds, (fig, (lat, hit)) = result["median"], result["rounds"], plt.subplots(1, 2, figsize=(10, 4))
     gib = [parse_bytes(r["budget"]) / 2**30 for r in rows]
@@ -263,11 +239,10 @@ def plot(args) -> None:
         spread = [[x - min(e) for x, e in zip(v, each)], [max(e) - x for x, e in zip(v, each)]]
         lat.errorbar(gib, v, yerr=spread, marker="o", capsize=3, label=f"tile {key[:3]}")
     hit.plot(gib, [r["hit_rate"] * 100 for r in rows], marker="o")
-    lat.set(yscale="log", ylabel="512² tile latency (ms)")
-    hit.set(ylabel="requests whose model was resident (%)")
+    lat.set(yscale="log", ylabel="512² tile latency (ms)", xlabel="memory budget (GiB)")
+    hit.set(ylabel="requests whose model was resident (%)", xlabel="memory budget (GiB)")
     for ax in (lat, hit):
         ax.set_xscale("log", base=2)
-        ax.set(xlabel="memory budget (GiB)")
         ax.set_xticks(gib, [r["budget"] for r in rows])
         ax.grid(alpha=0.3, which="both" if ax is lat else "major")
     lat.legend()
@@ -276,65 +251,20 @@ def plot(args) -> None:
     fig.savefig(args.png, dpi=110)
 
 
-def grid_fit(image, out: Path, tree: Path = ROOT, steps: int = 0) -> Path:
-    """`python -m training fit-image` of `tree` with its own grid preset (fitstore.PRESETS) into `out`, unless there."""
-    if not (out / "config.pbtxt").is_file():
-        code = "import json; from fitstore import PRESETS; print(json.dumps(PRESETS['grid']))"
-        preset = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, check=True)
-        grid, cmd = json.loads(preset.stdout), [sys.executable, "-m", "training", "fit-image", "--image", str(image)]
-        cmd += [*grid["argv"], "--protocol", "full", "--steps", str(steps or grid["steps"]), "--no-progress"]
-        subprocess.run([*cmd, "--out", str(out)], cwd=tree, check=True, stdout=subprocess.DEVNULL)
-    return out
-
-
 def collection_resident(args) -> dict:
-    """Per photo, this tree and each --baseline serve COPIES copies of their own model (their own fit of --photos, into
-    FITS/SIDE/PHOTO once, or --bundled from their models/), an empty session cache each: RSS idle, after one model and
-    after all, the loads' peaks, the residency's count, the first tile with the session cache empty and filled."""
-    trees, rounds, models = trees_of(args), [], {}  # photo → side → a folder of COPIES copies of the side's model
+    """This tree and each --baseline, each --copies copies of its own --bundled model: what first_tiles measures."""
     with tempfile.TemporaryDirectory(prefix="bench-resident-") as tmp:
-        for side, tree in trees.items():
-            fits = [grid_fit(p, args.fits / side / Path(p).stem.lower(), tree) for p in args.photos]
-            for src in [tree / "models" / n for n in args.bundled] + fits:
-                models.setdefault(src.name, {})[side] = Path(tmp, side, src.name)
-                [copy_model(src, Path(tmp, side, src.name, f"{src.name}-{i:02d}")) for i in range(args.copies)]
-        for r in range(args.rounds):
-            rounds.append({p: {} for p in models})
-            for p, sides in models.items():
-                for side in rotate(list(trees), r):
-                    cache = Path(tmp, f"cache-{side}-{p}-{r}")
-                    got = first_tiles(sides[side], names_in(sides[side]), cache, args.budget, trees[side], 0.5)
-                    rounds[-1][p][side] = resident_row(got, sides[side])
-                rounds[-1][p] = {s: rounds[-1][p][s] for s in trees}
-    result, keys = medians(rounds), ["rss_1_mib", "rss_n_mib", "grown_1_mib", "grown_per_model_mib", "peak_loads_mib"]
-    keys += ["accounted_n_mib", "first_tile_empty_ms", "first_tile_filled_ms"]
-    result["ratio"] = {f"this_over_{side}": {p: {k: round(s["this"][k] / s[side][k], 3) for k in keys
-                                                 if s["this"][k] and s[side][k]} for p, s in result["median"].items()}
-                       for side in trees if side != "this"}  # fmt: skip
-    return {**result, "trees": {k: str(v) for k, v in trees.items()}}
-
-
-def resident_row(got: dict, models: Path) -> dict:
-    idle, sets, ms, hwm, counted = got["idle"], got["rss"], got["ms"], got["hwm"], got["counted"]
-    r1 = functools.partial(round, ndigits=1)
-    return {"idle_mib": r1(idle), "rss_1_mib": r1(sets[0]), "rss_n_mib": r1(sets[-1]),
-            "grown_1_mib": r1(sets[0] - idle), "grown_per_model_mib": r1((sets[-1] - sets[0]) / max(len(ms) - 1, 1)),
-            "peak_first_load_mib": r1(hwm[0]), "peak_loads_mib": r1(max(hwm)), "accounted_n_mib": r1(counted),
-            "accounted_over_grown": round(counted / max(sets[-1] - idle, 1 / MIB), 2),
-            "models_resident": got["resident"], "first_tile_empty_ms": r1(ms[0]),
-            "first_tile_filled_ms": r1(statistics.median(ms[1:])) if ms[1:] else None,
-            "file_bytes": (models / names_in(models)[0] / "1" / "model.onnx").stat().st_size}  # fmt: skip
+        out = {}
+        for side, tree in trees_of(args).items():
+            names = make_copies([tree / "models" / args.bundled], args.copies, models := Path(tmp, side))
+            out[side] = first_tiles(models, names, Path(tmp, f"cache-{side}"), args.budget, tree, settle=0.5)
+        return out
 
 
 def collection_warm(args) -> dict:
-    """This tree and each --baseline on their own models/: the same warm 512² tiles of MODEL in turns, then a /render
-    PNG and the large request (v1 JSON, V2 binary: bench.serving), each at least 3 times and --large-seconds."""
-    from .serving import HEADER, large_workloads
-
-    trees, large = trees_of(args), {}
-    if args.render:
-        size = {"width": args.render, "height": args.render, "format": "png"}
-        large[f"/render {args.render}²"] = (f"/v1/models/{args.model}/render", {"params": size})
+    """This tree and each --baseline in turn: warm 512² tiles of MODEL, a /render PNG and the large requests."""
+    trees, size = trees_of(args), {"width": args.render, "height": args.render, "format": "png"}
+    large = {f"/render {args.render}²": (f"/v1/models/{args.model}/render", {"params": size})} if args.render else {}
     for load in large_workloads(ROOT / "models", args.model, args.large_coords, seed=0) if args.large_coords else ():
         label = ("v1 query JSON, " if load.label.startswith("v1") else "V2 binary, ") + f"{args.large_coords:,}"
         headers = {"content-type": load.ctype, **({HEADER: load.ihcl} if load.ihcl else {})}
@@ -345,44 +275,35 @@ def collection_warm(args) -> dict:
         cs = {k: stack.enter_context(httpx.Client(base_url=s.url, timeout=120)) for k, s in srvs.items()}
         d, rng = cs["this"].get(f"/v1/models/{args.model}").json(), random.Random(0)
         urls = [tile_url(args.model, d["width"], d["height"], rng) for _ in range(args.tiles)]
+        big = lambda k, path, kw, s: [t * 1000 for t in times_of(lambda: timed(cs[k], path, **kw), s)]  # noqa: E731
         for k in srvs:  # warm: sessions, threads, allocator
-            [timed(cs[k], u) for u in urls] + [repeat(cs[k], path, kw, 0) for path, kw in large.values()]
-        times, big = {k: [] for k in srvs}, {(k, label): [] for k in srvs for label in large}
+            [timed(cs[k], u) for u in urls] + [big(k, path, kw, 0) for path, kw in large.values()]
+        times, bigs = {k: [] for k in srvs}, {(k, label): [] for k in srvs for label in large}
         for r in range(args.rounds):
             [times[k].extend(timed(cs[k], u) for u in urls) for k in rotate(list(srvs), r)]
-            [big[k, label].append(statistics.median(repeat(cs[k], path, kw, args.large_seconds)))
+            [bigs[k, label].append(statistics.median(big(k, path, kw, args.large_seconds)))
              for label, (path, kw) in large.items() for k in rotate(list(srvs), r)]  # fmt: skip
         rows = {k: {"median_ms": round(statistics.median(t), 2), "p90_ms": round(statistics.quantiles(t, n=10)[-1], 2),
-                    "tiles": len(t), **{f"{label} ms": round(statistics.median(big[k, label]), 1) for label in large},
+                    "tiles": len(t), **{f"{label} ms": round(statistics.median(bigs[k, label]), 1) for label in large},
                     "peak_rss_mib": srvs[k].peak_rss_mib()} for k, t in times.items()}  # fmt: skip
     ratios = lambda key: {f"this_over_{k}": round(rows["this"][key] / rows[k][key], 3) for k in rows if k != "this"}  # noqa: E731
     return {**rows, "ratio": ratios("median_ms"), **{f"ratio {label}": ratios(f"{label} ms") for label in large},
             "trees": {k: str(v) for k, v in trees.items()}}  # fmt: skip
 
 
-def repeat(c: httpx.Client, path: str, kw: dict, seconds: float) -> list[float]:
-    out, end = [], time.perf_counter() + seconds
-    while len(out) < 3 or time.perf_counter() < end:
-        out.append(timed(c, path, **kw))
-    return out
-
-
 def large_runs(args) -> dict | None:
-    """Each variant in a fresh process with one malloc arena, as the service sets it: ms per run, and the resident
-    set's growth while runs keep coming and 1.5 s after the last; bare onnxruntime's time over each's, per round."""
+    """Each variant in a process of its own, one malloc arena: ms per run, memory kept busy and idle, bare ÷ it."""
     if args.child:
         return print(json.dumps(one_variant(args)))  # noqa: T201
-    size = lambda v: v.partition(":")[2]  # noqa: E731 (`pieces:N`: pieces of N rows)
-    if bad := [v for v in args.variants if v.partition(":")[0] not in VARIANTS or size(v) and not size(v).isdigit()
-               or size(v).isdigit() and int(size(v)) <= 0]:  # fmt: skip
+    known = lambda name, size="1": name in VARIANTS and size.isdigit() and int(size) > 0  # noqa: E731 (`pieces:N`)
+    if bad := [v for v in args.variants if not known(*v.split(":", 1))]:
         raise SystemExit(f"error: unknown variants {bad}")
     cmd = [sys.executable, "-m", "bench.collections", "large_runs"]
     cmd += [f"--{k}={getattr(args, k)}" for k in ("model", "rows", "piece", "threads", "seconds")]
     env, runs = {**os.environ, "MALLOC_ARENA_MAX": "1"}, {v: [] for v in args.variants}
-    for r in range(args.rounds):
-        for v in rotate(args.variants, r):
-            out = subprocess.run([*cmd, "--child", v], cwd=ROOT, env=env, capture_output=True, check=True).stdout
-            runs[v].append(json.loads(out))
+    for v in [v for r in range(args.rounds) for v in rotate(args.variants, r)]:
+        out = subprocess.run([*cmd, "--child", v], cwd=ROOT, env=env, capture_output=True, check=True).stdout
+        runs[v].append(json.loads(out))
     rows = {v: {k: round(statistics.median(x[k] for x in rs), 2) for k in ("ms", "kept_mib", "idle_mib")}
             | {"ms_rounds": [round(x["ms"], 1) for x in rs]} for v, rs in runs.items()}  # fmt: skip
     for rs, row in zip(runs.values(), rows.values()) if "bare" in runs else ():
@@ -395,8 +316,7 @@ def one_variant(args) -> dict:
     import numpy as np
     import onnxruntime as ort
 
-    from service.engine.memory import rss as own_rss
-    from service.engine.memory import trim
+    from service.engine import memory
     from service.engine.split import Splitter
 
     variant, _, size = args.child.partition(":")
@@ -404,28 +324,21 @@ def one_variant(args) -> dict:
     if shared:
         info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = threads, 1, 3
-    opts.enable_cpu_mem_arena = bool(arena)
+    opts, model = ort.SessionOptions(), str(ROOT / "models" / args.model / "1" / "model.onnx")
+    opts.intra_op_num_threads, opts.inter_op_num_threads, opts.enable_cpu_mem_arena = threads, 1, bool(arena)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.add_session_config_entry("session.use_env_allocators", str(shared))
-    model = str(ROOT / "models" / args.model / "1" / "model.onnx")
     session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     name, outputs = session.get_inputs()[0].name, [o.name for o in session.get_outputs()]
     x = np.random.default_rng(0).random((args.rows, 2)).astype(np.float32)
     splitter, whole = Splitter(pieces or 1, int(size or args.piece)), lambda part: session.run(outputs, {name: part})
-    run = lambda: (splitter.run(whole, x), trims and trim()) if pieces else whole(x)  # noqa: E731
-    trim()
-    before = own_rss()
+    run = lambda: (splitter.run(whole, x), trims and memory.trim()) if pieces else whole(x)  # noqa: E731
+    memory.trim()
+    before = memory.rss()
     run()
-    times, end = [], time.perf_counter() + args.seconds
-    while len(times) < 3 or time.perf_counter() < end:
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    busy = own_rss() - before
+    times, busy = times_of(run, args.seconds), memory.rss() - before
     time.sleep(1.5)
-    return {"ms": statistics.median(times) * 1000, "kept_mib": busy / MIB, "idle_mib": (own_rss() - before) / MIB}
+    return {"ms": statistics.median(times) * 1000, "kept_mib": busy / MIB, "idle_mib": (memory.rss() - before) / MIB}
 
 
 def trees_of(args) -> dict[str, Path]:
@@ -437,34 +350,26 @@ def each(fn):
     return functools.wraps(fn)(lambda args: medians([fn(args) for _ in range(args.rounds)]))
 
 
-def cli(prog: str, doc: str, commands: list[tuple], argv: list[str] | None) -> int:
-    """`prog SUBCOMMAND --option …` from (name, function, result file or None, {option: spec}): a spec is Path
-    (required), [Path] (one or more), a list (comma-separated), else a default whose type the option takes;
-    `baseline` is a repeatable checkout. The one result path: the machine, the command and the function's result
-    (if any) to --json and stdout."""
+def cli(prog: str, doc: str, commands: list[tuple], argv: list[str] | None = None) -> int:
+    """`prog SUBCOMMAND --option …` from (name, function, result or None, {option: Path, [Path], list or default})."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     sub = p.add_subparsers(dest="scenario", required=True)
     for name, fn, out, opts in commands:
         q = sub.add_parser(name, description=fn.__doc__)
-        q.set_defaults(fn=fn, json=RESULTS / f"{out}.json" if out else None)
+        q.set_defaults(fn=fn)
         for k, v in opts.items():
-            flag, kw = "--" + k.rstrip("_").replace("_", "-"), {"dest": k}
-            if k == "baseline":
-                kw.update(type=Path, action="append", required=True, help="another checkout (repeatable)")
-            elif v is Path or v == [Path]:
-                kw.update(type=Path, required=True, nargs="+" if v == [Path] else None)
+            if v is Path or v == [Path]:
+                kw = {"type": Path, "required": True} | ({"nargs": "+", "action": "extend"} if v == [Path] else {})
             else:
-                kw.update(type=(lambda s: s.split(",")) if isinstance(v, list) else type(v), default=v)
-            q.add_argument(flag, **kw)
-        if out:
-            q.add_argument("--json", type=Path, default=RESULTS / f"{out}.json", help="where the result goes")
+                kw = {"type": (lambda s: s.split(",")) if isinstance(v, list) else type(v), "default": v}
+            q.add_argument("--" + k.rstrip("_").replace("_", "-"), dest=k, **kw)
+        q.add_argument("--json", type=Path, default=out and RESULTS / f"{out}.json", help="where the result goes")
     args = p.parse_args(argv)
     if (result := args.fn(args)) is not None:
         doc = {"machine": {**machine(), "load_avg": list(os.getloadavg())}, "result": result,
                "command": shlex.join(["python", "-m", prog.split()[-1], *argv])}  # fmt: skip
-        if args.json:
-            write_json(args.json.stem, doc, args.json.parent)
+        write_json(args.json.stem, doc, args.json.parent)
         print(json.dumps(doc, indent=1))  # noqa: T201
     return 0
 
@@ -472,24 +377,22 @@ def cli(prog: str, doc: str, commands: list[tuple], argv: list[str] | None) -> i
 COMMANDS = [
     ("make", lambda args: make_copies(args.from_, args.count, args.out) and None, None,
      {"from_": [Path], "count": 1000, "out": Path}),
-    ("collection", each(collection), "collection-tiles", {"models": Path, "budgets": ["2GiB"], "seconds": 60.0,
-     "warmup": 0.0, "clients": 4, "env": [], "rounds": 3}),
+    ("collection", each(collection), "collection-tiles",
+     {"models": Path, "budgets": ["2GiB"], "seconds": 60.0, "warmup": 0.0, "clients": 4, "env": [], "rounds": 3}),
     ("collection-cold", each(collection_cold), "collection-cold", {"models": Path, "budget": "2GiB", "samples": 40,
      "photos": [], "variants": ["off", "cached", "first"], "rounds": 3}),
     ("startup", each(startup), "collection-startup", {"models": Path, "rounds": 3}),
     ("plot", plot, None, {"result": Path, "png": Path}),
-    ("collection_resident", collection_resident, "collection-resident", {"baseline": [], "photos": [],
-     "fits": ROOT / "build" / "bench" / "fits", "bundled": [], "copies": 6, "rounds": 3, "budget": "4GiB"}),
-    ("collection_warm", collection_warm, "collection-warm", {"baseline": [], "model": "dandelion", "tiles": 40,
+    ("collection_resident", each(collection_resident), "collection-resident",
+     {"baseline": [Path], "bundled": "dandelion", "copies": 6, "rounds": 3, "budget": "4GiB"}),
+    ("collection_warm", collection_warm, "collection-warm", {"baseline": [Path], "model": "dandelion", "tiles": 40,
      "rounds": 5, "render": 1024, "large_coords": 20_000, "large_seconds": 2.0}),
     ("large_runs", large_runs, "large_runs", {"model": "astronaut", "rows": 20_000, "piece": 4096, "rounds": 5,
      "threads": os.cpu_count() or 1, "seconds": 1.5, "variants": list(VARIANTS), "child": ""}),
 ]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    return cli("python -m bench.collections", __doc__, COMMANDS, argv)
-
+main = functools.partial(cli, "python -m bench.collections", __doc__, COMMANDS)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -23,36 +23,27 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from .collections import cli, every, grid_fit, make_copies, metric, rotate, serving, tile_url, timed
+from .collections import cli, every, make_copies, metric, rotate, serving, tile_url, timed
 from .common import ROOT
 
 PHOTOS = ("coffee", "rocket")  # scikit-image's, fitted with the grid preset at their native size (`photos`)
-TILE, MODELS, LISTINGS = (
-    "/iiif/3/{}/0,0,1024,1024/512,/0/default.jpg",
-    ROOT / "models",
-    ("before", "sequential", "ranges"),
-)
+TILE, MODELS = "/iiif/3/{}/0,0,1024,1024/512,/0/default.jpg", ROOT / "models"
+LISTINGS = ("before", "sequential", "ranges")
 
 
 @contextlib.contextmanager
 def bucket(sources: list[Path], n: int, folder: Path | None = None):
-    """A real S3 server, N copies of `sources` (distinct names) in TMP/models and pushed to a bucket of it
-    (`python -m modelrepo push`): (server, the bucket's URL, TMP, the names, the seconds of the push)."""
+    """A real S3 server and N copies of `sources` pushed to a bucket: (server, bucket URL, TMP, names, push seconds)."""
     from tests.s3server import S3Server
 
-    tmp, s3 = Path(tempfile.mkdtemp(prefix="inr-bench-s3-", dir=folder)), None
-    try:
-        s3 = S3Server()
-        os.environ.update(s3.env)
-        url, names, t0 = s3.url(s3.bucket()), make_copies(sources, n, tmp / "models"), time.perf_counter()
-        if names:
-            push = [sys.executable, "-m", "modelrepo", "push", str(tmp / "models"), url]
-            subprocess.run(push, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        yield s3, url, tmp, names, round(time.perf_counter() - t0, 1)
-    finally:
-        if s3 is not None:
-            s3.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="inr-bench-s3-", dir=folder, ignore_cleanup_errors=True) as tmp:
+        with contextlib.closing(S3Server()) as s3:
+            os.environ.update(s3.env)
+            url, names, t0 = s3.url(s3.bucket()), make_copies(sources, n, Path(tmp, "models")), time.perf_counter()
+            if names:
+                push = [sys.executable, "-m", "modelrepo", "push", str(Path(tmp, "models")), url]
+                subprocess.run(push, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+            yield s3, url, Path(tmp), names, round(time.perf_counter() - t0, 1)
 
 
 def scrape(url: str) -> tuple[dict[str, float], set[str]]:
@@ -83,9 +74,8 @@ def medians_of(times: dict[str, list[float]]) -> dict:
 
 
 def first_tile(args) -> dict:
-    """Copies of the bundled dandelion in a folder and in a bucket, a server on each (no session cache), each model's
-    first tile of both, the S3 side's disk cache held to half the models' ONNX bytes; then the requests to S3 of a
-    server started again on that cache, for the tiles of the models still in it."""
+    """Copies of dandelion in a folder and a bucket (its disk cache half their bytes): first tiles of both in turn; a
+    server started again on the cache: its requests to S3 for the tiles of the models still in it."""
     budget = sum(p.stat().st_size for p in (MODELS / "dandelion").rglob("*.onnx")) * max(1, args.models // 2)
     with bucket([MODELS / "dandelion"], args.models) as (s3, url, tmp, names, _):
         env = {**s3.env, "INR_SESSION_CACHE": "off"}  # every first load optimises, on both sides alike
@@ -98,13 +88,12 @@ def first_tile(args) -> dict:
             [timed(c, TILE.format(name)) for name in names[-(args.models // 2) :]]  # the ones still in the cache
             out["restart_requests"] = scrape(again.url)[0]
     files = sum(p.stat().st_size for p in (MODELS / "dandelion").rglob("*") if p.is_file())
-    return {"models": args.models, "model_bytes": files, "cache_budget_bytes": budget, **out}
+    return merged(args, {"models": args.models, "model_bytes": files, "cache_budget_bytes": budget, **out})
 
 
 def listing(args) -> dict:
-    """N published models of five small objects, listed three ways in a rotating order (in-process: it times
-    modelrepo's listing), each with a new repository and then again unchanged: `before` (pages one after another,
-    botocore's timestamps: main before modelrepo/s3listing.py), `sequential` (fast timestamps), `ranges` (its own)."""
+    """N models of five objects listed in-process (new, then unchanged) three ways in turn: `before` (pages in turn,
+    botocore's timestamps: before modelrepo/s3listing.py), `sequential` (fast timestamps), `ranges` (modelrepo's)."""
     import boto3
     from botocore.config import Config
 
@@ -119,10 +108,9 @@ def listing(args) -> dict:
         prefix = repo.location.prefix
         return repo._list(prefix) if way == "ranges" else build_index(list_range(repo, prefix)[0], len(prefix))
 
-    meta = {"version": 1, "onnx_sha256": "0" * 64}
-    files = {"config.pbtxt": (MODELS / "astronaut" / "config.pbtxt").read_bytes(), "1/model.onnx": b"onnx",
-             "metadata.json": (MODELS / "astronaut" / "metadata.json").read_bytes(), "1/.published": b"{}",
-             "1/metadata.json": json.dumps(meta).encode()}  # fmt: skip
+    meta = json.dumps({"version": 1, "onnx_sha256": "0" * 64}).encode()
+    files = {k: (MODELS / "astronaut" / k).read_bytes() for k in ("config.pbtxt", "metadata.json")}
+    files |= {"1/model.onnx": b"onnx", "1/.published": b"{}", "1/metadata.json": meta}
     with bucket([], 0) as (s3, url, tmp, _, _):
         put, name, t0 = boto(s3, 10).put_object, url.split("/")[3], time.perf_counter()
         with cf.ThreadPoolExecutor(8) as pool:  # each PUT retried: a loaded server answers 503
@@ -130,35 +118,25 @@ def listing(args) -> dict:
             list(pool.map(lambda kv: put(Bucket=name, Key=kv[0], Body=kv[1]), keys))
         out = {"models": args.models, "objects": len(keys), "fill_s": round(time.perf_counter() - t0, 1), "rounds": []}
         for r in range(args.rounds):
-            out["rounds"].append({"load": round(os.getloadavg()[0], 1)})
+            out["rounds"].append(got := {"load": round(os.getloadavg()[0], 1)})
             for way in rotate(list(LISTINGS), r):
                 repo = S3Repository(url, tmp / f"{way}-{r}", client=boto(s3, 3) if way == "before" else None)
                 t0, index = time.perf_counter(), scan(way, repo)
-                first, repo.index, before, t0 = (
-                    time.perf_counter() - t0,
-                    index,
-                    dict(repo.requests),
-                    time.perf_counter(),
-                )
+                first, repo.index = time.perf_counter() - t0, index
+                before, t0 = dict(repo.requests), time.perf_counter()
                 again, rescan = scan(way, repo), time.perf_counter() - t0
-                if [sum(bool(m.published) for m in i.values()) for i in (index, again)] != [
-                    args.models
-                ] * 2 or again != index:
+                if again != index or sum(bool(m.published) for m in index.values()) != args.models:
                     raise SystemExit(f"{way}: not every model listed: {dict(repo.requests)}")
                 during = {op: n - before.get(op, 0) for op, n in repo.requests.items()}
-                out["rounds"][-1][way] = {
-                    "list_s": round(first, 2),
-                    "rescan_s": round(rescan, 2),
-                    "rescan_requests": during,
-                }
+                got[way] = {"list_s": round(first, 2), "rescan_s": round(rescan, 2), "rescan_requests": during}
     for way, what in ((way, what) for way in LISTINGS for what in ("list_s", "rescan_s")):
         out[f"{way}_{what}_median"] = statistics.median(r[way][what] for r in out["rounds"])
-    return out
+    return merged(args, out)
 
 
 def outage(args) -> dict:
-    """N copies of dandelion served from the bucket, half of them loaded first; 4 clients ask tiles of all N while the
-    S3 server is stopped for --down seconds and started again: the answers of each half by status, in each phase."""
+    """N copies of dandelion from the bucket, half loaded first; 4 clients ask tiles of all while S3 stops for --down
+    seconds and starts again: the answers of each half by status, in each phase."""
     with bucket([MODELS / "dandelion"], args.models) as (s3, url, tmp, names, _):
         env = {**s3.env, "INR_MODEL_CACHE": str(tmp / "cache"), "INR_MODEL_CONTROL_MODE": "poll"}
         with serving(url, "s3", {**env, "INR_REPOSITORY_POLL_SECS": "1"}) as srv:
@@ -191,19 +169,15 @@ def outage(args) -> dict:
     table: dict = {}
     for ph, half, status in sorted(set(answers)):
         table.setdefault(ph, {}).setdefault(half, {})[status] = answers.count((ph, half, status))
-    return {"models": len(names), "cached": len(cached), "down_s": args.down, "s3_restart_s": round(restarted, 1),
-            "answers": table}  # fmt: skip
+    return merged(args, {"models": len(names), "cached": len(cached), "down_s": args.down,
+                         "s3_restart_s": round(restarted, 1), "answers": table})  # fmt: skip
 
 
-def s3_models(part):
-    """s3_models' PART, merged into its one result file (a key a part), with the date and the load average."""
-
-    def run(args) -> dict:
-        old = json.loads(args.json.read_text()) if args.json.is_file() else {}
-        got = part(args) | {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()[0]}
-        return {**old.get("result", old), args.scenario: got}
-
-    return run
+def merged(args, got: dict) -> dict:
+    """An s3_models part's result beside the others' in its one result file (a key a part), dated, the load average."""
+    old = json.loads(args.json.read_text()) if args.json.is_file() else {}
+    got |= {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()[0]}
+    return {**old.get("result", old), args.scenario: got}
 
 
 def du(folder: Path) -> int:
@@ -217,11 +191,8 @@ def du(folder: Path) -> int:
 
 
 def s3_shards(args) -> dict:
-    """MODELS copies of the given photo models in a bucket, behind two replicas sharded by name by the nginx template
-    (each its own disk cache of --cache-share of half the models' ONNX bytes), beside two on a folder; through nginx:
-    `first_tile`, both sides alternating; `load`, every model's of the s3 side; `shards`, the models each replica
-    answered; `restart`, the s3 replicas started again on their caches, and their GETs for the tiles held there. The
-    caches' disk is sampled during the first two, after the load and at the end."""
+    """MODELS copies in a bucket behind two replicas sharded by nginx (disk caches of --cache-share of half the ONNX),
+    beside two on a folder: `first_tile`s in turn, `load`, `shards`, `restart` on the caches; the caches' disk."""
     from modelrepo.diskcache import RECENT_S, on_disk
     from tests.deploy.nginxconf import LocalNginx
 
@@ -229,9 +200,8 @@ def s3_shards(args) -> dict:
     size = {p.name: json.loads((p / "1" / "metadata.json").read_text())["source"]["size"] for p in sources}
     path_of = lambda name: tile_url(name, *size[name.rsplit("-", 1)[0]])  # noqa: E731
     with bucket(sources, args.models, args.tmp) as (s3, url, tmp, names, push_s), contextlib.ExitStack() as stack:
-        nbytes = {
-            n: sum(on_disk(p.stat().st_size) for p in (tmp / "models" / n).glob("[0-9]*/**/*.onnx")) for n in names
-        }
+        onnx = lambda n: (tmp / "models" / n).glob("[0-9]*/**/*.onnx")  # noqa: E731
+        nbytes = {n: sum(on_disk(p.stat().st_size) for p in onnx(n)) for n in names}
         budget, caches = int(sum(nbytes.values()) / 2 * args.cache_share), [tmp / "cache-0", tmp / "cache-1"]
         common = {"INR_RENDER_CACHE_BYTES": "0", "INR_SESSION_CACHE": "off", "INR_MEMORY_BUDGET": args.memory_budget}
         envs = [{**common, **s3.env, "INR_MODEL_CACHE": str(c), "INR_MODEL_CACHE_BYTES": str(budget)} for c in caches]
@@ -250,19 +220,15 @@ def s3_shards(args) -> dict:
             disk.update(samples=disk["samples"] + 1, over_budget=disk["over_budget"] + sum(u > budget for u in used))
 
         sampler, chosen = every(0.5, sample), random.Random(0).sample(names, args.rounds * args.per_round)
-        urls, first, times = (
-            {k: n.url for k, n in nginx.items()},
-            {"models": chosen, "rounds": []},
-            {"s3": [], "local": []},
-        )
+        urls, times = {k: n.url for k, n in nginx.items()}, {"s3": [], "local": []}
+        first = {"models": chosen, "rounds": []}
         for r in range(args.rounds):
             got = alternate(urls, chosen[r * args.per_round : (r + 1) * args.per_round], path_of, r)
             first["rounds"].append(medians_of(got) | {"load": os.getloadavg()[0]})
             [times[k].extend(v) for k, v in got.items()]
         out = {"models": args.models, "sources": [p.name for p in sources], "cache_budget_bytes": budget,
                "push_s": push_s, "models_onnx_bytes": sum(nbytes.values())}  # fmt: skip
-        out["first_tile"] = first | medians_of(times)
-        out["first_tile"] |= {f"{k}_s": v for k, v in times.items()}
+        out["first_tile"] = first | medians_of(times) | {f"{k}_s": v for k, v in times.items()}
         t0 = time.perf_counter()
         with cf.ThreadPoolExecutor(args.clients) as pool, httpx.Client(base_url=urls["s3"], timeout=300) as c:
             done = list(pool.map(lambda name: timed(c, path_of(name)) / 1000, names))
@@ -279,9 +245,7 @@ def s3_shards(args) -> dict:
                                         "budget_over_shard": round(budget / mine, 2) if mine else None}  # fmt: skip
         [r.stop() for r in s3s]  # started again where nginx expects them (the same ports: the same hash ring)
         s3s = [stack.enter_context(serving(url, f"s3-{i}", e, port=r.port)) for i, (r, e) in enumerate(zip(s3s, envs))]
-        out["restart"] = {
-            f"s3-{i}": restarted(r.url, urls["s3"], c, path_of) for i, (r, c) in enumerate(zip(s3s, caches))
-        }
+        out["restart"] = {r.name: restarted(r.url, urls["s3"], c, path_of) for r, c in zip(s3s, caches)}
         out["disk_after"] = {f"s3-{i}": {"du_bytes": du(c)} for i, c in enumerate(caches)}
     return out | {"load_after": os.getloadavg()[0]}
 
@@ -298,20 +262,27 @@ def restarted(url: str, through: str, cache: Path, path_of) -> dict:
             "requests_for_the_tiles": {op: after[op] - before.get(op, 0) for op in after}}  # fmt: skip
 
 
+def photos(args) -> None:
+    """PHOTOS fitted with the grid preset (fitstore.PRESETS) at their native size into --out, unless there."""
+    from fitstore import PRESETS
+
+    for p in (p for p in PHOTOS if not (args.out / p / "config.pbtxt").is_file()):
+        cmd = [sys.executable, "-m", "training", "fit-image", "--image", p, *PRESETS["grid"]["argv"], "--protocol"]
+        cmd += ["full", "--steps", str(args.steps), "--no-progress", "--out", str(args.out / p)]
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
 COMMANDS = [
-    ("first-tile", s3_models(first_tile), "s3_models", {"models": 8}),
-    ("listing", s3_models(listing), "s3_models", {"models": 10_000, "rounds": 3}),
-    ("outage", s3_models(outage), "s3_models", {"models": 8, "down": 15.0}),
-    ("photos", lambda args: {"photos": [str(grid_fit(p, args.out / p, steps=args.steps)) for p in PHOTOS]}, None,
-     {"out": ROOT / "build" / "s3-shards-photos", "steps": 280}),
+    ("first-tile", first_tile, "s3_models", {"models": 8}),
+    ("listing", listing, "s3_models", {"models": 10_000, "rounds": 3}),
+    ("outage", outage, "s3_models", {"models": 8, "down": 15.0}),
+    ("photos", photos, None, {"out": ROOT / "build" / "s3-shards-photos", "steps": 280}),
     ("s3_shards", s3_shards, "s3_shards", {"from_": [Path], "models": 300, "rounds": 5, "per_round": 8, "clients": 2,
      "cache_share": 0.3, "memory_budget": "512MiB", "tmp": Path(tempfile.gettempdir())}),
 ]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    return cli("python -m bench.s3", __doc__, COMMANDS, argv)
-
+main = functools.partial(cli, "python -m bench.s3", __doc__, COMMANDS)
 
 if __name__ == "__main__":
     sys.exit(main())
