@@ -1,9 +1,6 @@
-"""Fits: time, quality and memory (docs/benchmarks/training.md, fits-and-browser.md), a subcommand per scenario; each
-writes bench/results/NAME.json (--name, --out-dir) and logs its table. `fits` and `fourier_table` fit through the
-public doors (`POST /v1/fits`, `python -m training fit-image`); `time_to_quality` probes PSNR inside the training loop
-(its own time excluded) and `sinekan_speed` times exported classifiers, both in-process.
-
-    python -m bench fourier_table -- --size 128 --steps 300    # or: python -m bench.fits SCENARIO [options]
+"""Fits: time, quality and memory (docs/benchmarks/training.md, fits-and-browser.md), a subcommand per scenario writing
+bench/results/NAME.json (--name, --out-dir) and logging its table; `fits` through `POST /v1/fits` and `python -m
+training fit-image`, the others in-process (time_to_quality's PSNR probes in the training loop, their time excluded).
 """
 
 from __future__ import annotations
@@ -25,17 +22,16 @@ from commandline import OneLineParser
 
 from . import common as c
 from .common import IMG, ROOT, log, machine, median, write_json
+from .serving import Server
 
 ENCODINGS = ("none", "basic", "positional", "gaussian", "sine", "sinekan", "sinekan-projection")
 MODELS = ("sinekan", "bspline-kan", "fourier-kan", "mlp")
 # fmt: off
-# time_to_quality's variants: each name spells its fit-image options (see time_to_quality)
 TTQ = ("paper,lr 5e-3,lr 5e-3 cosine 500,minibatch ¼,minibatch ¼ lr 5e-3 cosine 1000,width 128 lr 5e-3 cosine 500,"
        "depth 3 lr 5e-3 cosine 500,lr 1e-2 cosine 500,minibatch ¼ lr 5e-3 cosine 500,minibatch ¼ width 128 lr 5e-3 "
        "cosine 500,minibatch ¼ width 128 lr 1e-2 cosine 500,minibatch ¼ width 128 depth 3 lr 5e-3 cosine 500,minibatch "
        "⅛ width 128 lr 5e-3 cosine 1000,batch 4096 lr 5e-3 cosine 500,batch 4096 width 128 depth 3 lr 5e-3 cosine 500,"
-       "lr 5e-3 cosine 500 compile,grid preset").split(",")
-# each scenario's options (parse)
+       "lr 5e-3 cosine 500 compile,grid preset").split(",")  # time_to_quality's variants, each spelling its options
 OPTIONS = {
     "fits": {"size": 256, "preset": "fourier", "rounds": 2, "fit_threads": 2, "requests": 150, "timeout_s": 1800.0},
     "fourier_table": {"size": 512, "steps": 2000, "depth": 4, "width": 256, "device": "cpu", "threads": 0,
@@ -48,36 +44,27 @@ OPTIONS = {
     "sinekan_speed": {"hidden": "16;32;64;128;256;128,128;128,128,128", "batches": "1,256", "models": ",".join(MODELS),
                       "repeats": 7, "threads": 1, "plot": str(IMG / "bench-sinekan-speed.png")},
 }
-# SineKAN rows, parameter-matched (±10 %) to the 4×256 Gaussian MLP. sinekan: the paper's layer and init on raw
-# coordinates; dense: a 64-frequency first grid up to 16 cycles per unit; gaussian: on 64 features; projection: what
-# `--model sinekan` gives (its σ chosen on coffee, rocket and cat).
+# SineKAN rows, parameter-matched (±10 %) to the 4×256 Gaussian MLP: the paper's layer and init on raw coordinates; a
+# 64-frequency first grid up to 16 cycles a unit; on 64 features; what `--model sinekan` gives (σ: coffee, rocket, cat)
 KAN = "--grid 8 --first-grid 8 --hidden-freq 1 --first-freq 0 --sinekan-init"
 SINEKAN = {"sinekan": f"--encoding none --width 128 {KAN} paper",
-           "sinekan-dense": "--encoding none --width 124 --grid 8 --hidden-freq 1 --first-grid 64 --first-freq 16 "
-                            "--sinekan-init scaled",
+           "sinekan-dense": f"--encoding none --width 124 {KAN} scaled --first-grid 64 --first-freq 16",
            "sinekan-gaussian": f"--encoding gaussian --features 64 --width 96 {KAN} scaled",
            "sinekan-projection": "--scale 3"}
-# Tancik et al. 2020, Table 1 (2D image regression, test PSNR in dB, mean over their images)
-PAPER = {"natural": {"none": 19.32, "basic": 21.72, "positional": 24.95, "gaussian": 25.57},
-         "text": {"none": 18.40, "basic": 20.48, "positional": 27.57, "gaussian": 30.47}}
+PAPER = {"natural": {"none": 19.32, "basic": 21.72, "positional": 24.95, "gaussian": 25.57},  # Tancik 2020, Table 1
+         "text": {"none": 18.40, "basic": 20.48, "positional": 27.57, "gaussian": 30.47}}  # (test PSNR, dB)
 # fmt: on
 
 
-def parse(name: str, argv: list[str] | None, spec: dict | None = None, module: str = "fits"):
-    """Options from {option: default}: the default's type, False a switch, [] repeatable, ... positional."""
+def parse(name: str, argv: list[str] | None, options: dict | None = None, module: str = "fits"):
+    """{option: default}: its type, False a switch, [] repeatable, ... positional, () after `--`; torch on --threads."""
     p = OneLineParser(prog=f"python -m bench.{module} {name}")
-    for k, v in {"name": name, "out_dir": None, **(spec or OPTIONS[name])}.items():
+    for k, v in {"name": name, "out_dir": None, **(options or OPTIONS)[name]}.items():
         kind = {"action": "store_true"} if v is False else {"action": "append"} if v == [] else {"type": type(v)}
-        kind = {"nargs": "+"} if v is ... else {"default": v, **({} if v is None else kind)}
-        p.add_argument(k if v is ... else f"--{k.replace('_', '-')}", **kind)
-    return p, p.parse_args(argv)
-
-
-def run(*args: str, threads: int = 0, out=subprocess.DEVNULL, wait: bool = True):
-    """`python -m ARGS` in this tree, its torch on `threads` threads (0: its default)."""
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {})}
-    cmd, kw = [sys.executable, "-m", *args], {"cwd": ROOT, "env": env, "stdout": out}
-    return subprocess.run(cmd, check=True, **kw) if wait else subprocess.Popen(cmd, stderr=out, **kw)
+        kind = {"nargs": "+" if v is ... else "*"} if v in (..., ()) else {"default": v, **({} if v is None else kind)}
+        p.add_argument(k if v in (..., ()) else f"--{k.replace('_', '-')}", **kind)
+    c.set_threads(getattr(a := p.parse_args(argv), "threads", 0))
+    return p, a
 
 
 def md(head: list[str], align: str, rows: list[list]) -> list[str]:
@@ -87,17 +74,15 @@ def md(head: list[str], align: str, rows: list[list]) -> list[str]:
 
 def plot(path, curves: dict, title: str, xlabel: str, ylabel: str, scale: str = "linear", hline=None) -> None:
     """{label: (xs, ys)} as lines; x on a log axis for "log", x and y for "loglog"; a dashed line at `hline`."""
-    plt = c.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig, ax = (plt := c.pyplot()).subplots(figsize=(7, 4), dpi=120, layout="tight")
     for label, (xs, ys) in curves.items():
         ax.plot(xs, ys, "-" if scale == "log" else "o-", label=label, lw=1.2, ms=3)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, **({} if scale == "linear" else {"xscale": "log"}))
-    ax.set(**({"yscale": "log"} if scale == "loglog" else {}))
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, xscale="linear" if scale == "linear" else "log")
+    ax.set(yscale="log" if scale == "loglog" else "linear")
     if hline is not None:
         ax.axhline(hline, color="k", ls="--", lw=0.8)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
@@ -106,32 +91,27 @@ def fits(argv: list[str] | None = None) -> dict:
     """Upload → first served render, POST /v1/fits against fit-image; serving while a worker fits."""
     a = parse("fits", argv)[1]
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    from PIL import Image
-
     from fitstore import FitStore
     from tests.servers import draw_digit, png_bytes
-    from training.images import load_image
+    from training.images import load_image, save_png
 
-    from .serving import Server
-
-    tmp, workers, digit = Path(tempfile.mkdtemp(prefix="bench-fits-")), [], png_bytes(draw_digit(3, size=64))
+    tmp, workers, py = Path(tempfile.mkdtemp(prefix="bench-fits-")), [], [sys.executable, "-m", "training"]
     models, store, photo = tmp / "models", f"sqlite:///{tmp}/fits.sqlite", tmp / "coffee.png"
     shutil.copytree(ROOT / "models", models)
-    Image.fromarray((load_image("coffee", a.size, crop=True)[0] * 255).round().astype(np.uint8)).save(photo)
+    save_png(load_image("coffee", a.size, crop=True)[0], photo)
     env = {"INR_FIT_STORE": store, "INR_MODEL_CONTROL_MODE": "poll", "INR_REPOSITORY_POLL_SECS": "0.5"}
     srv = Server(models, "fits", {**env, "INR_RENDER_CACHE_BYTES": "0", "INR_FIT_QUEUE_LIMIT": "50"}).wait()
-    url, result = srv.url, {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    result.update(args=vars(a), overhead=[], serving={})
+    url, result = srv.url, {"machine": machine(), "args": vars(a), "overhead": [], "serving": {}}
+    cli_env = {**os.environ, "OMP_NUM_THREADS": str(a.fit_threads), "MKL_NUM_THREADS": str(a.fit_threads)}
 
-    def worker(threads: int, nice: int, mode: str):
+    def worker(threads: int, nice: int, mode: str):  # `python -m training worker`, its log in tmp
         w = ("--store", store, "--models", str(models), "--threads", str(threads), "--nice", str(nice))
         with (tmp / f"worker-{mode}.log").open("ab") as out:
-            workers.append(run("training", "worker", *w, threads=threads, out=out, wait=False))
+            workers.append(subprocess.Popen([*py, "worker", *w], cwd=ROOT, stdout=out, stderr=out))
         return workers[-1]
 
     def post(form: dict) -> str:
-        with photo.open("rb") as f:
-            job = httpx.post(f"{url}/v1/fits", files={"file": (photo.name, f)}, data=form, timeout=60)
+        job = httpx.post(f"{url}/v1/fits", files={"file": (photo.name, photo.read_bytes())}, data=form, timeout=60)
         return f"{url}/v1/fits/{job.raise_for_status().json()['id']}"
 
     def to_served(path: str, name: str) -> dict:
@@ -145,7 +125,7 @@ def fits(argv: list[str] | None = None) -> dict:
             version = rec["version"]
         else:
             fit = ("--image", str(photo), "--size", str(a.size), "--no-progress", "--out", str(models / name))
-            run("training", "fit-image", *fit, threads=a.fit_threads)
+            subprocess.run([*py, "fit-image", *fit], cwd=ROOT, env=cli_env, stdout=subprocess.DEVNULL, check=True)
         done, pinned = time.perf_counter(), f"{url}/v1/models/{name}/versions/{version}/render"
         while httpx.get(pinned, params={"width": 64, "height": 64}, timeout=60).status_code != 200:
             if time.monotonic() > end:
@@ -155,29 +135,22 @@ def fits(argv: list[str] | None = None) -> dict:
         row = {"path": path, "seconds": seconds - t0, "fit_done_s": done - t0, "metrics": meta["metrics"]}
         return {**row, "train_s": meta["training"]["train_seconds"]}
 
-    def latencies(n: int) -> dict:
-        out: dict = {"classify": [], "render": []}
-        with httpx.Client(timeout=120) as h:
-            for i in range(n):  # a new rotation each time: no cache
-                t = time.perf_counter()
-                h.post(f"{url}/v1/models/digits/classify", files={"files": ("d.png", digit)}).raise_for_status()
-                out["classify"].append(time.perf_counter() - t)
-                t, size = time.perf_counter(), {"width": 256, "height": 256, "rotate": (i * 0.37) % 360}
-                h.get(f"{url}/v1/models/astronaut/render", params=size).raise_for_status()
-                out["render"].append(time.perf_counter() - t)
-        pct = {"p50_ms": 50, "p99_ms": 99}
-        return {k: {**{p: 1e3 * np.percentile(v, q) for p, q in pct.items()}, "n": n} for k, v in out.items()}
+    def latencies(n: int) -> dict:  # one client alternating a classify and a render, a new rotation each: no cache
+        out, files = {"classify": [], "render": []}, {"files": ("d.png", png_bytes(draw_digit(3, size=64)))}
+        with httpx.Client(base_url=f"{url}/v1/models", timeout=120) as h:
+            for q in ({"width": 256, "height": 256, "rotate": (i * 0.37) % 360} for i in range(n)):
+                out["classify"] += c.time_calls(lambda: h.post("digits/classify", files=files).raise_for_status(), 1, 0)
+                out["render"] += c.time_calls(lambda: h.get("astronaut/render", params=q).raise_for_status(), 1, 0)
+        ms = {k: 1e3 * np.percentile(v, [50, 99]) for k, v in out.items()}
+        return {k: {"p50_ms": p50, "p99_ms": p99, "n": n} for k, (p50, p99) in ms.items()}
 
     try:
         w = worker(a.fit_threads, 0, "overhead")
         while not FitStore(store).workers():  # started: torch imported, heartbeat sent
             time.sleep(0.2)
         for k, path in ((k, p) for k in range(a.rounds) for p in ("service", "cli")):
-            result["overhead"].append(row := to_served(path, f"{path[:3]}{k}"))
-            log.info("%s round %d: %.1f s to the first served render", path, k, row["seconds"])
+            result["overhead"].append(to_served(path, f"{path[:3]}{k}"))
         w.terminate(), w.wait(60)
-        svc, cli = ([r["seconds"] for r in result["overhead"] if r["path"] == x] for x in ("service", "cli"))
-        result["overhead_ratio"] = median(svc) / median(cli)
         latencies(10)  # warm up
         result["serving"]["idle"] = latencies(a.requests)
         for mode, threads, nice in (("fair", 1, 10), ("unfair", 2, 0)):
@@ -196,21 +169,20 @@ def fits(argv: list[str] | None = None) -> dict:
 
 
 def fourier_md(result: dict) -> str:
-    summ, sigma, rows = result["summary"], result["sigma"], []
-    sets = [s for s in ("natural", "text") if s in summ]
+    summ, rows = result["summary"], []  # its sets: natural, text or both, in that order
     for e in result["encodings"]:
-        rows.append([f"gaussian (σ={sigma:g})" if e == "gaussian" else e])
-        for s, v in ((s, summ[s].get(e)) for s in sets):
-            rows[-1] += [
-                f"{v['mean']:.2f} ± {v['std']:.2f}" if v else "–",
-                f"{PAPER[s][e]:.2f}" if e in PAPER[s] else "–",
-            ]
-    head = ["encoding", *(f"{s}: {w}" for s in sets for w in ("ours", "paper"))]
-    return "\n".join(md(head, "l" + "rr" * len(sets), rows))
+        rows.append([f"gaussian (σ={result['sigma']:g})" if e == "gaussian" else e])
+        for s, v in ((s, summ[s].get(e)) for s in summ):
+            ours, paper = v and f"{v['mean']:.2f} ± {v['std']:.2f}", e in PAPER[s] and f"{PAPER[s][e]:.2f}"
+            rows[-1] += [ours or "–", paper or "–"]
+    head = ["encoding", *(f"{s}: {w}" for s in summ for w in ("ours", "paper"))]
+    return "\n".join(md(head, "l" + "rr" * len(summ), rows))
 
 
 def fourier_table(argv: list[str] | None = None) -> dict:
-    """Tancik et al. 2020, Table 1 (test PSNR per encoding), each run `python -m training fit-image --out`."""
+    """Tancik et al. 2020, Table 1 (test PSNR per encoding), each run a fit-image fit and export."""
+    from training.fit_image import fit_image
+
     p, a = parse("fourier_table", argv)
     sets = {"natural": [i for i in a.photos.split(",") if i], "text": [i for i in a.texts.split(",") if i]}
     variants, encs = c.named_options(a.variant, p, "--variant"), [e for e in a.encodings.split(",") if e]
@@ -222,8 +194,8 @@ def fourier_table(argv: list[str] | None = None) -> dict:
         argv += f"--depth {a.depth} --protocol paper --seed 0 --device {a.device} --no-progress --scale {scale:g} "
         mlp = f"--model mlp --encoding {enc} --width {a.width}"
         argv = argv.split() + variants.get(enc, (f"--model sinekan {SINEKAN[enc]}" if enc in SINEKAN else mlp).split())
-        with tempfile.TemporaryDirectory() as tmp:
-            run("training", "fit-image", *argv, "--out", tmp + "/m", threads=a.threads)
+        with tempfile.TemporaryDirectory() as tmp:  # what `python -m training fit-image ARGV --out DIR` does
+            fit_image(c.fit_image_config(argv), Path(tmp, "m"))
             meta, us = json.loads(Path(tmp, "m/1/metadata.json").read_text()), {}
             if render:
                 x = np.random.default_rng(0).random((16384, 2), dtype=np.float32)
@@ -235,58 +207,35 @@ def fourier_table(argv: list[str] | None = None) -> dict:
         return {**row, "parameters": meta["architecture"]["parameters"], "argv": " ".join(argv), **us}
 
     result = {"machine": machine(), "size": a.size, "steps": a.steps, "depth": a.depth, "width": a.width}
-    result.update(seeds=[0], encodings=encs, images=sets, runs=[], sigma=sigmas[0])
+    result.update(seeds=[0], encodings=encs, images=sets, runs=[], sigma=sigmas[0], summary={})
     if len(sigmas) > 1:  # σ: the best test PSNR on one image
         sweep = [{"scale": s, **fit(a.sigma_image, "gaussian", s)} for s in sigmas]
         result.update(sigma=max(sweep, key=lambda r: r["test_psnr"])["scale"], sigma_sweep=sweep)
     for kind, image, enc in ((k, i, e) for k, images in sets.items() for i in images for e in encs):
         r = fit(image, enc, result["sigma"], a.render)  # every encoding on an image before the next image
         result["runs"].append({"set": kind, "image": image, "encoding": enc, "seed": 0, **r})
-        log.info("%s %s %s: test %.2f dB (%.0f s)", kind, image, enc, r["test_psnr"], r["seconds"])
+        v = [x["test_psnr"] for x in result["runs"] if (x["set"], x["encoding"]) == (kind, enc)]  # over the images
+        result["summary"].setdefault(kind, {})[enc] = {**dict(zip(("mean", "std"), c.mean_std(v))), "n": len(v)}
         write_json(a.name, result, a.out_dir)
-    summ = result["summary"] = {s: {} for s in sets if any(r["set"] == s for r in result["runs"])}
-    for s, e in ((r["set"], r["encoding"]) for r in result["runs"]):
-        v = [r["test_psnr"] for r in result["runs"] if (r["set"], r["encoding"]) == (s, e)]
-        summ[s][e] = {**dict(zip(("mean", "std"), c.mean_std(v))), "n": len(v)}
-    write_json(a.name, result, a.out_dir)
 
     def chart(result, path):
-        sets, encs = [s for s in ("natural", "text") if s in result["summary"]], result["encodings"]
         summ = result["summary"]
-        ours = {f"{s} (ours)": (encs, [summ[s].get(e, {}).get("mean", np.nan) for e in encs]) for s in sets}
-        paper = {f"{s} (paper)": (encs, [PAPER[s].get(e, np.nan) for e in encs]) for s in sets}
-        title = f"{result['size']}², {result['steps']} steps, train [::2, ::2], test held-out"
+        ours = {f"{s} (ours)": (encs, [v.get(e, {}).get("mean", np.nan) for e in encs]) for s, v in summ.items()}
+        paper = {f"{s} (paper)": (encs, [PAPER[s].get(e, np.nan) for e in encs]) for s in summ}
+        title = f"{a.size}², {a.steps} steps, train [::2, ::2], test held-out"
         plot(path, {**ours, **paper}, title, "encoding", "test PSNR (dB)")
 
     return c.finish(result, a.plot, chart, fourier_md)
 
 
-def ttq_summary(rows: list[dict], names: list[str]) -> dict:
-    out = {}
-    for n, rs in ((n, [r for r in rows if r["variant"] == n]) for n in names):
-        hits, full = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None], {}
-        full = next((r for r in rs if not r["stopped_at_target"]), {})
-        v = {"median_seconds_to_target": median(hits) if len(hits) == len(rs) and hits else None}
-        v.update({f"{k}_to_target": [r[f"{k}_to_target"] for r in rs] for k in ("seconds", "steps")})
-        v.update(median_seconds_per_step=median([r["seconds_per_step"] for r in rs] or [0]))
-        v.update(final_train_psnr=full.get("train_psnr"), final_test_psnr=full.get("test_psnr"))
-        out.update({n: {**v, "full_seconds": full.get("seconds")}} if rs else {})
-    base = out.get("paper", {}).get("median_seconds_to_target")
-    for v, t in ((v, v["median_seconds_to_target"]) for v in out.values()):
-        v["speedup_vs_paper"] = round(base / t, 2) if base and t else None
-    return out
-
-
 def ttq_md(result: dict) -> str:
-    rows, dash = [], lambda x, f: "–" if x is None else format(x, f)  # noqa: E731
+    rows, dash = [], lambda x, f="", none="–": none if x is None else format(x, f)  # noqa: E731
     for n, v in result["summary"].items():
-        t, q = v["median_seconds_to_target"], v["final_test_psnr"] and f"{v['final_train_psnr']:.2f} / "
-        rows.append(
-            [n, "not reached" if t is None else f"{t:.1f}", ", ".join(dash(s, ".1f") for s in v["seconds_to_target"])]
-        )
-        rows[-1] += ["/".join(dash(s, "") for s in v["steps_to_target"]), f"{1000 * v['median_seconds_per_step']:.0f}"]
-        sp = v["speedup_vs_paper"] and f"{v['speedup_vs_paper']:.1f}×"
-        rows[-1] += [sp or "–", f"{q}{v['final_test_psnr']:.2f}" if q else "–", dash(v["full_seconds"], ".0f")]
+        t, sp, q = v["median_seconds_to_target"], v["speedup_vs_paper"], v["final_test_psnr"]
+        per_round = ", ".join(dash(s, ".1f") for s in v["seconds_to_target"])
+        rows.append([n, dash(t, ".1f", "not reached"), per_round, "/".join(map(dash, v["steps_to_target"]))])
+        rows[-1] += [f"{1000 * v['median_seconds_per_step']:.0f}", f"{sp:.1f}×" if sp else "–"]
+        rows[-1] += [f"{v['final_train_psnr']:.2f} / {q:.2f}" if q else "–", dash(v["full_seconds"], ".0f")]
     head = ["variant", f"s to {result['target']:g} dB (median)", "per round", "steps", "ms/step", "speed-up"]
     return "\n".join(md([*head, "final train / test PSNR", "full-run s"], "lrlrrrlr", rows))
 
@@ -305,16 +254,14 @@ def time_to_quality(argv: list[str] | None = None) -> dict:
     from training.images import load_image
     from training.metrics import psnr
 
-    c.set_threads(a.threads)
     img, quality = load_image(a.image, a.size)[0], set(names if a.quality == "all" else a.quality.split(","))
     (tc, tt, _, _), grid = split_pixels(img, "paper"), PRESETS["grid"]
 
     def options(name: str) -> str:
         o = {"lr": "1e-3", "schedule": "constant", "batch-size": "0", "depth": "4", "width": "256", "steps": "2000"}
-        words = name.replace("minibatch ¼", "batch {q}").replace("minibatch ⅛", "batch {e}").split()
-        for k, v in zip(words, words[1:]):
-            o.update({"batch-size": v} if k == "batch" else {"schedule": k, "steps": v} if k == "cosine" else {})
-            o.update({k: v} if k in ("lr", "depth", "width") else {})
+        words = name.replace("minibatch ¼", "batch {q}").replace("minibatch ⅛", "batch {e}")  # word pairs: option value
+        words = words.replace("cosine", "schedule cosine steps").replace("batch", "batch-size").split()
+        o.update((k, v) for k, v in zip(words, words[1:]) if k in o)
         opts = " ".join(f"--{k} {v}" for k, v in o.items()) + " --compile" * ("compile" in words)
         return " ".join([*grid["argv"], "--steps", str(grid["steps"])]) if name == "grid preset" else opts
 
@@ -328,8 +275,7 @@ def time_to_quality(argv: list[str] | None = None) -> dict:
 
         def probe(step: int, loss: float, model) -> bool:  # the probe's own time is not counted
             row["seconds"] += time.perf_counter() - last[0]
-            with torch.no_grad():
-                p = psnr(model(x).numpy(), tt)
+            p = psnr(torch.no_grad()(model)(x).numpy(), tt)
             row["curve"].append((step + 1, round(row["seconds"], 3), None if p is None else round(p, 3)))  # None: nan
             if row["steps_to_target"] is None and p is not None and p >= a.target:
                 row.update(seconds_to_target=round(row["seconds"], 3), steps_to_target=step + 1)
@@ -341,27 +287,36 @@ def time_to_quality(argv: list[str] | None = None) -> dict:
         row["seconds_per_step"] = round(row["seconds"] / row["steps"], 5)
         return row if stop else {**row, **{k: evaluate(model, img, "paper")[0][k] for k in ("train_psnr", "test_psnr")}}
 
+    def summary(rows: list[dict]) -> dict:  # per variant, over the rounds
+        out = {}
+        for n, rs in ((n, [r for r in rows if r["variant"] == n]) for n in names):
+            full, hits = next((r for r in rs if not r["stopped_at_target"]), {}), [r["seconds_to_target"] for r in rs]
+            v = {"median_seconds_to_target": None if None in hits or not hits else median(hits)}
+            v.update({f"{k}_to_target": [r[f"{k}_to_target"] for r in rs] for k in ("seconds", "steps")})
+            v.update(median_seconds_per_step=median([r["seconds_per_step"] for r in rs] or [0]))
+            v.update(final_train_psnr=full.get("train_psnr"), final_test_psnr=full.get("test_psnr"))
+            out.update({n: {**v, "full_seconds": full.get("seconds")}} if rs else {})
+        base = out.get("paper", {}).get("median_seconds_to_target")
+        for v, t in ((v, v["median_seconds_to_target"]) for v in out.values()):
+            v["speedup_vs_paper"] = round(base / t, 2) if base and t else None
+        return out
+
     result = {"machine": machine(), "image": a.image, "size": a.size, "scale": a.scale, "target": a.target}
     result.update(rounds=a.rounds, variants={n: options(n) for n in names}, rows=[])
     fit("warm-up", "--steps 20 --width 64 --depth 2", stop=False)  # a process's first fit pays one-off costs
     for rnd, n in ((rnd, n) for rnd in range(a.rounds) for n in (names if rnd % 2 == 0 else names[::-1])):
         try:
-            row = {"round": rnd + 1, **fit(n, result["variants"][n], stop=rnd > 0 or n not in quality)}
+            result["rows"].append({"round": rnd + 1, **fit(n, result["variants"][n], stop=rnd > 0 or n not in quality)})
         except Exception as e:  # one broken variant (e.g. no compiler for torch.compile) must not end the run
             log.warning("round %d %s failed: %s", rnd + 1, n, e)
             result.setdefault("errors", []).append({"round": rnd + 1, "variant": n, "error": repr(e)[:500]})
-            continue
-        result["rows"].append(row)
-        log.info("round %d %s: %s s to %g dB", rnd + 1, n, row["seconds_to_target"], a.target)
-        result["summary"] = ttq_summary(result["rows"], names)
+        result["summary"] = summary(result["rows"])
         write_json(a.name, result, a.out_dir)
 
     def chart(result, path):
-        rows = {n: [r for r in result["rows"] if r["variant"] == n] for n in result.get("summary", {})}
-        curves = {
-            n: np.array(next((r for r in rs if not r["stopped_at_target"]), rs[0])["curve"]) for n, rs in rows.items()
-        }
-        curves = {n: (np.maximum(v[:, 1], 1e-2), v[:, 2]) for n, v in curves.items()}
+        runs = {n: [r for r in result["rows"] if r["variant"] == n] for n in result.get("summary", {})}
+        curves = {n: np.array(min(rs, key=lambda r: r["stopped_at_target"])["curve"]) for n, rs in runs.items()}
+        curves = {n: (np.maximum(v[:, 1], 1e-2), v[:, 2]) for n, v in curves.items()}  # a run to the end, else round 1
         title = f"{result['image']} {result['size']}², round 1 (σ={result['scale']:g})"
         plot(path, curves, title, "training seconds (probe time excluded)", "train PSNR (dB)", "log", result["target"])
 
@@ -370,59 +325,35 @@ def time_to_quality(argv: list[str] | None = None) -> dict:
 
 def speed_md(result: dict) -> str:
     us = {(str(r["hidden"]), r["batch"], r["runtime"], r["model"]): r["us_per_sample"] for r in result["rows"]}
-    rows, floor, nan = [], [r for r in result["rows"] if r["model"].startswith("sinekan floor")], float("nan")
+    rows, nan = [], float("nan")
     for k, r in ((tuple(r[x] for x in ("hidden", "batch", "runtime")), r) for r in result["ratios"]):
         cells = [f"{us.get((*k, m), nan):.2f}" for m in MODELS]
         rows.append([*k, *cells, f"{r.get('bspline-kan_over_sinekan', nan):.1f}×"])
     head = ["hidden", "batch", "runtime", "SineKAN", "B-spline KAN", "FourierKAN", "MLP", "B-spline ÷ SineKAN"]
-    out = md(head, "lrlrrrrr", rows) + ([""] if floor else [])
-    head, rows = ["hidden", "batch", "SineKAN onnxruntime", "floor: sines + 1 GEMM (torch)", "export ÷ floor"], []
-    for f, u in ((f, f["us_per_sample"]) for f in floor):
-        o = us.get((str(f["hidden"]), f["batch"], "onnxruntime", "sinekan"), nan)
-        rows.append([f["hidden"], f["batch"], f"{o:.2f}", f"{u:.2f}", f"{o / u:.2f}"])
-    return "\n".join(out + (md(head, "lrrrr", rows) if floor else []))
+    return "\n".join(md(head, "lrlrrrrr", rows))
 
 
 def sinekan_speed(argv: list[str] | None = None) -> dict:
-    """µs/sample of training.digits' exported classifiers, and the "floor" of a 1-hidden-layer SineKAN: its maths
-    alone in torch, sin(x·ω + φ) over [N, G, in] and one GEMM [N, in·G] × [in·G, out] per layer."""
+    """µs/sample of training.digits' exported classifiers, onnxruntime and torch eager, all of them in each repeat."""
     import torch
 
     from training.digits.export import export_digits
     from training.digits.models import DigitClassifier, DigitModelConfig
 
-    a = parse("sinekan_speed", argv)[1]
-    c.set_threads(a.threads)
-    specs, rows = [[int(w) for w in s.split(",")] for s in a.hidden.split(";") if s.strip()], []
-
-    def floor(net, x0):
-        amp = [ly.amplitudes.detach().permute(0, 2, 1).reshape(ly.out_dim, -1).t().contiguous() for ly in net.body]
-        layers = [(ly.frequencies.detach()[:, None], ly.phase.t().contiguous(), ly.bias.detach()) for ly in net.body]
-
-        @torch.inference_mode()
-        def run():
-            x = x0
-            for (w, ph, b), am in zip(layers, amp):
-                x = torch.addmm(b, torch.sin(x[:, None, :] * w + ph).reshape(x.shape[0], -1), am)
-            return x
-
-        return run
-
-    for hidden, batch in ((h, int(b)) for h in specs for b in a.batches.split(",")):
-        x, fns = np.random.default_rng(0).random((batch, 1, 28, 28), dtype=np.float32), {}
+    a, rows = parse("sinekan_speed", argv)[1], []
+    specs = [[int(w) for w in s.split(",")] for s in a.hidden.split(";") if s.strip()]
+    for h, b in ((h, int(b)) for h in specs for b in a.batches.split(",")):
+        x, fns = np.random.default_rng(0).random((b, 1, 28, 28), dtype=np.float32), {}
         for m in a.models.split(","):  # (torch graph, ONNX bytes) as training.digits exports them
-            net = DigitClassifier(DigitModelConfig(model=m, hidden=list(hidden))).eval()
-            graph, sess = (lambda g, o: (g, c.ort_session(o, a.threads)))(*export_digits(net))
+            graph, onnx = export_digits(DigitClassifier(DigitModelConfig(model=m, hidden=list(h))).eval())
+            sess = c.ort_session(onnx, a.threads)
             fns[(m, "onnxruntime")] = lambda s=sess: s.run(["logits", "probabilities"], {"images": x})
             fns[(m, "torch eager")] = lambda g=graph: torch.inference_mode()(g)(torch.from_numpy(x))
-            if m == "sinekan" and len(hidden) == 1:
-                fns[("sinekan floor (sines + 1 GEMM)", "torch")] = floor(net, torch.rand(batch, 784) * 2 - 1)
         samples = {k: [f()][:0] for k, f in fns.items()}  # after one warm-up call each
-        for k, f in ((k, f) for _ in range(a.repeats) for k, f in fns.items()):  # all of them in each repeat
+        for k, f in ((k, f) for _ in range(a.repeats) for k, f in fns.items()):
             samples[k] += c.time_calls(f, repeats=1, warmup=0, min_seconds=0.1)
         for (m, rt), s in samples.items():
-            rows.append({"hidden": hidden, "batch": batch, "model": m, "runtime": rt})
-            rows[-1]["us_per_sample"] = 1e6 * median(s) / batch
+            rows.append({"hidden": h, "batch": b, "model": m, "runtime": rt, "us_per_sample": 1e6 * median(s) / b})
     us, ratios = {(str(r["hidden"]), r["batch"], r["runtime"], r["model"]): r["us_per_sample"] for r in rows}, []
     for (h, b, rt, m), v in ((k, v) for k, v in us.items() if k[3] == "sinekan"):  # the paper's B-spline KAN ÷ SineKAN
         over = {f"{o}_over_sinekan": us[(h, b, rt, o)] / v for o in MODELS[1:] if (h, b, rt, o) in us}
@@ -440,15 +371,13 @@ def sinekan_speed(argv: list[str] | None = None) -> dict:
     return c.finish(result, a.plot, chart, speed_md)
 
 
-SCENARIOS = {f.__name__: f for f in (fits, fourier_table, time_to_quality, sinekan_speed)}
-
-
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, scenarios: dict | None = None, module: str = "fits"):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in SCENARIOS:
-        sys.stderr.write(f"usage: python -m bench.fits {{{','.join(SCENARIOS)}}} [options]: a scenario first\n")
+    scenarios = scenarios or {f.__name__: f for f in (fits, fourier_table, time_to_quality, sinekan_speed)}
+    if not argv or argv[0] not in scenarios:
+        sys.stderr.write(f"usage: python -m bench.{module} {{{','.join(scenarios)}}} [options]: one of them first\n")
         raise SystemExit(2)
-    return SCENARIOS[argv[0]](argv[1:])
+    return scenarios[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

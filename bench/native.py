@@ -1,10 +1,6 @@
-"""Real photos at their native resolution (docs/benchmarks/training.md: native_fit, native_ceiling, native_refit,
-native_steps), a subcommand each writing bench/results/NAME.json; `plot` draws native_fit runs and takes their medians.
-In-process: a budget of training seconds and PSNR probes inside the loop, their time excluded (native_fit, _steps), a
-finish repeated from one fit's weights (native_refit), no model at all (native_ceiling).
-
-    python -m bench native_fit -- --image photo.jpg --presets grid --budget 60 --threads 2 [-- fit-image options]
-    python -m bench.native plot bench/results/native_fit_*_r?.json --out docs/img/native-fit-psnr-time.png
+"""Real photos at their native resolution (docs/benchmarks/training.md), a subcommand per scenario writing
+bench/results/NAME.json, in-process: PSNR probes in the training loop, their time excluded (native_fit, native_steps),
+a finish repeated from one fit's weights (native_refit), no model (native_ceiling); `plot` draws native_fit runs.
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ import io
 import json
 import os
 import re
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,29 +18,20 @@ import numpy as np
 from PIL import Image
 
 from . import common as c
-from .common import machine, write_json
-from .fits import md, parse, plot
+from . import fits
+from .common import machine, median, write_json
 
 PAIRS = [(0.74, 0.74), (0.86, 0.86), (0.92, 0.92), (0.92, 0.47), (1.0, 0.5)]  # ceiling: (luma, chroma) × native
 # fmt: off
 OPTIONS = {
     "native_fit": {"image": "", "size": 0, "presets": "grid,fourier", "budget": 60.0, "checkpoints": "15,30,60,120,300",
-                   "steps": 0, "protocol": "paper", "every": 10, "device": "cpu", "threads": 2, "backprojections": 0},
+                   "steps": 0, "protocol": "paper", "every": 10, "threads": 2, "backprojections": 0, "extra": ()},
     "native_ceiling": {"images": ...},
     "native_refit": {"image": "", "quantiles": "0,1e-6,1e-5,1e-4,1e-3", "threads": 2},
-    "native_steps": {"image": "", "steps": 150, "every": 50, "threads": 2},
+    "native_steps": {"image": "", "steps": 150, "every": 50, "threads": 2, "extra": ()},
     "plot": {"results": ..., "out": str(c.IMG / "native-fit-psnr-time.png")},
 }
 # fmt: on
-
-
-def args(name: str, argv: list[str] | None):
-    """The options of `name`, the fit-image options after `--`, and the photo and config of a grid fit."""
-    argv = list(argv or [])
-    argv, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    a = parse(name, argv, OPTIONS[name], "native")[1]
-    c.set_threads(getattr(a, "threads", 0))
-    return a, extra
 
 
 def fit_md(result: dict) -> str:
@@ -57,21 +42,20 @@ def fit_md(result: dict) -> str:
         rows[-1] += [r["steps"], f"{r['full_psnr']:.2f}", r.get("test_psnr", "–"), f"{r['bytes_per_pixel']:.3f}"]
         rows[-1] += [jpeg, webp]
     head = ["preset", "W×H", "fit s", "steps", "PSNR all px (dB)", "held-out (dB)", "B/px", "JPEG same bytes"]
-    return "\n".join(md([*head, "WebP same bytes"], "llrrrrrrr", rows))
+    return "\n".join(fits.md([*head, "WebP same bytes"], "llrrrrrrr", rows))
 
 
 def codec_at(img: np.ndarray, fmt: str, target: int) -> dict:
     """The best quality of `fmt` whose file is at most `target` bytes (bisection), and its PSNR."""
     from training.metrics import psnr
 
-    best, lo, hi, u8 = None, 1, 100, Image.fromarray(np.clip(img * 255 + 0.5, 0, 255).astype(np.uint8))
+    best, lo, hi, u8 = (None, None), 1, 100, Image.fromarray(np.clip(img * 255 + 0.5, 0, 255).astype(np.uint8))
     while lo <= hi:
         u8.save(buf := io.BytesIO(), fmt, quality=(q := (lo + hi) // 2))
         best, lo, hi = ((q, buf.getvalue()), q + 1, hi) if buf.tell() <= target else (best, lo, q - 1)
-    if best is None:
-        return {"format": fmt, "quality": None, "bytes": None, "psnr": None}
-    dec = np.asarray(Image.open(io.BytesIO(best[1])).convert("RGB"), np.float32) / 255
-    return {"format": fmt, "quality": best[0], "bytes": len(best[1]), "psnr": psnr(dec, img, 3)}
+    q, data = best  # (None, None): no quality fits in the bytes
+    rgb = data and np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), np.float32) / 255
+    return {"format": fmt, "quality": q, "bytes": data and len(data), "psnr": data and psnr(rgb, img, 3)}
 
 
 def native_fit(argv: list[str] | None = None) -> dict:
@@ -82,15 +66,14 @@ def native_fit(argv: list[str] | None = None) -> dict:
     from training.images import load_image, pixel_centres
     from training.metrics import psnr
 
-    a, extra = args("native_fit", argv)
+    a = fits.parse("native_fit", argv, OPTIONS, "native")[1]
     grid_init.BACKPROJECTIONS = a.backprojections or grid_init.BACKPROJECTIONS  # 0: the shipped number
     result = {"machine": machine(), "image": a.image, "budget_s": a.budget, "threads": a.threads}
-    result.update(backprojections=grid_init.BACKPROJECTIONS, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    result.update(load_before=list(os.getloadavg()), rows=[])
+    result.update(backprojections=grid_init.BACKPROJECTIONS, load_before=list(os.getloadavg()), rows=[])
     for name in (n for n in a.presets.split(",") if n):
         steps, size = str(a.steps or PRESETS[name]["steps"]), ["--size", str(a.size)] if a.size else []
-        argv = ["--image", a.image, *size, "--protocol", a.protocol, "--device", a.device, "--no-progress", "--steps"]
-        cfg = c.fit_image_config(argv := [*argv, steps, *PRESETS[name]["argv"], *extra])
+        argv = ["--image", a.image, *size, "--protocol", a.protocol, "--device", "cpu", "--no-progress", "--steps"]
+        cfg = c.fit_image_config(argv := [*argv, steps, *PRESETS[name]["argv"], *a.extra])
         img, source = load_image(cfg.image, cfg.size, cfg.crop, cfg.max_pixels)
         (h, w), todo = img.shape[:2], sorted(float(t) for t in a.checkpoints.split(",") if float(t) < a.budget)
         coords, clock, curve = pixel_centres(h, w).reshape(-1, 2), [0.0, time.perf_counter(), 0], []
@@ -129,7 +112,7 @@ def native_ceiling(argv: list[str] | None = None) -> dict:
 
     from training.encodings.grid_init import BASIS
 
-    a, rows, basis = args("native_ceiling", argv)[0], {}, BASIS.numpy()
+    a, rows, basis = fits.parse("native_ceiling", argv, OPTIONS, "native")[1], {}, BASIS.numpy()
     for path in a.images:
         img = np.asarray(Image.open(path).convert("RGB"), np.float32) / 255
         opp, (h, w), row = np.einsum("hwc,kc->khw", img, basis), img.shape[:2], rows.setdefault(Path(path).stem, {})
@@ -161,7 +144,7 @@ def native_refit(argv: list[str] | None = None) -> dict:
     from training.fit_image import checkpoint, evaluate, rebuild, split_pixels, train
     from training.fp16 import round_weights_fp16
 
-    a = args("native_refit", argv)[0]
+    a = fits.parse("native_refit", argv, OPTIONS, "native")[1]
     cfg, img = grid_fit(a, "--steps", str(PRESETS["grid"]["steps"]), *PRESETS["grid"]["argv"])
     coords, targets, _, _ = split_pixels(img, "full")
     base = round_weights_fp16(rebuild(checkpoint(train(cfg, img)[0], cfg)))  # head float16, tables not rounded
@@ -183,57 +166,48 @@ def native_steps(argv: list[str] | None = None) -> dict:
     from training.images import pixel_centres
     from training.metrics import psnr
 
-    a, extra = args("native_steps", argv)
-    (cfg, img), curve, t = grid_fit(a, "--steps", str(a.steps), "--encoding", "grid", *extra), [], time.perf_counter()
+    a = fits.parse("native_steps", argv, OPTIONS, "native")[1]
+    (cfg, img), curve, t = grid_fit(a, "--steps", str(a.steps), "--encoding", "grid", *a.extra), [], time.perf_counter()
     coords = pixel_centres(*img.shape[:2]).reshape(-1, 2)
 
-    def full(m) -> float:
-        return psnr(predict(m, coords, torch.device("cpu")), img.reshape(-1, 3), 3)
+    def probe(step: int, loss: float, m) -> None:
+        curve.append((step + 1, psnr(predict(m, coords, torch.device("cpu")), img.reshape(-1, 3), 3)))
 
-    history = train(cfg, img, on_step=lambda step, loss, m: curve.append((step + 1, full(m))), every=a.every)[1]
-    result = {"machine": machine(), "argv": " ".join(["--image", a.image, *extra]), "curve": curve}
+    history = train(cfg, img, on_step=probe, every=a.every)[1]
+    result = {"machine": machine(), "argv": " ".join(["--image", a.image, *a.extra]), "curve": curve}
     result.update(init_seconds=history["init_seconds"], wall_seconds=round(time.perf_counter() - t, 1))
-    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     write_json(a.name, result, a.out_dir)
     return result
 
 
 def plot_runs(argv: list[str] | None = None) -> str:
     """Runs of native_fit, named NAME_rN for round N: every round's curve; per run and preset, the medians."""
-    a, groups = args("plot", argv)[0], {}
+    a, groups = fits.parse("plot", argv, OPTIONS, "native")[1], {}
     for f, result in ((f, json.loads(Path(f).read_text())) for f in a.results):
         for r in result["rows"]:
             groups.setdefault((re.sub(r"_r\d+$", "", Path(f).stem), r["preset"], result["budget_s"]), []).append(r)
     fit = lambda r: r.get("fit_seconds", r["train_seconds"])  # noqa: E731 - older results: training alone
-    curves = {}
+    curves, table = {}, []
     for (run, preset, _), i, r in ((k, i, r) for k, rs in groups.items() for i, r in enumerate(rs)):
         pts = [(t, db) for _, t, db in r["curve"]] + [(fit(r), r["full_psnr"])]
         curves[f"{run} {preset} #{i + 1}"] = tuple(zip(*pts))
     title = "Real photos at native resolution"
-    plot(a.out, curves, title, "fitting time, s (the probes excluded)", "PSNR over all pixels, dB", hline=38)
-    table = []
+    fits.plot(a.out, curves, title, "fitting time, s (the probes excluded)", "PSNR over all pixels, dB", hline=38)
     for (run, preset, budget), rs in sorted(groups.items()):
-        med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
+        med = lambda f: median([f(r) for r in rs])  # noqa: E731
         held = [r["test_psnr"] for r in rs if r.get("test_psnr") is not None]
         table.append([run, f"{rs[0]['width']}×{rs[0]['height']}", preset, f"{budget:.0f}", len(rs), f"{med(fit):.1f}"])
         runs = ", ".join(f"{r['full_psnr']:.2f}" for r in rs)
         table[-1] += [f"{med(lambda r: r['steps']):.0f}", f"**{med(lambda r: r['full_psnr']):.2f}** ({runs})"]
-        table[-1] += [f"{statistics.median(held):.2f}" if held else "–", f"{med(lambda r: r['bytes_per_pixel']):.3f}"]
+        table[-1] += [f"{median(held):.2f}" if held else "–", f"{med(lambda r: r['bytes_per_pixel']):.3f}"]
         table[-1] += [" / ".join(f"{x['psnr']:.2f}" if x.get("psnr") else "–" for x in rs[0]["codecs"])]
     head = ["run", "W×H", "preset", "budget s", "rounds", "fit s", "steps", "PSNR all px (median)", "held-out", "B/px"]
-    print(text := "\n".join(md([*head, "JPEG / WebP same bytes"], "lllrrrrrrrr", table)))  # noqa: T201 - the result
+    print(text := "\n".join(fits.md([*head, "JPEG / WebP same bytes"], "lllrrrrrrrr", table)))  # noqa: T201 - the result
     return text
 
 
 SCENARIOS = {f.__name__: f for f in (native_fit, native_ceiling, native_refit, native_steps)} | {"plot": plot_runs}
-
-
-def main(argv: list[str] | None = None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in SCENARIOS:
-        sys.stderr.write(f"usage: python -m bench.native {{{','.join(SCENARIOS)}}} [options]: one of them first\n")
-        raise SystemExit(2)
-    return SCENARIOS[argv[0]](argv[1:])
+main = lambda argv=None: fits.main(argv, SCENARIOS, "native")  # noqa: E731 - python -m bench.native SCENARIO …
 
 
 if __name__ == "__main__":
