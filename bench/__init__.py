@@ -62,7 +62,6 @@ SCENARIOS = {
         _S("fairness", "tiles", "tiles", ("fairness",), rounds=False),
         _S("flood", "tiles", "tiles", ("flood",), baseline="dir", rounds=False),
         _S("grid_render", "tiles", "kernels", ("grid_render",)),
-        _S("grid_memory", "tiles", "kernels", ("grid_memory",)),
         _S("tile_cost", "tiles", "tiles", ("tile_cost",)),
         _S("viewer_sharp", "tiles", "tiles", ("viewer_sharp",)),
         # fits

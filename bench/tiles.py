@@ -1,17 +1,13 @@
 """The tiles family, `python -m bench.tiles SCENARIO [options]` (docs/benchmarks/renders.md, fits-and-browser.md):
-classic (our IIIF tiles beside iipsrv behind nginx under wrk; without --photos the bundled photo), tile_cost
-(one uncached tile's CPU by part, in process: a micro-benchmark), viewer_sharp (the time to a sharp view in Chromium),
-fairness (a small render beside two big ones) and flood (a bystander's tiles under issue 54's render flood).
-"""
+classic (our IIIF tiles beside iipsrv behind nginx under wrk), tile_cost (one uncached tile's CPU by part, in process),
+viewer_sharp (the time to a sharp view in Chromium), fairness and flood (a small request's time beside big ones)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import io
+import functools
 import itertools
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -24,37 +20,42 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pyvips
+from PIL import Image
 
 from fitstore import PRESETS
+from modelrepo import read_spec
+from service.engine import runtime, tasks
+from service.render import imaging as im
+from service.render import lattice as lt
+from service.render import tiling
+from training.metrics import psnr
 
-from .common import RESULTS, ROOT, free_port, log, machine, median, setup_logging, status_kib, write_json
+from .common import ROOT, free_port, log, machine, median, status_kib, time_calls, write_json
 from .serving import Server
 
 IIPSRV, PHOTO = Path("/usr/lib/iipimage-server/iipsrv.fcgi"), str(ROOT / "data" / "photos" / "dandelion.jpg")
+GRID = ["--protocol", "full", *PRESETS["grid"]["argv"]]  # fit-image's grid preset, at the image's native size
 NGINX = """worker_processes 1; daemon off; pid {t}/nginx.pid; error_log {t}/error.log; events {{ }} http {{
   access_log off; keepalive_requests 1000000; client_body_temp_path {t}/b; fastcgi_temp_path {t}/f; proxy_temp_path
   {t}/p; uwsgi_temp_path {t}/u; scgi_temp_path {t}/s; server {{ listen 127.0.0.1:{port}; location /fcgi-bin/iipsrv.fcgi
   {{ fastcgi_pass 127.0.0.1:{fcgi}; fastcgi_param QUERY_STRING $query_string; fastcgi_param REQUEST_URI $request_uri;
   fastcgi_param REQUEST_METHOD $request_method; fastcgi_param PATH_INFO $fastcgi_script_name; }} }} }}"""
-LUA = """local paths, i = {}, 0
-for line in io.lines(os.getenv("BENCH_PATHS")) do paths[#paths + 1] = line end
+LUA = """local paths, i = {}, 0; for line in io.lines(os.getenv("BENCH_PATHS")) do paths[#paths + 1] = line end
 request = function() i = i % #paths + 1; return wrk.format("GET", paths[i]) end
 done = function(s, l) local e = s.errors; io.write(string.format('RESULT {"requests": %d, "errors": %d, "duration_s": '
   .. '%.3f, "p50_ms": %.3f, "p95_ms": %.3f}\\n', s.requests, e.status + e.connect + e.read + e.write + e.timeout,
   s.duration / 1e6, l:percentile(50) / 1000, l:percentile(95) / 1000)) end"""
 CLASSIC = {  # fit steps, rounds, seconds of wrk a cell, clients, tile side, blocks, the bundled photo's size
-    "full": dict(steps=PRESETS["grid"]["steps"], rounds=3, duration=10.0, clients="1,4", tile=512, blocks=0, size=None),
-    "quick": dict(steps=100, rounds=1, duration=3.0, clients="1,4", tile=512, blocks=512, size=(1024, 640)),
-    "smoke": dict(steps=4, rounds=1, duration=1.0, clients="1,4", tile=128, blocks=160, size=(300, 200)),
+    "full": dict(steps=PRESETS["grid"]["steps"], rounds=3, duration=10, clients=[1, 4], tile=512, blocks=0, size=None),
+    "quick": dict(steps=100, rounds=1, duration=3.0, clients=[1, 4], tile=512, blocks=512, size=(1024, 640)),
+    "smoke": dict(steps=4, rounds=1, duration=1.0, clients=[1, 4], tile=128, blocks=160, size=(300, 200)),
 }
 CELL = ("tiles_per_s", "p50_ms", "p95_ms", "cpu_ms_per_tile", "nginx_cpu_ms_per_tile", "errors")
 CELL_MD = "{tiles_per_s:.0f} ({p50_ms:.1f} / {p95_ms:.1f} ms)"
-PAGES = {  # viewer_sharp: path, element, wheel notches (OpenSeadragon drops those < 50 ms apart), deltaY, their zoom
-    "viewer": ("/?model={name}", "#view", 1, -462, 2.0),  # exp(462 · 0.0015) = 2
-    "osd": ("/iiif.html?id={name}", "#osd", 4, -100, 1.2**4),
-}
+# viewer_sharp's pages: path, element, wheel notches, deltaY, the zoom they ask (the viewer's: exp(462 · 0.0015) = 2)
+PAGES = {"viewer": ("/?model={name}", "#view", 1, -462, 2.0), "osd": ("/iiif.html?id={name}", "#osd", 4, -100, 1.2**4)}
 ZOOM = "(s) => Number(document.querySelector(s).dataset.zoom || document.querySelector(s).dataset.imageZoom)"
-SHARP = "(t) => performance.getEntriesByName('inr-sharp').map(m => m.startTime).filter(s => s > t)"
+SHARP = "(t) => performance.getEntriesByName('inr-sharp').map(m => m.startTime).find(s => s > t)"  # the first after t
 WHEEL = "window.__wheels = 0; addEventListener('wheel', (e) => { window.__wheel = e.timeStamp; window.__wheels++; });"
 ATTACKERS = 6
 BIG = "/v1/models/astronaut/render?width={0}&height={0}&rotate={1}"
@@ -62,9 +63,7 @@ RENDER = dict(INR_RENDER_CACHE_BYTES="0", INR_RENDER_TIMEOUT_S="3600", INR_QUEUE
 RENDER |= dict(INR_RENDER_WORKERS="2", INR_RENDER_MAX_COST_S="3600", INR_RENDER_CALLER_SHARE="64")  # fairness's
 
 
-class Proc(Server):
-    """A server that is not ours (iipsrv, nginx): Server's cpu_seconds() and stop() over its process."""
-
+class Proc(Server):  # a server that is not ours (iipsrv, nginx): Server's cpu_seconds() and stop() over its process
     def __init__(self, cmd: list, url: str, **env):
         self.url, self.proc = url, subprocess.Popen(cmd, env=os.environ | env, stdout=subprocess.DEVNULL, stderr=-3)
 
@@ -94,15 +93,11 @@ def rgb(img) -> np.ndarray:
     return np.ndarray(buffer=img.write_to_memory(), dtype=np.uint8, shape=(img.height, img.width, 3)).copy()
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    return float(10 * np.log10(255.0**2 / max(np.mean((a.astype(np.float64) - b) ** 2), 1e-12)))
-
-
-def fit(photo: Path, out: Path, steps: int, block: int = 0) -> None:
-    """The grid preset's fit of `photo` at its native size, as a user runs it."""
-    cmd = ["-m", "training", "fit-image", "--image", str(photo), "--protocol", "full", *PRESETS["grid"]["argv"]]
-    cmd += ["--steps", str(steps), "--no-progress", "--out", str(out)] + (["--block-size", str(block)] if block else [])
-    subprocess.run([sys.executable, *cmd], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+def fit(out: Path, *argv: str) -> Path:
+    """`python -m training fit-image ARGV --out OUT`, its output left out; its ONNX file."""
+    cmd = [sys.executable, "-m", "training", "fit-image", "--no-progress", *argv, "--out", str(out)]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return out / "1" / "model.onnx"
 
 
 def bench_photo(photo: Path, a, tmp: Path) -> dict:
@@ -113,12 +108,12 @@ def bench_photo(photo: Path, a, tmp: Path) -> dict:
         tif, vips = images / f"{key}.tif", pyvips.Image.new_from_memory(pixels.data, w, h, 3, "uchar")
         vips.tiffsave(str(tif), tile=True, pyramid=True, compression="jpeg", Q=90)
         level0, prefix = rgb(pyvips.Image.new_from_file(str(tif), page=0)), f"/fcgi-bin/iipsrv.fcgi?IIIF={tif.name}"
-        servers["iipsrv"] = {"bytes": tif.stat().st_size, "psnr": psnr(level0, pixels), "prefix": prefix}
-    kinds = {"one": 0} | ({"blocks": a.blocks} if 0 < a.blocks < max(w, h) else {})
+        servers["iipsrv"] = {"bytes": tif.stat().st_size, "psnr": psnr(level0 / 255, pixels / 255), "prefix": prefix}
+    kinds = {"one": []} | ({"blocks": ["--block-size", str(a.blocks)]} if 0 < a.blocks < max(w, h) else {})
     for kind, folder in ((kind, models / f"{key}-{kind}") for kind in kinds):
         if not (folder / "1" / "metadata.json").is_file():  # --work keeps an earlier run's fits
             shutil.rmtree(folder, ignore_errors=True)
-            fit(photo, folder, a.steps, kinds[kind])
+            fit(folder, "--image", str(photo), "--steps", str(a.steps), *GRID, *kinds[kind])
         size = sum(p.stat().st_size for p in folder.rglob("*.onnx"))
         servers[kind] = {"bytes": size, "prefix": f"/iiif/3/{key}-{kind}"}
     servers |= {f"{kind}@base": dict(servers[kind]) for kind in kinds if a.baseline}
@@ -133,15 +128,13 @@ def bench_photo(photo: Path, a, tmp: Path) -> dict:
             ours = Server(models, name, env, args=("--model-control-mode", "none"), cwd=cwd) if name != "iipsrv" else 0
             srv = running[name] = ours.wait() if ours else iipsrv(images, tmp / f"iipsrv-{key}")
             with httpx.Client(base_url=srv.url + s["prefix"], timeout=600) as client:
-                t = time.perf_counter()
-                client.get(tiles[0]).raise_for_status()
-                s["first_tile_s"] = time.perf_counter() - t
+                s["first_tile_s"] = time_calls(lambda: client.get(tiles[0]).raise_for_status(), 1, 0)[0]
                 [client.get(tile).raise_for_status() for tile in tiles * 2]
             s["rss_after_tiles"] = status_kib(srv.proc.pid, "VmRSS") * 1024
             (tmp / f"paths-{key}-{name}.txt").write_text("".join(s["prefix"] + tile + "\n" for tile in tiles))
             q, model = {"width": w, "height": h, "format": "png"}, f"{key}-{name.partition('@')[0]}"
             r = httpx.get(f"{srv.url}/v1/models/{model}/render", params=q, timeout=600) if ours else None
-            s |= {"psnr": psnr(rgb(pyvips.Image.new_from_buffer(r.content, "")), pixels)} if r else {}
+            s |= {"psnr": psnr(rgb(pyvips.Image.new_from_buffer(r.content, "")) / 255, pixels / 255)} if r else {}
         for rnd, clients in itertools.product(range(a.rounds), a.clients):  # the servers take turns round by round
             for name in list(servers)[rnd % len(servers) :] + list(servers)[: rnd % len(servers)]:
                 srv, env = running[name], os.environ | {"BENCH_PATHS": str(tmp / f"paths-{key}-{name}.txt")}
@@ -165,46 +158,35 @@ def bench_photo(photo: Path, a, tmp: Path) -> dict:
 def classic(a) -> dict:
     for k, v in CLASSIC[a.preset].items():  # an option left at 0 or "" takes the preset's value
         setattr(a, k, getattr(a, k, None) or v)
-    a.clients = [int(c) for c in a.clients.split(",")]
     if not shutil.which("wrk"):  # nothing can be measured without the load generator
         return {"skipped": "wrk is not installed (apt-get install wrk)"}
     a.missing = "" if IIPSRV.is_file() and shutil.which("nginx") else "apt-get install iipimage-server nginx-light"
     log.warning("the classic server is left out: %s", a.missing) if a.missing else None
     info = {**machine(), "load_before": os.getloadavg()[0], "command": a.command}
     with tempfile.TemporaryDirectory(prefix="bench-classic-") as d:
-        tmp = a.work or Path(d)
-        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp := Path(a.work or d)).mkdir(parents=True, exist_ok=True)
         (tmp / "tiles.lua").write_text(LUA)
         if not a.photos and a.size:  # the bundled photo at the preset's size, a lossless PNG
             pyvips.Image.thumbnail(PHOTO, a.size[0], height=a.size[1], size="force").write_to_file(f"{tmp}/smoke.png")
         photos = a.photos or str(tmp / "smoke.png" if a.size else PHOTO)  # full: the bundled photo as it is
         results = [bench_photo(Path(photo), a, tmp) for photo in photos.split(",")]
     head = ["photo", "server", "file", "PSNR", "first tile", *(f"tiles/s at {c} (p50 / p95)" for c in a.clients)]
-    md = ["| " + " | ".join([*head, "CPU per tile", "÷ iipsrv", "RSS after the same tiles"]) + " |"]
-    md += ["|" + "---|" * (8 + len(a.clients))]
+    md = [[*head, "CPU per tile", "÷ iipsrv", "RSS after the same tiles"], ["---"] * (len(head) + 3)]
     for r in results:  # a row per photo and server; CPU per tile the median over the client counts
         cpu = {n: [median([s["cells"][c][k] for c in a.clients]) for k in CELL[3:5]] for n, s in r["servers"].items()}
         for name, s in r["servers"].items():
-            nginx = f" (+ {cpu[name][1]:.2f} nginx)" if name == "iipsrv" else ""
-            ratio = f"{cpu[name][0] / cpu['iipsrv'][0]:.1f}×" if "iipsrv" in cpu else ""
             row = ["{photo} {size[0]}×{size[1]}".format(**r), name, f"{s['bytes'] / 1e6:.2f} MB", f"{s['psnr']:.2f} dB"]
             row += [f"{s['first_tile_s'] * 1000:.0f} ms", *(CELL_MD.format(**s["cells"][c]) for c in a.clients)]
-            row += [f"{cpu[name][0]:.2f} ms{nginx}", ratio]
-            md.append("| " + " | ".join([*row, f"{s['rss_after_tiles'] / 2**20:.0f} MiB"]) + " |")
-    log.info("\n%s", table := "\n".join(md))
+            row += [f"{cpu[name][0]:.2f} ms" + (f" (+ {cpu[name][1]:.2f} nginx)" if name == "iipsrv" else "")]
+            row += [f"{cpu[name][0] / cpu['iipsrv'][0]:.1f}×" if "iipsrv" in cpu else ""]
+            md.append([*row, f"{s['rss_after_tiles'] / 2**20:.0f} MiB"])
+    log.info("\n%s", table := "\n".join("| " + " | ".join(row) + " |" for row in md))
     info["load_after"] = os.getloadavg()[0]
     return {"machine": info, "classic_missing": a.missing, "clients": a.clients, "photos": results, "table": table}
 
 
 def tile_cost(a) -> dict:
-    import onnxruntime as ort
-    from PIL import Image
-
-    from modelrepo import read_spec
-    from service.engine import runtime, sessions, tasks
-    from service.render import imaging as im
-    from service.render import lattice as lt
-    from service.render import tiling
+    from .kernels import nbytes, profiled  # torch and the training code: only here
 
     rt = tasks.runtime_for(a.model, read_spec(a.model), 1, runtime.RuntimeOptions())
     if not rt.load() or rt.lattice is None:
@@ -217,15 +199,12 @@ def tile_cost(a) -> dict:
     feats, rgbs, out = [lat.grid_features(f) for f in features], [rt.render_rgb(x) for x in points], im.new_image(spec)
     [put(spec, t, r.copy(), out) for t, r in zip(plain, rgbs)]
     img, numpy_lat, paint = Image.fromarray(out), dataclasses.replace(lat, kernel=None), lt.lattice_painter
+    jpeg = functools.partial(nbytes, img, "JPEG", quality=90)  # its bytes, with more of Pillow's options
 
     def sampled(lattice, parts: list) -> None:  # the lattice's samples, then pixels
         rt.lattice, sample = lattice, lt.lattice_sampler(rt, spec)
         [put(spec, t, sample(t), out) for t in parts]
         rt.lattice = lat
-
-    def jpeg(**kw) -> int:
-        img.save(buf := io.BytesIO(), "JPEG", quality=90, **kw)
-        return len(buf.getvalue())
 
     parts = {
         "plain: the whole graph": lambda: [rt.render_rgb(x) for x in points],
@@ -245,48 +224,35 @@ def tile_cost(a) -> dict:
         t = time.thread_time()
         parts[name]()
         ms[name] += [(time.thread_time() - t) * 1000] if rnd else []
-    with tempfile.TemporaryDirectory() as d:  # the plain graph by operator type: onnxruntime's own profile
-        opts = sessions.session_options(1, False)
-        opts.enable_profiling, opts.profile_file_prefix = True, str(Path(d) / "p")
-        s = ort.InferenceSession(str(rt.version_dir / "model.onnx"), opts, providers=["CPUExecutionProvider"])
-        [s.run(["rgb"], {"coords": x}) for x in points]
-        ops = [e for e in json.loads(Path(s.end_profiling()).read_text()) if e.get("cat") == "Node"]
-    ops = [(e["args"]["op_name"], e["dur"]) for e in ops if e["name"].endswith("_kernel_time")]
-    by_op = {op: sum(us for o, us in ops if o == op) / (sum(us for _, us in ops) or 1) for op, _ in ops}
+    ops = profiled(rt.version_dir / "model.onnx", 1, [{"coords": x} for x in points], 1, nodes=False)  # by op type
     log.info("\n%s", "\n".join(f"{name:50} {median(xs):7.2f} ms" for name, xs in ms.items()))
     result = {"machine": machine(), "model": str(a.model), "size": [w, h], "tile": [x0, y0, 512, 512]}
     result["cpu_ms"] = {name: round(median(xs), 2) for name, xs in ms.items()}
-    result["jpeg_bytes"] = dict(defaults=len(im.encode(out, "jpeg", 90)), optimize=jpeg(optimize=True))
-    result["jpeg_bytes"]["4:4:4"] = jpeg(subsampling=0)
-    return result | {"plain_op_shares": {op: round(x, 3) for op, x in sorted(by_op.items(), key=lambda o: -o[1])}}
+    result["jpeg_bytes"] = {"defaults": jpeg(), "optimize": jpeg(optimize=True), "4:4:4": jpeg(subsampling=0)}
+    return result | {"plain_op_shares": {op: round(us / ops.total(), 3) for op, us in ops.most_common()}}
 
 
-def sharp_round(browser, url: str, name: str, which: str, a) -> dict:
+def sharp_round(browser, url: str, name: str, which: str) -> dict:
     """One round on a page: navigation → its first 'inr-sharp' mark, the last wheel event → the next one."""
     path, sel, notches, delta, factor = PAGES[which]
-    context = browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
-    page, requests, load0, marks = context.new_page(), [], os.getloadavg()[0], f"({SHARP})({{}}).length > 0"
-    page.on("request", lambda r: requests.append(r.url) if "/render" in r.url or "/iiif/3/" in r.url else None)
-    try:
+    with browser.new_context(viewport={"width": 1600, "height": 1000}, device_scale_factor=1) as context:
+        page, requests, load0 = context.new_page(), [], os.getloadavg()[0]
+        page.on("request", lambda r: requests.append(r.url) if "/render" in r.url or "/iiif/3/" in r.url else None)
         page.add_init_script(WHEEL)
         page.goto(url + path.format(name=name))
-        page.wait_for_function(marks.format(0), polling=20, timeout=300_000)
-        first, loaded = page.evaluate(SHARP, 0)[0], len(requests)  # ms on the page's clock
+        first, loaded = page.wait_for_function(SHARP, arg=0, polling=20, timeout=300_000).json_value(), len(requests)
         page.wait_for_timeout(300)  # the page idle (OpenSeadragon's last frames)
         box, home = page.locator(sel).bounding_box(), page.evaluate(ZOOM, sel)
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         for i in range(notches):
-            page.wait_for_timeout(80 if i else 0)
+            page.wait_for_timeout(80 if i else 0)  # OpenSeadragon drops wheel events < 50 ms apart
             page.mouse.wheel(0, delta)
-        page.wait_for_function(f"window.__wheels >= {notches}")
-        wheel = page.evaluate("window.__wheel")
-        page.wait_for_function(marks.format(wheel), polling=20, timeout=300_000)
-        zoomed, reached = page.evaluate(SHARP, wheel)[0], page.evaluate(ZOOM, sel) / home
+        wheel = page.wait_for_function(f"window.__wheels >= {notches} && window.__wheel").json_value()  # ms
+        zoomed = page.wait_for_function(SHARP, arg=wheel, polling=20, timeout=300_000).json_value()
+        reached = page.evaluate(ZOOM, sel) / home
         r = dict(load_s=first / 1000, zoom_s=(zoomed - wheel) / 1000, zoom_factor=reached, load_requests=loaded)
         r |= dict(zoomed_as_asked=abs(reached / factor - 1) < 0.02, zoom_requests=len(requests) - loaded)
         return r | dict(load_average=[load0, os.getloadavg()[0]])
-    finally:
-        context.close()
 
 
 def viewer_sharp(a) -> dict:
@@ -294,7 +260,7 @@ def viewer_sharp(a) -> dict:
 
     models, env = a.models.split(","), {"INR_RENDER_CACHE_BYTES": "0"}
     for name, _, photo in (f.partition("=") for f in a.fit.split(",") if f):  # a render's cost, not the fit's quality
-        fit(Path(photo), a.repo / name, a.fit_steps) if not (a.repo / name).exists() else None
+        (a.repo / name).exists() or fit(a.repo / name, "--image", photo, "--steps", str(a.fit_steps), *GRID)
         models += [name] if name not in models else []
     out = {"machine": machine(), "load_before": os.getloadavg()[0], "command": a.command, "env": env}
     out |= {"browser_viewport": [1600, 1000], "rounds": a.rounds, "models": {}}
@@ -305,7 +271,7 @@ def viewer_sharp(a) -> dict:
             for name, which in itertools.product(models, PAGES):
                 meta = json.loads(next((a.repo / name).glob("[0-9]*/metadata.json")).read_text())
                 entry = out["models"].setdefault(name, {"native_size": meta.get("source", {}).get("size"), "pages": {}})
-                rounds = [sharp_round(browser, server.url, name, which, a) for _ in range(a.rounds)]
+                rounds = [sharp_round(browser, server.url, name, which) for _ in range(a.rounds)]
                 load, zoom = [r["load_s"] for r in rounds], [r["zoom_s"] for r in rounds if r["zoomed_as_asked"]]
                 page = {"median_load_s": median(load), "median_zoom_s": median(zoom) if zoom else None}
                 entry["pages"][which] = page | {"rounds": rounds}
@@ -316,9 +282,8 @@ def viewer_sharp(a) -> dict:
 
 
 def attack(url: str, size: int, timeout: float, paths: list[str] = ()) -> tuple[list[dict], list, list[httpx.Client]]:
-    """GETs sent together, a thread and a client each (a client closed: the server drops its request), by default the
-    flood: ATTACKERS anonymous upscales of different tiny regions to size² (tests/security's flood test too). Each one's
-    status (an exception's name when none came), error, retry_after and seconds land in its dict when it ends."""
+    """GETs sent together, a thread and a client each (closed: the server drops its request), by default ATTACKERS
+    anonymous upscales of tiny regions to size²; each one's status, error, retry_after and seconds in its dict."""
     paths = paths or [f"/iiif/3/astronaut/{3 * i},{2 * i},10,10/^{size},{size}/0/default.jpg" for i in range(ATTACKERS)]
     results, barrier, clients = [{} for _ in paths], threading.Barrier(len(paths)), [httpx.Client() for _ in paths]
 
@@ -343,7 +308,7 @@ def pressure(a) -> dict:
     if flood and a.smoke:
         a.sizes, a.repeats, a.settle_s, a.baseline = "4096", 3, 0.5, None
     runs = [("this", ROOT), ("baseline", a.baseline)] if flood else [(mode, ROOT) for mode in a.modes.split(",")]
-    out = {"machine": machine(), "args": {k: str(v) for k, v in vars(a).items() if k != "fn"}, "trees": []}
+    out = {"machine": machine(), "args": {k: str(v) for k, v in vars(a).items() if k != "parser"}, "trees": []}
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(ROOT / "models" / "astronaut", Path(tmp) / "astronaut")
         for label, cwd in (run for run in runs if run[1]):  # fairness: big renders dear on purpose, one address
@@ -382,36 +347,23 @@ def pressure(a) -> dict:
     return out
 
 
-SCENARIOS = {  # name: function, result file, options: NAME=DEFAULT (typed as its default), NAME:dir, NAME:need, NAME:on
-    "classic": (classic, "classic", "preset=full photos= blocks=0 rounds=0 duration=0.0 baseline:dir work:dir"),
-    "tile_cost": (tile_cost, "tile_cost", "model:need rounds=7 at=512,512"),
-    "viewer_sharp": (viewer_sharp, "viewer_sharp", "repo:need models=dandelion fit= fit-steps=50 rounds=5"),
-    "fairness": (pressure, "fairness", "big=4096 small=256 repeats=5 settle-s=3.0 cap-s=120.0 modes=tiles,whole"),
-    "flood": (pressure, "render_flood", "sizes=4096,1536 repeats=9 settle-s=1.0 cap-s=30.0 baseline:dir smoke:on"),
+SCENARIOS = {  # name: function, options (parse's)
+    "classic": (classic, "preset=full photos= blocks=0 rounds=0 duration=0.0 baseline= work="),
+    "tile_cost": (tile_cost, "model=! rounds=7 at=512,512"),
+    "viewer_sharp": (viewer_sharp, "repo=! models=dandelion fit= fit-steps=50 rounds=5"),
+    "fairness": (pressure, "big=4096 small=256 repeats=5 settle-s=3.0 cap-s=120.0 modes=tiles,whole"),
+    "flood": (pressure, "name=render_flood sizes=4096,1536 repeats=9 settle-s=1.0 cap-s=30.0 baseline= smoke=?"),
 }
 
 
 def main(argv: list[str] | None = None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="python -m bench.tiles", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="scenario", required=True)
-    for scenario, (fn, name, spec) in SCENARIOS.items():
-        s = sub.add_parser(scenario)
-        s.set_defaults(fn=fn)
-        s.add_argument("--out-dir", type=Path, default=RESULTS, help="the results folder (default bench/results)")
-        s.add_argument("--name", default=name, help=f"the result file's name (default {name})")
-        for flag, kind, default in (o.partition(":" if ":" in o else "=") for o in spec.split()):
-            typed = int if default.isdigit() else float if default.replace(".", "", 1).isdigit() else str
-            more = {"action": "store_true"} if default == "on" else {"type": Path, "required": default == "need"}
-            s.add_argument(f"--{flag}", **(more if kind == ":" else {"type": typed, "default": typed(default)}))
-    a = p.parse_args(argv)
-    a.command = " ".join(["python -m bench.tiles", *argv])
-    [logging.getLogger(noisy).setLevel(logging.WARNING) for noisy in ("httpx", "pyvips")]
-    result = a.fn(a)
+    from .kernels import parse  # the harnesses' command line
+
+    a = parse("python -m bench.tiles", __doc__, {k: spec for k, (_, spec) in SCENARIOS.items()}, argv)
+    result = SCENARIOS[a.scenario][0](a)
     write_json(a.name, result, a.out_dir) if "skipped" not in result else None
     return result
 
 
 if __name__ == "__main__":
-    setup_logging()
     main()
